@@ -1,0 +1,521 @@
+//! The aggregation header and its payload.
+//!
+//! ```text
+//!  offset  size  field      meaning
+//!  0       1     ver_type   version (high nibble, = 1) | message type (low nibble)
+//!  1       1     flags      bit 0: shadow set of the slot (0 or 1); bits 1-7 reserved, sent as 0
+//!  2       2     job        job id; the switch drops packets of jobs it does not hold
+//!  4       2     epoch      generation of the job on the switch; changes when the switch restarts
+//!  6       1     rank       worker rank within the job, 0..=31
+//!  7       1     exponent   biased block exponent (Data/Result), reject reason (Reject)
+//!  8       2     slot       aggregator slot index in the switch's pool
+//!  10      2     count      number of 32-bit elements in the payload
+//!  12      4     seq        stream sequence number, echoed back
+//!  16      4*n   payload    `count` int32 elements, big-endian
+//! ```
+//!
+//! All multi-byte fields are big-endian. A packet is exactly `16 + 4 * count` bytes long.
+
+use crate::{Error, Result};
+
+/// The UDP port the switch listens on (ASCII "IN").
+pub const UDP_PORT: u16 = 0x494E;
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Length of the fixed header in bytes.
+pub const HEADER_LEN: usize = 16;
+/// The largest rank a job may have: the switch's worker bitmap is 32 bits wide.
+pub const MAX_RANK: u8 = 31;
+
+mod field {
+    use core::ops::Range;
+    pub const VER_TYPE: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const JOB: Range<usize> = 2..4;
+    pub const EPOCH: Range<usize> = 4..6;
+    pub const RANK: usize = 6;
+    pub const EXPONENT: usize = 7;
+    pub const SLOT: Range<usize> = 8..10;
+    pub const COUNT: Range<usize> = 10..12;
+    pub const SEQ: Range<usize> = 12..16;
+}
+
+const FLAG_SET: u8 = 0x01;
+
+/// What a packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MessageType {
+    /// Worker to switch: a contribution to one slot.
+    Data = 1,
+    /// Switch to worker(s): the finished sum of one slot.
+    Result = 2,
+    /// Switch to worker: the packet was refused; the exponent byte holds a [`RejectReason`].
+    Reject = 3,
+    /// Worker to switch: asks for the job's configuration and current epoch.
+    Probe = 4,
+    /// Switch to worker: answers a probe; the payload is a [`ProbeInfo`].
+    ProbeReply = 5,
+}
+
+impl TryFrom<u8> for MessageType {
+    type Error = Error;
+    fn try_from(v: u8) -> Result<Self> {
+        Ok(match v {
+            1 => MessageType::Data,
+            2 => MessageType::Result,
+            3 => MessageType::Reject,
+            4 => MessageType::Probe,
+            5 => MessageType::ProbeReply,
+            other => return Err(Error::MessageType(other)),
+        })
+    }
+}
+
+/// Why the switch refused a packet of an authenticated worker (known job, rank and port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RejectReason {
+    /// The packet's epoch is not the job's current epoch: the switch restarted or the job was
+    /// reinstalled, and the state of the stream is gone.
+    StaleEpoch = 1,
+    /// The slot lies outside the job's slot range.
+    SlotOutOfRange = 2,
+    /// The element count is neither 0 nor the job's elements per packet.
+    BadCount = 3,
+}
+
+impl TryFrom<u8> for RejectReason {
+    type Error = Error;
+    fn try_from(v: u8) -> Result<Self> {
+        Ok(match v {
+            1 => RejectReason::StaleEpoch,
+            2 => RejectReason::SlotOutOfRange,
+            3 => RejectReason::BadCount,
+            other => return Err(Error::RejectReason(other)),
+        })
+    }
+}
+
+/// A zero-copy view of an aggregation packet over a byte buffer.
+#[derive(Debug, Clone)]
+pub struct AggPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> AggPacket<T> {
+    /// Wraps a buffer without checking it. Accessors may panic until [`Self::check_len`] passed.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        AggPacket { buffer }
+    }
+
+    /// Wraps a buffer after checking that header and payload are all there.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let packet = Self::new_unchecked(buffer);
+        packet.check_len()?;
+        Ok(packet)
+    }
+
+    /// Checks that the buffer holds the header and exactly the announced payload.
+    ///
+    /// After this returns `Ok`, no accessor of this view panics.
+    pub fn check_len(&self) -> Result<()> {
+        let data = self.buffer.as_ref();
+        if data.len() < HEADER_LEN {
+            return Err(Error::Truncated { len: data.len() });
+        }
+        let count = self.count();
+        let expected = HEADER_LEN + usize::from(count) * 4;
+        if data.len() != expected {
+            return Err(Error::LengthMismatch {
+                count,
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Consumes the view, returning the buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
+        let d = &self.buffer.as_ref()[r];
+        u16::from_be_bytes([d[0], d[1]])
+    }
+
+    /// The version nibble.
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_TYPE] >> 4
+    }
+    /// The raw message type nibble.
+    pub fn msg_type_raw(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_TYPE] & 0x0f
+    }
+    /// The shadow set (0 or 1).
+    pub fn set(&self) -> u8 {
+        self.buffer.as_ref()[field::FLAGS] & FLAG_SET
+    }
+    /// The job id.
+    pub fn job(&self) -> u16 {
+        self.u16_at(field::JOB)
+    }
+    /// The epoch.
+    pub fn epoch(&self) -> u16 {
+        self.u16_at(field::EPOCH)
+    }
+    /// The worker rank.
+    pub fn rank(&self) -> u8 {
+        self.buffer.as_ref()[field::RANK]
+    }
+    /// The exponent byte (reject reason on Reject packets).
+    pub fn exponent(&self) -> u8 {
+        self.buffer.as_ref()[field::EXPONENT]
+    }
+    /// The slot index.
+    pub fn slot(&self) -> u16 {
+        self.u16_at(field::SLOT)
+    }
+    /// The element count.
+    pub fn count(&self) -> u16 {
+        self.u16_at(field::COUNT)
+    }
+    /// The sequence number.
+    pub fn seq(&self) -> u32 {
+        let d = &self.buffer.as_ref()[field::SEQ];
+        u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+    }
+    /// The payload bytes (`4 * count` of them once checked).
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> AggPacket<T> {
+    fn set_u16_at(&mut self, r: core::ops::Range<usize>, v: u16) {
+        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets version and message type.
+    pub fn set_version_type(&mut self, version: u8, kind: MessageType) {
+        self.buffer.as_mut()[field::VER_TYPE] = (version << 4) | (kind as u8 & 0x0f);
+    }
+    /// Sets the flags byte from the shadow set (reserved bits cleared).
+    pub fn set_set(&mut self, set: u8) {
+        self.buffer.as_mut()[field::FLAGS] = set & FLAG_SET;
+    }
+    /// Sets the job id.
+    pub fn set_job(&mut self, v: u16) {
+        self.set_u16_at(field::JOB, v)
+    }
+    /// Sets the epoch.
+    pub fn set_epoch(&mut self, v: u16) {
+        self.set_u16_at(field::EPOCH, v)
+    }
+    /// Sets the rank.
+    pub fn set_rank(&mut self, v: u8) {
+        self.buffer.as_mut()[field::RANK] = v;
+    }
+    /// Sets the exponent byte.
+    pub fn set_exponent(&mut self, v: u8) {
+        self.buffer.as_mut()[field::EXPONENT] = v;
+    }
+    /// Sets the slot index.
+    pub fn set_slot(&mut self, v: u16) {
+        self.set_u16_at(field::SLOT, v)
+    }
+    /// Sets the element count.
+    pub fn set_count(&mut self, v: u16) {
+        self.set_u16_at(field::COUNT, v)
+    }
+    /// Sets the sequence number.
+    pub fn set_seq(&mut self, v: u32) {
+        self.buffer.as_mut()[field::SEQ].copy_from_slice(&v.to_be_bytes());
+    }
+    /// The payload bytes, mutable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[HEADER_LEN..]
+    }
+}
+
+/// The header of an aggregation packet as plain values.
+///
+/// The payload is not part of the representation: it is read and written in place through
+/// [`AggPacket::payload`] and [`AggPacket::payload_mut`], so that no element is copied twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AggRepr {
+    pub kind: MessageType,
+    /// Shadow set, 0 or 1.
+    pub set: u8,
+    pub job: u16,
+    pub epoch: u16,
+    pub rank: u8,
+    /// Biased block exponent; on Reject packets the [`RejectReason`] code.
+    pub exponent: u8,
+    pub slot: u16,
+    /// Number of payload elements.
+    pub count: u16,
+    pub seq: u32,
+}
+
+impl AggRepr {
+    /// Parses a checked view.
+    pub fn parse<T: AsRef<[u8]>>(packet: &AggPacket<T>) -> Result<AggRepr> {
+        packet.check_len()?;
+        if packet.version() != PROTOCOL_VERSION {
+            return Err(Error::Version(packet.version()));
+        }
+        let kind = MessageType::try_from(packet.msg_type_raw())?;
+        if kind == MessageType::Reject {
+            RejectReason::try_from(packet.exponent())?;
+        }
+        Ok(AggRepr {
+            kind,
+            set: packet.set(),
+            job: packet.job(),
+            epoch: packet.epoch(),
+            rank: packet.rank(),
+            exponent: packet.exponent(),
+            slot: packet.slot(),
+            count: packet.count(),
+            seq: packet.seq(),
+        })
+    }
+
+    /// Parses a byte buffer, returning the header and the payload bytes.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<(AggRepr, &[u8])> {
+        let packet = AggPacket::new_checked(bytes)?;
+        let repr = AggRepr::parse(&packet)?;
+        Ok((repr, &bytes[HEADER_LEN..]))
+    }
+
+    /// The number of bytes the whole packet takes.
+    pub fn buffer_len(&self) -> usize {
+        HEADER_LEN + usize::from(self.count) * 4
+    }
+
+    /// The reject reason of a Reject packet.
+    pub fn reject_reason(&self) -> Option<RejectReason> {
+        match self.kind {
+            MessageType::Reject => RejectReason::try_from(self.exponent).ok(),
+            _ => None,
+        }
+    }
+
+    /// Writes the header into the view; the payload is left as it is.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut AggPacket<T>) {
+        packet.set_version_type(PROTOCOL_VERSION, self.kind);
+        packet.set_set(self.set);
+        packet.set_job(self.job);
+        packet.set_epoch(self.epoch);
+        packet.set_rank(self.rank);
+        packet.set_exponent(self.exponent);
+        packet.set_slot(self.slot);
+        packet.set_count(self.count);
+        packet.set_seq(self.seq);
+    }
+
+    /// Writes the header at the start of `buf` and returns the view over exactly
+    /// [`Self::buffer_len`] bytes, whose payload the caller fills.
+    pub fn emit_into<'a>(&self, buf: &'a mut [u8]) -> Result<AggPacket<&'a mut [u8]>> {
+        let need = self.buffer_len();
+        let have = buf.len();
+        let Some(buf) = buf.get_mut(..need) else {
+            return Err(Error::BufferTooSmall { need, have });
+        };
+        let mut packet = AggPacket::new_unchecked(buf);
+        self.emit(&mut packet);
+        Ok(packet)
+    }
+}
+
+/// A job's configuration as the switch reports it in a ProbeReply payload (four elements:
+/// workers, elements per packet, first slot, slot count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProbeInfo {
+    /// Number of workers in the job.
+    pub workers: u8,
+    /// Elements per full data packet.
+    pub elems_per_packet: u16,
+    /// First slot of the job's range.
+    pub slot_base: u16,
+    /// Number of slots in the job's range.
+    pub slot_count: u16,
+}
+
+impl ProbeInfo {
+    /// Payload elements of a ProbeReply.
+    pub const COUNT: u16 = 4;
+
+    /// Encodes into payload bytes (at least 16 bytes).
+    pub fn emit(&self, payload: &mut [u8]) -> Result<()> {
+        let words = [
+            i32::from(self.workers),
+            i32::from(self.elems_per_packet),
+            i32::from(self.slot_base),
+            i32::from(self.slot_count),
+        ];
+        if payload.len() < 16 {
+            return Err(Error::BufferTooSmall {
+                need: 16,
+                have: payload.len(),
+            });
+        }
+        crate::payload::encode_from(&words, payload);
+        Ok(())
+    }
+
+    /// Decodes a ProbeReply payload.
+    pub fn parse(payload: &[u8]) -> Result<ProbeInfo> {
+        let mut w = [0i32; 4];
+        if crate::payload::decode_into(payload, &mut w) != 4 || payload.len() != 16 {
+            return Err(Error::LengthMismatch {
+                count: Self::COUNT,
+                expected: 16,
+                actual: payload.len(),
+            });
+        }
+        let field = |v: i32, max: i32| -> Result<i32> {
+            if (0..=max).contains(&v) {
+                Ok(v)
+            } else {
+                Err(Error::Frame("probe reply field out of range"))
+            }
+        };
+        Ok(ProbeInfo {
+            workers: field(w[0], 32)? as u8,
+            elems_per_packet: field(w[1], 0xffff)? as u16,
+            slot_base: field(w[2], 0xffff)? as u16,
+            slot_count: field(w[3], 0xffff)? as u16,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kind() -> impl Strategy<Value = MessageType> {
+        prop_oneof![
+            Just(MessageType::Data),
+            Just(MessageType::Result),
+            Just(MessageType::Probe),
+            Just(MessageType::ProbeReply),
+        ]
+    }
+
+    prop_compose! {
+        fn repr()(kind in kind(), set in 0u8..2, job in any::<u16>(), epoch in any::<u16>(),
+                  rank in any::<u8>(), exponent in any::<u8>(), slot in any::<u16>(),
+                  count in 0u16..600, seq in any::<u32>()) -> AggRepr {
+            AggRepr { kind, set, job, epoch, rank, exponent, slot, count, seq }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn emit_parse_round_trip(r in repr(), fill in any::<u8>()) {
+            let mut buf = vec![fill; r.buffer_len() + 7];
+            let len = {
+                let p = r.emit_into(&mut buf).unwrap();
+                p.into_inner().len()
+            };
+            prop_assert_eq!(len, r.buffer_len());
+            let (back, payload) = AggRepr::parse_bytes(&buf[..len]).unwrap();
+            prop_assert_eq!(back, r);
+            prop_assert_eq!(payload.len(), usize::from(r.count) * 4);
+        }
+
+        #[test]
+        fn reject_round_trip(reason in 1u8..=3, r in repr()) {
+            let r = AggRepr { kind: MessageType::Reject, exponent: reason, count: 0, ..r };
+            let mut buf = [0u8; HEADER_LEN];
+            r.emit_into(&mut buf).unwrap();
+            let (back, _) = AggRepr::parse_bytes(&buf).unwrap();
+            prop_assert_eq!(back.reject_reason().map(|x| x as u8), Some(reason));
+        }
+
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = AggRepr::parse_bytes(&bytes);
+            let _ = ProbeInfo::parse(&bytes);
+        }
+
+        #[test]
+        fn probe_info_round_trip(workers in 0u8..=32, e in any::<u16>(), b in any::<u16>(), c in any::<u16>()) {
+            let info = ProbeInfo { workers, elems_per_packet: e, slot_base: b, slot_count: c };
+            let mut buf = [0u8; 16];
+            info.emit(&mut buf).unwrap();
+            prop_assert_eq!(ProbeInfo::parse(&buf).unwrap(), info);
+        }
+    }
+
+    #[test]
+    fn field_layout_is_big_endian() {
+        let r = AggRepr {
+            kind: MessageType::Data,
+            set: 1,
+            job: 0x0102,
+            epoch: 0x0304,
+            rank: 5,
+            exponent: 0x86,
+            slot: 0x0708,
+            count: 1,
+            seq: 0x090a_0b0c,
+        };
+        let mut buf = [0u8; 20];
+        let mut p = r.emit_into(&mut buf).unwrap();
+        p.payload_mut().copy_from_slice(&(-2i32).to_be_bytes());
+        assert_eq!(
+            buf,
+            [
+                0x11, 0x01, 0x01, 0x02, 0x03, 0x04, 5, 0x86, 0x07, 0x08, 0, 1, 0x09, 0x0a, 0x0b,
+                0x0c, 0xff, 0xff, 0xff, 0xfe
+            ]
+        );
+    }
+
+    #[test]
+    fn typed_errors() {
+        assert_eq!(
+            AggRepr::parse_bytes(&[0x11; 5]).unwrap_err(),
+            Error::Truncated { len: 5 }
+        );
+        let mut buf = [0u8; HEADER_LEN + 4];
+        let r = AggRepr {
+            kind: MessageType::Data,
+            set: 0,
+            job: 1,
+            epoch: 1,
+            rank: 0,
+            exponent: 0,
+            slot: 0,
+            count: 1,
+            seq: 0,
+        };
+        r.emit_into(&mut buf).unwrap();
+        assert!(matches!(
+            AggRepr::parse_bytes(&buf[..HEADER_LEN + 3]),
+            Err(Error::LengthMismatch { .. })
+        ));
+        buf[0] = 0x21;
+        assert_eq!(AggRepr::parse_bytes(&buf).unwrap_err(), Error::Version(2));
+        buf[0] = 0x19;
+        assert_eq!(
+            AggRepr::parse_bytes(&buf).unwrap_err(),
+            Error::MessageType(9)
+        );
+        buf[0] = 0x13;
+        buf[7] = 77;
+        assert_eq!(
+            AggRepr::parse_bytes(&buf).unwrap_err(),
+            Error::RejectReason(77)
+        );
+        assert_eq!(
+            r.emit_into(&mut [0u8; 10]).unwrap_err(),
+            Error::BufferTooSmall { need: 20, have: 10 }
+        );
+    }
+}
