@@ -1,2 +1,19 @@
-//! placeholder
+//! The `ina` protocol as sans-IO state machines.
+//!
+//! Everything whose correctness matters lives here: the block floating point [`quant`]izer, the
+//! switch's data plane ([`pipeline`], mirroring the P4 programs register for register), the
+//! worker's stream [`session`] with its [`rtt`] estimator, and the [`ring`] all-reduce schedule.
+//!
+//! What it must not do: touch sockets, threads, clocks, files or an async runtime. Every
+//! machine takes the current [`time::Instant`] as an argument and hands packets back to its
+//! caller, so the daemons, the simulator and the tests drive the very same code.
+#![forbid(unsafe_code)]
+
+pub mod pipeline;
+pub mod quant;
 pub mod ring;
+pub mod rtt;
+pub mod session;
+pub mod time;
+
+pub use time::Instant;

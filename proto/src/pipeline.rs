@@ -1,0 +1,638 @@
+//! The switch's data plane as a pure component: the model the P4 programs mirror.
+//!
+//! [`Pipeline::process`] takes one `ina` packet (a UDP payload) with its ingress port and the
+//! current time, updates the registers exactly as PROTOCOL.md §Switch prescribes, and says what
+//! to send: nothing (a counted drop), one packet back to one port, or one packet to every port of
+//! the job (multicast). [`Pipeline::process_frame`] does the same for whole Ethernet/IPv4/UDP
+//! frames, as the P4 switch sees them.
+//!
+//! # Registers
+//! The register file has the layout of the Tofino program: every array is indexed by slot and
+//! holds 2x32-bit cells, one 32-bit half per shadow set.
+//!
+//! | register        | cell                                   | P4 name          |
+//! |-----------------|----------------------------------------|------------------|
+//! | `seq[slot]`     | (seq of set 0, seq of set 1)           | `reg_seq`        |
+//! | `bitmap[slot]`  | (worker bitmap set 0, set 1)           | `reg_bitmap`     |
+//! | `count[slot]`   | (arrivals pending in set 0, in set 1)  | `reg_count`      |
+//! | `exp[slot]`     | (max exponent byte set 0, set 1)       | `reg_exp`        |
+//! | `values`        | element pairs (2j, 2j+1) of `(slot, set)` at index `2*slot+set` | `reg_value_j` |
+//!
+//! `values` is stored flat, `(2*slot + set) * max_elems + k`, which is the same set of cells as
+//! `max_elems/2` pair arrays indexed by `2*slot+set`.
+
+use crate::Instant;
+use ina_wire::agg::{ProbeInfo, MAX_RANK};
+use ina_wire::{frame, payload, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION};
+
+/// A switch port: on the software switch, one peer address; on Tofino, a front-panel port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortId(pub u16);
+
+/// Size of the switch: the register file it allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// Slots in the pool shared by all jobs (each slot has two shadow sets).
+    pub pool_slots: u16,
+    /// The largest elements-per-packet any job may use (64 or 256 on Tofino).
+    pub max_elems: u16,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            pool_slots: 4096,
+            max_elems: 256,
+        }
+    }
+}
+
+/// One job as the control plane installs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobConfig {
+    pub job: u16,
+    /// The job's generation; packets carrying another epoch are refused.
+    pub epoch: u16,
+    /// First slot of the job's range.
+    pub slot_base: u16,
+    /// Number of slots in the range.
+    pub slot_count: u16,
+    /// Elements per full data packet.
+    pub elems_per_packet: u16,
+    /// The port of each rank; `ranks.len()` is the number of workers (1..=32).
+    pub ranks: Vec<PortId>,
+}
+
+/// Why a job cannot be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("job {0} is already installed")]
+    Exists(u16),
+    #[error("job {0} is not installed")]
+    Unknown(u16),
+    #[error("a job has 1 to 32 workers, got {0}")]
+    Workers(usize),
+    #[error("slots {base}..{end} do not fit the pool of {pool} slots")]
+    OutOfPool { base: u16, end: u32, pool: u16 },
+    #[error("an empty slot range")]
+    NoSlots,
+    #[error("slots {base}..{end} overlap job {other}")]
+    Overlap { base: u16, end: u32, other: u16 },
+    #[error("elements per packet must be 1..={max}, got {got}")]
+    Elems { got: u16, max: u16 },
+    #[error("port {0:?} serves two ranks of the job")]
+    DuplicatePort(PortId),
+}
+
+/// Where the packet in the caller's buffer goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// Nothing to send; the reason was counted.
+    Drop(DropReason),
+    /// The contribution was aggregated; nothing to send until the other workers' arrive.
+    Absorbed,
+    /// Send `len` bytes to one port.
+    Unicast { port: PortId, len: usize },
+    /// Send `len` bytes to each of these ports.
+    Multicast { ports: &'a [PortId], len: usize },
+}
+
+/// Why a packet was dropped. Every reason has a counter in [`Counters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Not a well-formed `ina` packet (length, version, type).
+    Malformed,
+    /// A frame that is not Ethernet/IPv4/UDP to the `ina` port.
+    NotIna,
+    /// A well-formed packet of a type the switch does not accept (Result, Reject, ProbeReply).
+    UnexpectedType,
+    /// No job with this id is installed.
+    UnknownJob,
+    /// The rank is not part of the job.
+    UnknownRank,
+    /// The rank exists but arrived on another port than the one installed for it.
+    WrongPort,
+    /// Refused with a Reject: wrong epoch.
+    StaleEpoch,
+    /// Refused with a Reject: slot outside the job's range.
+    SlotOutOfRange,
+    /// Refused with a Reject: count neither 0 nor the job's elements per packet.
+    BadCount,
+    /// A packet of an older use of the slot (its sequence number is behind the slot's).
+    StaleSeq,
+    /// A copy of a contribution to a use that already completed, from a worker that has moved on.
+    Duplicate,
+    /// A retransmission to a slot that is still collecting: the result will come by multicast.
+    RetransmitIncomplete,
+}
+
+/// Counters of the pipeline. All monotonic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub data_first: u64,
+    pub data_added: u64,
+    pub results_multicast: u64,
+    pub results_unicast: u64,
+    pub probes_answered: u64,
+    pub rejects_sent: u64,
+    pub elements_aggregated: u64,
+    pub malformed: u64,
+    pub not_ina: u64,
+    pub unexpected_type: u64,
+    pub unknown_job: u64,
+    pub unknown_rank: u64,
+    pub wrong_port: u64,
+    pub stale_epoch: u64,
+    pub slot_out_of_range: u64,
+    pub bad_count: u64,
+    pub stale_seq: u64,
+    pub duplicate: u64,
+    pub retransmit_incomplete: u64,
+}
+
+impl Counters {
+    fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
+        match reason {
+            DropReason::Malformed => &mut self.malformed,
+            DropReason::NotIna => &mut self.not_ina,
+            DropReason::UnexpectedType => &mut self.unexpected_type,
+            DropReason::UnknownJob => &mut self.unknown_job,
+            DropReason::UnknownRank => &mut self.unknown_rank,
+            DropReason::WrongPort => &mut self.wrong_port,
+            DropReason::StaleEpoch => &mut self.stale_epoch,
+            DropReason::SlotOutOfRange => &mut self.slot_out_of_range,
+            DropReason::BadCount => &mut self.bad_count,
+            DropReason::StaleSeq => &mut self.stale_seq,
+            DropReason::Duplicate => &mut self.duplicate,
+            DropReason::RetransmitIncomplete => &mut self.retransmit_incomplete,
+        }
+    }
+
+    fn count_drop(&mut self, reason: DropReason) {
+        *self.drop_counter(reason) += 1;
+    }
+
+    /// The counter of one drop reason.
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        let mut copy = *self;
+        *copy.drop_counter(reason)
+    }
+
+    /// All drops together.
+    pub fn drops_total(&self) -> u64 {
+        self.malformed
+            + self.not_ina
+            + self.unexpected_type
+            + self.unknown_job
+            + self.unknown_rank
+            + self.wrong_port
+            + self.stale_epoch
+            + self.slot_out_of_range
+            + self.bad_count
+            + self.stale_seq
+            + self.duplicate
+            + self.retransmit_incomplete
+    }
+}
+
+/// The register file (see the module docs for the layout).
+#[derive(Debug, Clone)]
+pub struct Registers {
+    pub seq: Vec<[u32; 2]>,
+    pub bitmap: Vec<[u32; 2]>,
+    pub count: Vec<[u32; 2]>,
+    pub exp: Vec<[u32; 2]>,
+    pub values: Vec<i32>,
+    max_elems: usize,
+}
+
+impl Registers {
+    fn new(cfg: PipelineConfig) -> Registers {
+        let slots = usize::from(cfg.pool_slots);
+        Registers {
+            seq: vec![[0; 2]; slots],
+            bitmap: vec![[0; 2]; slots],
+            count: vec![[0; 2]; slots],
+            exp: vec![[0; 2]; slots],
+            values: vec![0; slots * 2 * usize::from(cfg.max_elems)],
+            max_elems: usize::from(cfg.max_elems),
+        }
+    }
+
+    /// The value cells of `(slot, set)`.
+    pub fn values_of(&self, slot: usize, set: usize) -> &[i32] {
+        let start = (2 * slot + set) * self.max_elems;
+        &self.values[start..start + self.max_elems]
+    }
+
+    fn clear_range(&mut self, base: usize, count: usize) {
+        for s in base..base + count {
+            self.seq[s] = [0; 2];
+            self.bitmap[s] = [0; 2];
+            self.count[s] = [0; 2];
+            self.exp[s] = [0; 2];
+        }
+        let m = self.max_elems;
+        self.values[2 * base * m..2 * (base + count) * m].fill(0);
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    cfg: JobConfig,
+    last_activity: Option<Instant>,
+}
+
+/// The switch data plane.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    regs: Registers,
+    jobs: Vec<Job>,
+    counters: Counters,
+}
+
+impl Pipeline {
+    /// A switch with an empty job table and cleared registers.
+    pub fn new(cfg: PipelineConfig) -> Pipeline {
+        Pipeline {
+            cfg,
+            regs: Registers::new(cfg),
+            jobs: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> PipelineConfig {
+        self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The register file, for inspection.
+    pub fn registers(&self) -> &Registers {
+        &self.regs
+    }
+
+    /// The installed jobs.
+    pub fn jobs(&self) -> impl Iterator<Item = &JobConfig> {
+        self.jobs.iter().map(|j| &j.cfg)
+    }
+
+    /// When a packet of `job` last passed the checks.
+    pub fn last_activity(&self, job: u16) -> Option<Instant> {
+        self.jobs
+            .iter()
+            .find(|j| j.cfg.job == job)
+            .and_then(|j| j.last_activity)
+    }
+
+    /// Slots of the pool in which a use is collecting (some but not all arrivals in).
+    pub fn busy_slots(&self) -> usize {
+        self.regs
+            .count
+            .iter()
+            .filter(|c| c[0] != 0 || c[1] != 0)
+            .count()
+    }
+
+    /// Installs a job and clears its slots.
+    pub fn add_job(&mut self, cfg: JobConfig) -> Result<(), JobError> {
+        if self.jobs.iter().any(|j| j.cfg.job == cfg.job) {
+            return Err(JobError::Exists(cfg.job));
+        }
+        if cfg.ranks.is_empty() || cfg.ranks.len() > usize::from(MAX_RANK) + 1 {
+            return Err(JobError::Workers(cfg.ranks.len()));
+        }
+        if cfg.elems_per_packet == 0 || cfg.elems_per_packet > self.cfg.max_elems {
+            return Err(JobError::Elems {
+                got: cfg.elems_per_packet,
+                max: self.cfg.max_elems,
+            });
+        }
+        if cfg.slot_count == 0 {
+            return Err(JobError::NoSlots);
+        }
+        let end = u32::from(cfg.slot_base) + u32::from(cfg.slot_count);
+        if end > u32::from(self.cfg.pool_slots) {
+            return Err(JobError::OutOfPool {
+                base: cfg.slot_base,
+                end,
+                pool: self.cfg.pool_slots,
+            });
+        }
+        for other in &self.jobs {
+            let o_base = u32::from(other.cfg.slot_base);
+            let o_end = o_base + u32::from(other.cfg.slot_count);
+            if u32::from(cfg.slot_base) < o_end && o_base < end {
+                return Err(JobError::Overlap {
+                    base: cfg.slot_base,
+                    end,
+                    other: other.cfg.job,
+                });
+            }
+        }
+        for (i, p) in cfg.ranks.iter().enumerate() {
+            if cfg.ranks[..i].contains(p) {
+                return Err(JobError::DuplicatePort(*p));
+            }
+        }
+        self.regs
+            .clear_range(usize::from(cfg.slot_base), usize::from(cfg.slot_count));
+        self.jobs.push(Job {
+            cfg,
+            last_activity: None,
+        });
+        Ok(())
+    }
+
+    /// Removes a job and clears its slots.
+    pub fn remove_job(&mut self, job: u16) -> Result<JobConfig, JobError> {
+        let idx = self
+            .jobs
+            .iter()
+            .position(|j| j.cfg.job == job)
+            .ok_or(JobError::Unknown(job))?;
+        let removed = self.jobs.swap_remove(idx).cfg;
+        self.regs.clear_range(
+            usize::from(removed.slot_base),
+            usize::from(removed.slot_count),
+        );
+        Ok(removed)
+    }
+
+    fn drop(&mut self, reason: DropReason) -> Verdict<'static> {
+        self.counters.count_drop(reason);
+        Verdict::Drop(reason)
+    }
+
+    /// Processes a whole Ethernet/IPv4/UDP frame. Replies are written into `out` as frames;
+    /// the unicast reply goes back with addresses swapped, and a multicast result carries
+    /// the switch's addresses as source and the sender's as destination, which the egress of
+    /// each port rewrites (on the software switch: `frame_addrs_for` of the port).
+    pub fn process_frame(
+        &mut self,
+        ingress: PortId,
+        frame_bytes: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.counters.packets_in += 1;
+        self.counters.bytes_in += frame_bytes.len() as u64;
+        let Ok(parsed) = frame::parse(frame_bytes) else {
+            return self.drop(DropReason::NotIna);
+        };
+        if parsed.addrs.dst_port != ina_wire::UDP_PORT {
+            return self.drop(DropReason::NotIna);
+        }
+        if out.len() < frame::FRAME_HEADER_LEN {
+            return self.drop(DropReason::Malformed);
+        }
+        let addrs = parsed.addrs.reversed();
+        let (head, body) = out.split_at_mut(frame::FRAME_HEADER_LEN);
+        let verdict = self.process_inner(ingress, parsed.payload, now, body);
+        let len = match verdict {
+            Verdict::Drop(_) | Verdict::Absorbed => return verdict,
+            Verdict::Unicast { len, .. } | Verdict::Multicast { len, .. } => len,
+        };
+        if frame::emit_headers(head, &addrs, len).is_err() {
+            // Unreachable: `head` is exactly FRAME_HEADER_LEN long and len fits in a UDP datagram.
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        match verdict {
+            Verdict::Unicast { port, len } => Verdict::Unicast {
+                port,
+                len: len + frame::FRAME_HEADER_LEN,
+            },
+            Verdict::Multicast { ports, len } => Verdict::Multicast {
+                ports,
+                len: len + frame::FRAME_HEADER_LEN,
+            },
+            other => other,
+        }
+    }
+
+    /// Processes one `ina` packet (a UDP payload) that arrived on `ingress`. Any reply is
+    /// written at the start of `out`, which should hold `16 + 4 * max_elems` bytes.
+    pub fn process(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.counters.packets_in += 1;
+        self.counters.bytes_in += packet.len() as u64;
+        self.process_inner(ingress, packet, now, out)
+    }
+
+    fn process_inner(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        // Parse: length, version and type checked by the wire crate.
+        let Ok((hdr, payload_bytes)) = AggRepr::parse_bytes(packet) else {
+            return self.drop(DropReason::Malformed);
+        };
+        if !matches!(hdr.kind, MessageType::Data | MessageType::Probe) {
+            return self.drop(DropReason::UnexpectedType);
+        }
+        // Job table: job id -> (epoch, range, elements, rank table).
+        let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == hdr.job) else {
+            return self.drop(DropReason::UnknownJob);
+        };
+        let job = &self.jobs[job_idx].cfg;
+        let Some(&rank_port) = job.ranks.get(usize::from(hdr.rank)) else {
+            return self.drop(DropReason::UnknownRank);
+        };
+        if rank_port != ingress {
+            return self.drop(DropReason::WrongPort);
+        }
+        // From here on the sender is authenticated: refusals are answered with a Reject.
+        if hdr.kind == MessageType::Probe {
+            return self.answer_probe(job_idx, &hdr, ingress, out);
+        }
+        if hdr.epoch != job.epoch {
+            return self.reject(job_idx, &hdr, RejectReason::StaleEpoch, ingress, out);
+        }
+        let slot_end = u32::from(job.slot_base) + u32::from(job.slot_count);
+        if hdr.slot < job.slot_base || u32::from(hdr.slot) >= slot_end {
+            return self.reject(job_idx, &hdr, RejectReason::SlotOutOfRange, ingress, out);
+        }
+        if hdr.count != 0 && hdr.count != job.elems_per_packet {
+            return self.reject(job_idx, &hdr, RejectReason::BadCount, ingress, out);
+        }
+        self.jobs[job_idx].last_activity = Some(now);
+        self.aggregate(job_idx, &hdr, payload_bytes, ingress, out)
+    }
+
+    /// The slot update: PROTOCOL.md §Switch, decision table.
+    fn aggregate(
+        &mut self,
+        job_idx: usize,
+        hdr: &AggRepr,
+        payload_bytes: &[u8],
+        ingress: PortId,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let workers = self.jobs[job_idx].cfg.ranks.len() as u32;
+        let slot = usize::from(hdr.slot);
+        let x = usize::from(hdr.set & 1);
+        let bit = 1u32 << hdr.rank;
+        let count = usize::from(hdr.count);
+
+        // Stage 1: sequence register of the set.
+        let delta = hdr.seq.wrapping_sub(self.regs.seq[slot][x]) as i32;
+        if delta < 0 {
+            return self.drop(DropReason::StaleSeq);
+        }
+        let new_use = delta > 0;
+        // Stage 2: bitmap. Stage 3: count.
+        let seen = self.regs.bitmap[slot][x] & bit != 0;
+        let pending = self.regs.count[slot][x];
+        let m = self.regs.max_elems;
+        let base = (2 * slot + x) * m;
+        if new_use {
+            self.regs.seq[slot][x] = hdr.seq;
+            self.regs.bitmap[slot][x] = bit;
+            self.regs.bitmap[slot][1 - x] &= !bit;
+            self.regs.exp[slot][x] = u32::from(hdr.exponent);
+            payload::decode_into(payload_bytes, &mut self.regs.values[base..base + count]);
+            self.counters.data_first += 1;
+        } else if seen {
+            // Retransmission: answer from the registers if the use is complete.
+            if pending != 0 {
+                return self.drop(DropReason::RetransmitIncomplete);
+            }
+            let len = self.emit_result(job_idx, hdr, out);
+            self.counters.results_unicast += 1;
+            return Verdict::Unicast { port: ingress, len };
+        } else if pending == 0 {
+            // The use completed and this worker already moved on (its bit was cleared by its
+            // next packet): a late copy.
+            return self.drop(DropReason::Duplicate);
+        } else {
+            self.regs.bitmap[slot][x] |= bit;
+            self.regs.bitmap[slot][1 - x] &= !bit;
+            let e = &mut self.regs.exp[slot][x];
+            *e = (*e).max(u32::from(hdr.exponent));
+            payload::accumulate(payload_bytes, &mut self.regs.values[base..base + count]);
+            self.counters.data_added += 1;
+        }
+        self.counters.elements_aggregated += count as u64;
+        // Arrivals pending: a new use starts at workers - 1 still to come.
+        let remaining = if new_use { workers - 1 } else { pending - 1 };
+        self.regs.count[slot][x] = remaining;
+        if remaining != 0 {
+            return Verdict::Absorbed;
+        }
+        let len = self.emit_result(job_idx, hdr, out);
+        self.counters.results_multicast += 1;
+        Verdict::Multicast {
+            ports: &self.jobs[job_idx].cfg.ranks,
+            len,
+        }
+    }
+
+    fn emit_result(&self, job_idx: usize, hdr: &AggRepr, out: &mut [u8]) -> usize {
+        let job = &self.jobs[job_idx].cfg;
+        let slot = usize::from(hdr.slot);
+        let x = usize::from(hdr.set & 1);
+        let repr = AggRepr {
+            kind: MessageType::Result,
+            set: hdr.set & 1,
+            job: job.job,
+            epoch: job.epoch,
+            rank: hdr.rank,
+            exponent: self.regs.exp[slot][x] as u8,
+            slot: hdr.slot,
+            count: hdr.count,
+            seq: self.regs.seq[slot][x],
+        };
+        let Ok(mut pkt) = repr.emit_into(out) else {
+            return 0;
+        };
+        let m = self.regs.max_elems;
+        let base = (2 * slot + x) * m;
+        payload::encode_from(
+            &self.regs.values[base..base + usize::from(hdr.count)],
+            pkt.payload_mut(),
+        );
+        repr.buffer_len()
+    }
+
+    fn reject(
+        &mut self,
+        job_idx: usize,
+        hdr: &AggRepr,
+        reason: RejectReason,
+        ingress: PortId,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.counters.count_drop(match reason {
+            RejectReason::StaleEpoch => DropReason::StaleEpoch,
+            RejectReason::SlotOutOfRange => DropReason::SlotOutOfRange,
+            RejectReason::BadCount => DropReason::BadCount,
+        });
+        let repr = AggRepr {
+            kind: MessageType::Reject,
+            epoch: self.jobs[job_idx].cfg.epoch,
+            exponent: reason as u8,
+            count: 0,
+            ..*hdr
+        };
+        if repr.emit_into(out).is_err() {
+            return Verdict::Drop(DropReason::Malformed);
+        }
+        self.counters.rejects_sent += 1;
+        Verdict::Unicast {
+            port: ingress,
+            len: HEADER_LEN,
+        }
+    }
+
+    fn answer_probe(
+        &mut self,
+        job_idx: usize,
+        hdr: &AggRepr,
+        ingress: PortId,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let job = &self.jobs[job_idx].cfg;
+        let info = ProbeInfo {
+            workers: job.ranks.len() as u8,
+            elems_per_packet: job.elems_per_packet,
+            slot_base: job.slot_base,
+            slot_count: job.slot_count,
+        };
+        let repr = AggRepr {
+            kind: MessageType::ProbeReply,
+            epoch: job.epoch,
+            count: ProbeInfo::COUNT,
+            ..*hdr
+        };
+        let Ok(mut pkt) = repr.emit_into(out) else {
+            return self.drop(DropReason::Malformed);
+        };
+        if info.emit(pkt.payload_mut()).is_err() {
+            return self.drop(DropReason::Malformed);
+        }
+        self.counters.probes_answered += 1;
+        Verdict::Unicast {
+            port: ingress,
+            len: repr.buffer_len(),
+        }
+    }
+}
+
+/// Checks that `PROTOCOL_VERSION` is what the pipeline was written for.
+const _: () = assert!(PROTOCOL_VERSION == 1);

@@ -1,0 +1,551 @@
+//! The worker's side of one all-reduce: a stream of packets through a window of slots.
+//!
+//! A [`Stream`] borrows the tensor, sends its blocks through the switch and writes each finished
+//! sum back in place. It is a sans-IO machine: the caller moves bytes and time in and out.
+//!
+//! ```text
+//! loop {
+//!     while let Some(len) = stream.poll_transmit(now, &mut buf)? { send(&buf[..len]) }
+//!     if let Some(outcome) = stream.poll_outcome() { break outcome }
+//!     wait for a datagram or stream.poll_timeout()
+//!     stream.handle_datagram(now, &datagram) / stream.handle_timeout(now)
+//! }
+//! ```
+//!
+//! # Schedule (PROTOCOL.md §Worker)
+//! The stream's packets occupy consecutive positions `g` of a [`Lane`], a fixed set of `W`
+//! slots that the worker owns within its job's range: packet at position `g` goes to slot
+//! `slot_base + g mod W`, shadow set `(g / W) mod 2`, with sequence number `g mod 2^32`. Packet
+//! `i` is sent when the result of the packet before it on the same slot has come back
+//! (self-clocking), so at most `W` packets are in flight.
+//!
+//! A float32 tensor of `B` blocks uses the exponent lookahead with distance `L = min(W, B)`:
+//! packet `i` carries the exponent byte of block `i` (for `i < B`) and the data of block `i - L`
+//! (for `i >= L`), quantized with the agreed exponent that the result of packet `i - L` brought
+//! back. The first `L` packets are header-only; `B + L` packets in all. An int32 tensor needs no
+//! exponents: packet `i` carries block `i`, `B` packets in all. A short last block is padded with
+//! zeros on the wire and only its real elements are written back.
+
+use crate::quant::{self, NON_FINITE};
+use crate::rtt::{RtoConfig, RttEstimator};
+use crate::Instant;
+use core::cmp::Reverse;
+use core::time::Duration;
+use ina_wire::agg::MAX_RANK;
+use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
+use std::collections::{BinaryHeap, VecDeque};
+
+/// The tensor being all-reduced, borrowed for the stream's lifetime. The result replaces it.
+#[derive(Debug)]
+pub enum Tensor<'a> {
+    F32(&'a mut [f32]),
+    I32(&'a mut [i32]),
+}
+
+impl Tensor<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Tensor::F32(t) => t.len(),
+            Tensor::I32(t) => t.len(),
+        }
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A fixed set of `window` slots starting at `slot_base`, and the position its next stream
+/// starts at. Consecutive streams on one lane continue its positions, which keeps every slot's
+/// sequence numbers increasing and its shadow sets alternating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane {
+    pub slot_base: u16,
+    pub window: u16,
+    /// Position of the next stream's first packet.
+    pub next_position: u64,
+}
+
+impl Lane {
+    /// A fresh lane. Positions start at `window`, so that every slot's first sequence number is
+    /// non-zero and thus newer than the cleared register.
+    pub fn new(slot_base: u16, window: u16) -> Lane {
+        Lane {
+            slot_base,
+            window,
+            next_position: u64::from(window),
+        }
+    }
+}
+
+/// Everything a stream needs to know.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub job: u16,
+    pub epoch: u16,
+    pub rank: u8,
+    /// Number of workers in the job (1..=32).
+    pub workers: u8,
+    /// Elements per data packet (the job's, as installed on the switch).
+    pub elems_per_packet: u16,
+    pub lane: Lane,
+    /// Retransmissions of one packet before the stream gives up.
+    pub max_retries: u32,
+    /// How long one packet may go unanswered, retransmissions included, before giving up.
+    pub give_up: Duration,
+}
+
+/// Why a stream failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("invalid stream configuration: {0}")]
+    Config(&'static str),
+    #[error("no result for packet seq {seq} after {retries} retransmissions and {waited:?}: a worker or the switch is gone")]
+    GaveUp {
+        seq: u32,
+        retries: u32,
+        waited: Duration,
+    },
+    #[error("the switch runs epoch {switch} of the job, this stream was started for epoch {ours}: the switch restarted or the job was reinstalled")]
+    SwitchRestarted { ours: u16, switch: u16 },
+    #[error(
+        "the switch rejected a packet: {0:?} (the job's configuration differs from the worker's)"
+    )]
+    Rejected(RejectReason),
+    #[error(transparent)]
+    NonFinite(#[from] quant::QuantError),
+    #[error("transmit buffer of {have} bytes is smaller than a packet ({need} bytes)")]
+    BufferTooSmall { need: usize, have: usize },
+}
+
+/// What happened during a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    pub packets: u64,
+    pub packets_sent: u64,
+    pub retransmissions: u64,
+    pub results: u64,
+    /// Results that matched no outstanding packet (copies, or answers to retransmissions that
+    /// crossed the original result).
+    pub duplicate_results: u64,
+    /// Datagrams that were not results of this stream (other jobs, malformed).
+    pub foreign: u64,
+    pub bytes_sent: u64,
+    pub srtt: Option<Duration>,
+    pub min_rtt: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    index: u64,
+    first_sent: Instant,
+    deadline: Instant,
+    retries: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct SlotState {
+    outstanding: Option<Outstanding>,
+    /// Index of the last packet on this slot whose result arrived.
+    done_upto: Option<u64>,
+}
+
+/// One all-reduce of one tensor.
+#[derive(Debug)]
+pub struct Stream<'a> {
+    cfg: StreamConfig,
+    tensor: Tensor<'a>,
+    blocks: u64,
+    lookahead: u64,
+    packets: u64,
+    next_new: u64,
+    slots: Vec<SlotState>,
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    retransmit: VecDeque<u64>,
+    exps: Vec<u8>,
+    received: u64,
+    poisoned: Option<u64>,
+    failed: Option<StreamError>,
+    rtt: RttEstimator,
+    stats: StreamStats,
+}
+
+impl<'a> Stream<'a> {
+    /// Starts a stream. `rtt` carries the estimate over from earlier streams.
+    pub fn new(
+        cfg: StreamConfig,
+        tensor: Tensor<'a>,
+        rtt: RttEstimator,
+    ) -> Result<Stream<'a>, StreamError> {
+        if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {
+            return Err(StreamError::Config("a job has 1 to 32 workers"));
+        }
+        if cfg.rank >= cfg.workers {
+            return Err(StreamError::Config("rank must be below the worker count"));
+        }
+        if cfg.lane.window == 0 {
+            return Err(StreamError::Config("the window needs at least one slot"));
+        }
+        if u32::from(cfg.lane.slot_base) + u32::from(cfg.lane.window) > 0x1_0000 {
+            return Err(StreamError::Config("the lane runs past slot 65535"));
+        }
+        if cfg.elems_per_packet == 0 {
+            return Err(StreamError::Config(
+                "elements per packet must be at least 1",
+            ));
+        }
+        let e = u64::from(cfg.elems_per_packet);
+        let blocks = (tensor.len() as u64).div_ceil(e);
+        let window = u64::from(cfg.lane.window);
+        let (lookahead, packets) = match tensor {
+            Tensor::F32(_) => {
+                let l = window.min(blocks);
+                (l, blocks + l)
+            }
+            Tensor::I32(_) => (0, blocks),
+        };
+        Ok(Stream {
+            slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
+            exps: vec![0; lookahead as usize],
+            cfg,
+            tensor,
+            blocks,
+            lookahead,
+            packets,
+            next_new: 0,
+            timers: BinaryHeap::new(),
+            retransmit: VecDeque::new(),
+            received: 0,
+            poisoned: None,
+            failed: None,
+            rtt,
+            stats: StreamStats {
+                packets,
+                ..StreamStats::default()
+            },
+        })
+    }
+
+    /// The lane as the next stream must start on it.
+    pub fn lane_after(&self) -> Lane {
+        Lane {
+            next_position: self.cfg.lane.next_position + self.packets,
+            ..self.cfg.lane
+        }
+    }
+
+    /// The round-trip estimator, to hand to the next stream.
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> StreamStats {
+        StreamStats {
+            srtt: self.rtt.srtt(),
+            min_rtt: self.rtt.min_rtt(),
+            ..self.stats
+        }
+    }
+
+    /// Number of packets the stream sends (not counting retransmissions).
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// The largest packet this stream sends.
+    pub fn max_packet_len(&self) -> usize {
+        HEADER_LEN + 4 * usize::from(self.cfg.elems_per_packet)
+    }
+
+    /// `Some` once the stream has finished or failed.
+    pub fn poll_outcome(&self) -> Option<Result<StreamStats, StreamError>> {
+        if let Some(e) = &self.failed {
+            return Some(Err(e.clone()));
+        }
+        if self.received == self.packets {
+            if let Some(block) = self.poisoned {
+                return Some(Err(quant::QuantError::NonFinite { block }.into()));
+            }
+            return Some(Ok(self.stats()));
+        }
+        None
+    }
+
+    fn is_over(&self) -> bool {
+        self.failed.is_some() || self.received == self.packets
+    }
+
+    fn slot_of(&self, index: u64) -> usize {
+        ((self.cfg.lane.next_position + index) % u64::from(self.cfg.lane.window)) as usize
+    }
+
+    /// The block whose data packet `index` carries.
+    fn data_block(&self, index: u64) -> Option<u64> {
+        match self.tensor {
+            Tensor::F32(_) => index.checked_sub(self.lookahead),
+            Tensor::I32(_) => Some(index),
+        }
+    }
+
+    fn result_received(&self, index: u64) -> bool {
+        self.slots[self.slot_of(index)]
+            .done_upto
+            .is_some_and(|d| d >= index)
+    }
+
+    fn block_range(&self, block: u64) -> core::ops::Range<usize> {
+        let e = usize::from(self.cfg.elems_per_packet);
+        let start = block as usize * e;
+        start..(start + e).min(self.tensor.len())
+    }
+
+    /// Writes the next packet due (a retransmission first, else a new packet when its slot is
+    /// free and its exponent known) into `buf`; returns its length, or `None` if nothing is due.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, StreamError> {
+        if self.is_over() {
+            return Ok(None);
+        }
+        if buf.len() < self.max_packet_len() {
+            return Err(StreamError::BufferTooSmall {
+                need: self.max_packet_len(),
+                have: buf.len(),
+            });
+        }
+        while let Some(index) = self.retransmit.pop_front() {
+            let slot = self.slot_of(index);
+            let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
+                continue;
+            };
+            let deadline = now + self.rtt.backed_off(out.retries);
+            self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
+            self.timers.push(Reverse((deadline, index)));
+            self.stats.retransmissions += 1;
+            return Ok(Some(self.write_packet(index, buf)));
+        }
+        let index = self.next_new;
+        if index >= self.packets {
+            return Ok(None);
+        }
+        let slot = self.slot_of(index);
+        if self.slots[slot].outstanding.is_some() {
+            return Ok(None);
+        }
+        if let (Tensor::F32(_), Some(b)) = (&self.tensor, self.data_block(index)) {
+            if !self.result_received(b) {
+                return Ok(None);
+            }
+        }
+        let deadline = now + self.rtt.rto();
+        self.slots[slot].outstanding = Some(Outstanding {
+            index,
+            first_sent: now,
+            deadline,
+            retries: 0,
+        });
+        self.timers.push(Reverse((deadline, index)));
+        self.next_new += 1;
+        Ok(Some(self.write_packet(index, buf)))
+    }
+
+    fn write_packet(&mut self, index: u64, buf: &mut [u8]) -> usize {
+        let position = self.cfg.lane.next_position + index;
+        let window = u64::from(self.cfg.lane.window);
+        let data_block = self.data_block(index).filter(|b| *b < self.blocks);
+        let e = usize::from(self.cfg.elems_per_packet);
+        let exponent = match &self.tensor {
+            Tensor::F32(t) if index < self.blocks => {
+                let r = self.block_range(index);
+                quant::block_exponent(&t[r])
+            }
+            _ => 0,
+        };
+        let repr = AggRepr {
+            kind: MessageType::Data,
+            set: ((position / window) & 1) as u8,
+            job: self.cfg.job,
+            epoch: self.cfg.epoch,
+            rank: self.cfg.rank,
+            exponent,
+            slot: self.cfg.lane.slot_base + (position % window) as u16,
+            count: if data_block.is_some() {
+                self.cfg.elems_per_packet
+            } else {
+                0
+            },
+            seq: position as u32,
+        };
+        let len = repr.buffer_len();
+        let Ok(mut pkt) = repr.emit_into(buf) else {
+            // Unreachable: poll_transmit checked the buffer against max_packet_len.
+            return 0;
+        };
+        if let Some(b) = data_block {
+            let r = self.block_range(b);
+            let n = r.len();
+            let payload = pkt.payload_mut();
+            match &self.tensor {
+                Tensor::F32(t) => {
+                    let agreed = self.exps[(b % self.lookahead) as usize];
+                    quant::quantize_be(&t[r], agreed, self.cfg.workers, payload);
+                }
+                Tensor::I32(t) => {
+                    ina_wire::payload::encode_from(&t[r], payload);
+                }
+            }
+            payload[n * 4..e * 4].fill(0);
+        }
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += len as u64;
+        len
+    }
+
+    /// Takes in one datagram from the switch.
+    pub fn handle_datagram(&mut self, now: Instant, bytes: &[u8]) {
+        let Ok((hdr, payload)) = AggRepr::parse_bytes(bytes) else {
+            self.stats.foreign += 1;
+            return;
+        };
+        if hdr.job != self.cfg.job || hdr.rank != self.cfg.rank && hdr.kind != MessageType::Result {
+            self.stats.foreign += 1;
+            return;
+        }
+        match hdr.kind {
+            MessageType::Result => self.handle_result(now, &hdr, payload),
+            MessageType::Reject => {
+                if self.failed.is_some() {
+                    return;
+                }
+                self.failed = Some(match hdr.reject_reason() {
+                    Some(RejectReason::StaleEpoch) => StreamError::SwitchRestarted {
+                        ours: self.cfg.epoch,
+                        switch: hdr.epoch,
+                    },
+                    Some(r) => StreamError::Rejected(r),
+                    None => return,
+                });
+            }
+            _ => self.stats.foreign += 1,
+        }
+    }
+
+    fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {
+        let base = self.cfg.lane.slot_base;
+        let in_lane =
+            hdr.slot >= base && u32::from(hdr.slot - base) < u32::from(self.cfg.lane.window);
+        if !in_lane || hdr.epoch != self.cfg.epoch {
+            self.stats.foreign += 1;
+            return;
+        }
+        let slot = usize::from(hdr.slot - base);
+        let Some(out) = self.slots[slot].outstanding else {
+            self.stats.duplicate_results += 1;
+            return;
+        };
+        let position = self.cfg.lane.next_position + out.index;
+        let window = u64::from(self.cfg.lane.window);
+        let data_block = self.data_block(out.index).filter(|b| *b < self.blocks);
+        let want_count = if data_block.is_some() {
+            self.cfg.elems_per_packet
+        } else {
+            0
+        };
+        if hdr.seq != position as u32
+            || hdr.set != ((position / window) & 1) as u8
+            || hdr.count != want_count
+        {
+            self.stats.duplicate_results += 1;
+            return;
+        }
+        // Accepted: the packet's use of the slot is complete.
+        if out.retries == 0 {
+            self.rtt.on_sample(now - out.first_sent);
+        }
+        self.slots[slot].outstanding = None;
+        self.slots[slot].done_upto = Some(out.index);
+        self.received += 1;
+        self.stats.results += 1;
+        if let Some(b) = data_block {
+            let r = self.block_range(b);
+            let workers = self.cfg.workers;
+            match &mut self.tensor {
+                Tensor::F32(t) => {
+                    let agreed = self.exps[(b % self.lookahead) as usize];
+                    if agreed != NON_FINITE {
+                        quant::dequantize_be(payload, agreed, workers, &mut t[r]);
+                    }
+                }
+                Tensor::I32(t) => {
+                    ina_wire::payload::decode_into(payload, &mut t[r]);
+                }
+            }
+        }
+        if matches!(self.tensor, Tensor::F32(_)) && out.index < self.blocks {
+            self.exps[(out.index % self.lookahead) as usize] = hdr.exponent;
+            if hdr.exponent == NON_FINITE && self.poisoned.is_none() {
+                self.poisoned = Some(out.index);
+            }
+        }
+    }
+
+    /// The earliest instant at which [`Self::handle_timeout`] has work.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        if self.is_over() {
+            return None;
+        }
+        while let Some(Reverse((deadline, index))) = self.timers.peek().copied() {
+            let slot = self.slot_of(index);
+            match self.slots[slot].outstanding {
+                Some(o) if o.index == index && o.deadline == deadline => return Some(deadline),
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Handles expired timers: queues retransmissions, or fails the stream when a packet has
+    /// exhausted its retries or its give-up time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, index))) = self.timers.peek().copied() {
+            if deadline > now || self.failed.is_some() {
+                break;
+            }
+            self.timers.pop();
+            let slot = self.slot_of(index);
+            let Some(out) = self.slots[slot].outstanding else {
+                continue;
+            };
+            if out.index != index || out.deadline != deadline {
+                continue;
+            }
+            let waited = now - out.first_sent;
+            if out.retries >= self.cfg.max_retries || waited >= self.cfg.give_up {
+                self.failed = Some(StreamError::GaveUp {
+                    seq: (self.cfg.lane.next_position + index) as u32,
+                    retries: out.retries,
+                    waited,
+                });
+                break;
+            }
+            self.slots[slot].outstanding = Some(Outstanding {
+                retries: out.retries + 1,
+                deadline: Instant::from_nanos(u64::MAX),
+                ..out
+            });
+            self.retransmit.push_back(index);
+        }
+    }
+}
+
+/// Default RTO settings for streams.
+pub fn default_rto() -> RtoConfig {
+    RtoConfig::default()
+}
