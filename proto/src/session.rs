@@ -419,7 +419,10 @@ impl<'a> Stream<'a> {
         match hdr.kind {
             MessageType::Result => self.handle_result(now, &hdr, payload),
             MessageType::Reject => {
-                if self.failed.is_some() {
+                // Only a refusal of a packet this stream has outstanding counts: a copy of an
+                // old refusal, or one provoked by someone else's packet, changes nothing.
+                if self.failed.is_some() || !self.is_outstanding(hdr.slot, hdr.seq) {
+                    self.stats.foreign += 1;
                     return;
                 }
                 self.failed = Some(match hdr.reject_reason() {
@@ -433,6 +436,16 @@ impl<'a> Stream<'a> {
             }
             _ => self.stats.foreign += 1,
         }
+    }
+
+    fn is_outstanding(&self, slot: u16, seq: u32) -> bool {
+        let Some(idx) = slot.checked_sub(self.cfg.lane.slot_base) else {
+            return false;
+        };
+        self.slots
+            .get(usize::from(idx))
+            .and_then(|s| s.outstanding)
+            .is_some_and(|o| (self.cfg.lane.next_position + o.index) as u32 == seq)
     }
 
     fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {

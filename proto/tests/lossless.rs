@@ -1,4 +1,5 @@
 //! Workers and the switch model wired back to back, no network in between.
+#![allow(clippy::unwrap_used)]
 
 use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};

@@ -1,1 +1,18 @@
-//! placeholder
+//! A deterministic simulator for `ina`: virtual time, a seeded random source and a virtual
+//! network of links with latency, bandwidth, loss, duplication and reordering, driving the very
+//! same `proto` state machines as the daemons (the switch [`Pipeline`](ina_proto::pipeline) and
+//! worker [`Stream`](ina_proto::session)s).
+//!
+//! What it must not do: read a clock, open a socket or spawn a thread. A run is a pure function
+//! of its [`Scenario`]: the same seed gives the same packets in the same order, so a failing
+//! seed replays exactly.
+#![forbid(unsafe_code)]
+
+pub mod link;
+pub mod rng;
+pub mod run;
+
+pub use link::{LinkConfig, LinkStats};
+pub use run::{
+    run, Data, Injection, JobReport, JobSpec, Report, Scenario, WorkerReport, WorkerSpec,
+};

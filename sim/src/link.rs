@@ -1,0 +1,164 @@
+//! One direction of a simulated link: latency, bandwidth, loss, duplication and reordering.
+
+use crate::rng::Rng;
+use ina_proto::Instant;
+use std::time::Duration;
+
+/// The behaviour of a link direction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkConfig {
+    /// Propagation delay.
+    pub latency: Duration,
+    /// Bits per second; `None` for an infinitely fast link.
+    pub bandwidth_bps: Option<u64>,
+    /// Probability that a packet is lost.
+    pub loss: f64,
+    /// Probability that a packet is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a packet is held back by up to `reorder_delay` (and so overtaken).
+    pub reorder: f64,
+    /// The largest extra delay of a held-back packet.
+    pub reorder_delay: Duration,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            latency: Duration::from_micros(5),
+            bandwidth_bps: Some(100_000_000_000),
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(50),
+        }
+    }
+}
+
+impl LinkConfig {
+    /// A lossless link with the given latency and no bandwidth limit.
+    pub fn perfect(latency: Duration) -> LinkConfig {
+        LinkConfig {
+            latency,
+            bandwidth_bps: None,
+            ..LinkConfig::default()
+        }
+    }
+}
+
+/// Counters of one link direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub sent: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub bytes: u64,
+}
+
+/// A link direction with its transmit queue.
+#[derive(Debug, Clone)]
+pub struct Link {
+    pub cfg: LinkConfig,
+    busy_until: Instant,
+    pub stats: LinkStats,
+}
+
+impl Link {
+    /// An idle link.
+    pub fn new(cfg: LinkConfig) -> Link {
+        Link {
+            cfg,
+            busy_until: Instant::ZERO,
+            stats: LinkStats::default(),
+        }
+    }
+
+    /// Puts a packet of `len` bytes on the link at `now`; returns the arrival times of the
+    /// copies that make it (none when lost, two when duplicated).
+    pub fn transmit(&mut self, now: Instant, len: usize, rng: &mut Rng) -> Vec<Instant> {
+        self.stats.sent += 1;
+        self.stats.bytes += len as u64;
+        let start = now.max(self.busy_until);
+        let serialization = match self.cfg.bandwidth_bps {
+            Some(bps) if bps > 0 => {
+                Duration::from_nanos((len as u64 * 8).saturating_mul(1_000_000_000) / bps)
+            }
+            _ => Duration::ZERO,
+        };
+        let done = start + serialization;
+        self.busy_until = done;
+        if rng.chance(self.cfg.loss) {
+            self.stats.lost += 1;
+            return Vec::new();
+        }
+        let copies = if rng.chance(self.cfg.duplicate) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        (0..copies)
+            .map(|_| {
+                let mut at = done + self.cfg.latency;
+                if rng.chance(self.cfg.reorder) {
+                    self.stats.reordered += 1;
+                    let max = self.cfg.reorder_delay.as_nanos() as u64;
+                    at = at + Duration::from_nanos(rng.below(max + 1));
+                }
+                at
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialization_and_latency_add_up() {
+        let mut rng = Rng::new(1);
+        let mut link = Link::new(LinkConfig {
+            latency: Duration::from_micros(10),
+            bandwidth_bps: Some(8_000_000_000), // 1 byte per ns
+            ..LinkConfig::default()
+        });
+        let t = Instant::ZERO;
+        assert_eq!(
+            link.transmit(t, 1000, &mut rng),
+            vec![t + Duration::from_nanos(11_000)]
+        );
+        // Queued behind the first packet.
+        assert_eq!(
+            link.transmit(t, 1000, &mut rng),
+            vec![t + Duration::from_nanos(12_000)]
+        );
+    }
+
+    #[test]
+    fn loss_and_duplication_rates() {
+        let mut rng = Rng::new(7);
+        let mut link = Link::new(LinkConfig {
+            loss: 0.1,
+            duplicate: 0.05,
+            ..LinkConfig::perfect(Duration::from_micros(1))
+        });
+        let delivered: usize = (0..20_000)
+            .map(|_| link.transmit(Instant::ZERO, 100, &mut rng).len())
+            .sum();
+        assert!(
+            (1_700..2_300).contains(&link.stats.lost),
+            "{:?}",
+            link.stats
+        );
+        assert!(
+            (700..1_100).contains(&link.stats.duplicated),
+            "{:?}",
+            link.stats
+        );
+        assert_eq!(
+            delivered as u64,
+            20_000 - link.stats.lost + link.stats.duplicated
+        );
+    }
+}
