@@ -82,13 +82,13 @@ pub fn parse(frame: &[u8]) -> Result<UdpFrame<'_>> {
 }
 
 /// Writes the Ethernet/IPv4/UDP headers for a UDP payload of `payload_len` bytes into the
-/// first [`FRAME_HEADER_LEN`] bytes of `buf`; the payload goes right after them.
-/// Returns the length of the whole frame.
+/// first [`FRAME_HEADER_LEN`] bytes of `buf` (which need not hold the payload: it may be
+/// written, or already be, right after them). Returns the length of the whole frame.
 pub fn emit_headers(buf: &mut [u8], addrs: &FrameAddrs, payload_len: usize) -> Result<usize> {
     let total = FRAME_HEADER_LEN + payload_len;
-    if buf.len() < total {
+    if buf.len() < FRAME_HEADER_LEN {
         return Err(Error::BufferTooSmall {
-            need: total,
+            need: FRAME_HEADER_LEN,
             have: buf.len(),
         });
     }

@@ -1,0 +1,419 @@
+//! The switch's decision table, row by row, and its invariants under arbitrary arrival orders.
+#![allow(clippy::unwrap_used)]
+
+use ina_proto::pipeline::{
+    DropReason, JobConfig, JobError, Pipeline, PipelineConfig, PortId, Verdict,
+};
+use ina_proto::Instant;
+use ina_wire::agg::ProbeInfo;
+use ina_wire::{frame, AggRepr, MessageType, RejectReason};
+use proptest::prelude::*;
+
+const JOB: u16 = 4;
+const EPOCH: u16 = 21;
+const E: u16 = 4;
+
+fn pipe(workers: u16) -> Pipeline {
+    let mut p = Pipeline::new(PipelineConfig {
+        pool_slots: 32,
+        max_elems: 8,
+    });
+    p.add_job(JobConfig {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: 8,
+        slot_count: 4,
+        elems_per_packet: E,
+        ranks: (0..workers).map(|r| PortId(10 + r)).collect(),
+    })
+    .unwrap();
+    p
+}
+
+fn data(rank: u8, slot: u16, set: u8, seq: u32, exp: u8, values: &[i32]) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Data,
+        set,
+        job: JOB,
+        epoch: EPOCH,
+        rank,
+        exponent: exp,
+        slot,
+        count: values.len() as u16,
+        seq,
+    };
+    let mut buf = vec![0; repr.buffer_len()];
+    let mut p = repr.emit_into(&mut buf).unwrap();
+    ina_wire::payload::encode_from(values, p.payload_mut());
+    buf
+}
+
+/// What came out: (kind, ports, header, values).
+#[derive(Debug, PartialEq)]
+enum Out {
+    Drop(DropReason),
+    Absorbed,
+    Unicast(PortId, AggRepr, Vec<i32>),
+    Multicast(Vec<PortId>, AggRepr, Vec<i32>),
+}
+
+fn send(p: &mut Pipeline, port: u16, bytes: &[u8]) -> Out {
+    let mut out = vec![0u8; 256];
+    let decode = |bytes: &[u8]| {
+        let (h, payload) = AggRepr::parse_bytes(bytes).unwrap();
+        let mut v = vec![0; usize::from(h.count)];
+        ina_wire::payload::decode_into(payload, &mut v);
+        (h, v)
+    };
+    match p.process(PortId(port), bytes, Instant::ZERO, &mut out) {
+        Verdict::Drop(r) => Out::Drop(r),
+        Verdict::Absorbed => Out::Absorbed,
+        Verdict::Unicast { port, len } => {
+            let (h, v) = decode(&out[..len]);
+            Out::Unicast(port, h, v)
+        }
+        Verdict::Multicast { ports, len } => {
+            let ports = ports.to_vec();
+            let (h, v) = decode(&out[..len]);
+            Out::Multicast(ports, h, v)
+        }
+    }
+}
+
+fn values(out: &Out) -> Vec<i32> {
+    match out {
+        Out::Unicast(_, _, v) | Out::Multicast(_, _, v) => v.clone(),
+        other => panic!("no result: {other:?}"),
+    }
+}
+
+#[test]
+fn first_later_and_last_arrival() {
+    let mut p = pipe(3);
+    assert_eq!(
+        send(&mut p, 10, &data(0, 9, 1, 100, 130, &[1, 2, 3, 4])),
+        Out::Absorbed
+    );
+    assert_eq!(
+        send(&mut p, 12, &data(2, 9, 1, 100, 140, &[10, 20, 30, 40])),
+        Out::Absorbed
+    );
+    let last = send(&mut p, 11, &data(1, 9, 1, 100, 120, &[i32::MAX, 0, -3, 0]));
+    let Out::Multicast(ports, h, v) = last else {
+        panic!("{last:?}")
+    };
+    assert_eq!(ports, vec![PortId(10), PortId(11), PortId(12)]);
+    assert_eq!(v, vec![11i32.wrapping_add(i32::MAX), 22, 30, 44]);
+    assert_eq!(
+        (h.kind, h.exponent, h.seq, h.slot, h.set, h.epoch),
+        (MessageType::Result, 140, 100, 9, 1, EPOCH)
+    );
+    let c = p.counters();
+    assert_eq!((c.data_first, c.data_added, c.results_multicast), (1, 2, 1));
+    assert_eq!(p.busy_slots(), 0);
+}
+
+#[test]
+fn a_new_use_overwrites_stale_values() {
+    let mut p = pipe(2);
+    send(&mut p, 10, &data(0, 8, 0, 50, 0, &[5, 5, 5, 5]));
+    send(&mut p, 11, &data(1, 8, 0, 50, 0, &[1, 1, 1, 1]));
+    // Both moved to set 1, then back to set 0 with a newer seq: the old sum must not leak in.
+    send(&mut p, 10, &data(0, 8, 1, 54, 0, &[0, 0, 0, 0]));
+    send(&mut p, 11, &data(1, 8, 1, 54, 0, &[0, 0, 0, 0]));
+    send(&mut p, 10, &data(0, 8, 0, 58, 0, &[7, 0, 0, 0]));
+    let out = send(&mut p, 11, &data(1, 8, 0, 58, 0, &[1, 0, 0, 0]));
+    assert_eq!(values(&out), vec![8, 0, 0, 0]);
+}
+
+#[test]
+fn retransmissions_to_complete_and_incomplete_slots() {
+    let mut p = pipe(2);
+    assert_eq!(
+        send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4])),
+        Out::Absorbed
+    );
+    // Incomplete: the retransmission is dropped, the sum will come by multicast.
+    assert_eq!(
+        send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4])),
+        Out::Drop(DropReason::RetransmitIncomplete)
+    );
+    let done = send(&mut p, 11, &data(1, 10, 0, 7, 0, &[1, 1, 1, 1]));
+    assert_eq!(values(&done), vec![2, 3, 4, 5]);
+    // Complete: the retransmission gets the stored sum back on its own port, unchanged.
+    let again = send(&mut p, 11, &data(1, 10, 0, 7, 0, &[1, 1, 1, 1]));
+    let Out::Unicast(port, h, v) = again else {
+        panic!("{again:?}")
+    };
+    assert_eq!((port, h.seq, v), (PortId(11), 7, vec![2, 3, 4, 5]));
+    // Rank 0 moves on to the other set of the slot; a late copy of its old packet is dropped.
+    assert_eq!(
+        send(&mut p, 10, &data(0, 10, 1, 11, 0, &[0; 4])),
+        Out::Absorbed
+    );
+    assert_eq!(
+        send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4])),
+        Out::Drop(DropReason::Duplicate)
+    );
+    // Rank 1 can still fetch the old result from set 0.
+    assert_eq!(
+        values(&send(&mut p, 11, &data(1, 10, 0, 7, 0, &[9; 4]))),
+        vec![2, 3, 4, 5]
+    );
+    // A packet older than the set's current use is stale.
+    assert_eq!(
+        send(&mut p, 11, &data(1, 10, 0, 3, 0, &[9; 4])),
+        Out::Drop(DropReason::StaleSeq)
+    );
+}
+
+#[test]
+fn refusals_of_authenticated_workers_are_answered() {
+    let mut p = pipe(2);
+    let reject = |out: Out| match out {
+        Out::Unicast(port, h, _) => (port, h.reject_reason().unwrap(), h.epoch, h.seq),
+        other => panic!("{other:?}"),
+    };
+    let mut stale = data(0, 8, 0, 5, 0, &[0; 4]);
+    stale[5] ^= 1; // epoch
+    assert_eq!(
+        reject(send(&mut p, 10, &stale)),
+        (PortId(10), RejectReason::StaleEpoch, EPOCH, 5)
+    );
+    assert_eq!(
+        reject(send(&mut p, 10, &data(0, 12, 0, 5, 0, &[0; 4]))),
+        (PortId(10), RejectReason::SlotOutOfRange, EPOCH, 5)
+    );
+    assert_eq!(
+        reject(send(&mut p, 10, &data(0, 7, 0, 5, 0, &[0; 4]))).1,
+        RejectReason::SlotOutOfRange
+    );
+    assert_eq!(
+        reject(send(&mut p, 11, &data(1, 8, 0, 5, 0, &[0; 3]))).1,
+        RejectReason::BadCount
+    );
+    let c = *p.counters();
+    assert_eq!(
+        (
+            c.stale_epoch,
+            c.slot_out_of_range,
+            c.bad_count,
+            c.rejects_sent
+        ),
+        (1, 2, 1, 4)
+    );
+    assert_eq!(
+        p.registers().seq[8],
+        [0, 0],
+        "refused packets leave no trace"
+    );
+}
+
+#[test]
+fn unauthenticated_and_malformed_packets_are_silently_dropped() {
+    let mut p = pipe(2);
+    let mut foreign = data(0, 8, 0, 5, 0, &[0; 4]);
+    foreign[3] = 99; // job
+    assert_eq!(
+        send(&mut p, 10, &foreign),
+        Out::Drop(DropReason::UnknownJob)
+    );
+    assert_eq!(
+        send(&mut p, 10, &data(5, 8, 0, 5, 0, &[0; 4])),
+        Out::Drop(DropReason::UnknownRank)
+    );
+    assert_eq!(
+        send(&mut p, 11, &data(0, 8, 0, 5, 0, &[0; 4])),
+        Out::Drop(DropReason::WrongPort)
+    );
+    assert_eq!(
+        send(&mut p, 10, &[1, 2, 3]),
+        Out::Drop(DropReason::Malformed)
+    );
+    let mut result = data(0, 8, 0, 5, 0, &[0; 4]);
+    result[0] = 0x12;
+    assert_eq!(
+        send(&mut p, 10, &result),
+        Out::Drop(DropReason::UnexpectedType)
+    );
+    assert_eq!(p.counters().drops_total(), 5);
+    assert_eq!(p.counters().drops(DropReason::WrongPort), 1);
+    assert_eq!(p.counters().data_first, 0);
+}
+
+#[test]
+fn probes_report_the_job() {
+    let mut p = pipe(3);
+    let mut probe = data(2, 0, 0, 0, 0, &[]);
+    probe[0] = 0x14;
+    probe[5] = 0; // any epoch
+    let out = send(&mut p, 12, &probe);
+    let Out::Unicast(port, h, v) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        (port, h.kind, h.epoch),
+        (PortId(12), MessageType::ProbeReply, EPOCH)
+    );
+    let mut bytes = [0u8; 16];
+    ina_wire::payload::encode_from(&v, &mut bytes);
+    assert_eq!(
+        ProbeInfo::parse(&bytes).unwrap(),
+        ProbeInfo {
+            workers: 3,
+            elems_per_packet: E,
+            slot_base: 8,
+            slot_count: 4
+        }
+    );
+}
+
+#[test]
+fn job_table_validation_and_isolation() {
+    let mut p = pipe(2);
+    let job = |job: u16, base: u16, count: u16, elems: u16, ranks: Vec<u16>| JobConfig {
+        job,
+        epoch: 1,
+        slot_base: base,
+        slot_count: count,
+        elems_per_packet: elems,
+        ranks: ranks.into_iter().map(PortId).collect(),
+    };
+    assert_eq!(
+        p.add_job(job(JOB, 0, 2, 4, vec![1])),
+        Err(JobError::Exists(JOB))
+    );
+    assert!(matches!(
+        p.add_job(job(5, 10, 4, 4, vec![1])),
+        Err(JobError::Overlap { other: JOB, .. })
+    ));
+    assert!(matches!(
+        p.add_job(job(5, 30, 4, 4, vec![1])),
+        Err(JobError::OutOfPool { .. })
+    ));
+    assert!(matches!(
+        p.add_job(job(5, 0, 4, 9, vec![1])),
+        Err(JobError::Elems { .. })
+    ));
+    assert_eq!(
+        p.add_job(job(5, 0, 4, 4, vec![])),
+        Err(JobError::Workers(0))
+    );
+    assert_eq!(
+        p.add_job(job(5, 0, 4, 4, (0..33).collect())),
+        Err(JobError::Workers(33))
+    );
+    assert_eq!(
+        p.add_job(job(5, 0, 4, 4, vec![3, 3])),
+        Err(JobError::DuplicatePort(PortId(3)))
+    );
+    assert_eq!(p.add_job(job(5, 0, 0, 4, vec![3])), Err(JobError::NoSlots));
+    p.add_job(job(5, 0, 8, 4, vec![20])).unwrap();
+    // Job 5's single worker aggregates on its slots; job 4's registers stay untouched.
+    let mut pkt = data(0, 3, 0, 9, 0, &[1, 1, 1, 1]);
+    pkt[3] = 5;
+    pkt[5] = 1;
+    pkt[4] = 0;
+    assert!(matches!(send(&mut p, 20, &pkt), Out::Multicast(..)));
+    // Job 5 cannot reach into job 4's slots.
+    pkt[9] = 8;
+    assert!(
+        matches!(send(&mut p, 20, &pkt), Out::Unicast(_, h, _) if h.reject_reason() == Some(RejectReason::SlotOutOfRange))
+    );
+    assert!(p.registers().seq[8..12].iter().all(|s| *s == [0, 0]));
+    assert_eq!(p.remove_job(5).unwrap().job, 5);
+    assert_eq!(
+        p.registers().seq[3],
+        [0, 0],
+        "removal clears the job's slots"
+    );
+    assert_eq!(p.remove_job(5), Err(JobError::Unknown(5)));
+}
+
+#[test]
+fn frames_are_parsed_and_answered_as_frames() {
+    let mut p = pipe(1);
+    let payload = data(0, 8, 0, 5, 0, &[1, 2, 3, 4]);
+    let addrs = frame::FrameAddrs {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 0xfe],
+        src_ip: [198, 18, 0, 1],
+        dst_ip: [198, 18, 0, 254],
+        src_port: 40000,
+        dst_port: ina_wire::UDP_PORT,
+    };
+    let mut f = vec![0u8; frame::FRAME_HEADER_LEN + payload.len()];
+    frame::emit_headers(&mut f, &addrs, payload.len()).unwrap();
+    f[frame::FRAME_HEADER_LEN..].copy_from_slice(&payload);
+    let mut out = vec![0u8; 512];
+    let v = p.process_frame(PortId(10), &f, Instant::ZERO, &mut out);
+    let Verdict::Multicast { len, .. } = v else {
+        panic!("no multicast: {v:?}")
+    };
+    let reply = frame::parse(&out[..len]).unwrap();
+    assert_eq!(reply.addrs, addrs.reversed());
+    let (h, _) = AggRepr::parse_bytes(reply.payload).unwrap();
+    assert_eq!(h.kind, MessageType::Result);
+    // Wrong UDP port: not ours.
+    let mut other = f.clone();
+    other[36] = 0;
+    assert_eq!(
+        p.process_frame(PortId(10), &other, Instant::ZERO, &mut out),
+        Verdict::Drop(DropReason::NotIna)
+    );
+    assert_eq!(
+        p.process_frame(PortId(10), &f[..20], Instant::ZERO, &mut out),
+        Verdict::Drop(DropReason::NotIna)
+    );
+}
+
+proptest! {
+    /// Whatever the order of arrivals and however many copies of each arrive, a slot use
+    /// multicasts exactly once, with exactly the sum, and copies never change the registers.
+    #[test]
+    fn exactly_once_under_any_arrival_order(
+        workers in 1u16..=32,
+        order in proptest::collection::vec((0u16..32, 0u8..3), 1..200),
+        vals in proptest::collection::vec(any::<i32>(), 32 * 4),
+    ) {
+        let mut p = pipe(workers);
+        let packets: Vec<Vec<u8>> = (0..workers)
+            .map(|r| data(r as u8, 11, 1, 1000, r as u8, &vals[usize::from(r) * 4..usize::from(r) * 4 + 4]))
+            .collect();
+        let expect: Vec<i32> = (0..4)
+            .map(|k| (0..usize::from(workers)).fold(0i32, |a, r| a.wrapping_add(vals[r * 4 + k])))
+            .collect();
+        // Every worker arrives at least once; then arbitrary copies in arbitrary order.
+        let mut arrivals: Vec<u16> = (0..workers).collect();
+        for (r, copies) in order {
+            for _ in 0..copies {
+                arrivals.push(r % workers);
+            }
+        }
+        let mut multicasts = 0;
+        let mut seen = std::collections::HashSet::new();
+        for r in &arrivals {
+            let out = send(&mut p, 10 + r, &packets[usize::from(*r)]);
+            let first = seen.insert(*r);
+            match out {
+                Out::Multicast(ports, h, v) => {
+                    multicasts += 1;
+                    prop_assert_eq!(ports.len(), usize::from(workers));
+                    prop_assert_eq!(&v, &expect);
+                    prop_assert_eq!(h.exponent as u16, workers - 1);
+                }
+                Out::Unicast(_, _, v) => {
+                    prop_assert!(!first);
+                    prop_assert_eq!(&v, &expect);
+                }
+                Out::Absorbed => prop_assert!(first),
+                Out::Drop(reason) => {
+                    prop_assert!(!first);
+                    prop_assert_eq!(reason, DropReason::RetransmitIncomplete);
+                }
+            }
+        }
+        prop_assert_eq!(multicasts, 1);
+        prop_assert_eq!(p.registers().values_of(11, 1)[..4].to_vec(), expect);
+    }
+}
