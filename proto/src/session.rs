@@ -35,25 +35,67 @@ use ina_wire::agg::MAX_RANK;
 use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
 use std::collections::{BinaryHeap, VecDeque};
 
-/// The tensor being all-reduced, borrowed for the stream's lifetime. The result replaces it.
+/// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
+/// by [`Stream::into_tensor`]). The result replaces it.
 #[derive(Debug)]
 pub enum Tensor<'a> {
     F32(&'a mut [f32]),
     I32(&'a mut [i32]),
+    F32Owned(Vec<f32>),
+    I32Owned(Vec<i32>),
+}
+
+/// A read view of a tensor's elements.
+#[derive(Debug, Clone, Copy)]
+pub enum Elements<'t> {
+    F32(&'t [f32]),
+    I32(&'t [i32]),
+}
+
+/// A write view of a tensor's elements.
+#[derive(Debug)]
+pub enum ElementsMut<'t> {
+    F32(&'t mut [f32]),
+    I32(&'t mut [i32]),
 }
 
 impl Tensor<'_> {
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            Tensor::F32(t) => t.len(),
-            Tensor::I32(t) => t.len(),
+        match self.elements() {
+            Elements::F32(t) => t.len(),
+            Elements::I32(t) => t.len(),
         }
     }
 
     /// Whether the tensor has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether the elements are float32 (and so use the exponent lookahead).
+    pub fn is_float(&self) -> bool {
+        matches!(self.elements(), Elements::F32(_))
+    }
+
+    /// The elements.
+    pub fn elements(&self) -> Elements<'_> {
+        match self {
+            Tensor::F32(t) => Elements::F32(t),
+            Tensor::I32(t) => Elements::I32(t),
+            Tensor::F32Owned(t) => Elements::F32(t),
+            Tensor::I32Owned(t) => Elements::I32(t),
+        }
+    }
+
+    /// The elements, writable.
+    pub fn elements_mut(&mut self) -> ElementsMut<'_> {
+        match self {
+            Tensor::F32(t) => ElementsMut::F32(t),
+            Tensor::I32(t) => ElementsMut::I32(t),
+            Tensor::F32Owned(t) => ElementsMut::F32(t),
+            Tensor::I32Owned(t) => ElementsMut::I32(t),
+        }
     }
 }
 
@@ -199,12 +241,11 @@ impl<'a> Stream<'a> {
         let e = u64::from(cfg.elems_per_packet);
         let blocks = (tensor.len() as u64).div_ceil(e);
         let window = u64::from(cfg.lane.window);
-        let (lookahead, packets) = match tensor {
-            Tensor::F32(_) => {
-                let l = window.min(blocks);
-                (l, blocks + l)
-            }
-            Tensor::I32(_) => (0, blocks),
+        let (lookahead, packets) = if tensor.is_float() {
+            let l = window.min(blocks);
+            (l, blocks + l)
+        } else {
+            (0, blocks)
         };
         Ok(Stream {
             slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
@@ -226,6 +267,11 @@ impl<'a> Stream<'a> {
                 ..StreamStats::default()
             },
         })
+    }
+
+    /// Ends the stream and hands back the tensor (holding the result if the stream finished).
+    pub fn into_tensor(self) -> Tensor<'a> {
+        self.tensor
     }
 
     /// The lane as the next stream must start on it.
@@ -284,9 +330,10 @@ impl<'a> Stream<'a> {
 
     /// The block whose data packet `index` carries.
     fn data_block(&self, index: u64) -> Option<u64> {
-        match self.tensor {
-            Tensor::F32(_) => index.checked_sub(self.lookahead),
-            Tensor::I32(_) => Some(index),
+        if self.tensor.is_float() {
+            index.checked_sub(self.lookahead)
+        } else {
+            Some(index)
         }
     }
 
@@ -337,7 +384,7 @@ impl<'a> Stream<'a> {
         if self.slots[slot].outstanding.is_some() {
             return Ok(None);
         }
-        if let (Tensor::F32(_), Some(b)) = (&self.tensor, self.data_block(index)) {
+        if let (true, Some(b)) = (self.tensor.is_float(), self.data_block(index)) {
             if !self.result_received(b) {
                 return Ok(None);
             }
@@ -359,8 +406,8 @@ impl<'a> Stream<'a> {
         let window = u64::from(self.cfg.lane.window);
         let data_block = self.data_block(index).filter(|b| *b < self.blocks);
         let e = usize::from(self.cfg.elems_per_packet);
-        let exponent = match &self.tensor {
-            Tensor::F32(t) if index < self.blocks => {
+        let exponent = match self.tensor.elements() {
+            Elements::F32(t) if index < self.blocks => {
                 let r = self.block_range(index);
                 quant::block_exponent(&t[r])
             }
@@ -390,12 +437,12 @@ impl<'a> Stream<'a> {
             let r = self.block_range(b);
             let n = r.len();
             let payload = pkt.payload_mut();
-            match &self.tensor {
-                Tensor::F32(t) => {
+            match self.tensor.elements() {
+                Elements::F32(t) => {
                     let agreed = self.exps[(b % self.lookahead) as usize];
                     quant::quantize_be(&t[r], agreed, self.cfg.workers, payload);
                 }
-                Tensor::I32(t) => {
+                Elements::I32(t) => {
                     ina_wire::payload::encode_from(&t[r], payload);
                 }
             }
@@ -487,19 +534,19 @@ impl<'a> Stream<'a> {
         if let Some(b) = data_block {
             let r = self.block_range(b);
             let workers = self.cfg.workers;
-            match &mut self.tensor {
-                Tensor::F32(t) => {
+            match self.tensor.elements_mut() {
+                ElementsMut::F32(t) => {
                     let agreed = self.exps[(b % self.lookahead) as usize];
                     if agreed != NON_FINITE {
                         quant::dequantize_be(payload, agreed, workers, &mut t[r]);
                     }
                 }
-                Tensor::I32(t) => {
+                ElementsMut::I32(t) => {
                     ina_wire::payload::decode_into(payload, &mut t[r]);
                 }
             }
         }
-        if matches!(self.tensor, Tensor::F32(_)) && out.index < self.blocks {
+        if self.tensor.is_float() && out.index < self.blocks {
             self.exps[(out.index % self.lookahead) as usize] = hdr.exponent;
             if hdr.exponent == NON_FINITE && self.poisoned.is_none() {
                 self.poisoned = Some(out.index);

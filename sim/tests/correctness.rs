@@ -114,7 +114,7 @@ fn one_worker_clean_and_lossy() {
                 link: lossy(loss, 0.05, 0.1),
                 ints: false,
             },
-            8,
+            30,
         );
     }
 }
@@ -131,7 +131,7 @@ fn two_and_three_workers_with_odd_tails() {
                 link: lossy(loss, 0.02, 0.2),
                 ints: false,
             },
-            10,
+            40,
         );
     }
 }
@@ -147,7 +147,7 @@ fn eight_workers_duplication_and_reordering() {
             link: lossy(0.05, 0.1, 0.3),
             ints: false,
         },
-        6,
+        20,
     );
 }
 
@@ -162,7 +162,7 @@ fn thirty_two_workers_heavy_loss() {
             link: lossy(0.2, 0.05, 0.2),
             ints: false,
         },
-        3,
+        10,
     );
 }
 
@@ -177,7 +177,7 @@ fn int32_sums_are_exact_with_wraparound() {
             link: lossy(0.1, 0.1, 0.2),
             ints: true,
         },
-        8,
+        30,
     );
 }
 
@@ -192,7 +192,7 @@ fn window_of_one_and_tensors_shorter_than_the_window() {
             link: lossy(0.1, 0.05, 0.1),
             ints: false,
         },
-        6,
+        20,
     );
     check(
         Case {
@@ -203,7 +203,7 @@ fn window_of_one_and_tensors_shorter_than_the_window() {
             link: lossy(0.1, 0.05, 0.1),
             ints: false,
         },
-        6,
+        20,
     );
 }
 

@@ -39,7 +39,7 @@ fn lossy() -> LinkConfig {
 
 #[test]
 fn a_slow_worker_delays_but_does_not_break_the_sum() {
-    for seed in seeds(6) {
+    for seed in seeds(15) {
         let mut rng = Rng::new(seed);
         let ins = inputs(&mut rng, 4, 5_000);
         let mut j = job(1, 0, &ins);
@@ -66,7 +66,7 @@ fn a_slow_worker_delays_but_does_not_break_the_sum() {
 
 #[test]
 fn a_dying_worker_makes_the_others_fail_within_their_give_up_time() {
-    for seed in seeds(6) {
+    for seed in seeds(15) {
         let mut rng = Rng::new(seed);
         let ins = inputs(&mut rng, 4, 50_000);
         let mut j = job(1, 0, &ins);
@@ -102,7 +102,7 @@ fn a_dying_worker_makes_the_others_fail_within_their_give_up_time() {
 
 #[test]
 fn a_switch_restart_is_an_error_never_a_wrong_sum() {
-    for seed in seeds(6) {
+    for seed in seeds(15) {
         let mut rng = Rng::new(seed);
         let ins = inputs(&mut rng, 3, 40_000);
         let mut s = Scenario::new(seed, vec![job(1, 0, &ins)]);
@@ -145,7 +145,7 @@ fn a_worker_with_the_wrong_epoch_is_told_so() {
 
 #[test]
 fn two_jobs_share_the_switch_without_touching_each_other() {
-    for seed in seeds(6) {
+    for seed in seeds(15) {
         let mut rng = Rng::new(seed);
         let a = inputs(&mut rng, 3, 7_000);
         let b = inputs(&mut rng, 5, 3_001);
@@ -192,7 +192,7 @@ fn data_packet(job: u16, epoch: u16, rank: u8, slot: u16, count: u16, seq: u32) 
 
 #[test]
 fn hostile_and_malformed_packets_are_counted_and_change_no_sum() {
-    for seed in seeds(4) {
+    for seed in seeds(10) {
         let mut rng = Rng::new(seed);
         let ins = inputs(&mut rng, 3, 20_000);
         let j = job(5, 16, &ins);
