@@ -1,0 +1,457 @@
+//! Reusable batch buffers: [`RecvBatch`] and [`SendBatch`].
+
+use std::fmt;
+use std::net::SocketAddr;
+
+/// Largest slot size a [`RecvBatch`] allocates (a UDP payload is at most
+/// 65 507 bytes over IPv4, 65 527 over IPv6).
+pub const MAX_SLOT_SIZE: usize = 65_536;
+
+/// Largest number of slots a [`RecvBatch`] allocates.
+pub const MAX_SLOTS: usize = 65_536;
+
+/// One received datagram, borrowed from a [`RecvBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram<'a, A = SocketAddr> {
+    /// The sender.
+    pub addr: A,
+    /// The bytes (at most the batch's slot size).
+    pub data: &'a [u8],
+    /// The datagram was larger than the slot; `data` holds only its first
+    /// `slot_size` bytes.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RecvMeta<A> {
+    addr: A,
+    len: usize,
+    truncated: bool,
+}
+
+/// Preallocated receive buffers: `capacity` slots of `slot_size` bytes each,
+/// filled by [`Port::recv_batch`](crate::Port::recv_batch).
+///
+/// The slots are one contiguous allocation made by [`RecvBatch::new`];
+/// receiving into the batch never allocates. Ports fill it with
+/// [`free_slot`](RecvBatch::free_slot) + [`commit`](RecvBatch::commit) or
+/// [`push`](RecvBatch::push); users read it with [`get`](RecvBatch::get) or
+/// [`iter`](RecvBatch::iter).
+pub struct RecvBatch<A = SocketAddr> {
+    buf: Vec<u8>,
+    slot_size: usize,
+    slots: usize,
+    meta: Vec<RecvMeta<A>>,
+}
+
+impl<A> fmt::Debug for RecvBatch<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("len", &self.meta.len())
+            .field("capacity", &self.slots)
+            .field("slot_size", &self.slot_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Copy> RecvBatch<A> {
+    /// A batch of `slots` slots of `slot_size` bytes each.
+    ///
+    /// `slots` is clamped to `1..=MAX_SLOTS` and `slot_size` to
+    /// `0..=MAX_SLOT_SIZE`; `slots * slot_size` bytes are allocated now and
+    /// never again.
+    pub fn new(slots: usize, slot_size: usize) -> Self {
+        let slots = slots.clamp(1, MAX_SLOTS);
+        let slot_size = slot_size.min(MAX_SLOT_SIZE);
+        Self {
+            buf: vec![0; slots * slot_size],
+            slot_size,
+            slots,
+            meta: Vec::with_capacity(slots),
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.slots
+    }
+
+    /// Size of each slot in bytes: the largest datagram stored whole.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Number of datagrams held.
+    pub fn len(&self) -> usize {
+        self.meta.len()
+    }
+
+    /// No datagram held.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty()
+    }
+
+    /// Every slot is used.
+    pub fn is_full(&self) -> bool {
+        self.meta.len() >= self.slots
+    }
+
+    /// Number of free slots.
+    pub fn remaining(&self) -> usize {
+        self.slots - self.meta.len()
+    }
+
+    /// Forgets the datagrams held (keeps the memory).
+    pub fn clear(&mut self) {
+        self.meta.clear();
+    }
+
+    /// The `i`-th datagram.
+    pub fn get(&self, i: usize) -> Option<Datagram<'_, A>> {
+        let m = self.meta.get(i)?;
+        let start = i * self.slot_size;
+        Some(Datagram {
+            addr: m.addr,
+            data: self.buf.get(start..start + m.len)?,
+            truncated: m.truncated,
+        })
+    }
+
+    /// The `i`-th datagram's bytes, mutable (e.g. to rewrite a header in
+    /// place before copying it elsewhere).
+    pub fn data_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        let len = self.meta.get(i)?.len;
+        let start = i * self.slot_size;
+        self.buf.get_mut(start..start + len)
+    }
+
+    /// Iterates over the datagrams held, in arrival order.
+    pub fn iter(&self) -> RecvIter<'_, A> {
+        RecvIter { batch: self, i: 0 }
+    }
+
+    /// The first free slot (its full `slot_size` bytes), for a port to
+    /// write a datagram into before [`commit`](Self::commit)ting it.
+    /// `None` if the batch is full.
+    pub fn free_slot(&mut self) -> Option<&mut [u8]> {
+        if self.is_full() {
+            return None;
+        }
+        let start = self.meta.len() * self.slot_size;
+        self.buf.get_mut(start..start + self.slot_size)
+    }
+
+    /// Records that the first free slot now holds a datagram of `len`
+    /// bytes from `addr`. A `len` beyond the slot size is clamped and the
+    /// datagram flagged truncated. Returns `false` (and records nothing) if
+    /// the batch is full.
+    pub fn commit(&mut self, addr: A, len: usize, truncated: bool) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let cut = len > self.slot_size;
+        self.meta.push(RecvMeta {
+            addr,
+            len: len.min(self.slot_size),
+            truncated: truncated || cut,
+        });
+        true
+    }
+
+    /// Copies `data` into the first free slot and commits it (flagged
+    /// truncated if it does not fit). Returns `false` if the batch is full.
+    pub fn push(&mut self, addr: A, data: &[u8]) -> bool {
+        self.push_parts(addr, data, &[], false)
+    }
+
+    /// Like [`push`](Self::push) for a datagram given in two pieces (e.g.
+    /// the two halves of a ring buffer); `truncated` marks a datagram
+    /// already cut before it got here.
+    pub(crate) fn push_parts(
+        &mut self,
+        addr: A,
+        first: &[u8],
+        second: &[u8],
+        truncated: bool,
+    ) -> bool {
+        let Some(slot) = self.free_slot() else {
+            return false;
+        };
+        let n1 = first.len().min(slot.len());
+        slot[..n1].copy_from_slice(&first[..n1]);
+        let n2 = second.len().min(slot.len() - n1);
+        slot[n1..n1 + n2].copy_from_slice(&second[..n2]);
+        let total = first.len() + second.len();
+        self.commit(addr, total, truncated)
+    }
+
+    /// The free slots as one contiguous region, and how many slots it
+    /// spans: for ports that receive several datagrams in one call.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn free_region(&mut self) -> (&mut [u8], usize) {
+        let used = self.meta.len();
+        let start = (used * self.slot_size).min(self.buf.len());
+        (&mut self.buf[start..], self.slots - used)
+    }
+}
+
+/// Iterator over the datagrams of a [`RecvBatch`].
+#[derive(Debug)]
+pub struct RecvIter<'a, A> {
+    batch: &'a RecvBatch<A>,
+    i: usize,
+}
+
+impl<'a, A: Copy> Iterator for RecvIter<'a, A> {
+    type Item = Datagram<'a, A>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let d = self.batch.get(self.i)?;
+        self.i += 1;
+        Some(d)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.batch.len().saturating_sub(self.i);
+        (n, Some(n))
+    }
+}
+
+impl<A: Copy> ExactSizeIterator for RecvIter<'_, A> {}
+
+impl<'a, A: Copy> IntoIterator for &'a RecvBatch<A> {
+    type Item = Datagram<'a, A>;
+    type IntoIter = RecvIter<'a, A>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SendEntry<A> {
+    addr: A,
+    start: usize,
+    len: usize,
+}
+
+/// Datagrams to send: one contiguous byte buffer plus, per datagram, its
+/// destination and extent.
+///
+/// Datagrams are stored back to back in push order, which lets a UDP port
+/// hand a run of equal-size datagrams to one destination to the kernel as a
+/// single GSO buffer without copying. [`clear`](Self::clear) keeps the
+/// memory, so a batch reused across iterations stops allocating once it has
+/// grown to its working size (or from the start with
+/// [`with_capacity`](Self::with_capacity)).
+#[derive(Clone)]
+pub struct SendBatch<A = SocketAddr> {
+    buf: Vec<u8>,
+    entries: Vec<SendEntry<A>>,
+}
+
+impl<A> fmt::Debug for SendBatch<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("len", &self.entries.len())
+            .field("bytes", &self.buf.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A> Default for SendBatch<A> {
+    fn default() -> Self {
+        Self {
+            buf: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<A: Copy> SendBatch<A> {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty batch with room for `datagrams` datagrams totalling `bytes`
+    /// bytes.
+    pub fn with_capacity(datagrams: usize, bytes: usize) -> Self {
+        Self {
+            buf: Vec::with_capacity(bytes),
+            entries: Vec::with_capacity(datagrams),
+        }
+    }
+
+    /// Appends a datagram for `addr` (copies `data`).
+    pub fn push(&mut self, addr: A, data: &[u8]) {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(data);
+        self.entries.push(SendEntry {
+            addr,
+            start,
+            len: data.len(),
+        });
+    }
+
+    /// Appends a `len`-byte datagram for `addr` whose bytes `fill` writes
+    /// in place (they start zeroed): serialise straight into the batch.
+    pub fn push_with<F: FnOnce(&mut [u8])>(&mut self, addr: A, len: usize, fill: F) {
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        fill(&mut self.buf[start..]);
+        self.entries.push(SendEntry { addr, start, len });
+    }
+
+    /// Number of datagrams.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// No datagram.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Total payload bytes.
+    pub fn total_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Removes every datagram (keeps the memory).
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.entries.clear();
+    }
+
+    /// The `i`-th datagram: destination and bytes.
+    pub fn get(&self, i: usize) -> Option<(A, &[u8])> {
+        let e = self.entries.get(i)?;
+        Some((e.addr, self.buf.get(e.start..e.start + e.len)?))
+    }
+
+    /// Destination of the `i`-th datagram.
+    pub fn addr(&self, i: usize) -> Option<A> {
+        self.entries.get(i).map(|e| e.addr)
+    }
+
+    /// Length of the `i`-th datagram.
+    pub fn datagram_len(&self, i: usize) -> Option<usize> {
+        self.entries.get(i).map(|e| e.len)
+    }
+
+    /// The bytes of datagrams `first..first + count`, which are stored back
+    /// to back. Empty if the range is out of bounds.
+    pub fn contiguous(&self, first: usize, count: usize) -> &[u8] {
+        let (Some(a), Some(b)) = (
+            self.entries.get(first),
+            count
+                .checked_sub(1)
+                .and_then(|c| first.checked_add(c))
+                .and_then(|last| self.entries.get(last)),
+        ) else {
+            return &[];
+        };
+        self.buf.get(a.start..b.start + b.len).unwrap_or(&[])
+    }
+
+    /// Iterates over `(destination, bytes)` in push order.
+    pub fn iter(&self) -> SendIter<'_, A> {
+        SendIter { batch: self, i: 0 }
+    }
+}
+
+/// Iterator over the datagrams of a [`SendBatch`].
+#[derive(Debug)]
+pub struct SendIter<'a, A> {
+    batch: &'a SendBatch<A>,
+    i: usize,
+}
+
+impl<'a, A: Copy> Iterator for SendIter<'a, A> {
+    type Item = (A, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let d = self.batch.get(self.i)?;
+        self.i += 1;
+        Some(d)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.batch.len().saturating_sub(self.i);
+        (n, Some(n))
+    }
+}
+
+impl<A: Copy> ExactSizeIterator for SendIter<'_, A> {}
+
+impl<'a, A: Copy> IntoIterator for &'a SendBatch<A> {
+    type Item = (A, &'a [u8]);
+    type IntoIter = SendIter<'a, A>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recv_batch_push_and_truncate() {
+        let mut b: RecvBatch<u8> = RecvBatch::new(3, 4);
+        assert!(b.push(1, b"ab"));
+        assert!(b.push(2, b"abcdef"));
+        assert!(b.push_parts(3, b"xy", b"z", false));
+        assert!(!b.push(4, b"full"));
+        assert!(b.is_full());
+        let d: Vec<_> = b
+            .iter()
+            .map(|d| (d.addr, d.data.to_vec(), d.truncated))
+            .collect();
+        assert_eq!(
+            d,
+            vec![
+                (1, b"ab".to_vec(), false),
+                (2, b"abcd".to_vec(), true),
+                (3, b"xyz".to_vec(), false)
+            ]
+        );
+        b.clear();
+        assert!(b.is_empty());
+        assert_eq!(b.remaining(), 3);
+    }
+
+    #[test]
+    fn recv_batch_zero_slot_size_flags_everything() {
+        let mut b: RecvBatch<u8> = RecvBatch::new(0, 0);
+        assert_eq!(b.capacity(), 1);
+        assert!(b.push(1, b""));
+        assert_eq!(b.get(0).map(|d| d.truncated), Some(false));
+        b.clear();
+        assert!(b.push(1, b"x"));
+        assert_eq!(
+            b.get(0).map(|d| (d.data.len(), d.truncated)),
+            Some((0, true))
+        );
+    }
+
+    #[test]
+    fn send_batch_contiguous() {
+        let mut b: SendBatch<u8> = SendBatch::new();
+        b.push(1, b"aa");
+        b.push_with(1, 3, |s| s.copy_from_slice(b"bbb"));
+        b.push(2, b"");
+        b.push(2, b"c");
+        assert_eq!(b.len(), 4);
+        assert_eq!(b.contiguous(0, 2), b"aabbb");
+        assert_eq!(b.contiguous(1, 3), b"bbbc");
+        assert_eq!(b.contiguous(3, 2), b"");
+        assert_eq!(b.contiguous(0, 0), b"");
+        assert_eq!(b.get(1), Some((1, &b"bbb"[..])));
+        assert_eq!(b.total_bytes(), 6);
+        let all: Vec<_> = b.iter().map(|(a, d)| (a, d.len())).collect();
+        assert_eq!(all, vec![(1, 2), (1, 3), (2, 0), (2, 1)]);
+    }
+}
