@@ -128,6 +128,7 @@ pub enum DropReason {
 
 /// Counters of the pipeline. All monotonic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Counters {
     pub packets_in: u64,
     pub bytes_in: u64,
@@ -153,6 +154,31 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Adds another set of counters (of another shard) to these.
+    pub fn add(&mut self, o: &Counters) {
+        self.packets_in += o.packets_in;
+        self.bytes_in += o.bytes_in;
+        self.data_first += o.data_first;
+        self.data_added += o.data_added;
+        self.results_multicast += o.results_multicast;
+        self.results_unicast += o.results_unicast;
+        self.probes_answered += o.probes_answered;
+        self.rejects_sent += o.rejects_sent;
+        self.elements_aggregated += o.elements_aggregated;
+        self.malformed += o.malformed;
+        self.not_ina += o.not_ina;
+        self.unexpected_type += o.unexpected_type;
+        self.unknown_job += o.unknown_job;
+        self.unknown_rank += o.unknown_rank;
+        self.wrong_port += o.wrong_port;
+        self.stale_epoch += o.stale_epoch;
+        self.slot_out_of_range += o.slot_out_of_range;
+        self.bad_count += o.bad_count;
+        self.stale_seq += o.stale_seq;
+        self.duplicate += o.duplicate;
+        self.retransmit_incomplete += o.retransmit_incomplete;
+    }
+
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
         match reason {
             DropReason::Malformed => &mut self.malformed,

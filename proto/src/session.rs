@@ -139,6 +139,31 @@ pub struct StreamConfig {
     pub give_up: Duration,
 }
 
+impl StreamConfig {
+    /// Checks the configuration; [`Stream::new`] fails exactly when this does.
+    pub fn validate(&self) -> Result<(), StreamError> {
+        let cfg = self;
+        if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {
+            return Err(StreamError::Config("a job has 1 to 32 workers"));
+        }
+        if cfg.rank >= cfg.workers {
+            return Err(StreamError::Config("rank must be below the worker count"));
+        }
+        if cfg.lane.window == 0 {
+            return Err(StreamError::Config("the window needs at least one slot"));
+        }
+        if u32::from(cfg.lane.slot_base) + u32::from(cfg.lane.window) > 0x1_0000 {
+            return Err(StreamError::Config("the lane runs past slot 65535"));
+        }
+        if cfg.elems_per_packet == 0 {
+            return Err(StreamError::Config(
+                "elements per packet must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Why a stream failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StreamError {
@@ -221,23 +246,7 @@ impl<'a> Stream<'a> {
         tensor: Tensor<'a>,
         rtt: RttEstimator,
     ) -> Result<Stream<'a>, StreamError> {
-        if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {
-            return Err(StreamError::Config("a job has 1 to 32 workers"));
-        }
-        if cfg.rank >= cfg.workers {
-            return Err(StreamError::Config("rank must be below the worker count"));
-        }
-        if cfg.lane.window == 0 {
-            return Err(StreamError::Config("the window needs at least one slot"));
-        }
-        if u32::from(cfg.lane.slot_base) + u32::from(cfg.lane.window) > 0x1_0000 {
-            return Err(StreamError::Config("the lane runs past slot 65535"));
-        }
-        if cfg.elems_per_packet == 0 {
-            return Err(StreamError::Config(
-                "elements per packet must be at least 1",
-            ));
-        }
+        cfg.validate()?;
         let e = u64::from(cfg.elems_per_packet);
         let blocks = (tensor.len() as u64).div_ceil(e);
         let window = u64::from(cfg.lane.window);
