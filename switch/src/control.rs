@@ -1,0 +1,445 @@
+//! The control plane: installing and removing jobs, reading statistics; in process through a
+//! [`SwitchHandle`], or over TCP through a [`ControlServer`] speaking one JSON line per request
+//! and per answer:
+//!
+//! ```text
+//! > {"op":"add_job","job":{"job":1,"slot_base":0,"slot_count":64,"elems_per_packet":256,"workers":["127.0.0.1:5000"]}}
+//! < {"ok":true,"job":{"job":1,"epoch":40321,...}}
+//! > {"op":"remove_job","job":1}
+//! > {"op":"jobs"}
+//! > {"op":"stats"}
+//! ```
+
+use crate::config::JobSpec;
+use crate::shard::{Command, ShardStats, SwitchStats};
+use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Why a control request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("{0}")]
+    Job(String),
+    #[error("the switch has more worker addresses than it can number")]
+    Ports,
+    #[error("the switch is not running")]
+    NotRunning,
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
+
+#[derive(Debug)]
+struct State {
+    /// Validates jobs exactly as the shards will, before they see them.
+    scratch: Pipeline,
+    shards: Vec<mpsc::Sender<Command>>,
+    jobs: Vec<JobSpec>,
+    ports: HashMap<SocketAddr, PortId>,
+    last_epoch: HashMap<u16, u16>,
+    epoch_seed: u64,
+    installs: u64,
+}
+
+/// A handle on a switch's control plane; cheap to clone, usable from any thread.
+#[derive(Debug, Clone)]
+pub struct SwitchHandle {
+    state: Arc<Mutex<State>>,
+    running: Arc<AtomicBool>,
+    local: SocketAddr,
+}
+
+impl SwitchHandle {
+    pub(crate) fn new(
+        pipeline: PipelineConfig,
+        shards: Vec<mpsc::Sender<Command>>,
+        local: SocketAddr,
+    ) -> SwitchHandle {
+        let boot = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        SwitchHandle {
+            state: Arc::new(Mutex::new(State {
+                scratch: Pipeline::new(pipeline),
+                shards,
+                jobs: Vec::new(),
+                ports: HashMap::new(),
+                last_epoch: HashMap::new(),
+                epoch_seed: boot ^ u64::from(std::process::id()).rotate_left(32),
+                installs: 0,
+            })),
+            running: Arc::new(AtomicBool::new(false)),
+            local,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    pub(crate) fn set_running(&self, on: bool) {
+        self.running.store(on, Ordering::SeqCst);
+    }
+
+    /// The switch's data address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Installs a job on every shard; returns it with its epoch.
+    pub fn add_job(&self, mut spec: JobSpec) -> Result<JobSpec, ControlError> {
+        let mut st = self.lock();
+        let epoch = match spec.epoch {
+            Some(e) => e,
+            None => {
+                st.installs += 1;
+                let mut x = st.epoch_seed ^ st.installs.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                x ^= x >> 29;
+                x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                x ^= x >> 32;
+                let mut e = (x as u16).max(1);
+                if st.last_epoch.get(&spec.job) == Some(&e) {
+                    e = e.wrapping_add(1).max(1);
+                }
+                e
+            }
+        };
+        spec.epoch = Some(epoch);
+        let mut new_ports = Vec::new();
+        let mut ranks = Vec::new();
+        let mut next = st.ports.len();
+        for a in &spec.workers {
+            let p = match st.ports.get(a) {
+                Some(p) => *p,
+                None => match new_ports.iter().find(|(_, x)| x == a) {
+                    Some((p, _)) => *p,
+                    None => {
+                        let p = PortId(u16::try_from(next).map_err(|_| ControlError::Ports)?);
+                        if p == crate::shard::UNKNOWN_PORT {
+                            return Err(ControlError::Ports);
+                        }
+                        next += 1;
+                        new_ports.push((p, *a));
+                        p
+                    }
+                },
+            };
+            ranks.push(p);
+        }
+        let cfg = JobConfig {
+            job: spec.job,
+            epoch,
+            slot_base: spec.slot_base,
+            slot_count: spec.slot_count,
+            elems_per_packet: spec.elems_per_packet,
+            ranks,
+        };
+        st.scratch
+            .add_job(cfg.clone())
+            .map_err(|e| ControlError::Job(e.to_string()))?;
+        for (p, a) in &new_ports {
+            st.ports.insert(*a, *p);
+        }
+        let addrs: Vec<(PortId, SocketAddr)> = spec
+            .workers
+            .iter()
+            .filter_map(|a| st.ports.get(a).map(|p| (*p, *a)))
+            .collect();
+        let mut replies = Vec::new();
+        for shard in &st.shards {
+            let (reply, rx) = mpsc::channel();
+            let _ = shard.send(Command::AddJob {
+                cfg: cfg.clone(),
+                addrs: addrs.clone(),
+                reply,
+            });
+            replies.push(rx);
+        }
+        st.last_epoch.insert(spec.job, epoch);
+        st.jobs.push(spec.clone());
+        drop(st);
+        self.await_replies(replies)?;
+        tracing::info!(job = spec.job, epoch, slots = ?(spec.slot_base..spec.slot_base + spec.slot_count), workers = spec.workers.len(), "job added");
+        Ok(spec)
+    }
+
+    /// Waits for the shards to apply a command, if they are running.
+    fn await_replies(
+        &self,
+        replies: Vec<mpsc::Receiver<Result<(), String>>>,
+    ) -> Result<(), ControlError> {
+        if !self.running.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        for rx in replies {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(ControlError::Job(e)),
+                Err(_) => return Err(ControlError::NotRunning),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a job from every shard.
+    pub fn remove_job(&self, job: u16) -> Result<(), ControlError> {
+        let mut st = self.lock();
+        st.scratch
+            .remove_job(job)
+            .map_err(|e| ControlError::Job(e.to_string()))?;
+        st.jobs.retain(|j| j.job != job);
+        let mut replies = Vec::new();
+        for shard in &st.shards {
+            let (reply, rx) = mpsc::channel();
+            let _ = shard.send(Command::RemoveJob { job, reply });
+            replies.push(rx);
+        }
+        drop(st);
+        self.await_replies(replies)?;
+        tracing::info!(job, "job removed");
+        Ok(())
+    }
+
+    /// The installed jobs.
+    pub fn jobs(&self) -> Vec<JobSpec> {
+        self.lock().jobs.clone()
+    }
+
+    /// Statistics of every shard.
+    pub fn stats(&self) -> Result<SwitchStats, ControlError> {
+        if !self.running.load(Ordering::SeqCst) {
+            return Err(ControlError::NotRunning);
+        }
+        let st = self.lock();
+        let mut rxs = Vec::new();
+        for shard in &st.shards {
+            let (tx, rx) = mpsc::channel();
+            let _ = shard.send(Command::Stats(tx));
+            rxs.push(rx);
+        }
+        drop(st);
+        let mut shards: Vec<ShardStats> = Vec::new();
+        for rx in rxs {
+            shards.push(
+                rx.recv_timeout(Duration::from_secs(2))
+                    .map_err(|_| ControlError::NotRunning)?,
+            );
+        }
+        Ok(SwitchStats::from_shards(shards))
+    }
+}
+
+/// A control request, one JSON object per line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    AddJob { job: JobSpec },
+    RemoveJob { job: u16 },
+    Jobs,
+    Stats,
+    Ping,
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job: Option<JobSpec>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub jobs: Option<Vec<JobSpec>>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stats: Option<SwitchStats>,
+}
+
+impl Response {
+    fn ok() -> Response {
+        Response {
+            ok: true,
+            error: None,
+            job: None,
+            jobs: None,
+            stats: None,
+        }
+    }
+    fn err(e: impl ToString) -> Response {
+        Response {
+            ok: false,
+            error: Some(e.to_string()),
+            ..Response::ok()
+        }
+    }
+}
+
+/// Serves one request.
+pub fn serve(handle: &SwitchHandle, req: Request) -> Response {
+    match req {
+        Request::AddJob { job } => match handle.add_job(job) {
+            Ok(j) => Response {
+                job: Some(j),
+                ..Response::ok()
+            },
+            Err(e) => Response::err(e),
+        },
+        Request::RemoveJob { job } => match handle.remove_job(job) {
+            Ok(()) => Response::ok(),
+            Err(e) => Response::err(e),
+        },
+        Request::Jobs => Response {
+            jobs: Some(handle.jobs()),
+            ..Response::ok()
+        },
+        Request::Stats => match handle.stats() {
+            Ok(s) => Response {
+                stats: Some(s),
+                ..Response::ok()
+            },
+            Err(e) => Response::err(e),
+        },
+        Request::Ping => Response::ok(),
+    }
+}
+
+/// The longest request line accepted.
+const MAX_LINE: usize = 1 << 20;
+
+/// The TCP control endpoint.
+#[derive(Debug)]
+pub struct ControlServer {
+    listener: TcpListener,
+    handle: SwitchHandle,
+}
+
+impl ControlServer {
+    /// Binds the endpoint.
+    pub fn bind(addr: SocketAddr, handle: SwitchHandle) -> std::io::Result<ControlServer> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(ControlServer { listener, handle })
+    }
+
+    /// The endpoint's address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections until `shutdown` is set; each connection gets a thread.
+    pub fn run(self, shutdown: Arc<AtomicBool>) {
+        while !shutdown.load(Ordering::Relaxed) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let handle = self.handle.clone();
+                    let stop = shutdown.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("ina-control".into())
+                        .spawn(move || {
+                            if let Err(e) = connection(stream, &handle, &stop) {
+                                tracing::debug!(%peer, error = %e, "control connection ended");
+                            }
+                        });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "control accept failed");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    /// Runs the endpoint on a thread of its own.
+    pub fn spawn(self, shutdown: Arc<AtomicBool>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("ina-control-accept".into())
+            .spawn(move || self.run(shutdown))
+    }
+}
+
+fn connection(stream: TcpStream, handle: &SwitchHandle, stop: &AtomicBool) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => return Ok(()),
+            Ok(_) if line.ends_with(b"\n") => {}
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                if line.len() > MAX_LINE {
+                    writeln!(
+                        writer,
+                        "{}",
+                        to_line(&Response::err("request line too long"))
+                    )?;
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        if !line.ends_with(b"\n") && line.len() <= MAX_LINE {
+            continue;
+        }
+        let resp = if line.len() > MAX_LINE {
+            Response::err("request line too long")
+        } else {
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => serve(handle, req),
+                Err(e) => Response::err(ControlError::BadRequest(e.to_string())),
+            }
+        };
+        line.clear();
+        writeln!(writer, "{}", to_line(&resp))?;
+    }
+    Ok(())
+}
+
+fn to_line(r: &Response) -> String {
+    serde_json::to_string(r).unwrap_or_else(|_| "{\"ok\":false}".to_string())
+}
+
+/// A client of the control endpoint.
+#[derive(Debug)]
+pub struct ControlClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl ControlClient {
+    /// Connects to a control endpoint.
+    pub fn connect(addr: SocketAddr) -> std::io::Result<ControlClient> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(ControlClient {
+            writer: s.try_clone()?,
+            reader: BufReader::new(s),
+        })
+    }
+
+    /// Sends one request and reads the answer.
+    pub fn call(&mut self, req: &Request) -> std::io::Result<Response> {
+        let line = serde_json::to_string(req).map_err(std::io::Error::other)?;
+        writeln!(self.writer, "{line}")?;
+        let mut answer = String::new();
+        self.reader.read_line(&mut answer)?;
+        serde_json::from_str(&answer).map_err(std::io::Error::other)
+    }
+}

@@ -1,0 +1,269 @@
+//! One shard: a socket of the reuseport group, a pipeline and its registers, one thread.
+
+use crate::loss::Loss;
+use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
+use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PortId, Verdict};
+use ina_proto::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The port id of a source address no job lists.
+pub(crate) const UNKNOWN_PORT: PortId = PortId(u16::MAX);
+
+/// Control-plane messages to a shard, applied between batches.
+#[derive(Debug)]
+pub(crate) enum Command {
+    AddJob {
+        cfg: JobConfig,
+        addrs: Vec<(PortId, SocketAddr)>,
+        reply: mpsc::Sender<Result<(), String>>,
+    },
+    RemoveJob {
+        job: u16,
+        reply: mpsc::Sender<Result<(), String>>,
+    },
+    Stats(mpsc::Sender<ShardStats>),
+}
+
+/// Socket counters of a shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoStats {
+    pub rx_datagrams: u64,
+    pub rx_bytes: u64,
+    pub rx_truncated: u64,
+    pub rx_syscalls: u64,
+    pub tx_datagrams: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+    pub tx_syscalls: u64,
+}
+
+impl IoStats {
+    fn from_io(c: &ina_io::Counters) -> IoStats {
+        IoStats {
+            rx_datagrams: c.rx_datagrams,
+            rx_bytes: c.rx_bytes,
+            rx_truncated: c.rx_truncated,
+            rx_syscalls: c.rx_syscalls,
+            tx_datagrams: c.tx_datagrams,
+            tx_bytes: c.tx_bytes,
+            tx_errors: c.tx_errors,
+            tx_syscalls: c.tx_syscalls,
+        }
+    }
+
+    fn add(&mut self, o: &IoStats) {
+        self.rx_datagrams += o.rx_datagrams;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_truncated += o.rx_truncated;
+        self.rx_syscalls += o.rx_syscalls;
+        self.tx_datagrams += o.tx_datagrams;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_errors += o.tx_errors;
+        self.tx_syscalls += o.tx_syscalls;
+    }
+}
+
+/// What one shard saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardStats {
+    pub shard: usize,
+    pub pipeline: Counters,
+    pub io: IoStats,
+    /// Slots of this shard with a use still collecting.
+    pub busy_slots: usize,
+    /// Datagrams from addresses no job lists (dropped by the pipeline too).
+    pub unknown_source: u64,
+    /// Truncated datagrams (larger than a receive slot), dropped.
+    pub truncated: u64,
+    pub injected_drops_in: u64,
+    pub injected_drops_out: u64,
+}
+
+/// The whole switch: the sum over shards, and each shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchStats {
+    pub total: ShardStats,
+    pub shards: Vec<ShardStats>,
+}
+
+impl SwitchStats {
+    pub(crate) fn from_shards(mut shards: Vec<ShardStats>) -> SwitchStats {
+        shards.sort_by_key(|s| s.shard);
+        let mut total = ShardStats::default();
+        for s in &shards {
+            total.pipeline.add(&s.pipeline);
+            total.io.add(&s.io);
+            total.busy_slots += s.busy_slots;
+            total.unknown_source += s.unknown_source;
+            total.truncated += s.truncated;
+            total.injected_drops_in += s.injected_drops_in;
+            total.injected_drops_out += s.injected_drops_out;
+        }
+        total.shard = shards.len();
+        SwitchStats { total, shards }
+    }
+}
+
+pub(crate) struct Shard {
+    index: usize,
+    port: UdpPort,
+    pipe: Pipeline,
+    commands: mpsc::Receiver<Command>,
+    by_addr: HashMap<SocketAddr, PortId>,
+    addr_of: HashMap<PortId, SocketAddr>,
+    loss_in: Loss,
+    loss_out: Loss,
+    stats: ShardStats,
+    origin: std::time::Instant,
+}
+
+impl Shard {
+    pub(crate) fn new(
+        index: usize,
+        _shards: usize,
+        port: UdpPort,
+        pipe: Pipeline,
+        commands: mpsc::Receiver<Command>,
+        loss: f64,
+        seed: u64,
+    ) -> Shard {
+        Shard {
+            index,
+            port,
+            pipe,
+            commands,
+            by_addr: HashMap::new(),
+            addr_of: HashMap::new(),
+            loss_in: Loss::new(loss, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
+            loss_out: Loss::new(loss, seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 3),
+            stats: ShardStats {
+                shard: index,
+                ..ShardStats::default()
+            },
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    fn snapshot(&self) -> ShardStats {
+        let mut s = self.stats;
+        s.pipeline = *self.pipe.counters();
+        s.io = IoStats::from_io(&self.port.counters());
+        s.busy_slots = self.pipe.busy_slots();
+        s
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::AddJob { cfg, addrs, reply } => {
+                let job = cfg.job;
+                let result = self.pipe.add_job(cfg).map_err(|e| e.to_string());
+                if result.is_ok() {
+                    for (p, a) in addrs {
+                        self.by_addr.insert(a, p);
+                        self.addr_of.insert(p, a);
+                    }
+                    tracing::debug!(shard = self.index, job, "job installed");
+                }
+                let _ = reply.send(result);
+            }
+            Command::RemoveJob { job, reply } => {
+                let result = self
+                    .pipe
+                    .remove_job(job)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(result);
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+        }
+    }
+
+    pub(crate) fn run(mut self, stop: &AtomicBool) -> ShardStats {
+        let span = tracing::info_span!("shard", index = self.index);
+        let _enter = span.enter();
+        let mut rx = RecvBatch::new(64, 9216);
+        let mut tx = SendBatch::with_capacity(256, 256 * 1100);
+        let mut out = vec![0u8; 9216];
+        while !stop.load(Ordering::Relaxed) {
+            while let Ok(cmd) = self.commands.try_recv() {
+                self.apply(cmd);
+            }
+            match self
+                .port
+                .recv_batch(&mut rx, Some(Duration::from_millis(10)))
+            {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed");
+                    continue;
+                }
+            }
+            let now = Instant::from_nanos(self.origin.elapsed().as_nanos() as u64);
+            tx.clear();
+            for d in rx.iter() {
+                if self.loss_in.drop_now() {
+                    self.stats.injected_drops_in += 1;
+                    continue;
+                }
+                if d.truncated {
+                    self.stats.truncated += 1;
+                    continue;
+                }
+                let ingress = match self.by_addr.get(&d.addr) {
+                    Some(p) => *p,
+                    None => {
+                        self.stats.unknown_source += 1;
+                        UNKNOWN_PORT
+                    }
+                };
+                match self.pipe.process(ingress, d.data, now, &mut out) {
+                    Verdict::Unicast { port, len } => {
+                        if let Some(addr) = self.addr_of.get(&port) {
+                            if self.loss_out.drop_now() {
+                                self.stats.injected_drops_out += 1;
+                            } else {
+                                tx.push(*addr, &out[..len]);
+                            }
+                        }
+                    }
+                    Verdict::Multicast { ports, len } => {
+                        for p in ports {
+                            if let Some(addr) = self.addr_of.get(p) {
+                                if self.loss_out.drop_now() {
+                                    self.stats.injected_drops_out += 1;
+                                } else {
+                                    tx.push(*addr, &out[..len]);
+                                }
+                            }
+                        }
+                    }
+                    Verdict::Drop(_) | Verdict::Absorbed => {}
+                }
+            }
+            if !tx.is_empty() {
+                if let Err(e) = self.port.send_batch(&tx) {
+                    tracing::debug!(error = %e, "send failed");
+                }
+            }
+        }
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.apply(cmd);
+        }
+        let s = self.snapshot();
+        tracing::info!(
+            packets = s.pipeline.packets_in,
+            results = s.pipeline.results_multicast,
+            drops = s.pipeline.drops_total(),
+            "shard stopped"
+        );
+        s
+    }
+}
