@@ -1,0 +1,718 @@
+//! In-network all-reduce through an `ina` switch over a batched [`Port`].
+
+use ina_io::{IoError, Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
+use ina_proto::rtt::{RtoConfig, RttEstimator};
+use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::Instant;
+use ina_wire::agg::ProbeInfo;
+use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a worker reaches its switch and paces its streams. Every worker of a job must use the
+/// same `lanes` and `window`: they decide which slots each tensor uses.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The switch's UDP address.
+    pub switch: SocketAddr,
+    /// The local address to bind (the address the switch lists for this rank).
+    pub bind: SocketAddr,
+    pub job: u16,
+    pub rank: u8,
+    /// Tensors in flight at once in [`Communicator::allreduce_many`] and the async form: the
+    /// job's slots are split into this many lanes.
+    pub lanes: u16,
+    /// Slots per lane (the window); `None` uses the job's slots divided by `lanes`.
+    pub window: Option<u16>,
+    pub rto: RtoConfig,
+    /// Retransmissions of one packet before giving up.
+    pub max_retries: u32,
+    /// How long one packet may go unanswered before giving up (a worker or the switch is gone).
+    pub give_up: Duration,
+    /// How long to wait for the switch to answer the job probe.
+    pub probe_timeout: Duration,
+    /// If set, the number of workers the job must have.
+    pub expect_workers: Option<u8>,
+    /// Socket settings.
+    pub udp: UdpConfig,
+}
+
+impl WorkerConfig {
+    /// Defaults for a worker of `job` with `rank`, talking to `switch` from `bind`.
+    pub fn new(switch: SocketAddr, bind: SocketAddr, job: u16, rank: u8) -> WorkerConfig {
+        WorkerConfig {
+            switch,
+            bind,
+            job,
+            rank,
+            lanes: 1,
+            window: None,
+            rto: RtoConfig::default(),
+            max_retries: 30,
+            give_up: Duration::from_secs(5),
+            probe_timeout: Duration::from_secs(5),
+            expect_workers: None,
+            udp: UdpConfig::default(),
+        }
+    }
+}
+
+/// Why an all-reduce, or setting up the communicator, failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error("socket: {0}")]
+    Io(String),
+    #[error("no answer from the switch at {switch} for job {job} rank {rank} within {waited:?}: the switch is down, the job is not installed, or it lists another address for this rank")]
+    SwitchUnreachable {
+        switch: SocketAddr,
+        job: u16,
+        rank: u8,
+        waited: Duration,
+    },
+    #[error("job mismatch: {0}")]
+    JobMismatch(String),
+    #[error("timed out: {0}")]
+    Timeout(StreamError),
+    #[error("the switch restarted or reinstalled the job (epoch {ours} -> {switch}): the in-flight sums are lost; the next call starts afresh")]
+    SwitchRestarted { ours: u16, switch: u16 },
+    #[error("the switch refused a packet: {0}")]
+    Rejected(StreamError),
+    #[error("NaN or infinity in the tensor: {0}")]
+    NonFinite(StreamError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error(
+        "an earlier all-reduce failed ({0}); the job's slots are out of step, reinstall the job"
+    )]
+    Broken(Box<WorkerError>),
+    #[error("the communicator thread is gone")]
+    Disconnected,
+}
+
+impl From<IoError> for WorkerError {
+    fn from(e: IoError) -> Self {
+        WorkerError::Io(e.to_string())
+    }
+}
+
+impl From<StreamError> for WorkerError {
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::GaveUp { .. } => WorkerError::Timeout(e),
+            StreamError::SwitchRestarted { ours, switch } => {
+                WorkerError::SwitchRestarted { ours, switch }
+            }
+            StreamError::Rejected(_) => WorkerError::Rejected(e),
+            StreamError::NonFinite(_) => WorkerError::NonFinite(e),
+            StreamError::Config(c) => WorkerError::Config(c.to_string()),
+            StreamError::BufferTooSmall { .. } => WorkerError::Config(e.to_string()),
+        }
+    }
+}
+
+/// What one all-reduce did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpStats {
+    pub elements: usize,
+    pub stream: StreamStats,
+    pub elapsed: Duration,
+}
+
+/// The job as the switch reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobInfo {
+    pub epoch: u16,
+    pub info: ProbeInfo,
+    pub window: u16,
+    pub lanes: u16,
+}
+
+/// Counters of the communicator, over its lifetime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommCounters {
+    pub operations: u64,
+    pub packets_sent: u64,
+    pub retransmissions: u64,
+    pub datagrams_received: u64,
+    /// Datagrams that were not from the switch, or not `ina` packets of this job.
+    pub foreign: u64,
+}
+
+/// A tensor handed to [`Communicator::allreduce_many`].
+pub type TensorRef<'a> = Tensor<'a>;
+
+/// In-network all-reduce for one worker.
+#[derive(Debug)]
+pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
+    port: P,
+    cfg: WorkerConfig,
+    job: JobInfo,
+    lanes: Vec<Lane>,
+    next_lane: usize,
+    rtt: RttEstimator,
+    origin: std::time::Instant,
+    send: SendBatch<SocketAddr>,
+    recv: RecvBatch<SocketAddr>,
+    scratch: Vec<u8>,
+    broken: Option<WorkerError>,
+    counters: CommCounters,
+}
+
+impl Communicator<UdpPort> {
+    /// Binds the UDP socket and asks the switch for the job.
+    pub fn connect(cfg: WorkerConfig) -> Result<Self, WorkerError> {
+        let port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
+        Communicator::with_port(port, cfg)
+    }
+}
+
+impl<P: Port<Addr = SocketAddr>> Communicator<P> {
+    /// Uses an open port and asks the switch for the job.
+    pub fn with_port(port: P, cfg: WorkerConfig) -> Result<Self, WorkerError> {
+        if cfg.lanes == 0 {
+            return Err(WorkerError::Config("lanes must be at least 1".into()));
+        }
+        let mut comm = Communicator {
+            port,
+            job: JobInfo {
+                epoch: 0,
+                info: ProbeInfo {
+                    workers: 0,
+                    elems_per_packet: 0,
+                    slot_base: 0,
+                    slot_count: 0,
+                },
+                window: 0,
+                lanes: 0,
+            },
+            lanes: Vec::new(),
+            next_lane: 0,
+            rtt: RttEstimator::new(cfg.rto),
+            origin: std::time::Instant::now(),
+            send: SendBatch::with_capacity(64, 64 * 1100),
+            recv: RecvBatch::new(64, 9216),
+            scratch: Vec::new(),
+            broken: None,
+            counters: CommCounters::default(),
+            cfg,
+        };
+        comm.probe()?;
+        Ok(comm)
+    }
+
+    /// The job as the switch reported it.
+    pub fn job(&self) -> JobInfo {
+        self.job
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.port.local_addr()
+    }
+
+    /// Lifetime counters.
+    pub fn counters(&self) -> CommCounters {
+        self.counters
+    }
+
+    /// The port's I/O counters.
+    pub fn io_counters(&self) -> ina_io::Counters {
+        self.port.counters()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    /// Asks the switch for the job's configuration and epoch, and resets the lanes.
+    fn probe(&mut self) -> Result<(), WorkerError> {
+        let probe = AggRepr {
+            kind: MessageType::Probe,
+            set: 0,
+            job: self.cfg.job,
+            epoch: 0,
+            rank: self.cfg.rank,
+            exponent: 0,
+            slot: 0,
+            count: 0,
+            seq: 0,
+        };
+        let mut bytes = [0u8; HEADER_LEN];
+        probe
+            .emit_into(&mut bytes)
+            .map_err(|e| WorkerError::Config(e.to_string()))?;
+        let start = std::time::Instant::now();
+        let mut interval = Duration::from_millis(20);
+        loop {
+            self.send.clear();
+            self.send.push(self.cfg.switch, &bytes);
+            self.port.send_batch(&self.send)?;
+            let wait_until = std::time::Instant::now() + interval;
+            while std::time::Instant::now() < wait_until {
+                let left = wait_until.saturating_duration_since(std::time::Instant::now());
+                self.port.recv_batch(&mut self.recv, Some(left))?;
+                for d in self.recv.iter() {
+                    if d.addr != self.cfg.switch {
+                        continue;
+                    }
+                    let Ok((h, payload)) = AggRepr::parse_bytes(d.data) else {
+                        continue;
+                    };
+                    if h.kind != MessageType::ProbeReply
+                        || h.job != self.cfg.job
+                        || h.rank != self.cfg.rank
+                    {
+                        continue;
+                    }
+                    let Ok(info) = ProbeInfo::parse(payload) else {
+                        continue;
+                    };
+                    return self.adopt(h.epoch, info);
+                }
+            }
+            if start.elapsed() >= self.cfg.probe_timeout {
+                return Err(WorkerError::SwitchUnreachable {
+                    switch: self.cfg.switch,
+                    job: self.cfg.job,
+                    rank: self.cfg.rank,
+                    waited: start.elapsed(),
+                });
+            }
+            interval = (interval * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    fn adopt(&mut self, epoch: u16, info: ProbeInfo) -> Result<(), WorkerError> {
+        if let Some(n) = self.cfg.expect_workers {
+            if n != info.workers {
+                return Err(WorkerError::JobMismatch(format!(
+                    "the switch has {} workers in job {}, this worker expects {n}",
+                    info.workers, self.cfg.job
+                )));
+            }
+        }
+        if self.cfg.rank >= info.workers {
+            return Err(WorkerError::JobMismatch(format!(
+                "rank {} but the job has {} workers",
+                self.cfg.rank, info.workers
+            )));
+        }
+        let lanes = self.cfg.lanes;
+        let window = match self.cfg.window {
+            Some(w) => w,
+            None => info.slot_count / lanes,
+        };
+        if window == 0 || u32::from(window) * u32::from(lanes) > u32::from(info.slot_count) {
+            return Err(WorkerError::JobMismatch(format!(
+                "{lanes} lanes of {window} slots do not fit the job's {} slots",
+                info.slot_count
+            )));
+        }
+        self.job = JobInfo {
+            epoch,
+            info,
+            window,
+            lanes,
+        };
+        self.lanes = (0..lanes)
+            .map(|l| Lane::new(info.slot_base + l * window, window))
+            .collect();
+        self.next_lane = 0;
+        self.scratch = vec![0u8; HEADER_LEN + 4 * usize::from(info.elems_per_packet)];
+        self.broken = None;
+        tracing::debug!(
+            job = self.cfg.job,
+            rank = self.cfg.rank,
+            epoch,
+            ?info,
+            window,
+            lanes,
+            "joined job"
+        );
+        Ok(())
+    }
+
+    /// Before an operation: a failed earlier operation leaves the lanes out of step with the
+    /// other workers; if the switch has since reinstalled the job (new epoch), start afresh.
+    fn ready(&mut self) -> Result<(), WorkerError> {
+        let Some(err) = self.broken.clone() else {
+            return Ok(());
+        };
+        let before = self.job.epoch;
+        self.probe()?;
+        if self.job.epoch == before {
+            self.broken = Some(err.clone());
+            return Err(WorkerError::Broken(Box::new(err)));
+        }
+        Ok(())
+    }
+
+    fn stream_config(&self, lane: Lane) -> StreamConfig {
+        StreamConfig {
+            job: self.cfg.job,
+            epoch: self.job.epoch,
+            rank: self.cfg.rank,
+            workers: self.job.info.workers,
+            elems_per_packet: self.job.info.elems_per_packet,
+            lane,
+            max_retries: self.cfg.max_retries,
+            give_up: self.cfg.give_up,
+        }
+    }
+
+    /// Sums `data` over all workers of the job, in place.
+    pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<OpStats, WorkerError> {
+        let mut r = self.allreduce_many(&mut [Tensor::F32(data)]);
+        r.pop().unwrap_or(Err(WorkerError::Disconnected))
+    }
+
+    /// Sums `data` over all workers of the job, in place, with wrap-around.
+    pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<OpStats, WorkerError> {
+        let mut r = self.allreduce_many(&mut [Tensor::I32(data)]);
+        r.pop().unwrap_or(Err(WorkerError::Disconnected))
+    }
+
+    /// All-reduces several tensors with up to `lanes` of them in flight at once. Tensor `k` of
+    /// the communicator's lifetime goes to lane `k mod lanes`, so every worker must submit the
+    /// same tensors in the same order.
+    pub fn allreduce_many(
+        &mut self,
+        tensors: &mut [Tensor<'_>],
+    ) -> Vec<Result<OpStats, WorkerError>> {
+        let count = tensors.len();
+        let mut queue: VecDeque<(usize, Tensor<'_>)> = tensors
+            .iter_mut()
+            .enumerate()
+            .map(|(i, t)| (i, reborrow(t)))
+            .collect();
+        let mut results: Vec<Option<Result<OpStats, WorkerError>>> =
+            (0..count).map(|_| None).collect();
+        let mut next = || queue.pop_front();
+        self.run(&mut next, &mut |token, result, _tensor| {
+            results[token] = Some(result);
+        });
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(WorkerError::Disconnected)))
+            .collect()
+    }
+
+    /// The engine: keeps every lane busy with the tensors `source` hands out (in order), and
+    /// reports each one to `done` when it finished or failed. Returns when `source` is empty and
+    /// every stream ended.
+    fn run<'t>(
+        &mut self,
+        source: &mut dyn FnMut() -> Option<(usize, Tensor<'t>)>,
+        done: &mut dyn FnMut(usize, Result<OpStats, WorkerError>, Tensor<'t>),
+    ) {
+        struct Active<'t> {
+            token: usize,
+            stream: Stream<'t>,
+            started: std::time::Instant,
+            elements: usize,
+        }
+        let lanes = self.lanes.len();
+        let mut active: Vec<Option<Active<'t>>> = (0..lanes).map(|_| None).collect();
+        // A tensor taken from the source whose lane is still busy.
+        let mut waiting: Option<(usize, Tensor<'t>)> = None;
+        let mut exhausted = false;
+        loop {
+            // Start streams on free lanes, in submission order.
+            loop {
+                if waiting.is_none() && !exhausted {
+                    waiting = source();
+                    exhausted = waiting.is_none();
+                }
+                let Some((token, tensor)) = waiting.take() else {
+                    break;
+                };
+                if let Err(e) = self.ready() {
+                    done(token, Err(e), tensor);
+                    continue;
+                }
+                let lane_idx = self.next_lane % lanes;
+                if active[lane_idx].is_some() {
+                    waiting = Some((token, tensor));
+                    break;
+                }
+                let elements = tensor.len();
+                let cfg = self.stream_config(self.lanes[lane_idx]);
+                if let Err(e) = cfg.validate() {
+                    // Detected before any packet: the lane is untouched, the others go on.
+                    done(token, Err(e.into()), tensor);
+                    continue;
+                }
+                match Stream::new(cfg, tensor, self.rtt.clone()) {
+                    Ok(stream) => {
+                        self.next_lane += 1;
+                        self.lanes[lane_idx] = stream.lane_after();
+                        self.counters.operations += 1;
+                        active[lane_idx] = Some(Active {
+                            token,
+                            stream,
+                            started: std::time::Instant::now(),
+                            elements,
+                        });
+                    }
+                    Err(e) => {
+                        // Unreachable after validate(); the tensor went with the error.
+                        done(token, Err(e.into()), Tensor::F32Owned(Vec::new()));
+                    }
+                }
+            }
+            if active.iter().all(Option::is_none) && waiting.is_none() && exhausted {
+                return;
+            }
+            // Transmit everything due, in one batch per round.
+            let now = self.now();
+            self.send.clear();
+            for slot in active.iter_mut().flatten() {
+                loop {
+                    match slot.stream.poll_transmit(now, &mut self.scratch) {
+                        Ok(Some(len)) => {
+                            self.send.push(self.cfg.switch, &self.scratch[..len]);
+                            if self.send.len() >= 64 {
+                                self.flush();
+                                self.send.clear();
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(_) => break,
+                    }
+                }
+            }
+            self.flush();
+            // Collect finished streams.
+            for lane in active.iter_mut() {
+                let finished = lane
+                    .as_ref()
+                    .and_then(|a| a.stream.poll_outcome())
+                    .is_some();
+                if !finished {
+                    continue;
+                }
+                let Some(a) = lane.take() else { continue };
+                let outcome = a
+                    .stream
+                    .poll_outcome()
+                    .unwrap_or(Ok(StreamStats::default()));
+                self.rtt = a.stream.rtt().clone();
+                let stats = a.stream.stats();
+                self.counters.packets_sent += stats.packets_sent;
+                self.counters.retransmissions += stats.retransmissions;
+                let result = match outcome {
+                    Ok(stream) => Ok(OpStats {
+                        elements: a.elements,
+                        stream,
+                        elapsed: a.started.elapsed(),
+                    }),
+                    Err(e) => {
+                        let e = WorkerError::from(e);
+                        if !matches!(e, WorkerError::NonFinite(_)) {
+                            self.broken = Some(e.clone());
+                        }
+                        Err(e)
+                    }
+                };
+                done(a.token, result, a.stream.into_tensor());
+            }
+            if active.iter().all(Option::is_none) {
+                continue;
+            }
+            // Wait for results, at most until the earliest retransmission timer.
+            let now = self.now();
+            let deadline = active
+                .iter_mut()
+                .flatten()
+                .filter_map(|a| a.stream.poll_timeout())
+                .min();
+            let wait = match deadline {
+                Some(d) if d <= now => Duration::ZERO,
+                Some(d) => (d - now).min(Duration::from_millis(50)),
+                None => Duration::from_millis(50),
+            };
+            match self.port.recv_batch(&mut self.recv, Some(wait)) {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed");
+                }
+            }
+            let now = self.now();
+            let base = self.job.info.slot_base;
+            let window = self.job.window;
+            for d in self.recv.iter() {
+                self.counters.datagrams_received += 1;
+                if d.addr != self.cfg.switch || d.truncated {
+                    self.counters.foreign += 1;
+                    continue;
+                }
+                let Ok(pkt) = AggPacket::new_checked(d.data) else {
+                    self.counters.foreign += 1;
+                    continue;
+                };
+                let lane = pkt
+                    .slot()
+                    .checked_sub(base)
+                    .map(|off| usize::from(off / window));
+                match lane
+                    .and_then(|l| active.get_mut(l))
+                    .and_then(Option::as_mut)
+                {
+                    Some(a) => a.stream.handle_datagram(now, d.data),
+                    None => self.counters.foreign += 1,
+                }
+            }
+            for a in active.iter_mut().flatten() {
+                a.stream.handle_timeout(now);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.send.is_empty() {
+            return;
+        }
+        if let Err(e) = self.port.send_batch(&self.send) {
+            // A send failure is a loss: the retransmission timers repair it.
+            tracing::debug!(error = %e, "send failed");
+        }
+    }
+}
+
+fn reborrow<'s>(t: &'s mut Tensor<'_>) -> Tensor<'s> {
+    match t {
+        Tensor::F32(x) => Tensor::F32(x),
+        Tensor::I32(x) => Tensor::I32(x),
+        Tensor::F32Owned(x) => Tensor::F32(x),
+        Tensor::I32Owned(x) => Tensor::I32(x),
+    }
+}
+
+enum Request {
+    Reduce {
+        tensor: Tensor<'static>,
+        reply: mpsc::Sender<(Result<OpStats, WorkerError>, Tensor<'static>)>,
+    },
+}
+
+/// A request of an [`AsyncCommunicator`], resolved when its all-reduce ends.
+#[derive(Debug)]
+pub struct Pending {
+    rx: mpsc::Receiver<(Result<OpStats, WorkerError>, Tensor<'static>)>,
+}
+
+/// The result of an owned float tensor's all-reduce: the tensor comes back either way.
+pub type Completed = (Result<OpStats, WorkerError>, Tensor<'static>);
+
+impl Pending {
+    /// Blocks until the all-reduce ended; returns its outcome and the tensor (the result).
+    pub fn wait(self) -> Completed {
+        self.rx
+            .recv()
+            .unwrap_or((Err(WorkerError::Disconnected), Tensor::F32Owned(Vec::new())))
+    }
+
+    /// The outcome if it has ended.
+    pub fn try_wait(&self) -> Option<Completed> {
+        self.rx.try_recv().ok()
+    }
+}
+
+/// A [`Communicator`] on its own thread: submit owned tensors, keep computing, collect the
+/// results. Requests run in submission order, up to `lanes` at once.
+#[derive(Debug)]
+pub struct AsyncCommunicator {
+    tx: Option<mpsc::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+    job: JobInfo,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Request")
+    }
+}
+
+impl AsyncCommunicator {
+    /// Connects (on the calling thread, so errors come back here) and starts the thread.
+    pub fn connect(cfg: WorkerConfig) -> Result<AsyncCommunicator, WorkerError> {
+        Self::start(Communicator::connect(cfg)?)
+    }
+
+    /// Starts the thread around a connected communicator.
+    pub fn start<P: Port<Addr = SocketAddr> + 'static>(
+        mut comm: Communicator<P>,
+    ) -> Result<AsyncCommunicator, WorkerError> {
+        let job = comm.job();
+        let (tx, rx) = mpsc::channel::<Request>();
+        let thread = std::thread::Builder::new()
+            .name("ina-worker".into())
+            .spawn(move || {
+                // Reply channels of the current burst, by token; shared by the source (which
+                // adds them) and the completion callback (which answers each as it ends).
+                let replies: RefCell<Vec<Option<mpsc::Sender<Completed>>>> =
+                    RefCell::new(Vec::new());
+                loop {
+                    // Block for the first request of a burst; take the rest as they come.
+                    let Ok(first) = rx.recv() else { return };
+                    let mut first = Some(first);
+                    let mut source = || {
+                        let req = first.take().or_else(|| rx.try_recv().ok())?;
+                        let Request::Reduce { tensor, reply } = req;
+                        let mut r = replies.borrow_mut();
+                        r.push(Some(reply));
+                        Some((r.len() - 1, tensor))
+                    };
+                    comm.run(&mut source, &mut |token, result, tensor| {
+                        let reply = replies.borrow_mut().get_mut(token).and_then(Option::take);
+                        if let Some(reply) = reply {
+                            let _ = reply.send((result, tensor));
+                        }
+                    });
+                    replies.borrow_mut().clear();
+                }
+            })
+            .map_err(|e| WorkerError::Io(e.to_string()))?;
+        Ok(AsyncCommunicator {
+            tx: Some(tx),
+            thread: Some(thread),
+            job,
+        })
+    }
+
+    /// The job as the switch reported it.
+    pub fn job(&self) -> JobInfo {
+        self.job
+    }
+
+    /// Submits an owned tensor (`Tensor::F32Owned` or `Tensor::I32Owned`).
+    pub fn submit(&self, tensor: Tensor<'static>) -> Pending {
+        let (reply, rx) = mpsc::channel();
+        if let Some(tx) = &self.tx {
+            if let Err(mpsc::SendError(Request::Reduce { tensor, reply })) =
+                tx.send(Request::Reduce { tensor, reply })
+            {
+                let _ = reply.send((Err(WorkerError::Disconnected), tensor));
+            }
+        }
+        Pending { rx }
+    }
+
+    /// Submits a float tensor.
+    pub fn submit_f32(&self, data: Vec<f32>) -> Pending {
+        self.submit(Tensor::F32Owned(data))
+    }
+}
+
+impl Drop for AsyncCommunicator {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The worker library against the real software switch over loopback UDP.
+#![allow(clippy::unwrap_used)]
+
+use ina_proto::session::Tensor;
+use ina_switch::{JobSpec, Switch, SwitchConfig};
+use ina_worker::{AsyncCommunicator, Communicator, WorkerConfig, WorkerError};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    // Bind and release: the OS hands out distinct free ports.
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    socks.iter().map(|s| s.local_addr().unwrap()).collect()
+}
+
+struct Running {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread:
+        Option<std::thread::JoinHandle<Result<ina_switch::SwitchStats, ina_switch::SwitchError>>>,
+    handle: ina_switch::SwitchHandle,
+}
+
+impl Running {
+    fn stop(mut self) -> ina_switch::SwitchStats {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap().unwrap()
+    }
+}
+
+fn switch(shards: usize, jobs: Vec<JobSpec>) -> Running {
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.shards = shards;
+    cfg.jobs = jobs;
+    let sw = Switch::bind(cfg).unwrap();
+    let addr = sw.local_addr();
+    let handle = sw.handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = Some(sw.spawn(stop.clone()).unwrap());
+    Running {
+        addr,
+        stop,
+        thread,
+        handle,
+    }
+}
+
+fn tensor(rank: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 31 + rank * 7) % 101) as f32 * 0.01 - 0.5)
+        .collect()
+}
+
+#[test]
+fn workers_sum_through_a_sharded_switch() {
+    let n = 3;
+    let workers = free_addrs(n);
+    let sw = switch(
+        2,
+        vec![JobSpec {
+            job: 1,
+            epoch: None,
+            slot_base: 0,
+            slot_count: 64,
+            elems_per_packet: 64,
+            workers: workers.clone(),
+        }],
+    );
+    let len = 100_003;
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let cfg = WorkerConfig::new(sw.addr, workers[r], 1, r as u8);
+            std::thread::spawn(move || {
+                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut out = Vec::new();
+                for round in 0..3 {
+                    let mut t = tensor(r + round, len);
+                    let stats = comm.allreduce_f32(&mut t).unwrap();
+                    assert_eq!(stats.elements, len);
+                    out.push(t);
+                }
+                let mut ints: Vec<i32> = (0..999).map(|i| i * (r as i32 + 1)).collect();
+                comm.allreduce_i32(&mut ints).unwrap();
+                (out, ints)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for round in 0..3 {
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| tensor(r + round, len)).collect();
+        for i in 0..len {
+            let exact: f64 = inputs.iter().map(|t| f64::from(t[i])).sum();
+            let got = results[0].0[round][i];
+            assert!(
+                (f64::from(got) - exact).abs() < 1e-6,
+                "round {round} i {i}: {got} vs {exact}"
+            );
+            for other in &results[1..] {
+                assert_eq!(other.0[round][i].to_bits(), got.to_bits());
+            }
+        }
+    }
+    for (i, x) in results[0].1.iter().enumerate() {
+        assert_eq!(*x, i as i32 * 6);
+    }
+    let stats = sw.handle.stats().unwrap();
+    assert!(
+        stats
+            .shards
+            .iter()
+            .all(|s| s.pipeline.results_multicast > 0),
+        "both shards worked: {stats:?}"
+    );
+    assert_eq!(stats.total.pipeline.stale_seq, 0);
+    sw.stop();
+}
+
+#[test]
+fn several_tensors_in_flight_and_async() {
+    let n = 2;
+    let workers = free_addrs(n);
+    let sw = switch(
+        1,
+        vec![JobSpec {
+            job: 9,
+            epoch: None,
+            slot_base: 100,
+            slot_count: 64,
+            elems_per_packet: 256,
+            workers: workers.clone(),
+        }],
+    );
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let mut cfg = WorkerConfig::new(sw.addr, workers[r], 9, r as u8);
+            cfg.lanes = 4;
+            std::thread::spawn(move || {
+                let comm = Communicator::connect(cfg).unwrap();
+                assert_eq!(comm.job().window, 16);
+                let comm = AsyncCommunicator::start(comm).unwrap();
+                let pending: Vec<_> = (0..10)
+                    .map(|k| comm.submit_f32(tensor(r + k, 5_000 + k)))
+                    .collect();
+                pending
+                    .into_iter()
+                    .map(|p| match p.wait() {
+                        (Ok(_), Tensor::F32Owned(v)) => v,
+                        (other, _) => panic!("{other:?}"),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (k, (first, second)) in results[0].iter().zip(&results[1]).enumerate() {
+        let len = 5_000 + k;
+        assert_eq!(first.len(), len);
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| tensor(r + k, len)).collect();
+        for i in 0..len {
+            let exact: f64 = inputs.iter().map(|t| f64::from(t[i])).sum();
+            assert!((f64::from(first[i]) - exact).abs() < 1e-6);
+            assert_eq!(second[i].to_bits(), first[i].to_bits());
+        }
+    }
+    sw.stop();
+}
+
+#[test]
+fn unreachable_switch_and_unknown_rank_are_typed_errors() {
+    let workers = free_addrs(2);
+    let sw = switch(
+        1,
+        vec![JobSpec {
+            job: 2,
+            epoch: None,
+            slot_base: 0,
+            slot_count: 8,
+            elems_per_packet: 64,
+            workers: workers.clone(),
+        }],
+    );
+    // A worker the switch does not list for rank 0 gets no answer.
+    let stranger = free_addrs(1)[0];
+    let mut cfg = WorkerConfig::new(sw.addr, stranger, 2, 0);
+    cfg.probe_timeout = Duration::from_millis(300);
+    assert!(matches!(
+        Communicator::connect(cfg),
+        Err(WorkerError::SwitchUnreachable { .. })
+    ));
+    // Expecting another worker count is a job mismatch.
+    let mut cfg = WorkerConfig::new(sw.addr, workers[0], 2, 0);
+    cfg.expect_workers = Some(5);
+    assert!(matches!(
+        Communicator::connect(cfg),
+        Err(WorkerError::JobMismatch(_))
+    ));
+    let stats = sw.stop();
+    assert!(stats.total.unknown_source > 0);
+    assert!(stats.total.pipeline.wrong_port > 0);
+}
