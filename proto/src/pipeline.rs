@@ -23,7 +23,9 @@
 
 use crate::Instant;
 use ina_wire::agg::{ProbeInfo, MAX_RANK};
-use ina_wire::{frame, payload, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION};
+use ina_wire::{
+    frame, payload, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
+};
 
 /// A switch port: on the software switch, one peer address; on Tofino, a front-panel port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -87,7 +89,7 @@ pub enum JobError {
 /// Where the packet in the caller's buffer goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict<'a> {
-    /// Nothing to send; the reason was counted.
+    /// Nothing to send; the reason was counted. A dropped packet changed no register.
     Drop(DropReason),
     /// The contribution was aggregated; nothing to send until the other workers' arrive.
     Absorbed,
@@ -124,6 +126,12 @@ pub enum DropReason {
     Duplicate,
     /// A retransmission to a slot that is still collecting: the result will come by multicast.
     RetransmitIncomplete,
+    /// The reply (a result, a Reject or a ProbeReply) does not fit the caller's output buffer
+    /// ([`Pipeline::process_frame`]: not even the frame headers fit, which is checked first).
+    /// The packet is dropped before it changes any register, as if it had been lost on the way
+    /// in: a retransmission with a large enough buffer is processed as this packet would have
+    /// been. Counted instead of the reason of a refusal whose Reject could not be written.
+    OutputTooSmall,
 }
 
 /// Counters of the pipeline. All monotonic.
@@ -151,6 +159,9 @@ pub struct Counters {
     pub stale_seq: u64,
     pub duplicate: u64,
     pub retransmit_incomplete: u64,
+    /// Absent from counters serialized before it existed.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub output_too_small: u64,
 }
 
 impl Counters {
@@ -177,6 +188,7 @@ impl Counters {
         self.stale_seq += o.stale_seq;
         self.duplicate += o.duplicate;
         self.retransmit_incomplete += o.retransmit_incomplete;
+        self.output_too_small += o.output_too_small;
     }
 
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
@@ -193,6 +205,7 @@ impl Counters {
             DropReason::StaleSeq => &mut self.stale_seq,
             DropReason::Duplicate => &mut self.duplicate,
             DropReason::RetransmitIncomplete => &mut self.retransmit_incomplete,
+            DropReason::OutputTooSmall => &mut self.output_too_small,
         }
     }
 
@@ -220,6 +233,7 @@ impl Counters {
             + self.stale_seq
             + self.duplicate
             + self.retransmit_incomplete
+            + self.output_too_small
     }
 }
 
@@ -418,7 +432,7 @@ impl Pipeline {
             return self.drop(DropReason::NotIna);
         }
         if out.len() < frame::FRAME_HEADER_LEN {
-            return self.drop(DropReason::Malformed);
+            return self.drop(DropReason::OutputTooSmall);
         }
         let addrs = parsed.addrs.reversed();
         let (head, body) = out.split_at_mut(frame::FRAME_HEADER_LEN);
@@ -525,6 +539,43 @@ impl Pipeline {
         // Stage 2: bitmap. Stage 3: count.
         let seen = self.regs.bitmap[slot][x] & bit != 0;
         let pending = self.regs.count[slot][x];
+        // The result of this slot, if one is sent: header and `count` elements.
+        let result_len = HEADER_LEN + 4 * count;
+        if !new_use {
+            if seen {
+                // Retransmission: answer from the registers if the use is complete.
+                if pending != 0 {
+                    return self.drop(DropReason::RetransmitIncomplete);
+                }
+                let Some(out) = out.get_mut(..result_len) else {
+                    return self.drop(DropReason::OutputTooSmall);
+                };
+                self.emit_result(job_idx, hdr, out);
+                self.counters.results_unicast += 1;
+                return Verdict::Unicast {
+                    port: ingress,
+                    len: result_len,
+                };
+            }
+            if pending == 0 {
+                // The use completed and this worker already moved on (its bit was cleared by
+                // its next packet): a late copy.
+                return self.drop(DropReason::Duplicate);
+            }
+        }
+        // Arrivals pending: a new use starts at workers - 1 still to come.
+        let remaining = if new_use { workers - 1 } else { pending - 1 };
+        // The arrival that completes the use must be able to send the result; refusing it
+        // before any register changes keeps the slot collecting, so that its retransmission
+        // completes the use as this packet would have.
+        let out = if remaining == 0 {
+            match out.get_mut(..result_len) {
+                Some(out) => Some(out),
+                None => return self.drop(DropReason::OutputTooSmall),
+            }
+        } else {
+            None
+        };
         let m = self.regs.max_elems;
         let base = (2 * slot + x) * m;
         if new_use {
@@ -534,18 +585,6 @@ impl Pipeline {
             self.regs.exp[slot][x] = u32::from(hdr.exponent);
             payload::decode_into(payload_bytes, &mut self.regs.values[base..base + count]);
             self.counters.data_first += 1;
-        } else if seen {
-            // Retransmission: answer from the registers if the use is complete.
-            if pending != 0 {
-                return self.drop(DropReason::RetransmitIncomplete);
-            }
-            let len = self.emit_result(job_idx, hdr, out);
-            self.counters.results_unicast += 1;
-            return Verdict::Unicast { port: ingress, len };
-        } else if pending == 0 {
-            // The use completed and this worker already moved on (its bit was cleared by its
-            // next packet): a late copy.
-            return self.drop(DropReason::Duplicate);
         } else {
             self.regs.bitmap[slot][x] |= bit;
             self.regs.bitmap[slot][1 - x] &= !bit;
@@ -555,21 +594,21 @@ impl Pipeline {
             self.counters.data_added += 1;
         }
         self.counters.elements_aggregated += count as u64;
-        // Arrivals pending: a new use starts at workers - 1 still to come.
-        let remaining = if new_use { workers - 1 } else { pending - 1 };
         self.regs.count[slot][x] = remaining;
-        if remaining != 0 {
+        let Some(out) = out else {
             return Verdict::Absorbed;
-        }
-        let len = self.emit_result(job_idx, hdr, out);
+        };
+        self.emit_result(job_idx, hdr, out);
         self.counters.results_multicast += 1;
         Verdict::Multicast {
             ports: &self.jobs[job_idx].cfg.ranks,
-            len,
+            len: result_len,
         }
     }
 
-    fn emit_result(&self, job_idx: usize, hdr: &AggRepr, out: &mut [u8]) -> usize {
+    /// Writes the result of the packet's `(slot, set)` into `out`, which is exactly
+    /// `HEADER_LEN + 4 * hdr.count` bytes long.
+    fn emit_result(&self, job_idx: usize, hdr: &AggRepr, out: &mut [u8]) {
         let job = &self.jobs[job_idx].cfg;
         let slot = usize::from(hdr.slot);
         let x = usize::from(hdr.set & 1);
@@ -584,16 +623,14 @@ impl Pipeline {
             count: hdr.count,
             seq: self.regs.seq[slot][x],
         };
-        let Ok(mut pkt) = repr.emit_into(out) else {
-            return 0;
-        };
+        let mut pkt = AggPacket::new_unchecked(out);
+        repr.emit(&mut pkt);
         let m = self.regs.max_elems;
         let base = (2 * slot + x) * m;
         payload::encode_from(
             &self.regs.values[base..base + usize::from(hdr.count)],
             pkt.payload_mut(),
         );
-        repr.buffer_len()
     }
 
     fn reject(
@@ -604,11 +641,6 @@ impl Pipeline {
         ingress: PortId,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.counters.count_drop(match reason {
-            RejectReason::StaleEpoch => DropReason::StaleEpoch,
-            RejectReason::SlotOutOfRange => DropReason::SlotOutOfRange,
-            RejectReason::BadCount => DropReason::BadCount,
-        });
         let repr = AggRepr {
             kind: MessageType::Reject,
             epoch: self.jobs[job_idx].cfg.epoch,
@@ -616,9 +648,15 @@ impl Pipeline {
             count: 0,
             ..*hdr
         };
+        // A refusal that cannot be answered counts as that, not as the refusal.
         if repr.emit_into(out).is_err() {
-            return Verdict::Drop(DropReason::Malformed);
+            return self.drop(DropReason::OutputTooSmall);
         }
+        self.counters.count_drop(match reason {
+            RejectReason::StaleEpoch => DropReason::StaleEpoch,
+            RejectReason::SlotOutOfRange => DropReason::SlotOutOfRange,
+            RejectReason::BadCount => DropReason::BadCount,
+        });
         self.counters.rejects_sent += 1;
         Verdict::Unicast {
             port: ingress,
@@ -647,10 +685,11 @@ impl Pipeline {
             ..*hdr
         };
         let Ok(mut pkt) = repr.emit_into(out) else {
-            return self.drop(DropReason::Malformed);
+            return self.drop(DropReason::OutputTooSmall);
         };
         if info.emit(pkt.payload_mut()).is_err() {
-            return self.drop(DropReason::Malformed);
+            // Unreachable: the payload is ProbeInfo::COUNT elements long.
+            return self.drop(DropReason::OutputTooSmall);
         }
         self.counters.probes_answered += 1;
         Verdict::Unicast {

@@ -58,7 +58,12 @@ enum Out {
 }
 
 fn send(p: &mut Pipeline, port: u16, bytes: &[u8]) -> Out {
-    let mut out = vec![0u8; 256];
+    send_with(p, port, bytes, 256)
+}
+
+/// `send` with an output buffer of `out_len` bytes.
+fn send_with(p: &mut Pipeline, port: u16, bytes: &[u8], out_len: usize) -> Out {
+    let mut out = vec![0u8; out_len];
     let decode = |bytes: &[u8]| {
         let (h, payload) = AggRepr::parse_bytes(bytes).unwrap();
         let mut v = vec![0; usize::from(h.count)];
@@ -207,6 +212,124 @@ fn refusals_of_authenticated_workers_are_answered() {
         [0, 0],
         "refused packets leave no trace"
     );
+}
+
+#[test]
+fn refusals_that_cannot_be_answered_count_once() {
+    let mut p = pipe(2);
+    let mut stale = data(0, 8, 0, 5, 0, &[0; 4]);
+    stale[5] ^= 1; // epoch
+    let refused = [
+        (10, stale),
+        (10, data(0, 12, 0, 5, 0, &[0; 4])),
+        (11, data(1, 8, 0, 5, 0, &[0; 3])),
+    ];
+    // A Reject is a bare header: 15 bytes cannot hold it.
+    for (i, (port, pkt)) in refused.iter().enumerate() {
+        assert_eq!(
+            send_with(&mut p, *port, pkt, 15),
+            Out::Drop(DropReason::OutputTooSmall)
+        );
+        let c = *p.counters();
+        assert_eq!(c.output_too_small, i as u64 + 1);
+        assert_eq!(c.drops(DropReason::OutputTooSmall), i as u64 + 1);
+        assert_eq!(c.drops_total(), i as u64 + 1, "{c:?}");
+        assert_eq!(
+            (
+                c.stale_epoch,
+                c.slot_out_of_range,
+                c.bad_count,
+                c.rejects_sent
+            ),
+            (0, 0, 0, 0)
+        );
+    }
+    // With room for the header, the same packets are refused and counted as such.
+    for (port, pkt) in &refused {
+        assert!(matches!(
+            send_with(&mut p, *port, pkt, 16),
+            Out::Unicast(..)
+        ));
+    }
+    let c = *p.counters();
+    assert_eq!(
+        (
+            c.stale_epoch,
+            c.slot_out_of_range,
+            c.bad_count,
+            c.rejects_sent,
+            c.output_too_small
+        ),
+        (1, 1, 1, 3, 3)
+    );
+    assert_eq!(c.drops_total(), 6);
+    // A probe whose reply does not fit is dropped the same way.
+    let mut probe = data(0, 0, 0, 0, 0, &[]);
+    probe[0] = 0x14;
+    assert_eq!(
+        send_with(&mut p, 10, &probe, 31),
+        Out::Drop(DropReason::OutputTooSmall)
+    );
+    assert_eq!(p.counters().probes_answered, 0);
+    assert_eq!(p.counters().output_too_small, 4);
+}
+
+#[test]
+fn a_result_that_does_not_fit_is_never_sent() {
+    let mut p = pipe(2);
+    let a = data(0, 9, 1, 40, 120, &[1, 2, 3, 4]);
+    let b = data(1, 9, 1, 40, 130, &[10, 20, 30, 40]);
+    // An arrival that completes nothing needs no output buffer at all.
+    assert_eq!(send_with(&mut p, 10, &a, 0), Out::Absorbed);
+    let regs = p.registers().clone();
+    let before = *p.counters();
+    // The completing arrival cannot write its 32-byte result: dropped, registers untouched.
+    assert_eq!(
+        send_with(&mut p, 11, &b, 31),
+        Out::Drop(DropReason::OutputTooSmall)
+    );
+    assert_eq!(p.registers().bitmap, regs.bitmap);
+    assert_eq!(p.registers().count, regs.count);
+    assert_eq!(p.registers().exp, regs.exp);
+    assert_eq!(p.registers().values, regs.values);
+    assert_eq!(p.busy_slots(), 1);
+    let c = *p.counters();
+    assert_eq!(c.output_too_small, 1);
+    assert_eq!(c.drops_total(), before.drops_total() + 1);
+    assert_eq!(
+        (c.data_added, c.elements_aggregated, c.results_multicast),
+        (before.data_added, before.elements_aggregated, 0)
+    );
+    // The first worker's retransmission is still one to a collecting slot.
+    assert_eq!(
+        send_with(&mut p, 10, &a, 0),
+        Out::Drop(DropReason::RetransmitIncomplete)
+    );
+    // The retransmission with room completes the use as the first copy would have.
+    let done = send_with(&mut p, 11, &b, 32);
+    let Out::Multicast(ports, h, v) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(ports, vec![PortId(10), PortId(11)]);
+    assert_eq!(v, vec![11, 22, 33, 44]);
+    assert_eq!((h.exponent, h.seq, h.set), (130, 40, 1));
+    assert_eq!(
+        (p.counters().data_added, p.counters().results_multicast),
+        (1, 1)
+    );
+    // Retransmissions to the completed use: without room dropped, with room answered.
+    assert_eq!(
+        send_with(&mut p, 10, &a, 20),
+        Out::Drop(DropReason::OutputTooSmall)
+    );
+    let again = send_with(&mut p, 10, &a, 32);
+    let Out::Unicast(port, _, v) = again else {
+        panic!("{again:?}")
+    };
+    assert_eq!((port, v), (PortId(10), vec![11, 22, 33, 44]));
+    let c = *p.counters();
+    assert_eq!((c.output_too_small, c.results_unicast), (2, 1));
+    assert_eq!(c.drops_total(), 3);
 }
 
 #[test]
@@ -365,6 +488,18 @@ fn frames_are_parsed_and_answered_as_frames() {
         p.process_frame(PortId(10), &f[..20], Instant::ZERO, &mut out),
         Verdict::Drop(DropReason::NotIna)
     );
+    // No room for the reply frame: dropped, nothing emitted, the use stays complete.
+    for short in [frame::FRAME_HEADER_LEN - 1, len - 1] {
+        assert_eq!(
+            p.process_frame(PortId(10), &f, Instant::ZERO, &mut out[..short]),
+            Verdict::Drop(DropReason::OutputTooSmall)
+        );
+    }
+    assert_eq!(p.counters().output_too_small, 2);
+    assert!(matches!(
+        p.process_frame(PortId(10), &f, Instant::ZERO, &mut out[..len]),
+        Verdict::Unicast { len: l, .. } if l == len
+    ));
 }
 
 proptest! {
