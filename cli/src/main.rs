@@ -1,1 +1,66 @@
-fn main() {}
+//! `ina`: one command for the whole stack.
+//!
+//! `ina bench` compares in-network aggregation through the software switch against a ring
+//! all-reduce (and measures the switch against a plain UDP reflector); `ina switch` runs the
+//! software switch daemon; `ina worker` runs one worker process; `ina sim` runs the
+//! deterministic simulator. The subcommands only parse flags and drive the libraries.
+
+mod bench;
+mod cmd_sim;
+mod cmd_switch;
+mod cmd_worker;
+mod data;
+mod mem;
+
+use clap::{Parser, Subcommand};
+
+/// In-network gradient aggregation: software switch, workers, benchmark and simulator.
+#[derive(Debug, Parser)]
+#[command(name = "ina", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Benchmark in-network aggregation against a ring all-reduce (the default job).
+    Bench(bench::BenchArgs),
+    /// Run the software switch daemon.
+    Switch(cmd_switch::SwitchArgs),
+    /// Run one worker: all-reduce generated tensors through a switch or a ring, report as JSON.
+    Worker(cmd_worker::WorkerArgs),
+    /// Run a scenario in the deterministic simulator.
+    Sim(cmd_sim::SimArgs),
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(args) => {
+            init_tracing("warn");
+            bench::run(args)
+        }
+        Command::Switch(args) => {
+            init_tracing("info");
+            cmd_switch::run(args)
+        }
+        Command::Worker(args) => {
+            init_tracing("warn");
+            cmd_worker::run(args)
+        }
+        Command::Sim(args) => {
+            init_tracing("warn");
+            cmd_sim::run(args)
+        }
+    }
+}

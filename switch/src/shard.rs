@@ -188,9 +188,12 @@ impl Shard {
     pub(crate) fn run(mut self, stop: &AtomicBool) -> ShardStats {
         let span = tracing::info_span!("shard", index = self.index);
         let _enter = span.enter();
-        let mut rx = RecvBatch::new(64, 9216);
-        let mut tx = SendBatch::with_capacity(256, 256 * 1100);
-        let mut out = vec![0u8; 9216];
+        // A receive slot holds the largest packet a job may use, plus one byte so that a
+        // larger datagram shows up as truncated rather than fitting exactly.
+        let max_packet = ina_wire::HEADER_LEN + 4 * usize::from(self.pipe.config().max_elems);
+        let mut rx = RecvBatch::new(64, max_packet.max(2048) + 1);
+        let mut tx = SendBatch::with_capacity(256, 256 * max_packet.min(2048));
+        let mut out = vec![0u8; max_packet.max(2048)];
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
                 self.apply(cmd);

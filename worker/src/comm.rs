@@ -93,6 +93,24 @@ pub enum WorkerError {
     Disconnected,
 }
 
+impl WorkerError {
+    /// A stable name for the kind of error, for logs and machine-readable reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WorkerError::Io(_) => "io",
+            WorkerError::SwitchUnreachable { .. } => "switch_unreachable",
+            WorkerError::JobMismatch(_) => "job_mismatch",
+            WorkerError::Timeout(_) => "timeout",
+            WorkerError::SwitchRestarted { .. } => "switch_restarted",
+            WorkerError::Rejected(_) => "rejected",
+            WorkerError::NonFinite(_) => "non_finite",
+            WorkerError::Config(_) => "config",
+            WorkerError::Broken(_) => "broken",
+            WorkerError::Disconnected => "disconnected",
+        }
+    }
+}
+
 impl From<IoError> for WorkerError {
     fn from(e: IoError) -> Self {
         WorkerError::Io(e.to_string())
@@ -322,7 +340,11 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             .map(|l| Lane::new(info.slot_base + l * window, window))
             .collect();
         self.next_lane = 0;
-        self.scratch = vec![0u8; HEADER_LEN + 4 * usize::from(info.elems_per_packet)];
+        let max_packet = HEADER_LEN + 4 * usize::from(info.elems_per_packet);
+        self.scratch = vec![0u8; max_packet];
+        if self.recv.slot_size() <= max_packet {
+            self.recv = RecvBatch::new(64, max_packet + 1);
+        }
         self.broken = None;
         tracing::debug!(
             job = self.cfg.job,

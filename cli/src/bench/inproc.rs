@@ -1,0 +1,149 @@
+//! The switch and the workers as threads of the bench process, over loopback sockets.
+
+use super::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer, RunError};
+use super::{summarize, AlgoResult, Algorithm, Ctx, SwitchSummary};
+use crate::data::generate;
+use anyhow::{anyhow, Context};
+use ina_io::{Port, UdpConfig, UdpPort};
+use ina_switch::{JobSpec, Switch, SwitchConfig};
+use ina_worker::ring::{RingComm, RingOptions};
+use ina_worker::{Communicator, WorkerConfig};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs every worker on a thread of its own; `make(rank)` builds its reducer on that thread.
+fn run_workers<F>(ctx: &Ctx, make: F) -> anyhow::Result<Vec<Vec<IterRecord>>>
+where
+    F: Fn(usize) -> Result<Box<dyn Reducer>, RunError> + Sync,
+{
+    let args = &ctx.args;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..args.workers)
+            .map(|rank| {
+                let make = &make;
+                scope.spawn(move || -> Result<Vec<IterRecord>, RunError> {
+                    let input = generate(args.seed, rank, ctx.elements);
+                    let mut reducer = make(rank)?;
+                    run_iterations(
+                        reducer.as_mut(),
+                        &input,
+                        ctx.reference.as_deref(),
+                        args.warmup,
+                        args.iterations,
+                        &mut |_| {
+                            if rank == 0 {
+                                ctx.progress.inc(1);
+                            }
+                        },
+                    )
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (rank, t) in threads.into_iter().enumerate() {
+            match t.join() {
+                Ok(Ok(records)) => out.push(records),
+                Ok(Err(e)) => return Err(anyhow!("worker {rank}: {e}")),
+                Err(_) => return Err(anyhow!("worker {rank} panicked")),
+            }
+        }
+        Ok(out)
+    })
+}
+
+pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+    let args = &ctx.args;
+    let mut cfg = SwitchConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.shards = args.shards;
+    cfg.loss = args.loss;
+    cfg.seed = args.seed;
+    cfg.pipeline.pool_slots = args.slots;
+    cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
+    let switch = Switch::bind(cfg).context("starting the switch")?;
+    let switch_addr = switch.local_addr();
+    let handle = switch.handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let switch_thread = switch.spawn(stop.clone())?;
+    let result = (|| {
+        let mut ports = Vec::new();
+        for _ in 0..args.workers {
+            ports.push(Some(UdpPort::bind_with(
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                &UdpConfig::default(),
+            )?));
+        }
+        let addrs: Vec<SocketAddr> = ports.iter().flatten().map(|p| p.local_addr()).collect();
+        handle
+            .add_job(JobSpec {
+                job: 1,
+                epoch: None,
+                slot_base: 0,
+                slot_count: args.slots,
+                elems_per_packet: args.elems,
+                workers: addrs.clone(),
+            })
+            .context("installing the job")?;
+        let ports = std::sync::Mutex::new(ports);
+        let records = run_workers(ctx, |rank| {
+            let port = ports
+                .lock()
+                .ok()
+                .and_then(|mut p| p.get_mut(rank).and_then(Option::take))
+                .ok_or_else(|| RunError {
+                    kind: "internal".into(),
+                    message: "port taken twice".into(),
+                })?;
+            let mut wc = WorkerConfig::new(switch_addr, addrs[rank], 1, rank as u8);
+            wc.window = args.window;
+            wc.give_up = Duration::from_millis(args.give_up_ms);
+            Ok(Box::new(InaReducer(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
+        })?;
+        let stats = handle.stats().context("reading switch statistics")?;
+        anyhow::Ok((records, stats))
+    })();
+    stop.store(true, Ordering::SeqCst);
+    let _ = switch_thread.join();
+    let (records, stats) = result?;
+    let mut r = summarize(ctx, Algorithm::Ina, &records)?;
+    let t = &stats.total;
+    r.switch = Some(SwitchSummary {
+        packets_in: t.pipeline.packets_in,
+        results_multicast: t.pipeline.results_multicast,
+        drops: t.pipeline.drops_total(),
+        injected_drops: t.injected_drops_in + t.injected_drops_out,
+        peak_rss_kib: None,
+    });
+    r.worker_peak_rss_kib = crate::mem::peak_rss_kib();
+    Ok(r)
+}
+
+pub(crate) fn ring(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+    let args = &ctx.args;
+    let mut listeners = Vec::new();
+    for _ in 0..args.workers {
+        listeners.push(Some(TcpListener::bind("127.0.0.1:0")?));
+    }
+    let peers: Vec<SocketAddr> = listeners
+        .iter()
+        .flatten()
+        .map(TcpListener::local_addr)
+        .collect::<Result<_, _>>()?;
+    let listeners = std::sync::Mutex::new(listeners);
+    let records = run_workers(ctx, |rank| {
+        let listener = listeners
+            .lock()
+            .ok()
+            .and_then(|mut l| l.get_mut(rank).and_then(Option::take))
+            .ok_or_else(|| RunError {
+                kind: "internal".into(),
+                message: "listener taken twice".into(),
+            })?;
+        let comm = RingComm::connect_with_listener(rank, listener, &peers, RingOptions::default())?;
+        Ok(Box::new(RingReducer(comm)) as Box<dyn Reducer>)
+    })?;
+    let mut r = summarize(ctx, Algorithm::Ring, &records)?;
+    r.worker_peak_rss_kib = crate::mem::peak_rss_kib();
+    Ok(r)
+}

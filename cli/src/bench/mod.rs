@@ -1,0 +1,504 @@
+//! `ina bench`: in-network aggregation against a ring all-reduce, and the switch's packet rate
+//! against a plain UDP reflector.
+
+mod inproc;
+mod procs;
+mod rate;
+pub mod runner;
+
+use crate::data::Reference;
+use crate::mem::{format_kib, peak_rss_kib};
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use runner::IterRecord;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What `ina bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// All-reduce through the software switch.
+    Ina,
+    /// Bandwidth-optimal ring all-reduce over TCP.
+    Ring,
+    /// Packet rate of the switch with lightweight load generators.
+    Switch,
+    /// Packet rate of a plain UDP reflector with the same generators and batched I/O.
+    Reflector,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Workers.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Tensor size in bytes (suffixes K, M, G, KiB, MiB, GiB); float32 elements = size / 4.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Algorithms to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ina,ring")]
+    pub algorithms: Vec<Algorithm>,
+    /// Timed iterations.
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+    /// Untimed iterations first.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Elements per packet (64 or 256 fit Tofino; the software switch takes up to 256 by
+    /// default).
+    #[arg(long, default_value_t = 256)]
+    pub elems: u16,
+    /// Aggregation slots given to the job.
+    #[arg(long, default_value_t = 256)]
+    pub slots: u16,
+    /// Slots per stream (default: all the job's slots).
+    #[arg(long)]
+    pub window: Option<u16>,
+    /// Switch threads.
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// Run the switch and each worker in its own OS process (ina and ring).
+    #[arg(long)]
+    pub processes: bool,
+    /// Drop this fraction of datagrams entering the switch, and of those leaving it.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Skip checking results against the exact f64 sums.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Seed of the generated tensors and of the loss.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seconds each packet-rate measurement (switch, reflector) runs.
+    #[arg(long, default_value_t = 2.0)]
+    pub rate_seconds: f64,
+    /// A worker gives up on a packet unanswered this long.
+    #[arg(long, default_value_t = 5000)]
+    pub give_up_ms: u64,
+}
+
+/// Parses `64MiB`, `1G`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        other => return Err(format!("unknown unit `{other}` in `{s}`")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// Switch-side figures of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SwitchSummary {
+    pub packets_in: u64,
+    pub results_multicast: u64,
+    pub drops: u64,
+    pub injected_drops: u64,
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// A packet-rate measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateResult {
+    /// Datagrams received plus sent by the server per second.
+    pub packets_per_s: f64,
+    /// Payload bits the server received per second.
+    pub rx_gbit_per_s: f64,
+    pub seconds: f64,
+    pub packet_bytes: usize,
+    pub resends: u64,
+}
+
+/// One algorithm's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct AlgoResult {
+    pub algorithm: Algorithm,
+    pub processes: bool,
+    pub workers: usize,
+    pub bytes: u64,
+    pub elements: usize,
+    pub loss: f64,
+    /// Per timed iteration: the slowest worker's time.
+    pub seconds: Vec<f64>,
+    pub median_s: f64,
+    pub min_s: f64,
+    pub max_s: f64,
+    /// Tensor bits per second at the median.
+    pub goodput_gbit_per_s: f64,
+    /// Elements summed per second at the median.
+    pub elements_per_s: f64,
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    /// Every worker held the same bits and every element was within its bound.
+    pub verified: Option<bool>,
+    pub retransmissions: u64,
+    pub switch: Option<SwitchSummary>,
+    /// The largest worker process's peak memory (in-process runs: the bench process's).
+    pub worker_peak_rss_kib: Option<u64>,
+    pub rate: Option<RateResult>,
+}
+
+/// Everything `--json` writes.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub workers: usize,
+    pub bytes: u64,
+    pub elems_per_packet: u16,
+    pub slots: u16,
+    pub shards: usize,
+    pub loss: f64,
+    pub processes: bool,
+    pub cpus: usize,
+    pub results: Vec<AlgoResult>,
+    /// `ina` goodput over `ring` goodput.
+    pub ina_over_ring: Option<f64>,
+    /// Switch packet rate over reflector packet rate.
+    pub switch_over_reflector: Option<f64>,
+    pub bench_peak_rss_kib: Option<u64>,
+}
+
+/// Shared state of one bench run.
+pub(crate) struct Ctx {
+    pub args: BenchArgs,
+    pub elements: usize,
+    pub reference: Option<Arc<Reference>>,
+    pub progress: ProgressBar,
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Folds the workers' records (one list per worker) into one result.
+pub(crate) fn summarize(
+    ctx: &Ctx,
+    algorithm: Algorithm,
+    per_worker: &[Vec<IterRecord>],
+) -> anyhow::Result<AlgoResult> {
+    let args = &ctx.args;
+    let total = args.warmup + args.iterations;
+    if per_worker.len() != args.workers || per_worker.iter().any(|w| w.len() != total) {
+        bail!("{algorithm:?}: a worker reported fewer iterations than it ran");
+    }
+    let mut seconds = Vec::new();
+    let mut retransmissions = 0;
+    let mut max_abs: Option<f64> = None;
+    let mut max_rel: Option<f64> = None;
+    let mut verified = ctx.reference.as_ref().map(|_| true);
+    for i in 0..total {
+        let recs: Vec<&IterRecord> = per_worker.iter().map(|w| &w[i]).collect();
+        if let Some(v) = verified.as_mut() {
+            let same = recs
+                .windows(2)
+                .all(|p| p[0].fingerprint == p[1].fingerprint);
+            let within = recs.iter().all(|r| r.violations == Some(0));
+            *v &= same && within;
+        }
+        for r in &recs {
+            if let Some(e) = r.max_abs_err {
+                max_abs = Some(max_abs.map_or(e, |m| m.max(e)));
+            }
+            if let Some(e) = r.max_rel_err {
+                max_rel = Some(max_rel.map_or(e, |m| m.max(e)));
+            }
+        }
+        if i >= args.warmup {
+            seconds.push(recs.iter().map(|r| r.seconds).fold(0.0, f64::max));
+            retransmissions += recs.iter().map(|r| r.retransmissions).sum::<u64>();
+        }
+    }
+    let mut sorted = seconds.clone();
+    sorted.sort_by(f64::total_cmp);
+    let med = median(&sorted);
+    Ok(AlgoResult {
+        algorithm,
+        processes: args.processes,
+        workers: args.workers,
+        bytes: ctx.elements as u64 * 4,
+        elements: ctx.elements,
+        loss: if algorithm == Algorithm::Ring {
+            0.0
+        } else {
+            args.loss
+        },
+        median_s: med,
+        min_s: sorted.first().copied().unwrap_or(f64::NAN),
+        max_s: sorted.last().copied().unwrap_or(f64::NAN),
+        goodput_gbit_per_s: ctx.elements as f64 * 32.0 / med / 1e9,
+        elements_per_s: ctx.elements as f64 / med,
+        seconds,
+        max_abs_err: max_abs,
+        max_rel_err: max_rel,
+        verified,
+        retransmissions,
+        switch: None,
+        worker_peak_rss_kib: None,
+        rate: None,
+    })
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.workers == 0 || args.workers > 32 {
+        bail!("--workers must be 1..=32 (a switch slot tracks at most 32 workers)");
+    }
+    if args.iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    if !(0.0..1.0).contains(&args.loss) {
+        bail!("--loss must be in [0, 1)");
+    }
+    if args.elems == 0 || args.slots == 0 {
+        bail!("--elems and --slots must be positive");
+    }
+    if args.algorithms.is_empty() {
+        bail!("no --algorithms given");
+    }
+    let elements = usize::try_from(args.size / 4).context("--size too large")?;
+    let tensor_algos = args
+        .algorithms
+        .iter()
+        .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring))
+        .count();
+    let progress = ProgressBar::new((tensor_algos * (args.warmup + args.iterations)) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} iterations, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let reference = if args.no_verify || tensor_algos == 0 {
+        None
+    } else {
+        progress.set_message("reference");
+        Some(Arc::new(Reference::new(
+            args.seed,
+            args.workers,
+            elements,
+            usize::from(args.elems),
+        )))
+    };
+    let ctx = Ctx {
+        args: args.clone(),
+        elements,
+        reference,
+        progress,
+    };
+    let mut results = Vec::new();
+    for &algo in &args.algorithms {
+        ctx.progress.set_message(format!("{algo:?}").to_lowercase());
+        let r = match (algo, args.processes) {
+            (Algorithm::Ina, false) => inproc::ina(&ctx),
+            (Algorithm::Ring, false) => inproc::ring(&ctx),
+            (Algorithm::Ina, true) => procs::ina(&ctx),
+            (Algorithm::Ring, true) => procs::ring(&ctx),
+            (Algorithm::Switch, _) => rate::switch(&ctx),
+            (Algorithm::Reflector, _) => rate::reflector(&ctx),
+        }
+        .with_context(|| format!("running {algo:?}"))?;
+        results.push(r);
+    }
+    ctx.progress.finish_and_clear();
+    let find = |a: Algorithm| results.iter().find(|r| r.algorithm == a);
+    let ina_over_ring = match (find(Algorithm::Ina), find(Algorithm::Ring)) {
+        (Some(i), Some(r)) => Some(i.goodput_gbit_per_s / r.goodput_gbit_per_s),
+        _ => None,
+    };
+    let switch_over_reflector = match (find(Algorithm::Switch), find(Algorithm::Reflector)) {
+        (Some(s), Some(r)) => match (&s.rate, &r.rate) {
+            (Some(s), Some(r)) => Some(s.packets_per_s / r.packets_per_s),
+            _ => None,
+        },
+        _ => None,
+    };
+    let report = BenchReport {
+        workers: args.workers,
+        bytes: elements as u64 * 4,
+        elems_per_packet: args.elems,
+        slots: args.slots,
+        shards: args.shards,
+        loss: args.loss,
+        processes: args.processes,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        results,
+        ina_over_ring,
+        switch_over_reflector,
+        bench_peak_rss_kib: peak_rss_kib(),
+    };
+    print_report(&report);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        println!("results written to {}", path.display());
+    }
+    let failed: Vec<_> = report
+        .results
+        .iter()
+        .filter(|r| r.verified == Some(false))
+        .map(|r| format!("{:?}", r.algorithm))
+        .collect();
+    if !failed.is_empty() {
+        bail!("results outside their bound or differing between workers: {failed:?}");
+    }
+    Ok(())
+}
+
+fn fmt_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b % (1 << 30) == 0 {
+        format!("{} GiB", b >> 30)
+    } else if b >= 1 << 20 {
+        format!("{:.0} MiB", b as f64 / f64::from(1 << 20))
+    } else if b >= 1 << 10 {
+        format!("{:.0} KiB", b as f64 / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn fmt_opt_e(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1e}"))
+}
+
+fn print_report(r: &BenchReport) {
+    let tensor: Vec<&AlgoResult> = r.results.iter().filter(|x| x.rate.is_none()).collect();
+    if !tensor.is_empty() {
+        println!(
+            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8}",
+            "algorithm",
+            "workers",
+            "size",
+            "median",
+            "min",
+            "max",
+            "Gbit/s",
+            "Melem/s",
+            "abs err",
+            "rel err",
+            "retrans",
+            "verified"
+        );
+        for x in tensor {
+            let name = format!(
+                "{:?}{}",
+                x.algorithm,
+                if x.processes { " (proc)" } else { "" }
+            )
+            .to_lowercase();
+            println!(
+                "{:<10} {:>7} {:>9} {:>8.1}ms {:>7.1}ms {:>7.1}ms {:>9.2} {:>10.1} {:>9} {:>9} {:>8} {:>8}",
+                name,
+                x.workers,
+                fmt_bytes(x.bytes),
+                x.median_s * 1e3,
+                x.min_s * 1e3,
+                x.max_s * 1e3,
+                x.goodput_gbit_per_s,
+                x.elements_per_s / 1e6,
+                fmt_opt_e(x.max_abs_err),
+                fmt_opt_e(x.max_rel_err),
+                x.retransmissions,
+                match x.verified {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "-",
+                }
+            );
+        }
+    }
+    let rates: Vec<&AlgoResult> = r.results.iter().filter(|x| x.rate.is_some()).collect();
+    if !rates.is_empty() {
+        println!();
+        println!(
+            "{:<10} {:>7} {:>9} {:>12} {:>10} {:>8}",
+            "server", "clients", "packet", "packets/s", "rx Gbit/s", "resends"
+        );
+        for x in rates {
+            if let Some(rate) = &x.rate {
+                println!(
+                    "{:<10} {:>7} {:>8}B {:>11.2}M {:>10.2} {:>8}",
+                    format!("{:?}", x.algorithm).to_lowercase(),
+                    x.workers,
+                    rate.packet_bytes,
+                    rate.packets_per_s / 1e6,
+                    rate.rx_gbit_per_s,
+                    rate.resends
+                );
+            }
+        }
+    }
+    println!();
+    if let Some(x) = r.ina_over_ring {
+        println!("ina / ring goodput:          {x:.2}x");
+    }
+    if let Some(x) = r.switch_over_reflector {
+        println!("switch / reflector pkt rate: {x:.2}x");
+    }
+    for x in &r.results {
+        if let Some(s) = &x.switch {
+            println!(
+                "{:?} switch: {} packets in, {} results, {} drops ({} injected), peak memory {}",
+                x.algorithm,
+                s.packets_in,
+                s.results_multicast,
+                s.drops,
+                s.injected_drops,
+                s.peak_rss_kib.map_or_else(|| "-".into(), format_kib)
+            );
+        }
+        if x.processes {
+            if let Some(k) = x.worker_peak_rss_kib {
+                println!("{:?} worker peak memory: {}", x.algorithm, format_kib(k));
+            }
+        }
+    }
+    if let Some(k) = r.bench_peak_rss_kib {
+        println!(
+            "bench process peak memory: {} ({})",
+            format_kib(k),
+            if r.processes {
+                "orchestration and reference"
+            } else {
+                "switch, workers, inputs and reference"
+            }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(&[1.0, 2.0, 10.0]), 2.0);
+        assert_eq!(median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
+        assert!(median(&[]).is_nan());
+    }
+}

@@ -1,0 +1,300 @@
+//! Packet rate of the switch against a plain UDP reflector.
+//!
+//! The same closed-loop load generators drive both servers: each keeps a window of data
+//! packets outstanding (no quantization, templates patched in place) and sends the next packet
+//! for a slot as soon as the answer for it arrives: the switch's result, or the reflector's
+//! echo. Both servers run one thread with the same batched UDP I/O, so the ratio of their
+//! packet rates is the cost of the aggregation pipeline over bare I/O.
+
+use super::{AlgoResult, Algorithm, Ctx, RateResult};
+use anyhow::Context;
+use ina_io::reflector::Reflector;
+use ina_io::{Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
+use ina_switch::{JobSpec, Switch, SwitchConfig};
+use ina_wire::{AggRepr, MessageType};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a generator sends and expects.
+#[derive(Debug, Clone, Copy)]
+struct GenConfig {
+    server: SocketAddr,
+    job: u16,
+    epoch: u16,
+    rank: u8,
+    window: u16,
+    elems: u16,
+    /// The answer is the packet itself (reflector) rather than a result (switch).
+    echo: bool,
+}
+
+fn header(cfg: &GenConfig, position: u64) -> AggRepr {
+    let w = u64::from(cfg.window);
+    AggRepr {
+        kind: MessageType::Data,
+        set: ((position / w) & 1) as u8,
+        job: cfg.job,
+        epoch: cfg.epoch,
+        rank: cfg.rank,
+        exponent: 0,
+        slot: (position % w) as u16,
+        count: cfg.elems,
+        seq: position as u32,
+    }
+}
+
+/// Runs one generator until `stop`; counts answered packets in `done`.
+fn generate(
+    mut port: UdpPort,
+    cfg: GenConfig,
+    stop: &AtomicBool,
+    done: &AtomicU64,
+    resends: &AtomicU64,
+) -> anyhow::Result<()> {
+    let w = u64::from(cfg.window);
+    let len = ina_wire::HEADER_LEN + 4 * usize::from(cfg.elems);
+    let mut packet = vec![0u8; len];
+    // Positions start at the window, as a worker's lane does.
+    let mut outstanding: Vec<u64> = (w..2 * w).collect();
+    let mut send = SendBatch::with_capacity(64, 64 * len);
+    let mut recv = RecvBatch::new(64, 2048);
+    let emit = |pos: u64, send: &mut SendBatch, packet: &mut Vec<u8>| -> anyhow::Result<()> {
+        header(&cfg, pos)
+            .emit_into(packet)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        send.push(cfg.server, packet);
+        Ok(())
+    };
+    let flush = |port: &mut UdpPort, send: &mut SendBatch| {
+        if !send.is_empty() {
+            // A refused datagram is a loss; the resend timer covers it.
+            let _ = port.send_batch(send);
+            send.clear();
+        }
+    };
+    for &pos in &outstanding {
+        emit(pos, &mut send, &mut packet)?;
+        if send.len() >= 64 {
+            flush(&mut port, &mut send);
+        }
+    }
+    flush(&mut port, &mut send);
+    let mut last_progress = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        port.recv_batch(&mut recv, Some(Duration::from_millis(5)))?;
+        let mut answered = 0;
+        for d in recv.iter() {
+            let Ok((h, _)) = AggRepr::parse_bytes(d.data) else {
+                continue;
+            };
+            let expected = if cfg.echo {
+                MessageType::Data
+            } else {
+                MessageType::Result
+            };
+            if h.kind != expected || h.slot >= cfg.window {
+                continue;
+            }
+            let i = usize::from(h.slot);
+            let Some(pos) = outstanding.get_mut(i) else {
+                continue;
+            };
+            if u64::from(h.seq) != *pos {
+                continue;
+            }
+            *pos += w;
+            answered += 1;
+            emit(*pos, &mut send, &mut packet)?;
+            if send.len() >= 64 {
+                flush(&mut port, &mut send);
+            }
+        }
+        flush(&mut port, &mut send);
+        if answered > 0 {
+            done.fetch_add(answered, Ordering::Relaxed);
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > Duration::from_millis(20) {
+            for &pos in &outstanding {
+                emit(pos, &mut send, &mut packet)?;
+                if send.len() >= 64 {
+                    flush(&mut port, &mut send);
+                }
+            }
+            flush(&mut port, &mut send);
+            resends.fetch_add(w, Ordering::Relaxed);
+            last_progress = Instant::now();
+        }
+    }
+    Ok(())
+}
+
+/// Drives `workers` generators against `server` and measures the answered rate.
+fn measure(
+    ctx: &Ctx,
+    ports: Vec<UdpPort>,
+    cfgs: Vec<GenConfig>,
+    packet_bytes: usize,
+) -> anyhow::Result<RateResult> {
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let resends = AtomicU64::new(0);
+    let seconds = ctx.args.rate_seconds.max(0.1);
+    let (start_count, end_count, elapsed) = std::thread::scope(|scope| {
+        let threads: Vec<_> = ports
+            .into_iter()
+            .zip(cfgs)
+            .map(|(port, cfg)| {
+                let (stop, done, resends) = (&stop, &done, &resends);
+                scope.spawn(move || generate(port, cfg, stop, done, resends))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        let c0 = done.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        let c1 = done.load(Ordering::Relaxed);
+        let dt = t0.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            match t.join() {
+                Ok(r) => r?,
+                Err(_) => anyhow::bail!("a load generator panicked"),
+            }
+        }
+        anyhow::Ok((c0, c1, dt))
+    })?;
+    let answered = (end_count - start_count) as f64;
+    Ok(RateResult {
+        // Every answer is one datagram out of the server, matched by one datagram in.
+        packets_per_s: 2.0 * answered / elapsed,
+        rx_gbit_per_s: answered * packet_bytes as f64 * 8.0 / elapsed / 1e9,
+        seconds: elapsed,
+        packet_bytes,
+        resends: resends.load(Ordering::Relaxed),
+    })
+}
+
+fn bind_clients(n: usize) -> anyhow::Result<Vec<UdpPort>> {
+    (0..n)
+        .map(|_| {
+            UdpPort::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), &UdpConfig::default())
+                .context("binding a load generator")
+        })
+        .collect()
+}
+
+fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
+    AlgoResult {
+        algorithm,
+        processes: false,
+        workers: ctx.args.workers,
+        bytes: 0,
+        elements: 0,
+        loss: 0.0,
+        seconds: vec![rate.seconds],
+        median_s: rate.seconds,
+        min_s: rate.seconds,
+        max_s: rate.seconds,
+        goodput_gbit_per_s: rate.rx_gbit_per_s,
+        elements_per_s: 0.0,
+        max_abs_err: None,
+        max_rel_err: None,
+        verified: None,
+        retransmissions: rate.resends,
+        switch: None,
+        worker_peak_rss_kib: None,
+        rate: Some(rate),
+    }
+}
+
+fn window(ctx: &Ctx) -> u16 {
+    ctx.args
+        .window
+        .unwrap_or(ctx.args.slots)
+        .min(ctx.args.slots)
+}
+
+pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+    let args = &ctx.args;
+    let mut cfg = SwitchConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.shards = args.shards;
+    cfg.pipeline.pool_slots = args.slots;
+    cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
+    let sw = Switch::bind(cfg).context("starting the switch")?;
+    let server = sw.local_addr();
+    let handle = sw.handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = sw.spawn(stop.clone())?;
+    let run = (|| {
+        let ports = bind_clients(args.workers)?;
+        let window = window(ctx);
+        let job = handle
+            .add_job(JobSpec {
+                job: 1,
+                epoch: None,
+                slot_base: 0,
+                slot_count: window,
+                elems_per_packet: args.elems,
+                workers: ports.iter().map(UdpPort::local_addr).collect(),
+            })
+            .context("installing the job")?;
+        let cfgs = (0..args.workers)
+            .map(|r| GenConfig {
+                server,
+                job: 1,
+                epoch: job.epoch.unwrap_or(0),
+                rank: r as u8,
+                window,
+                elems: args.elems,
+                echo: false,
+            })
+            .collect();
+        let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
+        measure(ctx, ports, cfgs, bytes)
+    })();
+    stop.store(true, Ordering::SeqCst);
+    let stats = thread.join();
+    let rate = run?;
+    let mut r = result(ctx, Algorithm::Switch, rate);
+    if let Ok(Ok(s)) = stats {
+        r.switch = Some(super::SwitchSummary {
+            packets_in: s.total.pipeline.packets_in,
+            results_multicast: s.total.pipeline.results_multicast,
+            drops: s.total.pipeline.drops_total(),
+            injected_drops: 0,
+            peak_rss_kib: None,
+        });
+    }
+    Ok(r)
+}
+
+pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+    let args = &ctx.args;
+    let refl =
+        Reflector::bind(SocketAddr::from(([127, 0, 0, 1], 0))).context("starting the reflector")?;
+    let server = refl.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = refl.spawn(stop.clone())?;
+    let run = (|| {
+        let ports = bind_clients(args.workers)?;
+        let window = window(ctx);
+        let cfgs = (0..args.workers)
+            .map(|r| GenConfig {
+                server,
+                job: 1,
+                epoch: 0,
+                rank: r as u8,
+                window,
+                elems: args.elems,
+                echo: true,
+            })
+            .collect();
+        let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
+        measure(ctx, ports, cfgs, bytes)
+    })();
+    stop.store(true, Ordering::SeqCst);
+    let _ = thread.join();
+    Ok(result(ctx, Algorithm::Reflector, run?))
+}

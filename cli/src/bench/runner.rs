@@ -1,0 +1,135 @@
+//! One worker's benchmark loop, shared by the in-process bench and `ina worker`.
+
+use crate::data::{fingerprint, Bound, Check, Reference};
+use ina_worker::ring::RingComm;
+use ina_worker::{Communicator, WorkerError};
+use serde::Serialize;
+use std::time::Instant;
+
+/// An all-reduce under test.
+pub trait Reducer {
+    /// Sums `data` over all workers in place; returns the retransmissions it needed.
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError>;
+    /// Returns once every worker called it.
+    fn barrier(&mut self) -> Result<(), RunError>;
+    /// How results are bounded.
+    fn bound(&self) -> Bound;
+}
+
+/// Why a worker's run stopped.
+#[derive(Debug, Clone, Serialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct RunError {
+    /// A stable name: `timeout`, `switch_restarted`, `ring`, ...
+    pub kind: String,
+    pub message: String,
+}
+
+impl From<WorkerError> for RunError {
+    fn from(e: WorkerError) -> Self {
+        RunError {
+            kind: e.kind().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<ina_worker::ring::RingError> for RunError {
+    fn from(e: ina_worker::ring::RingError) -> Self {
+        RunError {
+            kind: "ring".into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// In-network aggregation through a switch.
+#[derive(Debug)]
+pub struct InaReducer(pub Communicator);
+
+impl Reducer for InaReducer {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError> {
+        let s = self.0.allreduce_f32(data)?;
+        Ok(s.stream.retransmissions)
+    }
+
+    fn barrier(&mut self) -> Result<(), RunError> {
+        self.0.allreduce_i32(&mut [1])?;
+        Ok(())
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::Quantized
+    }
+}
+
+/// The TCP ring.
+#[derive(Debug)]
+pub struct RingReducer(pub RingComm);
+
+impl Reducer for RingReducer {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError> {
+        self.0.allreduce_f32(data)?;
+        Ok(0)
+    }
+
+    fn barrier(&mut self) -> Result<(), RunError> {
+        self.0.allreduce_i32(&mut [1])?;
+        Ok(())
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::Float
+    }
+}
+
+/// One iteration as one worker saw it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct IterRecord {
+    pub iteration: usize,
+    pub warmup: bool,
+    pub seconds: f64,
+    pub retransmissions: u64,
+    /// `None` when not verified.
+    pub max_abs_err: Option<f64>,
+    pub max_rel_err: Option<f64>,
+    pub violations: Option<u64>,
+    pub first_violation: Option<usize>,
+    pub fingerprint: Option<u64>,
+}
+
+/// Runs `warmup + iterations` all-reduces of a copy of `input`, each after a barrier, checking
+/// every result against `reference` when one is given. `on_iter` sees each record as it ends.
+pub fn run_iterations(
+    reducer: &mut dyn Reducer,
+    input: &[f32],
+    reference: Option<&Reference>,
+    warmup: usize,
+    iterations: usize,
+    on_iter: &mut dyn FnMut(&IterRecord),
+) -> Result<Vec<IterRecord>, RunError> {
+    let mut buf = input.to_vec();
+    let mut records = Vec::with_capacity(warmup + iterations);
+    for iteration in 0..warmup + iterations {
+        buf.copy_from_slice(input);
+        reducer.barrier()?;
+        let start = Instant::now();
+        let retransmissions = reducer.allreduce(&mut buf)?;
+        let seconds = start.elapsed().as_secs_f64();
+        let check: Option<Check> = reference.map(|r| r.check(&buf, reducer.bound()));
+        let record = IterRecord {
+            iteration,
+            warmup: iteration < warmup,
+            seconds,
+            retransmissions,
+            max_abs_err: check.map(|c| c.max_abs_err),
+            max_rel_err: check.map(|c| c.max_rel_err),
+            violations: check.map(|c| c.violations),
+            first_violation: check.and_then(|c| c.first_violation),
+            fingerprint: reference.map(|_| fingerprint(&buf)),
+        };
+        on_iter(&record);
+        records.push(record);
+    }
+    Ok(records)
+}

@@ -1,0 +1,180 @@
+//! `ina sim`: one or more jobs of workers against the switch model in virtual time.
+//!
+//! Predicts completion time and goodput for a link speed, latency and loss, and checks every
+//! run the same way the simulation tests do: all workers of a job end with identical bits,
+//! within the quantizer's bound of the exact sum.
+
+use crate::data::{fingerprint, generate, Bound, Reference};
+use anyhow::bail;
+use ina_sim::{Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    /// Workers per job (1..=32).
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Jobs sharing the switch, each with its own slots.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// Float32 elements per tensor.
+    #[arg(long, default_value_t = 1 << 20)]
+    elements: usize,
+    /// Elements per packet.
+    #[arg(long, default_value_t = 256)]
+    elems: u16,
+    /// Slots per job (the window).
+    #[arg(long, default_value_t = 128)]
+    window: u16,
+    /// Link speed, Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    gbps: f64,
+    /// One-way link latency, microseconds.
+    #[arg(long, default_value_t = 5.0)]
+    latency_us: f64,
+    /// Loss probability per packet and direction.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Duplication probability per packet and direction.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Reordering probability per packet and direction.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs with seeds seed, seed+1, ...
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct SimResult {
+    seed: u64,
+    job: u16,
+    virtual_seconds: f64,
+    goodput_gbit_per_s: f64,
+    /// The 2(n-1)/n bytes-per-link lower bound of a ring at the same link speed, as a time.
+    ring_bound_seconds: f64,
+    packets_sent: u64,
+    retransmissions: u64,
+    identical: bool,
+    within_bound: bool,
+    error: Option<String>,
+}
+
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    if args.workers == 0 || args.workers > 32 {
+        bail!("--workers must be 1..=32");
+    }
+    if args.jobs == 0 || args.jobs * usize::from(args.window) > 60_000 {
+        bail!("--jobs times --window must fit the switch's slots");
+    }
+    if args.gbps.is_nan() || args.gbps <= 0.0 {
+        bail!("--gbps must be positive");
+    }
+    let link = LinkConfig {
+        latency: Duration::from_secs_f64(args.latency_us * 1e-6),
+        bandwidth_bps: Some((args.gbps * 1e9) as u64),
+        loss: args.loss,
+        duplicate: args.duplicate,
+        reorder: args.reorder,
+        reorder_delay: Duration::from_secs_f64(args.latency_us * 4e-6),
+    };
+    let reference = Reference::new(1, args.workers, args.elements, usize::from(args.elems));
+    let n = args.workers as f64;
+    let bytes = args.elements as f64 * 4.0;
+    let ring_bound = 2.0 * (n - 1.0) / n * bytes * 8.0 / (args.gbps * 1e9);
+    let mut results = Vec::new();
+    let mut failed = false;
+    println!(
+        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6}",
+        "seed", "job", "virtual ms", "Gbit/s", "ring bound", "packets", "retrans", "ok"
+    );
+    for seed in args.seed..args.seed + args.seeds {
+        let jobs = (0..args.jobs)
+            .map(|j| JobSpec {
+                job: j as u16 + 1,
+                epoch: 7,
+                slot_base: j as u16 * args.window,
+                window: args.window,
+                elems_per_packet: args.elems,
+                workers: (0..args.workers)
+                    .map(|r| WorkerSpec::new(vec![Data::F32(generate(1, r, args.elements))]))
+                    .collect(),
+            })
+            .collect();
+        let mut scenario = Scenario::new(seed, jobs);
+        scenario.link = link;
+        scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
+        scenario.pipeline.max_elems = args.elems;
+        let report = ina_sim::run(&scenario);
+        for job in &report.jobs {
+            let mut prints = Vec::new();
+            let mut within = true;
+            let mut error = None;
+            let mut ended = Duration::ZERO;
+            let (mut sent, mut retrans) = (0, 0);
+            for w in &job.workers {
+                match &w.outcome {
+                    Some(Ok(stats)) => {
+                        for s in stats {
+                            sent += s.packets_sent;
+                            retrans += s.retransmissions;
+                        }
+                    }
+                    Some(Err(e)) => error = Some(e.to_string()),
+                    None => error = Some("did not finish".into()),
+                }
+                ended = ended.max(w.ended_at.unwrap_or(report.elapsed));
+                if let Some(Data::F32(t)) = w.tensors.first() {
+                    prints.push(fingerprint(t));
+                    within &= reference.check(t, Bound::Quantized).violations == 0;
+                }
+            }
+            let identical = prints.windows(2).all(|p| p[0] == p[1]);
+            let secs = ended.as_secs_f64();
+            let r = SimResult {
+                seed,
+                job: job.job,
+                virtual_seconds: secs,
+                goodput_gbit_per_s: bytes * 8.0 / secs / 1e9,
+                ring_bound_seconds: ring_bound,
+                packets_sent: sent,
+                retransmissions: retrans,
+                identical,
+                within_bound: within,
+                error,
+            };
+            let ok = r.error.is_none() && r.identical && r.within_bound;
+            failed |= !ok;
+            println!(
+                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6}",
+                seed,
+                r.job,
+                secs * 1e3,
+                r.goodput_gbit_per_s,
+                ring_bound * 1e3,
+                r.packets_sent,
+                r.retransmissions,
+                if ok { "yes" } else { "NO" }
+            );
+            if let Some(e) = &r.error {
+                println!("       job {}: {e}", r.job);
+            }
+            results.push(r);
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")?;
+    }
+    if failed {
+        bail!("a simulated job failed or produced a wrong or inconsistent result");
+    }
+    Ok(())
+}

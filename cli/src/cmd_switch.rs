@@ -1,0 +1,267 @@
+//! `ina switch`: the software switch daemon.
+//!
+//! Prints one JSON line when it is ready (`{"event":"ready","udp":...,"control":...}`) and one
+//! when it stopped (`{"event":"stopped","stats":...}`) on stdout; logs go to stderr.
+
+use anyhow::{bail, Context};
+use ina_switch::{ControlServer, JobSpec, Switch, SwitchConfig};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+pub struct SwitchArgs {
+    /// UDP address to serve workers on.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Threads; slot `s` belongs to thread `s mod shards`.
+    #[arg(long)]
+    shards: Option<usize>,
+    /// TCP address of the control endpoint (JSON lines: add_job, remove_job, jobs, stats).
+    #[arg(long)]
+    control: Option<SocketAddr>,
+    /// A TOML file with any of the settings below and `[[job]]` tables.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A job: "id=1;slots=0..128;elems=256;workers=127.0.0.1:9000,127.0.0.1:9001"
+    /// (worker r's address is the r-th). Repeatable.
+    #[arg(long = "job", value_parser = parse_job)]
+    jobs: Vec<JobSpec>,
+    /// Aggregation slots in the register pool.
+    #[arg(long)]
+    pool_slots: Option<u16>,
+    /// Largest elements per packet a job may use.
+    #[arg(long)]
+    max_elems: Option<u16>,
+    /// Drop each datagram with this probability on the way in, and again on the way out.
+    #[arg(long)]
+    loss: Option<f64>,
+    /// Seed of the loss injection.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Log statistics every this many seconds (0: never).
+    #[arg(long, default_value_t = 0.0)]
+    stats_every: f64,
+}
+
+/// The config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    shards: Option<usize>,
+    control: Option<SocketAddr>,
+    pool_slots: Option<u16>,
+    max_elems: Option<u16>,
+    loss: Option<f64>,
+    seed: Option<u64>,
+    #[serde(default)]
+    job: Vec<JobSpec>,
+}
+
+/// Parses the `--job` syntax.
+pub fn parse_job(s: &str) -> Result<JobSpec, String> {
+    let mut id = None;
+    let mut slots = None;
+    let mut elems = None;
+    let mut workers = None;
+    let mut epoch = None;
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}` is not key=value"))?;
+        let value = value.trim();
+        match key.trim() {
+            "id" | "job" => id = Some(value.parse::<u16>().map_err(|e| format!("id: {e}"))?),
+            "epoch" => epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
+            "slots" => {
+                let (a, b) = value
+                    .split_once("..")
+                    .ok_or_else(|| format!("slots `{value}` is not START..END"))?;
+                let a: u16 = a.parse().map_err(|e| format!("slots start: {e}"))?;
+                let b: u16 = b.parse().map_err(|e| format!("slots end: {e}"))?;
+                if b <= a {
+                    return Err(format!("slots `{value}` is empty"));
+                }
+                slots = Some((a, b - a));
+            }
+            "elems" => {
+                elems = Some(value.parse::<u16>().map_err(|e| format!("elems: {e}"))?);
+            }
+            "workers" => {
+                let list: Result<Vec<SocketAddr>, _> =
+                    value.split(',').map(|a| a.trim().parse()).collect();
+                workers = Some(list.map_err(|e| format!("workers: {e}"))?);
+            }
+            other => return Err(format!("unknown key `{other}`")),
+        }
+    }
+    let (slot_base, slot_count) = slots.ok_or("missing slots=START..END")?;
+    Ok(JobSpec {
+        job: id.ok_or("missing id=")?,
+        epoch,
+        slot_base,
+        slot_count,
+        elems_per_packet: elems.unwrap_or(256),
+        workers: workers.ok_or("missing workers=")?,
+    })
+}
+
+pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
+    let file: FileConfig = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let listen = args
+        .listen
+        .or(file.listen)
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], ina_wire::UDP_PORT)));
+    let mut cfg = SwitchConfig::new(listen);
+    if let Some(s) = args.shards.or(file.shards) {
+        cfg.shards = s;
+    }
+    if let Some(p) = args.pool_slots.or(file.pool_slots) {
+        cfg.pipeline.pool_slots = p;
+    }
+    if let Some(m) = args.max_elems.or(file.max_elems) {
+        cfg.pipeline.max_elems = m;
+    }
+    if let Some(l) = args.loss.or(file.loss) {
+        if !(0.0..1.0).contains(&l) {
+            bail!("--loss must be in [0, 1), got {l}");
+        }
+        cfg.loss = l;
+    }
+    if let Some(s) = args.seed.or(file.seed) {
+        cfg.seed = s;
+    }
+    cfg.jobs = file.job;
+    cfg.jobs.extend(args.jobs);
+    let control_addr = args.control.or(file.control);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())
+        .context("installing the SIGINT handler")?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
+        .context("installing the SIGTERM handler")?;
+
+    let switch = Switch::bind(cfg).context("starting the switch")?;
+    let handle = switch.handle();
+    let mut control_local = None;
+    let control_thread = match control_addr {
+        Some(addr) => {
+            let server = ControlServer::bind(addr, handle.clone())
+                .with_context(|| format!("binding the control endpoint {addr}"))?;
+            control_local = Some(server.local_addr()?);
+            Some(server.spawn(stop.clone())?)
+        }
+        None => None,
+    };
+    let ready = serde_json::json!({
+        "event": "ready",
+        "udp": switch.local_addr().to_string(),
+        "control": control_local.map(|a| a.to_string()),
+        "steered": switch.steered(),
+        "jobs": handle.jobs(),
+    });
+    println!("{ready}");
+    tracing::info!(udp = %switch.local_addr(), control = ?control_local, "switch ready");
+
+    let stats_thread = (args.stats_every > 0.0).then(|| {
+        let every = Duration::from_secs_f64(args.stats_every);
+        let stop = stop.clone();
+        let handle = handle.clone();
+        std::thread::spawn(move || {
+            let mut last = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                if last.elapsed() < every {
+                    continue;
+                }
+                last = std::time::Instant::now();
+                if let Ok(s) = handle.stats() {
+                    let t = &s.total;
+                    tracing::info!(
+                        packets = t.pipeline.packets_in,
+                        results = t.pipeline.results_multicast,
+                        drops = t.pipeline.drops_total(),
+                        unknown_source = t.unknown_source,
+                        busy_slots = t.busy_slots,
+                        rx_bytes = t.io.rx_bytes,
+                        tx_bytes = t.io.tx_bytes,
+                        "stats"
+                    );
+                }
+            }
+        })
+    });
+
+    let stats = switch.run(stop.clone());
+    stop.store(true, Ordering::SeqCst);
+    if let Some(t) = control_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = stats_thread {
+        let _ = t.join();
+    }
+    let stats = stats.context("switch failed")?;
+    let stopped = serde_json::json!({
+        "event": "stopped",
+        "stats": stats,
+        "peak_rss_kib": crate::mem::peak_rss_kib(),
+    });
+    println!("{stopped}");
+    tracing::info!(
+        packets = stats.total.pipeline.packets_in,
+        drops = stats.total.pipeline.drops_total(),
+        "switch stopped"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_flag_parses_and_rejects_nonsense() {
+        let j = parse_job("id=3;slots=16..48;elems=64;workers=127.0.0.1:1,127.0.0.1:2").unwrap();
+        assert_eq!(
+            (j.job, j.slot_base, j.slot_count, j.elems_per_packet),
+            (3, 16, 32, 64)
+        );
+        assert_eq!(j.workers.len(), 2);
+        assert_eq!(j.epoch, None);
+        assert!(parse_job("id=3;slots=16..16;workers=127.0.0.1:1").is_err());
+        assert!(parse_job("id=3;slots=1..2").is_err());
+        assert!(parse_job("id=x;slots=1..2;workers=127.0.0.1:1").is_err());
+        assert!(parse_job("id=1;colour=blue").is_err());
+    }
+
+    #[test]
+    fn config_file_parses() {
+        let f: FileConfig = toml::from_str(
+            r#"
+            listen = "127.0.0.1:18766"
+            shards = 2
+            [[job]]
+            job = 1
+            slot_base = 0
+            slot_count = 64
+            elems_per_packet = 256
+            workers = ["127.0.0.1:9000", "127.0.0.1:9001"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.shards, Some(2));
+        assert_eq!(f.job.len(), 1);
+        assert!(toml::from_str::<FileConfig>("shardz = 2").is_err());
+    }
+}

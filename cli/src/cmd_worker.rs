@@ -1,0 +1,175 @@
+//! `ina worker`: one worker process. All-reduces generated tensors (see `data.rs`) through a
+//! switch or a TCP ring and reports one JSON line per event on stdout:
+//!
+//! - `{"event":"bound","udp":ADDR}` or `{"event":"bound","ring":ADDR}` once its socket is bound
+//!   (a ring worker given `--peers -` then reads the peers' addresses, a JSON array, from stdin);
+//! - `{"event":"joined",...}` once the switch answered its probe;
+//! - `{"event":"iteration",...}` per all-reduce;
+//! - `{"event":"done",...}` or `{"event":"error","kind":...,"message":...}` at the end.
+//!
+//! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result
+//! was outside its bound.
+
+use crate::bench::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer};
+use crate::data::{generate, Reference};
+use anyhow::Context;
+use ina_io::{Port, UdpConfig, UdpPort};
+use ina_worker::ring::{RingComm, RingOptions};
+use ina_worker::{Communicator, WorkerConfig};
+use std::io::{BufRead, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkerAlgorithm {
+    Ina,
+    Ring,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    #[arg(long, value_enum, default_value = "ina")]
+    algorithm: WorkerAlgorithm,
+    /// The switch's UDP address (ina).
+    #[arg(long)]
+    switch: Option<SocketAddr>,
+    /// Local address: the UDP address the switch lists for this rank (ina), or the TCP
+    /// listener of the ring.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    bind: SocketAddr,
+    #[arg(long, default_value_t = 1)]
+    job: u16,
+    #[arg(long)]
+    rank: u8,
+    /// Workers in the job.
+    #[arg(long)]
+    workers: usize,
+    /// Ring peers, `rank`-th is this worker; `-` reads a JSON array from stdin after binding.
+    #[arg(long)]
+    peers: Option<String>,
+    /// Float32 elements per tensor.
+    #[arg(long, default_value_t = 1 << 20)]
+    elements: usize,
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Seed of the generated tensors (every worker of a run must use the same).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Slots per stream (default: all the job's slots).
+    #[arg(long)]
+    window: Option<u16>,
+    /// Give up on a packet unanswered this long.
+    #[arg(long, default_value_t = 5000)]
+    give_up_ms: u64,
+    /// Wait this long for the switch to answer the job probe.
+    #[arg(long, default_value_t = 20_000)]
+    probe_timeout_ms: u64,
+    /// Skip checking results against the exact sums.
+    #[arg(long)]
+    no_verify: bool,
+}
+
+fn emit(value: serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+fn fail(kind: &str, message: String) -> ! {
+    emit(serde_json::json!({"event": "error", "kind": kind, "message": message}));
+    std::process::exit(2);
+}
+
+pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let rank = usize::from(args.rank);
+    if rank >= args.workers {
+        anyhow::bail!("--rank {} but only {} workers", args.rank, args.workers);
+    }
+    let input = generate(args.seed, rank, args.elements);
+    let mut block_elems = 256;
+    let mut reducer: Box<dyn Reducer> = match args.algorithm {
+        WorkerAlgorithm::Ina => {
+            let switch = args.switch.context("--switch is required for ina")?;
+            let port = UdpPort::bind_with(args.bind, &UdpConfig::default())
+                .with_context(|| format!("binding {}", args.bind))?;
+            emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
+            let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, args.rank);
+            cfg.window = args.window;
+            cfg.give_up = Duration::from_millis(args.give_up_ms);
+            cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
+            cfg.expect_workers = u8::try_from(args.workers).ok();
+            let comm = match Communicator::with_port(port, cfg) {
+                Ok(c) => c,
+                Err(e) => fail(e.kind(), e.to_string()),
+            };
+            let job = comm.job();
+            block_elems = usize::from(job.info.elems_per_packet);
+            emit(serde_json::json!({
+                "event": "joined", "epoch": job.epoch, "window": job.window,
+                "elems_per_packet": job.info.elems_per_packet, "workers": job.info.workers,
+            }));
+            Box::new(InaReducer(comm))
+        }
+        WorkerAlgorithm::Ring => {
+            let listener =
+                TcpListener::bind(args.bind).with_context(|| format!("binding {}", args.bind))?;
+            let local = listener.local_addr()?;
+            emit(serde_json::json!({"event": "bound", "ring": local.to_string()}));
+            let peers: Vec<SocketAddr> = match args.peers.as_deref() {
+                Some("-") => {
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line)?;
+                    serde_json::from_str(&line).context("reading the peers from stdin")?
+                }
+                Some(list) => list
+                    .split(',')
+                    .map(|a| a.trim().parse())
+                    .collect::<Result<_, _>>()
+                    .context("parsing --peers")?,
+                None => anyhow::bail!("--peers is required for ring"),
+            };
+            if peers.len() != args.workers {
+                anyhow::bail!("{} peers for {} workers", peers.len(), args.workers);
+            }
+            let opts = RingOptions::default().with_job_id(u64::from(args.job));
+            match RingComm::connect_with_listener(rank, listener, &peers, opts) {
+                Ok(c) => Box::new(RingReducer(c)),
+                Err(e) => fail("ring", e.to_string()),
+            }
+        }
+    };
+    let reference = (!args.no_verify)
+        .then(|| Reference::new(args.seed, args.workers, args.elements, block_elems));
+    let mut bad = false;
+    let result = run_iterations(
+        reducer.as_mut(),
+        &input,
+        reference.as_ref(),
+        args.warmup,
+        args.iterations,
+        &mut |r: &IterRecord| {
+            bad |= r.violations.is_some_and(|v| v > 0);
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("event".into(), "iteration".into());
+            }
+            emit(v);
+        },
+    );
+    match result {
+        Ok(_) => {
+            emit(serde_json::json!({
+                "event": "done",
+                "peak_rss_kib": crate::mem::peak_rss_kib(),
+                "verified": reference.is_some() && !bad,
+            }));
+            if bad {
+                std::process::exit(3);
+            }
+            Ok(())
+        }
+        Err(e) => fail(&e.kind, e.message),
+    }
+}
