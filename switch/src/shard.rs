@@ -194,6 +194,9 @@ impl Shard {
         let mut rx = RecvBatch::new(64, max_packet.max(2048) + 1);
         let mut tx = SendBatch::with_capacity(256, 256 * max_packet.min(2048));
         let mut out = vec![0u8; max_packet.max(2048)];
+        // This batch's replies, each stored once, and their (destination, start, len).
+        let mut staged: Vec<u8> = Vec::with_capacity(64 * max_packet.min(2048));
+        let mut sends: Vec<(PortId, usize, usize)> = Vec::with_capacity(256);
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
                 self.apply(cmd);
@@ -210,7 +213,8 @@ impl Shard {
                 }
             }
             let now = Instant::from_nanos(self.origin.elapsed().as_nanos() as u64);
-            tx.clear();
+            staged.clear();
+            sends.clear();
             for d in rx.iter() {
                 if self.loss_in.drop_now() {
                     self.stats.injected_drops_in += 1;
@@ -227,28 +231,35 @@ impl Shard {
                         UNKNOWN_PORT
                     }
                 };
-                match self.pipe.process(ingress, d.data, now, &mut out) {
-                    Verdict::Unicast { port, len } => {
-                        if let Some(addr) = self.addr_of.get(&port) {
-                            if self.loss_out.drop_now() {
-                                self.stats.injected_drops_out += 1;
-                            } else {
-                                tx.push(*addr, &out[..len]);
-                            }
+                let unicast;
+                let (ports, len): (&[PortId], usize) =
+                    match self.pipe.process(ingress, d.data, now, &mut out) {
+                        Verdict::Unicast { port, len } => {
+                            unicast = [port];
+                            (&unicast, len)
                         }
+                        Verdict::Multicast { ports, len } => (ports, len),
+                        Verdict::Drop(_) | Verdict::Absorbed => continue,
+                    };
+                let start = staged.len();
+                staged.extend_from_slice(&out[..len]);
+                for &p in ports {
+                    if self.loss_out.drop_now() {
+                        self.stats.injected_drops_out += 1;
+                    } else {
+                        sends.push((p, start, len));
                     }
-                    Verdict::Multicast { ports, len } => {
-                        for p in ports {
-                            if let Some(addr) = self.addr_of.get(p) {
-                                if self.loss_out.drop_now() {
-                                    self.stats.injected_drops_out += 1;
-                                } else {
-                                    tx.push(*addr, &out[..len]);
-                                }
-                            }
-                        }
-                    }
-                    Verdict::Drop(_) | Verdict::Absorbed => {}
+                }
+            }
+            // Grouped by destination, the replies to one worker form runs of equal-size
+            // datagrams that the port sends as single GSO buffers.
+            sends.sort_by_key(|(p, _, _)| p.0);
+            tx.clear();
+            for &(p, start, len) in &sends {
+                if let (Some(addr), Some(bytes)) =
+                    (self.addr_of.get(&p), staged.get(start..start + len))
+                {
+                    tx.push(*addr, bytes);
                 }
             }
             if !tx.is_empty() {
