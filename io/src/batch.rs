@@ -246,7 +246,10 @@ struct SendEntry<A> {
 /// [`with_capacity`](Self::with_capacity)).
 #[derive(Clone)]
 pub struct SendBatch<A = SocketAddr> {
+    /// Initialized bytes; only `..used` belong to datagrams. The rest is kept initialized
+    /// across [`clear`](Self::clear) so that in-place writes never re-zero it.
     buf: Vec<u8>,
+    used: usize,
     entries: Vec<SendEntry<A>>,
 }
 
@@ -254,7 +257,7 @@ impl<A> fmt::Debug for SendBatch<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SendBatch")
             .field("len", &self.entries.len())
-            .field("bytes", &self.buf.len())
+            .field("bytes", &self.used)
             .finish_non_exhaustive()
     }
 }
@@ -263,6 +266,7 @@ impl<A> Default for SendBatch<A> {
     fn default() -> Self {
         Self {
             buf: Vec::new(),
+            used: 0,
             entries: Vec::new(),
         }
     }
@@ -279,14 +283,26 @@ impl<A: Copy> SendBatch<A> {
     pub fn with_capacity(datagrams: usize, bytes: usize) -> Self {
         Self {
             buf: Vec::with_capacity(bytes),
+            used: 0,
             entries: Vec::with_capacity(datagrams),
         }
     }
 
+    /// Makes `len` bytes after the used ones available, initializing only memory never used
+    /// before; returns where they start.
+    fn reserve_tail(&mut self, len: usize) -> usize {
+        let start = self.used;
+        if self.buf.len() < start + len {
+            self.buf.resize(start + len, 0);
+        }
+        start
+    }
+
     /// Appends a datagram for `addr` (copies `data`).
     pub fn push(&mut self, addr: A, data: &[u8]) {
-        let start = self.buf.len();
-        self.buf.extend_from_slice(data);
+        let start = self.reserve_tail(data.len());
+        self.buf[start..start + data.len()].copy_from_slice(data);
+        self.used = start + data.len();
         self.entries.push(SendEntry {
             addr,
             start,
@@ -297,10 +313,31 @@ impl<A: Copy> SendBatch<A> {
     /// Appends a `len`-byte datagram for `addr` whose bytes `fill` writes
     /// in place (they start zeroed): serialise straight into the batch.
     pub fn push_with<F: FnOnce(&mut [u8])>(&mut self, addr: A, len: usize, fill: F) {
-        let start = self.buf.len();
-        self.buf.resize(start + len, 0);
-        fill(&mut self.buf[start..]);
+        let start = self.reserve_tail(len);
+        let region = &mut self.buf[start..start + len];
+        region.fill(0);
+        fill(region);
+        self.used = start + len;
         self.entries.push(SendEntry { addr, start, len });
+    }
+
+    /// Appends a datagram of at most `max_len` bytes that `fill` writes in place and whose
+    /// length it returns; the bytes it is given hold stale data, not zeros. Nothing is
+    /// appended when `fill` returns 0 (a length above `max_len` counts as `max_len`).
+    /// Returns the datagram's length.
+    pub fn push_in_place<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        addr: A,
+        max_len: usize,
+        fill: F,
+    ) -> usize {
+        let start = self.reserve_tail(max_len);
+        let len = fill(&mut self.buf[start..start + max_len]).min(max_len);
+        if len > 0 {
+            self.used = start + len;
+            self.entries.push(SendEntry { addr, start, len });
+        }
+        len
     }
 
     /// Number of datagrams.
@@ -315,12 +352,12 @@ impl<A: Copy> SendBatch<A> {
 
     /// Total payload bytes.
     pub fn total_bytes(&self) -> usize {
-        self.buf.len()
+        self.used
     }
 
     /// Removes every datagram (keeps the memory).
     pub fn clear(&mut self) {
-        self.buf.clear();
+        self.used = 0;
         self.entries.clear();
     }
 
@@ -442,6 +479,7 @@ mod tests {
         let mut b: SendBatch<u8> = SendBatch::new();
         b.push(1, b"aa");
         b.push_with(1, 3, |s| s.copy_from_slice(b"bbb"));
+        assert_eq!(b.push_in_place(4, 10, |_| 0), 0);
         b.push(2, b"");
         b.push(2, b"c");
         assert_eq!(b.len(), 4);
@@ -453,5 +491,27 @@ mod tests {
         assert_eq!(b.total_bytes(), 6);
         let all: Vec<_> = b.iter().map(|(a, d)| (a, d.len())).collect();
         assert_eq!(all, vec![(1, 2), (1, 3), (2, 0), (2, 1)]);
+    }
+
+    #[test]
+    fn send_batch_in_place_reuses_memory_and_keeps_extents() {
+        let mut b: SendBatch<u8> = SendBatch::with_capacity(4, 64);
+        b.push(1, b"hello");
+        b.clear();
+        // The bytes handed out are stale, not zeroed; only the returned length counts.
+        let n = b.push_in_place(7, 16, |s| {
+            assert_eq!(&s[..5], b"hello");
+            s[..3].copy_from_slice(b"abc");
+            3
+        });
+        assert_eq!(n, 3);
+        b.push(8, b"zz");
+        assert_eq!(b.get(0), Some((7, &b"abc"[..])));
+        assert_eq!(b.get(1), Some((8, &b"zz"[..])));
+        assert_eq!(b.total_bytes(), 5);
+        assert_eq!(b.contiguous(0, 2), b"abczz");
+        // An over-long claim is clamped to the space given.
+        assert_eq!(b.push_in_place(9, 4, |_| 100), 4);
+        assert_eq!(b.total_bytes(), 9);
     }
 }

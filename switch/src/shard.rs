@@ -193,10 +193,11 @@ impl Shard {
         let max_packet = ina_wire::HEADER_LEN + 4 * usize::from(self.pipe.config().max_elems);
         let mut rx = RecvBatch::new(64, max_packet.max(2048) + 1);
         let mut tx = SendBatch::with_capacity(256, 256 * max_packet.min(2048));
-        let mut out = vec![0u8; max_packet.max(2048)];
-        // This batch's replies, each stored once, and their (destination, start, len).
-        let mut staged: Vec<u8> = Vec::with_capacity(64 * max_packet.min(2048));
-        let mut sends: Vec<(PortId, usize, usize)> = Vec::with_capacity(256);
+        let max_reply = max_packet.max(2048);
+        // This batch's replies, each stored once, and their (destination, reply index).
+        let mut staged: SendBatch<()> = SendBatch::with_capacity(64, 64 * max_reply);
+        let mut sends: Vec<(PortId, usize)> = Vec::with_capacity(256);
+        let mut ports: Vec<PortId> = Vec::with_capacity(32);
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
                 self.apply(cmd);
@@ -231,34 +232,41 @@ impl Shard {
                         UNKNOWN_PORT
                     }
                 };
-                let unicast;
-                let (ports, len): (&[PortId], usize) =
-                    match self.pipe.process(ingress, d.data, now, &mut out) {
+                // The reply is written once, straight into the staging batch; its
+                // destinations are noted and it is copied into the send batch per destination.
+                ports.clear();
+                let pipe = &mut self.pipe;
+                let len = staged.push_in_place((), max_reply, |buf| {
+                    match pipe.process(ingress, d.data, now, buf) {
                         Verdict::Unicast { port, len } => {
-                            unicast = [port];
-                            (&unicast, len)
+                            ports.push(port);
+                            len
                         }
-                        Verdict::Multicast { ports, len } => (ports, len),
-                        Verdict::Drop(_) | Verdict::Absorbed => continue,
-                    };
-                let start = staged.len();
-                staged.extend_from_slice(&out[..len]);
-                for &p in ports {
+                        Verdict::Multicast { ports: to, len } => {
+                            ports.extend_from_slice(to);
+                            len
+                        }
+                        Verdict::Drop(_) | Verdict::Absorbed => 0,
+                    }
+                });
+                if len == 0 {
+                    continue;
+                }
+                let index = staged.len() - 1;
+                for &p in &ports {
                     if self.loss_out.drop_now() {
                         self.stats.injected_drops_out += 1;
                     } else {
-                        sends.push((p, start, len));
+                        sends.push((p, index));
                     }
                 }
             }
             // Grouped by destination, the replies to one worker form runs of equal-size
             // datagrams that the port sends as single GSO buffers.
-            sends.sort_by_key(|(p, _, _)| p.0);
+            sends.sort_by_key(|(p, _)| p.0);
             tx.clear();
-            for &(p, start, len) in &sends {
-                if let (Some(addr), Some(bytes)) =
-                    (self.addr_of.get(&p), staged.get(start..start + len))
-                {
+            for &(p, index) in &sends {
+                if let (Some(addr), Some((_, bytes))) = (self.addr_of.get(&p), staged.get(index)) {
                     tx.push(*addr, bytes);
                 }
             }

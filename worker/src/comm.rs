@@ -51,7 +51,10 @@ impl WorkerConfig {
             rank,
             lanes: 1,
             window: None,
-            rto: RtoConfig::default(),
+            rto: RtoConfig {
+                min: Duration::from_millis(2),
+                ..RtoConfig::default()
+            },
             max_retries: 30,
             give_up: Duration::from_secs(5),
             probe_timeout: Duration::from_secs(5),
@@ -493,17 +496,22 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             let now = self.now();
             self.send.clear();
             for slot in active.iter_mut().flatten() {
+                let max_packet = self.scratch.len();
                 loop {
-                    match slot.stream.poll_transmit(now, &mut self.scratch) {
-                        Ok(Some(len)) => {
-                            self.send.push(self.cfg.switch, &self.scratch[..len]);
-                            if self.send.len() >= 64 {
-                                self.flush();
-                                self.send.clear();
+                    // Serialized straight into the send batch: no copy of the packet.
+                    let len =
+                        self.send.push_in_place(self.cfg.switch, max_packet, |buf| {
+                            match slot.stream.poll_transmit(now, buf) {
+                                Ok(Some(len)) => len,
+                                Ok(None) | Err(_) => 0,
                             }
-                        }
-                        Ok(None) => break,
-                        Err(_) => break,
+                        });
+                    if len == 0 {
+                        break;
+                    }
+                    if self.send.len() >= 64 {
+                        self.flush();
+                        self.send.clear();
                     }
                 }
             }
