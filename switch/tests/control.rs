@@ -1,0 +1,253 @@
+//! The switch daemon's control plane and its handling of hostile input, over loopback.
+#![allow(clippy::unwrap_used)]
+
+use ina_switch::{ControlClient, ControlServer, JobSpec, Request, Switch, SwitchConfig};
+use ina_wire::{AggRepr, MessageType, HEADER_LEN};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Running {
+    udp: SocketAddr,
+    control: SocketAddr,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start(cfg: SwitchConfig) -> Running {
+    let sw = Switch::bind(cfg).unwrap();
+    let udp = sw.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = ControlServer::bind("127.0.0.1:0".parse().unwrap(), sw.handle()).unwrap();
+    let control = server.local_addr().unwrap();
+    let s2 = stop.clone();
+    let threads = vec![
+        std::thread::spawn(move || {
+            sw.run(s2).unwrap();
+        }),
+        server.spawn(stop.clone()).unwrap(),
+    ];
+    Running {
+        udp,
+        control,
+        stop,
+        threads,
+    }
+}
+
+fn job(id: u16, base: u16, count: u16, workers: Vec<SocketAddr>) -> JobSpec {
+    JobSpec {
+        job: id,
+        epoch: None,
+        slot_base: base,
+        slot_count: count,
+        elems_per_packet: 64,
+        workers,
+    }
+}
+
+#[test]
+fn jobs_are_added_listed_and_removed_over_tcp() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let mut c = ControlClient::connect(sw.control).unwrap();
+    assert!(c.call(&Request::Ping).unwrap().ok);
+    let w: Vec<SocketAddr> = vec!["127.0.0.1:40001".parse().unwrap()];
+    let r = c
+        .call(&Request::AddJob {
+            job: job(5, 0, 32, w.clone()),
+        })
+        .unwrap();
+    assert!(r.ok, "{r:?}");
+    let first_epoch = r.job.unwrap().epoch.unwrap();
+    assert_ne!(first_epoch, 0);
+    // Overlapping slots and a duplicate job id are refused with a reason.
+    let r = c
+        .call(&Request::AddJob {
+            job: job(6, 16, 32, w.clone()),
+        })
+        .unwrap();
+    assert!(!r.ok && r.error.is_some(), "{r:?}");
+    let r = c
+        .call(&Request::AddJob {
+            job: job(5, 100, 8, w.clone()),
+        })
+        .unwrap();
+    assert!(!r.ok, "{r:?}");
+    let listed = c.call(&Request::Jobs).unwrap().jobs.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].job, 5);
+    let stats = c.call(&Request::Stats).unwrap().stats.unwrap();
+    assert_eq!(stats.shards.len(), 1);
+    assert!(c.call(&Request::RemoveJob { job: 5 }).unwrap().ok);
+    assert!(!c.call(&Request::RemoveJob { job: 5 }).unwrap().ok);
+    assert!(c.call(&Request::Jobs).unwrap().jobs.unwrap().is_empty());
+    // Reinstalled, the job gets a new epoch, so old packets cannot mix into new sums.
+    let r = c
+        .call(&Request::AddJob {
+            job: job(5, 0, 32, w),
+        })
+        .unwrap();
+    assert_ne!(r.job.unwrap().epoch.unwrap(), first_epoch);
+}
+
+#[test]
+fn malformed_control_requests_get_an_error_and_the_endpoint_keeps_serving() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let stream = TcpStream::connect(sw.control).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    for bad in [
+        "this is not json",
+        "{\"op\":\"launch_missiles\"}",
+        "{\"op\":\"add_job\",\"job\":{\"job\":\"x\"}}",
+        "[1,2,3]",
+    ] {
+        writeln!(w, "{bad}").unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["ok"], false, "{bad} -> {line}");
+        assert!(v["error"].is_string());
+    }
+    writeln!(w, "{{\"op\":\"ping\"}}").unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("\"ok\":true"), "{line}");
+}
+
+#[test]
+fn hostile_datagrams_are_counted_and_the_switch_keeps_answering() {
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.shards = 2;
+    let worker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    worker
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    cfg.jobs = vec![job(3, 0, 16, vec![worker.local_addr().unwrap()])];
+    let sw = start(cfg);
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut seed = 0x1234_5678_u64;
+    for i in 0..2000usize {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let len = (seed % 1200) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|k| (seed >> (k % 56)) as u8).collect();
+        if i % 3 == 0 && len >= HEADER_LEN {
+            // A plausible header of a job nobody installed.
+            let h = AggRepr {
+                kind: MessageType::Data,
+                set: 0,
+                job: 999,
+                epoch: 1,
+                rank: 0,
+                exponent: 0,
+                slot: (i % 16) as u16,
+                count: 0,
+                seq: i as u32,
+            };
+            h.emit_into(&mut bytes[..HEADER_LEN]).unwrap();
+            bytes.truncate(HEADER_LEN);
+        }
+        let from = if i % 2 == 0 { &stranger } else { &worker };
+        from.send_to(&bytes, sw.udp).unwrap();
+    }
+    // The listed worker still gets its probe answered.
+    let probe = AggRepr {
+        kind: MessageType::Probe,
+        set: 0,
+        job: 3,
+        epoch: 0,
+        rank: 0,
+        exponent: 0,
+        slot: 0,
+        count: 0,
+        seq: 0,
+    };
+    let mut p = [0u8; HEADER_LEN];
+    probe.emit_into(&mut p).unwrap();
+    let mut answered = false;
+    let mut buf = [0u8; 2048];
+    for _ in 0..20 {
+        worker.send_to(&p, sw.udp).unwrap();
+        if let Ok((n, _)) = worker.recv_from(&mut buf) {
+            if let Ok((h, _)) = AggRepr::parse_bytes(&buf[..n]) {
+                if h.kind == MessageType::ProbeReply && h.job == 3 {
+                    answered = true;
+                    break;
+                }
+            }
+        }
+    }
+    assert!(answered, "probe not answered after the garbage");
+    let mut c = ControlClient::connect(sw.control).unwrap();
+    let t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
+    let dropped = t.pipeline.malformed
+        + t.pipeline.not_ina
+        + t.pipeline.unknown_job
+        + t.pipeline.wrong_port
+        + t.pipeline.unexpected_type
+        + t.pipeline.bad_count
+        + t.pipeline.unknown_rank
+        + t.pipeline.stale_epoch
+        + t.pipeline.slot_out_of_range;
+    assert!(t.unknown_source >= 900, "{t:?}");
+    assert!(t.pipeline.unknown_job >= 300, "{t:?}");
+    assert!(dropped >= 1500, "{t:?}");
+    assert_eq!(
+        t.pipeline.results_multicast, 0,
+        "garbage completed a slot: {t:?}"
+    );
+}
+
+#[test]
+fn injected_loss_is_counted() {
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.loss = 0.5;
+    let sw = start(cfg);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..400 {
+        s.send_to(b"x", sw.udp).unwrap();
+    }
+    let mut c = ControlClient::connect(sw.control).unwrap();
+    let mut t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
+    for _ in 0..50 {
+        if t.injected_drops_in + t.pipeline.packets_in >= 400 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
+    }
+    assert!(
+        (100..=300).contains(&t.injected_drops_in),
+        "about half dropped: {t:?}"
+    );
+    assert_eq!(t.injected_drops_in + t.pipeline.packets_in, 400, "{t:?}");
+}
+
+#[test]
+fn invalid_configurations_are_refused() {
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.shards = 0;
+    assert!(Switch::bind(cfg).is_err());
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.jobs = vec![job(1, 4090, 64, vec!["127.0.0.1:1".parse().unwrap()])];
+    assert!(Switch::bind(cfg).is_err(), "slots beyond the pool");
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.jobs = vec![job(1, 0, 8, Vec::new())];
+    assert!(Switch::bind(cfg).is_err(), "a job without workers");
+}
