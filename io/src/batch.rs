@@ -235,6 +235,26 @@ struct SendEntry<A> {
     len: usize,
 }
 
+/// Bytes written into a [`SendBatch`] by [`SendBatch::write_in_place`], not yet (or not only)
+/// carried by one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    start: usize,
+    len: usize,
+}
+
+impl Extent {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: an extent holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Datagrams to send: one contiguous byte buffer plus, per datagram, its
 /// destination and extent.
 ///
@@ -321,6 +341,49 @@ impl<A: Copy> SendBatch<A> {
         self.entries.push(SendEntry { addr, start, len });
     }
 
+    /// Writes bytes for datagrams to come, without adding a datagram: `fill` gets at most
+    /// `max_len` bytes (stale, not zeroed) and returns how many it wrote. Hand the returned
+    /// [`Extent`] to [`push_extent`](Self::push_extent), once per destination: the bytes are
+    /// stored once however many datagrams carry them. `None` when `fill` wrote nothing.
+    pub fn write_in_place<F: FnOnce(&mut [u8]) -> usize>(
+        &mut self,
+        max_len: usize,
+        fill: F,
+    ) -> Option<Extent> {
+        let start = self.reserve_tail(max_len);
+        let len = fill(&mut self.buf[start..start + max_len]).min(max_len);
+        if len == 0 {
+            return None;
+        }
+        self.used = start + len;
+        Some(Extent { start, len })
+    }
+
+    /// Appends a datagram for `addr` carrying bytes written by
+    /// [`write_in_place`](Self::write_in_place) since the last [`clear`](Self::clear); no copy.
+    /// An extent from before the last `clear` is ignored.
+    pub fn push_extent(&mut self, addr: A, extent: Extent) {
+        if extent.start + extent.len <= self.used {
+            self.entries.push(SendEntry {
+                addr,
+                start: extent.start,
+                len: extent.len,
+            });
+        }
+    }
+
+    /// Reorders the datagrams by `key` of their destination, keeping the order of datagrams
+    /// with equal keys. Grouping datagrams by destination lets runs of them to one destination,
+    /// adjacent in the buffer, leave as single GSO buffers.
+    pub fn sort_by_destination<K: Ord, F: FnMut(&A) -> K>(&mut self, mut key: F) {
+        self.entries.sort_by_key(|e| key(&e.addr));
+    }
+
+    /// Where datagram `i`'s bytes start in the buffer.
+    pub(crate) fn datagram_start(&self, i: usize) -> Option<usize> {
+        self.entries.get(i).map(|e| e.start)
+    }
+
     /// Appends a datagram of at most `max_len` bytes that `fill` writes in place and whose
     /// length it returns; the bytes it is given hold stale data, not zeros. Nothing is
     /// appended when `fill` returns 0 (a length above `max_len` counts as `max_len`).
@@ -377,8 +440,8 @@ impl<A: Copy> SendBatch<A> {
         self.entries.get(i).map(|e| e.len)
     }
 
-    /// The bytes of datagrams `first..first + count`, which are stored back
-    /// to back. Empty if the range is out of bounds.
+    /// The bytes of datagrams `first..first + count`, which must be stored back
+    /// to back (as pushed, or as checked by `gso_run`). Empty if the range is out of bounds.
     pub fn contiguous(&self, first: usize, count: usize) -> &[u8] {
         let (Some(a), Some(b)) = (
             self.entries.get(first),
@@ -513,5 +576,42 @@ mod tests {
         // An over-long claim is clamped to the space given.
         assert_eq!(b.push_in_place(9, 4, |_| 100), 4);
         assert_eq!(b.total_bytes(), 9);
+    }
+
+    #[test]
+    fn send_batch_shares_bytes_between_destinations() {
+        let mut b: SendBatch<u8> = SendBatch::new();
+        let x = b
+            .write_in_place(8, |s| {
+                s[..2].copy_from_slice(b"xx");
+                2
+            })
+            .unwrap();
+        let y = b
+            .write_in_place(8, |s| {
+                s[..2].copy_from_slice(b"yy");
+                2
+            })
+            .unwrap();
+        assert!(b.write_in_place(8, |_| 0).is_none());
+        for dest in [3, 1] {
+            b.push_extent(dest, x);
+            b.push_extent(dest, y);
+        }
+        assert_eq!(b.total_bytes(), 4, "each reply stored once");
+        b.sort_by_destination(|d| *d);
+        let all: Vec<_> = b.iter().map(|(a, d)| (a, d.to_vec())).collect();
+        assert_eq!(
+            all,
+            vec![
+                (1, b"xx".to_vec()),
+                (1, b"yy".to_vec()),
+                (3, b"xx".to_vec()),
+                (3, b"yy".to_vec())
+            ]
+        );
+        b.clear();
+        b.push_extent(9, x);
+        assert!(b.is_empty(), "an extent from before clear is ignored");
     }
 }

@@ -67,7 +67,9 @@ use std::hash::Hash;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use batch::{Datagram, RecvBatch, RecvIter, SendBatch, SendIter, MAX_SLOTS, MAX_SLOT_SIZE};
+pub use batch::{
+    Datagram, Extent, RecvBatch, RecvIter, SendBatch, SendIter, MAX_SLOTS, MAX_SLOT_SIZE,
+};
 pub use counters::Counters;
 pub use error::IoError;
 pub use mem::{MemConfig, MemNetStats, MemNetwork, MemPort};

@@ -69,6 +69,15 @@ pub fn gso_run<A: Copy + PartialEq>(
         if a != addr || len == 0 || len > seg || total + len > limits.max_bytes {
             break;
         }
+        // Segments of one GSO buffer must lie back to back (datagrams sharing bytes with
+        // others, or reordered, may not).
+        let adjacent = match (batch.datagram_start(i - 1), batch.datagram_start(i)) {
+            (Some(prev), Some(this)) => prev + total_last(batch, i - 1) == this,
+            _ => false,
+        };
+        if !adjacent {
+            break;
+        }
         count += 1;
         total += len;
         if len < seg {
@@ -76,6 +85,10 @@ pub fn gso_run<A: Copy + PartialEq>(
         }
     }
     count
+}
+
+fn total_last<A: Copy>(batch: &SendBatch<A>, i: usize) -> usize {
+    batch.datagram_len(i).unwrap_or(0)
 }
 
 /// Cuts a `total`-byte coalesced buffer into datagrams of `segment` bytes
@@ -172,6 +185,31 @@ mod tests {
         assert_eq!(gso_run(&b, 64, l), 36);
         let b = batch_of(&[(1, 1400); 100]);
         assert_eq!(gso_run(&b, 0, l), 46); // 46 * 1400 = 64 400 <= 65 000
+    }
+
+    #[test]
+    fn runs_stop_where_shared_or_reordered_bytes_are_not_adjacent() {
+        let l = GsoLimits::LINUX;
+        let mut b: SendBatch<u8> = SendBatch::new();
+        let e: Vec<_> = (0..3)
+            .map(|i| {
+                b.write_in_place(10, |s| {
+                    s.fill(i);
+                    10
+                })
+            })
+            .collect::<Option<_>>()
+            .unwrap();
+        // Destination 1 gets all three (adjacent), destination 2 gets the first and third.
+        for &x in &e {
+            b.push_extent(1, x);
+        }
+        b.push_extent(2, e[0]);
+        b.push_extent(2, e[2]);
+        assert_eq!(gso_run(&b, 0, l), 3);
+        assert_eq!(b.contiguous(0, 3).len(), 30);
+        assert_eq!(gso_run(&b, 3, l), 1, "e0 and e2 are not back to back");
+        assert_eq!(gso_run(&b, 4, l), 1);
     }
 
     #[test]

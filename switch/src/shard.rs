@@ -192,11 +192,8 @@ impl Shard {
         // larger datagram shows up as truncated rather than fitting exactly.
         let max_packet = ina_wire::HEADER_LEN + 4 * usize::from(self.pipe.config().max_elems);
         let mut rx = RecvBatch::new(64, max_packet.max(2048) + 1);
-        let mut tx = SendBatch::with_capacity(256, 256 * max_packet.min(2048));
         let max_reply = max_packet.max(2048);
-        // This batch's replies, each stored once, and their (destination, reply index).
-        let mut staged: SendBatch<()> = SendBatch::with_capacity(64, 64 * max_reply);
-        let mut sends: Vec<(PortId, usize)> = Vec::with_capacity(256);
+        let mut tx = SendBatch::with_capacity(256, 64 * max_reply);
         let mut ports: Vec<PortId> = Vec::with_capacity(32);
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
@@ -214,8 +211,7 @@ impl Shard {
                 }
             }
             let now = Instant::from_nanos(self.origin.elapsed().as_nanos() as u64);
-            staged.clear();
-            sends.clear();
+            tx.clear();
             for d in rx.iter() {
                 if self.loss_in.drop_now() {
                     self.stats.injected_drops_in += 1;
@@ -232,11 +228,11 @@ impl Shard {
                         UNKNOWN_PORT
                     }
                 };
-                // The reply is written once, straight into the staging batch; its
-                // destinations are noted and it is copied into the send batch per destination.
+                // The reply is written once, straight into the send batch, and carried by one
+                // datagram per destination without further copies.
                 ports.clear();
                 let pipe = &mut self.pipe;
-                let len = staged.push_in_place((), max_reply, |buf| {
+                let reply = tx.write_in_place(max_reply, |buf| {
                     match pipe.process(ingress, d.data, now, buf) {
                         Verdict::Unicast { port, len } => {
                             ports.push(port);
@@ -249,27 +245,18 @@ impl Shard {
                         Verdict::Drop(_) | Verdict::Absorbed => 0,
                     }
                 });
-                if len == 0 {
-                    continue;
-                }
-                let index = staged.len() - 1;
-                for &p in &ports {
+                let Some(reply) = reply else { continue };
+                for p in &ports {
                     if self.loss_out.drop_now() {
                         self.stats.injected_drops_out += 1;
-                    } else {
-                        sends.push((p, index));
+                    } else if let Some(addr) = self.addr_of.get(p) {
+                        tx.push_extent(*addr, reply);
                     }
                 }
             }
-            // Grouped by destination, the replies to one worker form runs of equal-size
-            // datagrams that the port sends as single GSO buffers.
-            sends.sort_by_key(|(p, _)| p.0);
-            tx.clear();
-            for &(p, index) in &sends {
-                if let (Some(addr), Some((_, bytes))) = (self.addr_of.get(&p), staged.get(index)) {
-                    tx.push(*addr, bytes);
-                }
-            }
+            // Grouped by destination, the replies to one worker lie back to back and leave as
+            // single GSO buffers.
+            tx.sort_by_destination(|a| *a);
             if !tx.is_empty() {
                 if let Err(e) = self.port.send_batch(&tx) {
                     tracing::debug!(error = %e, "send failed");

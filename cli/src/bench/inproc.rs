@@ -23,24 +23,26 @@ where
         let threads: Vec<_> = (0..args.workers)
             .map(|rank| {
                 let make = &make;
-                scope.spawn(move || -> Result<Vec<IterRecord>, RunError> {
-                    let input = generate(args.seed, rank, ctx.elements);
-                    let mut reducer = make(rank)?;
-                    run_iterations(
-                        reducer.as_mut(),
-                        &input,
-                        ctx.reference.as_deref(),
-                        args.warmup,
-                        args.iterations,
-                        &mut |_| {
-                            if rank == 0 {
-                                ctx.progress.inc(1);
-                            }
-                        },
-                    )
-                })
+                std::thread::Builder::new()
+                    .name(format!("ina-worker-{rank}"))
+                    .spawn_scoped(scope, move || -> Result<Vec<IterRecord>, RunError> {
+                        let input = generate(args.seed, rank, ctx.elements);
+                        let mut reducer = make(rank)?;
+                        run_iterations(
+                            reducer.as_mut(),
+                            &input,
+                            ctx.reference.as_deref(),
+                            args.warmup,
+                            args.iterations,
+                            &mut |_| {
+                                if rank == 0 {
+                                    ctx.progress.inc(1);
+                                }
+                            },
+                        )
+                    })
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         let mut out = Vec::new();
         for (rank, t) in threads.into_iter().enumerate() {
             match t.join() {
@@ -60,6 +62,12 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     cfg.loss = args.loss;
     cfg.seed = args.seed;
     cfg.pipeline.pool_slots = args.slots;
+    let udp = if args.no_offload {
+        UdpConfig::default().gso(false).gro(false)
+    } else {
+        UdpConfig::default()
+    };
+    cfg.udp = udp.clone();
     cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
     let switch = Switch::bind(cfg).context("starting the switch")?;
     let switch_addr = switch.local_addr();
@@ -71,7 +79,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
         for _ in 0..args.workers {
             ports.push(Some(UdpPort::bind_with(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
-                &UdpConfig::default(),
+                &udp,
             )?));
         }
         let addrs: Vec<SocketAddr> = ports.iter().flatten().map(|p| p.local_addr()).collect();

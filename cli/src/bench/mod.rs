@@ -77,6 +77,9 @@ pub struct BenchArgs {
     /// Seconds each packet-rate measurement (switch, reflector) runs.
     #[arg(long, default_value_t = 2.0)]
     pub rate_seconds: f64,
+    /// Disable UDP GSO and GRO on every socket (in-process runs).
+    #[arg(long)]
+    pub no_offload: bool,
     /// A worker gives up on a packet unanswered this long.
     #[arg(long, default_value_t = 5000)]
     pub give_up_ms: u64,
