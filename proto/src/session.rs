@@ -193,6 +193,9 @@ pub struct StreamStats {
     pub packets: u64,
     pub packets_sent: u64,
     pub retransmissions: u64,
+    /// Retransmissions sent before the packet's timer expired, because results of packets
+    /// sent well after it had come back (included in `retransmissions`).
+    pub fast_retransmissions: u64,
     pub results: u64,
     /// Results that matched no outstanding packet (copies, or answers to retransmissions that
     /// crossed the original result).
@@ -231,6 +234,8 @@ pub struct Stream<'a> {
     slots: Vec<SlotState>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     retransmit: VecDeque<u64>,
+    /// The next packet index fast retransmission has not examined yet.
+    fast_cursor: u64,
     exps: Vec<u8>,
     received: u64,
     poisoned: Option<u64>,
@@ -267,6 +272,7 @@ impl<'a> Stream<'a> {
             next_new: 0,
             timers: BinaryHeap::new(),
             retransmit: VecDeque::new(),
+            fast_cursor: 0,
             received: 0,
             poisoned: None,
             failed: None,
@@ -539,6 +545,7 @@ impl<'a> Stream<'a> {
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
         self.received += 1;
+        self.fast_retransmit(out.index);
         self.stats.results += 1;
         if let Some(b) = data_block {
             let r = self.block_range(b);
@@ -578,6 +585,43 @@ impl<'a> Stream<'a> {
             }
         }
         None
+    }
+
+    /// How many packets sent after an unanswered one must have been answered before that one
+    /// counts as lost. Results come back in about the order packets were sent, since every
+    /// worker sends in the same order; shards of a software switch and the network may reorder
+    /// them a little. Half a window leaves the other half to cover the retransmission's round
+    /// trip, so one loss need not stall the window.
+    fn reorder_tolerance(&self) -> u64 {
+        (u64::from(self.cfg.lane.window) / 2).max(3)
+    }
+
+    /// Packet `answered` got its result: every packet sent more than
+    /// [`reorder_tolerance`](Self::reorder_tolerance) before it and still unanswered is
+    /// retransmitted now rather than when its timer expires (once per packet; the timer
+    /// covers the rest). Its data, another worker's data for the slot, or the result was
+    /// lost; a retransmission repairs the first and the last, and the other worker repairs
+    /// its own.
+    fn fast_retransmit(&mut self, answered: u64) {
+        let upto = answered.saturating_sub(self.reorder_tolerance());
+        while self.fast_cursor < upto {
+            let index = self.fast_cursor;
+            self.fast_cursor += 1;
+            let slot = self.slot_of(index);
+            let Some(out) = self.slots[slot].outstanding else {
+                continue;
+            };
+            if out.index != index || out.retries != 0 {
+                continue;
+            }
+            self.slots[slot].outstanding = Some(Outstanding {
+                retries: 1,
+                deadline: Instant::from_nanos(u64::MAX),
+                ..out
+            });
+            self.retransmit.push_back(index);
+            self.stats.fast_retransmissions += 1;
+        }
     }
 
     /// Handles expired timers: queues retransmissions, or fails the stream when a packet has
