@@ -236,6 +236,10 @@ pub struct Stream<'a> {
     retransmit: VecDeque<u64>,
     /// The next packet index fast retransmission has not examined yet.
     fast_cursor: u64,
+    /// The newest packet whose result arrived.
+    highest_answered: Option<u64>,
+    /// Reused by `handle_timeout`.
+    expired_scratch: Vec<u64>,
     exps: Vec<u8>,
     received: u64,
     poisoned: Option<u64>,
@@ -273,6 +277,8 @@ impl<'a> Stream<'a> {
             timers: BinaryHeap::new(),
             retransmit: VecDeque::new(),
             fast_cursor: 0,
+            highest_answered: None,
+            expired_scratch: Vec::new(),
             received: 0,
             poisoned: None,
             failed: None,
@@ -545,6 +551,10 @@ impl<'a> Stream<'a> {
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
         self.received += 1;
+        self.highest_answered = Some(
+            self.highest_answered
+                .map_or(out.index, |h| h.max(out.index)),
+        );
         self.fast_retransmit(out.index);
         self.stats.results += 1;
         if let Some(b) = data_block {
@@ -591,9 +601,15 @@ impl<'a> Stream<'a> {
     /// counts as lost. Results come back in about the order packets were sent, since every
     /// worker sends in the same order; shards of a software switch and the network may reorder
     /// them a little. Half a window leaves the other half to cover the retransmission's round
-    /// trip, so one loss need not stall the window.
+    /// trip, so one loss need not stall the window. Once every packet has been sent, nothing
+    /// is gained by waiting: the last packets' losses are detected after three later results.
     fn reorder_tolerance(&self) -> u64 {
-        (u64::from(self.cfg.lane.window) / 2).max(3)
+        let half = u64::from(self.cfg.lane.window) / 2;
+        if self.next_new >= self.packets {
+            half.clamp(1, 3)
+        } else {
+            half.max(3)
+        }
     }
 
     /// Packet `answered` got its result: every packet sent more than
@@ -626,7 +642,16 @@ impl<'a> Stream<'a> {
 
     /// Handles expired timers: queues retransmissions, or fails the stream when a packet has
     /// exhausted its retries or its give-up time.
+    ///
+    /// Not every expired packet is retransmitted. One whose later packets got their results
+    /// was most likely lost, and goes again; so does the oldest expired packet, as a probe.
+    /// The others, newer than every result, are most likely waiting for a slower worker's
+    /// data rather than lost: their timers are backed off instead, so that one stalled worker
+    /// does not make every other worker resend its whole window.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let mut probe: Option<u64> = None;
+        let mut expired = std::mem::take(&mut self.expired_scratch);
+        expired.clear();
         while let Some(Reverse((deadline, index))) = self.timers.peek().copied() {
             if deadline > now || self.failed.is_some() {
                 break;
@@ -648,13 +673,31 @@ impl<'a> Stream<'a> {
                 });
                 break;
             }
-            self.slots[slot].outstanding = Some(Outstanding {
-                retries: out.retries + 1,
-                deadline: Instant::from_nanos(u64::MAX),
-                ..out
-            });
-            self.retransmit.push_back(index);
+            probe = Some(probe.map_or(index, |p| p.min(index)));
+            expired.push(index);
         }
+        if self.failed.is_none() {
+            for &index in &expired {
+                let slot = self.slot_of(index);
+                let Some(out) = self.slots[slot].outstanding else {
+                    continue;
+                };
+                let lost = Some(index) == probe || self.highest_answered.is_some_and(|h| h > index);
+                if lost {
+                    self.slots[slot].outstanding = Some(Outstanding {
+                        retries: out.retries + 1,
+                        deadline: Instant::from_nanos(u64::MAX),
+                        ..out
+                    });
+                    self.retransmit.push_back(index);
+                } else {
+                    let deadline = now + self.rtt.backed_off(out.retries + 1);
+                    self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
+                    self.timers.push(Reverse((deadline, index)));
+                }
+            }
+        }
+        self.expired_scratch = expired;
     }
 }
 
