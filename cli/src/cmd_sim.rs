@@ -43,6 +43,9 @@ pub struct SimArgs {
     /// Reordering probability per packet and direction.
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
+    /// Smallest retransmission timeout, microseconds.
+    #[arg(long, default_value_t = 1000.0)]
+    rto_min_us: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Runs with seeds seed, seed+1, ...
@@ -63,6 +66,8 @@ struct SimResult {
     ring_bound_seconds: f64,
     packets_sent: u64,
     retransmissions: u64,
+    fast_retransmissions: u64,
+    duplicate_results: u64,
     identical: bool,
     within_bound: bool,
     error: Option<String>,
@@ -93,8 +98,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut failed = false;
     println!(
-        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6}",
-        "seed", "job", "virtual ms", "Gbit/s", "ring bound", "packets", "retrans", "ok"
+        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6} {:>6}",
+        "seed", "job", "virtual ms", "Gbit/s", "ring bound", "packets", "retrans", "fast", "ok"
     );
     for seed in args.seed..args.seed + args.seeds {
         let jobs = (0..args.jobs)
@@ -111,6 +116,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             .collect();
         let mut scenario = Scenario::new(seed, jobs);
         scenario.link = link;
+        scenario.rto.min = Duration::from_secs_f64(args.rto_min_us * 1e-6);
+        scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
         scenario.pipeline.max_elems = args.elems;
         let report = ina_sim::run(&scenario);
@@ -119,13 +126,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let mut within = true;
             let mut error = None;
             let mut ended = Duration::ZERO;
-            let (mut sent, mut retrans) = (0, 0);
+            let (mut sent, mut retrans, mut fast, mut dups) = (0, 0, 0, 0);
             for w in &job.workers {
                 match &w.outcome {
                     Some(Ok(stats)) => {
                         for s in stats {
                             sent += s.packets_sent;
                             retrans += s.retransmissions;
+                            fast += s.fast_retransmissions;
+                            dups += s.duplicate_results;
                         }
                     }
                     Some(Err(e)) => error = Some(e.to_string()),
@@ -147,6 +156,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 ring_bound_seconds: ring_bound,
                 packets_sent: sent,
                 retransmissions: retrans,
+                fast_retransmissions: fast,
+                duplicate_results: dups,
                 identical,
                 within_bound: within,
                 error,
@@ -154,7 +165,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let ok = r.error.is_none() && r.identical && r.within_bound;
             failed |= !ok;
             println!(
-                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6}",
+                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6} {:>6}",
                 seed,
                 r.job,
                 secs * 1e3,
@@ -162,6 +173,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 ring_bound * 1e3,
                 r.packets_sent,
                 r.retransmissions,
+                r.fast_retransmissions,
                 if ok { "yes" } else { "NO" }
             );
             if let Some(e) = &r.error {

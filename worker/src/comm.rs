@@ -51,8 +51,11 @@ impl WorkerConfig {
             rank,
             lanes: 1,
             window: None,
+            // Losses are mostly repaired by fast retransmission; the timer covers the rest and
+            // must not fire because a busy host did not schedule some worker for a few
+            // milliseconds.
             rto: RtoConfig {
-                min: Duration::from_millis(2),
+                min: Duration::from_millis(10),
                 ..RtoConfig::default()
             },
             max_retries: 30,
@@ -565,37 +568,47 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 Some(d) => (d - now).min(Duration::from_millis(50)),
                 None => Duration::from_millis(50),
             };
-            match self.port.recv_batch(&mut self.recv, Some(wait)) {
-                Ok(_) => {}
-                Err(e) => {
+            // Drain what has arrived before looking at timers: a result waiting in the socket
+            // must not be taken for a loss just because this thread was not running.
+            let base = self.job.info.slot_base;
+            let window = self.job.window;
+            let mut wait = Some(wait);
+            for _ in 0..64 {
+                if let Err(e) = self
+                    .port
+                    .recv_batch(&mut self.recv, wait.take().or(Some(Duration::ZERO)))
+                {
                     tracing::warn!(error = %e, "receive failed");
+                    break;
+                }
+                let now = self.now();
+                for d in self.recv.iter() {
+                    self.counters.datagrams_received += 1;
+                    if d.addr != self.cfg.switch || d.truncated {
+                        self.counters.foreign += 1;
+                        continue;
+                    }
+                    let Ok(pkt) = AggPacket::new_checked(d.data) else {
+                        self.counters.foreign += 1;
+                        continue;
+                    };
+                    let lane = pkt
+                        .slot()
+                        .checked_sub(base)
+                        .map(|off| usize::from(off / window));
+                    match lane
+                        .and_then(|l| active.get_mut(l))
+                        .and_then(Option::as_mut)
+                    {
+                        Some(a) => a.stream.handle_datagram(now, d.data),
+                        None => self.counters.foreign += 1,
+                    }
+                }
+                if !self.recv.is_full() {
+                    break;
                 }
             }
             let now = self.now();
-            let base = self.job.info.slot_base;
-            let window = self.job.window;
-            for d in self.recv.iter() {
-                self.counters.datagrams_received += 1;
-                if d.addr != self.cfg.switch || d.truncated {
-                    self.counters.foreign += 1;
-                    continue;
-                }
-                let Ok(pkt) = AggPacket::new_checked(d.data) else {
-                    self.counters.foreign += 1;
-                    continue;
-                };
-                let lane = pkt
-                    .slot()
-                    .checked_sub(base)
-                    .map(|off| usize::from(off / window));
-                match lane
-                    .and_then(|l| active.get_mut(l))
-                    .and_then(Option::as_mut)
-                {
-                    Some(a) => a.stream.handle_datagram(now, d.data),
-                    None => self.counters.foreign += 1,
-                }
-            }
             for a in active.iter_mut().flatten() {
                 a.stream.handle_timeout(now);
             }

@@ -150,6 +150,8 @@ pub struct AlgoResult {
     /// Every worker held the same bits and every element was within its bound.
     pub verified: Option<bool>,
     pub retransmissions: u64,
+    /// Of the retransmissions, those sent on evidence of loss before a timer expired.
+    pub fast_retransmissions: u64,
     pub switch: Option<SwitchSummary>,
     /// The largest worker process's peak memory (in-process runs: the bench process's).
     pub worker_peak_rss_kib: Option<u64>,
@@ -204,6 +206,7 @@ pub(crate) fn summarize(
     }
     let mut seconds = Vec::new();
     let mut retransmissions = 0;
+    let mut fast_retransmissions = 0;
     let mut max_abs: Option<f64> = None;
     let mut max_rel: Option<f64> = None;
     let mut verified = ctx.reference.as_ref().map(|_| true);
@@ -227,6 +230,7 @@ pub(crate) fn summarize(
         if i >= args.warmup {
             seconds.push(recs.iter().map(|r| r.seconds).fold(0.0, f64::max));
             retransmissions += recs.iter().map(|r| r.retransmissions).sum::<u64>();
+            fast_retransmissions += recs.iter().map(|r| r.fast_retransmissions).sum::<u64>();
         }
     }
     let mut sorted = seconds.clone();
@@ -253,6 +257,7 @@ pub(crate) fn summarize(
         max_rel_err: max_rel,
         verified,
         retransmissions,
+        fast_retransmissions,
         switch: None,
         worker_peak_rss_kib: None,
         rate: None,

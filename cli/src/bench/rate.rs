@@ -203,6 +203,7 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         max_rel_err: None,
         verified: None,
         retransmissions: rate.resends,
+        fast_retransmissions: 0,
         switch: None,
         worker_peak_rss_kib: None,
         rate: Some(rate),

@@ -8,8 +8,9 @@ use std::time::Instant;
 
 /// An all-reduce under test.
 pub trait Reducer {
-    /// Sums `data` over all workers in place; returns the retransmissions it needed.
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError>;
+    /// Sums `data` over all workers in place; returns the retransmissions it needed (all, and
+    /// those sent before a timer expired).
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError>;
     /// Returns once every worker called it.
     fn barrier(&mut self) -> Result<(), RunError>;
     /// How results are bounded.
@@ -48,9 +49,9 @@ impl From<ina_worker::ring::RingError> for RunError {
 pub struct InaReducer(pub Communicator);
 
 impl Reducer for InaReducer {
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError> {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError> {
         let s = self.0.allreduce_f32(data)?;
-        Ok(s.stream.retransmissions)
+        Ok((s.stream.retransmissions, s.stream.fast_retransmissions))
     }
 
     fn barrier(&mut self) -> Result<(), RunError> {
@@ -68,9 +69,9 @@ impl Reducer for InaReducer {
 pub struct RingReducer(pub RingComm);
 
 impl Reducer for RingReducer {
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<u64, RunError> {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError> {
         self.0.allreduce_f32(data)?;
-        Ok(0)
+        Ok((0, 0))
     }
 
     fn barrier(&mut self) -> Result<(), RunError> {
@@ -90,6 +91,8 @@ pub struct IterRecord {
     pub warmup: bool,
     pub seconds: f64,
     pub retransmissions: u64,
+    #[serde(default)]
+    pub fast_retransmissions: u64,
     /// `None` when not verified.
     pub max_abs_err: Option<f64>,
     pub max_rel_err: Option<f64>,
@@ -114,7 +117,7 @@ pub fn run_iterations(
         buf.copy_from_slice(input);
         reducer.barrier()?;
         let start = Instant::now();
-        let retransmissions = reducer.allreduce(&mut buf)?;
+        let (retransmissions, fast_retransmissions) = reducer.allreduce(&mut buf)?;
         let seconds = start.elapsed().as_secs_f64();
         let check: Option<Check> = reference.map(|r| r.check(&buf, reducer.bound()));
         let record = IterRecord {
@@ -122,6 +125,7 @@ pub fn run_iterations(
             warmup: iteration < warmup,
             seconds,
             retransmissions,
+            fast_retransmissions,
             max_abs_err: check.map(|c| c.max_abs_err),
             max_rel_err: check.map(|c| c.max_rel_err),
             violations: check.map(|c| c.violations),
