@@ -45,13 +45,7 @@ pub fn headroom_bits(workers: u8) -> u32 {
 
 /// The exponent byte of a block (see the module docs).
 pub fn block_exponent(values: &[f32]) -> u8 {
-    // The magnitude bits are below 2^31, so a signed max orders them as well; it is cheaper
-    // than an unsigned one without SSE4.1 (no sign flips before each compare).
-    let mut max_bits = 0i32;
-    for v in values {
-        max_bits = max_bits.max((v.to_bits() & 0x7fff_ffff) as i32);
-    }
-    match max_bits as u32 {
+    match crate::kernels::max_magnitude_bits(values) {
         0 => ZERO_BLOCK,
         b if b >= 0x7f80_0000 => NON_FINITE,
         b => ((b >> 23) as u8).max(1),
@@ -83,7 +77,7 @@ const ROUND_I32: f64 = 6_755_399_441_055_744.0;
 /// produces `|v| < 2^(31-c)` (see the module docs); larger magnitudes wrap modulo 2^32 (up to
 /// 2^51) and NaN gives an unspecified value, but nothing panics.
 #[inline(always)]
-fn round_even_i32(v: f32) -> i32 {
+pub(crate) fn round_even_i32(v: f32) -> i32 {
     (f64::from(v) + ROUND_I32).to_bits() as u32 as i32
 }
 
@@ -95,24 +89,36 @@ fn round_even_i32(v: f32) -> i32 {
 pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
     let n = values.len().min(out.len() / 4);
     let (values, out) = (&values[..n], &mut out[..n * 4]);
-    if exp == ZERO_BLOCK || exp == NON_FINITE {
-        out.fill(0);
-        return n;
-    }
-    let s = shift(exp, headroom_bits(workers));
-    if let Some(scale) = pow2_f32(s) {
-        for (x, dst) in values.iter().zip(out.chunks_exact_mut(4)) {
-            let q = round_even_i32(x * scale);
-            dst.copy_from_slice(&q.to_be_bytes());
-        }
-    } else {
-        let scale = 2f64.powi(s);
-        for (x, dst) in values.iter().zip(out.chunks_exact_mut(4)) {
-            let q = (f64::from(*x) * scale).round_ties_even() as i32;
-            dst.copy_from_slice(&q.to_be_bytes());
-        }
+    match normal_scale(exp, workers, 1) {
+        Some(scale) => crate::kernels::quantize_be(values, scale, out),
+        None => quantize_rare(values, exp, workers, out),
     }
     n
+}
+
+/// The scale `2^(sign * s)` as a normal float32, for an exponent byte in 1..=254 whose scale
+/// is one (it is unless the block's magnitudes are around 2^-100 or below).
+#[inline]
+fn normal_scale(exp: u8, workers: u8, sign: i32) -> Option<f32> {
+    if exp == ZERO_BLOCK || exp == NON_FINITE {
+        return None;
+    }
+    pow2_f32(sign * shift(exp, headroom_bits(workers)))
+}
+
+/// [`quantize_be`] for the exponent bytes without a [`normal_scale`].
+#[cold]
+#[inline(never)]
+fn quantize_rare(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) {
+    if exp == ZERO_BLOCK || exp == NON_FINITE {
+        out.fill(0);
+        return;
+    }
+    let scale = 2f64.powi(shift(exp, headroom_bits(workers)));
+    for (x, dst) in values.iter().zip(out.chunks_exact_mut(4)) {
+        let q = (f64::from(*x) * scale).round_ties_even() as i32;
+        dst.copy_from_slice(&q.to_be_bytes());
+    }
 }
 
 /// Turns big-endian int32 sums back into float32 with the agreed exponent byte; returns the
@@ -121,26 +127,28 @@ pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usiz
 pub fn dequantize_be(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) -> usize {
     let n = out.len().min(bytes.len() / 4);
     let (bytes, out) = (&bytes[..n * 4], &mut out[..n]);
+    match normal_scale(exp, workers, -1) {
+        Some(scale) => crate::kernels::dequantize_be(bytes, scale, out),
+        None => dequantize_rare(bytes, exp, workers, out),
+    }
+    n
+}
+
+/// [`dequantize_be`] for the exponent bytes without a [`normal_scale`].
+#[cold]
+#[inline(never)]
+fn dequantize_rare(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) {
     match exp {
         ZERO_BLOCK => out.fill(0.0),
         NON_FINITE => out.fill(f32::NAN),
         _ => {
-            let s = shift(exp, headroom_bits(workers));
-            if let Some(scale) = pow2_f32(-s) {
-                for (src, dst) in bytes.chunks_exact(4).zip(out.iter_mut()) {
-                    let q = i32::from_be_bytes([src[0], src[1], src[2], src[3]]);
-                    *dst = q as f32 * scale;
-                }
-            } else {
-                let scale = 2f64.powi(-s);
-                for (src, dst) in bytes.chunks_exact(4).zip(out.iter_mut()) {
-                    let q = i32::from_be_bytes([src[0], src[1], src[2], src[3]]);
-                    *dst = (f64::from(q) * scale) as f32;
-                }
+            let scale = 2f64.powi(-shift(exp, headroom_bits(workers)));
+            for (src, dst) in bytes.chunks_exact(4).zip(out.iter_mut()) {
+                let q = i32::from_be_bytes([src[0], src[1], src[2], src[3]]);
+                *dst = (f64::from(q) * scale) as f32;
             }
         }
     }
-    n
 }
 
 /// The documented bound on `|result - exact|` for one element (see the module docs).

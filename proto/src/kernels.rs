@@ -1,0 +1,308 @@
+//! The bulk loops of the quantizer, and the run-time choice between their baseline and AVX2
+//! compilations.
+//!
+//! Every x86-64 CPU has SSE2, so that is all the default target may assume; with AVX2 (x86-64
+//! CPUs since 2013) the loops run on twice as wide vectors and swap the bytes of the big-endian
+//! wire format with one `vpshufb` per 8 elements, where SSE2 needs shifts and masks. The loops
+//! are written once, in [`portable`], as `#[inline(always)]` functions that the compiler
+//! vectorizes for the features of the function they are inlined into; a caller compiled for
+//! AVX2 (see [`has_avx2`]) gets the AVX2 loops. Both compilations compute exactly the same
+//! results: the loops use only integer operations and IEEE-754 multiplications and conversions,
+//! which do not depend on the instructions chosen. The one hand-written loop,
+//! [`quantize_be`]'s AVX2 version, is checked against the portable one in the tests.
+//!
+//! `unsafe` code in this crate is limited to calling functions compiled with
+//! `#[target_feature(enable = "avx2")]` after [`has_avx2`] returned true, and to the loads and
+//! stores of the AVX2 quantizer.
+#![allow(unsafe_code)]
+
+/// Whether the CPU supports AVX2, so that functions compiled with
+/// `#[target_feature(enable = "avx2")]` may be called (std caches the answer).
+#[inline]
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines `pub(crate) fn $name` that runs `$body` compiled for AVX2 when the CPU has it, and
+/// compiled for the baseline target otherwise (each copy out of line, so that the choice
+/// between them costs the caller little).
+macro_rules! dispatch {
+    ($(#[$attr:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? => $body:path) => {
+        $(#[$attr])*
+        #[inline]
+        pub(crate) fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                if has_avx2() {
+                    // SAFETY: `avx2` has no requirement other than running on a CPU with
+                    // AVX2, which was just detected.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            #[inline(never)]
+            fn baseline($($arg: $ty),*) $(-> $ret)? {
+                $body($($arg),*)
+            }
+            baseline($($arg),*)
+        }
+    };
+}
+
+dispatch! {
+    /// The largest `bits & 0x7fff_ffff` (magnitude bits) of `values`; 0 for none.
+    fn max_magnitude_bits(values: &[f32]) -> u32 => portable::max_magnitude_bits
+}
+
+/// `round_even_i32(x * scale)` of each value as big-endian int32 into `out`,
+/// `min(values.len(), out.len() / 4)` of them.
+#[inline]
+pub(crate) fn quantize_be(values: &[f32], scale: f32, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: `x86::quantize_be_avx2` has no requirement other than running on a CPU with
+        // AVX2, which was just detected.
+        unsafe { x86::quantize_be_avx2(values, scale, out) };
+        return;
+    }
+    #[inline(never)]
+    fn baseline(values: &[f32], scale: f32, out: &mut [u8]) {
+        portable::quantize_be(values, scale, out);
+    }
+    baseline(values, scale, out);
+}
+
+dispatch! {
+    /// `q as f32 * scale` of each big-endian int32 `q` of `bytes` into `out`,
+    /// `min(bytes.len() / 4, out.len())` of them.
+    fn dequantize_be(bytes: &[u8], scale: f32, out: &mut [f32]) => portable::dequantize_be
+}
+
+/// The loops, to be inlined into a caller compiled for the features at hand. Each processes
+/// as many elements as the shorter of its two slices holds.
+pub(crate) mod portable {
+    #[inline(always)]
+    fn be(src: &[u8]) -> i32 {
+        i32::from_be_bytes([src[0], src[1], src[2], src[3]])
+    }
+
+    /// The largest `bits & 0x7fff_ffff` (magnitude bits) of `values`; 0 for none.
+    #[inline(always)]
+    pub(crate) fn max_magnitude_bits(values: &[f32]) -> u32 {
+        // The magnitude bits are below 2^31, so a signed max orders them as well; it is
+        // cheaper than an unsigned one without SSE4.1 (no sign flips before each compare).
+        let mut max_bits = 0i32;
+        for v in values {
+            max_bits = max_bits.max((v.to_bits() & 0x7fff_ffff) as i32);
+        }
+        max_bits as u32
+    }
+
+    /// `round_even_i32(x * scale)` of each value as big-endian int32 into `out`.
+    #[inline(always)]
+    pub(crate) fn quantize_be(values: &[f32], scale: f32, out: &mut [u8]) {
+        for (x, dst) in values.iter().zip(out.chunks_exact_mut(4)) {
+            let q = crate::quant::round_even_i32(x * scale);
+            dst.copy_from_slice(&q.to_be_bytes());
+        }
+    }
+
+    /// `q as f32 * scale` of each big-endian int32 `q` of `bytes` into `out`.
+    #[inline(always)]
+    pub(crate) fn dequantize_be(bytes: &[u8], scale: f32, out: &mut [f32]) {
+        for (src, dst) in bytes.chunks_exact(4).zip(out.iter_mut()) {
+            *dst = be(src) as f32 * scale;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    /// [`super::quantize_be`] with AVX2 intrinsics.
+    ///
+    /// `vcvtps2dq` converts with the rounding mode of MXCSR, round to nearest even (the mode
+    /// Rust code runs in, and the one `round_even_i32` relies on as well), so for `|y| < 2^31`
+    /// it gives exactly `round_even_i32(y)`. It gives `i32::MIN` for everything else (NaN,
+    /// larger magnitudes), where `round_even_i32` wraps instead; so when the minimum of the
+    /// results is `i32::MIN` (rare: quantization only produces `|y| < 2^31`, and `-2^31` itself
+    /// is exact either way), the elements are computed again with the portable code.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
+        let n = values.len().min(out.len() / 4);
+        let (values, out) = (&values[..n], &mut out[..4 * n]);
+        let k = QuantizeConsts::new(scale);
+        let mut min = _mm256_set1_epi32(i32::MAX);
+        let mut src = values.chunks_exact(32);
+        let mut dst = out.chunks_exact_mut(128);
+        for (x, d) in (&mut src).zip(&mut dst) {
+            let (x, d) = (x.as_ptr(), d.as_mut_ptr());
+            for i in 0..4 {
+                // SAFETY: `x` has 32 floats and `d` 128 bytes: both ranges are in bounds.
+                min = unsafe { quantize8(&k, x.add(8 * i), d.add(32 * i), min) };
+            }
+        }
+        let mut src = src.remainder().chunks_exact(8);
+        let mut dst = dst.into_remainder().chunks_exact_mut(32);
+        for (x, d) in (&mut src).zip(&mut dst) {
+            // SAFETY: `x` has 8 floats and `d` 32 bytes.
+            min = unsafe { quantize8(&k, x.as_ptr(), d.as_mut_ptr(), min) };
+        }
+        super::portable::quantize_be(src.remainder(), scale, dst.into_remainder());
+        let invalid = _mm256_cmpeq_epi32(min, _mm256_set1_epi32(i32::MIN));
+        if _mm256_testz_si256(invalid, invalid) == 0 {
+            super::portable::quantize_be(values, scale, out);
+        }
+    }
+
+    struct QuantizeConsts {
+        scale: __m256,
+        bswap: __m256i,
+    }
+
+    impl QuantizeConsts {
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        unsafe fn new(scale: f32) -> QuantizeConsts {
+            QuantizeConsts {
+                scale: _mm256_set1_ps(scale),
+                bswap: bswap32(),
+            }
+        }
+    }
+
+    /// The `vpshufb` control that reverses the bytes of each 32-bit lane: native
+    /// (little-endian) to big-endian and back.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn bswap32() -> __m256i {
+        _mm256_setr_epi8(
+            3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, //
+            3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12,
+        )
+    }
+
+    /// Quantizes the 8 floats at `x` into 32 bytes at `d`; returns the lane-wise minimum of
+    /// `min` and the results.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `x` must be valid for reading 8 floats and `d` for writing
+    /// 32 bytes (no alignment needed).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn quantize8(k: &QuantizeConsts, x: *const f32, d: *mut u8, min: __m256i) -> __m256i {
+        // SAFETY: the caller's guarantees.
+        unsafe {
+            let q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), k.scale));
+            _mm256_storeu_si256(d.cast(), _mm256_shuffle_epi8(q, k.bswap));
+            _mm256_min_epi32(min, q)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bits(xs: &[f32]) -> Vec<u32> {
+        xs.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// `quantize_be` (AVX2 on CPUs that have it) against the portable loop, with every scale
+    /// the quantizer uses.
+    fn check_quantize(values: &[f32], out_len: usize) {
+        for k in -126..=127 {
+            let scale = f32::from_bits(((k + 127) as u32) << 23);
+            let mut want = vec![0xA5u8; out_len];
+            let mut got = want.clone();
+            let n = values.len().min(out_len / 4);
+            portable::quantize_be(&values[..n], scale, &mut want[..4 * n]);
+            quantize_be(values, scale, &mut got);
+            assert_eq!(got, want, "scale 2^{k}, values {:x?}", bits(values));
+        }
+    }
+
+    #[test]
+    fn quantize_edges_match_the_portable_loop() {
+        let two31 = 2147483648.0f32;
+        let edges = [
+            0.0f32,
+            -0.0,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            8388607.5,
+            two31,
+            -two31,
+            two31 - 128.0,
+            -(two31 - 128.0),
+            2.0 * two31,
+            1e30,
+            -1e30,
+            f32::MAX,
+            f32::MIN_POSITIVE / 2.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7fc0_0001),
+        ];
+        // Every edge alone, at every position of a 40-element block, and all together.
+        for e in edges {
+            for at in [0, 7, 8, 31, 32, 39] {
+                let mut v = vec![1.25f32; 40];
+                v[at] = e;
+                check_quantize(&v, 160);
+            }
+        }
+        check_quantize(&edges, 4 * edges.len());
+        // Short outputs and short inputs.
+        check_quantize(&edges, 4 * 5 + 3);
+        check_quantize(&edges[..3], 400);
+        check_quantize(&[], 40);
+    }
+
+    proptest! {
+        #[test]
+        fn quantize_matches_the_portable_loop(
+            raw in proptest::collection::vec(any::<u32>(), 0..80),
+            out_len in 0usize..400,
+        ) {
+            let values: Vec<f32> = raw.into_iter().map(f32::from_bits).collect();
+            check_quantize(&values, out_len);
+        }
+
+        #[test]
+        fn dequantize_and_exponent_match_the_portable_loops(
+            raw in proptest::collection::vec(any::<u32>(), 0..80),
+            k in -126i32..=127,
+        ) {
+            let values: Vec<f32> = raw.iter().map(|b| f32::from_bits(*b)).collect();
+            prop_assert_eq!(max_magnitude_bits(&values), portable::max_magnitude_bits(&values));
+            let bytes: Vec<u8> = raw.iter().flat_map(|b| b.to_be_bytes()).collect();
+            let scale = f32::from_bits(((k + 127) as u32) << 23);
+            let mut want = vec![0f32; raw.len()];
+            let mut got = vec![0f32; raw.len()];
+            portable::dequantize_be(&bytes, scale, &mut want);
+            dequantize_be(&bytes, scale, &mut got);
+            prop_assert_eq!(bits(&got), bits(&want));
+        }
+    }
+}
