@@ -1,5 +1,5 @@
-//! The bulk loops of the quantizer, and the run-time choice between their baseline and AVX2
-//! compilations.
+//! The bulk loops of the quantizer and the pipeline, and the run-time choice between their
+//! baseline and AVX2 compilations.
 //!
 //! Every x86-64 CPU has SSE2, so that is all the default target may assume; with AVX2 (x86-64
 //! CPUs since 2013) the loops run on twice as wide vectors and swap the bytes of the big-endian
@@ -12,8 +12,8 @@
 //! [`quantize_be`]'s AVX2 version, is checked against the portable one in the tests.
 //!
 //! `unsafe` code in this crate is limited to calling functions compiled with
-//! `#[target_feature(enable = "avx2")]` after [`has_avx2`] returned true, and to the loads and
-//! stores of the AVX2 quantizer.
+//! `#[target_feature(enable = "avx2")]` after [`has_avx2`] returned true (here and in the
+//! pipeline's `process_dispatch`), and to the loads and stores of the AVX2 quantizer.
 #![allow(unsafe_code)]
 
 /// Whether the CPU supports AVX2, so that functions compiled with
@@ -94,6 +94,30 @@ pub(crate) mod portable {
     #[inline(always)]
     fn be(src: &[u8]) -> i32 {
         i32::from_be_bytes([src[0], src[1], src[2], src[3]])
+    }
+
+    /// Decodes big-endian int32 elements of `bytes` into `out`.
+    #[inline(always)]
+    pub(crate) fn decode_be(bytes: &[u8], out: &mut [i32]) {
+        for (dst, src) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *dst = be(src);
+        }
+    }
+
+    /// Encodes `values` as big-endian int32 elements into `bytes`.
+    #[inline(always)]
+    pub(crate) fn encode_be(values: &[i32], bytes: &mut [u8]) {
+        for (src, dst) in values.iter().zip(bytes.chunks_exact_mut(4)) {
+            dst.copy_from_slice(&src.to_be_bytes());
+        }
+    }
+
+    /// Adds big-endian int32 elements of `bytes` to `acc` with wrap-around.
+    #[inline(always)]
+    pub(crate) fn accumulate_be(bytes: &[u8], acc: &mut [i32]) {
+        for (dst, src) in acc.iter_mut().zip(bytes.chunks_exact(4)) {
+            *dst = dst.wrapping_add(be(src));
+        }
     }
 
     /// The largest `bits & 0x7fff_ffff` (magnitude bits) of `values`; 0 for none.
@@ -219,6 +243,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The loops of `portable` compiled for AVX2, to compare with their baseline compilation.
+    #[cfg(target_arch = "x86_64")]
+    mod avx2 {
+        use super::portable;
+
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn decode_be(bytes: &[u8], out: &mut [i32]) {
+            portable::decode_be(bytes, out)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn encode_be(values: &[i32], bytes: &mut [u8]) {
+            portable::encode_be(values, bytes)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn accumulate_be(bytes: &[u8], acc: &mut [i32]) {
+            portable::accumulate_be(bytes, acc)
+        }
+    }
+
     fn bits(xs: &[f32]) -> Vec<u32> {
         xs.iter().map(|x| x.to_bits()).collect()
     }
@@ -303,6 +346,44 @@ mod tests {
             portable::dequantize_be(&bytes, scale, &mut want);
             dequantize_be(&bytes, scale, &mut got);
             prop_assert_eq!(bits(&got), bits(&want));
+        }
+
+        /// The payload loops against the wire crate's, in both compilations.
+        #[test]
+        fn payload_loops_match_the_wire_crate(
+            a in proptest::collection::vec(any::<i32>(), 0..300),
+            b in proptest::collection::vec(any::<i32>(), 0..300),
+        ) {
+            let mut bytes = vec![0u8; 4 * b.len()];
+            ina_wire::payload::encode_from(&b, &mut bytes);
+            let mut want = a.clone();
+            ina_wire::payload::accumulate(&bytes, &mut want);
+            let mut got = a.clone();
+            portable::accumulate_be(&bytes, &mut got);
+            prop_assert_eq!(&got, &want);
+            let mut want_dec = a.clone();
+            ina_wire::payload::decode_into(&bytes, &mut want_dec);
+            let mut got_dec = a.clone();
+            portable::decode_be(&bytes, &mut got_dec);
+            prop_assert_eq!(&got_dec, &want_dec);
+            let mut want_enc = vec![0xA5u8; 4 * a.len() + 3];
+            ina_wire::payload::encode_from(&b, &mut want_enc);
+            let mut got_enc = vec![0xA5u8; 4 * a.len() + 3];
+            portable::encode_be(&b, &mut got_enc);
+            prop_assert_eq!(&got_enc, &want_enc);
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                let (mut acc, mut dec, mut enc) = (a.clone(), a.clone(), vec![0xA5u8; 4 * a.len() + 3]);
+                // SAFETY: the CPU has AVX2.
+                unsafe {
+                    avx2::accumulate_be(&bytes, &mut acc);
+                    avx2::decode_be(&bytes, &mut dec);
+                    avx2::encode_be(&b, &mut enc);
+                }
+                prop_assert_eq!(acc, want);
+                prop_assert_eq!(dec, want_dec);
+                prop_assert_eq!(enc, want_enc);
+            }
         }
     }
 }

@@ -21,10 +21,10 @@
 //! `values` is stored flat, `(2*slot + set) * max_elems + k`, which is the same set of cells as
 //! `max_elems/2` pair arrays indexed by `2*slot+set`.
 
-use crate::Instant;
+use crate::{kernels, Instant};
 use ina_wire::agg::{ProbeInfo, MAX_RANK};
 use ina_wire::{
-    frame, payload, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
+    frame, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// A switch port: on the software switch, one peer address; on Tofino, a front-panel port.
@@ -408,8 +408,7 @@ impl Pipeline {
     }
 
     fn drop(&mut self, reason: DropReason) -> Verdict<'static> {
-        self.counters.count_drop(reason);
-        Verdict::Drop(reason)
+        drop_counted(&mut self.counters, reason)
     }
 
     /// Processes a whole Ethernet/IPv4/UDP frame. Replies are written into `out` as frames;
@@ -436,7 +435,7 @@ impl Pipeline {
         }
         let addrs = parsed.addrs.reversed();
         let (head, body) = out.split_at_mut(frame::FRAME_HEADER_LEN);
-        let verdict = self.process_inner(ingress, parsed.payload, now, body);
+        let verdict = self.process_dispatch(ingress, parsed.payload, now, body);
         let len = match verdict {
             Verdict::Drop(_) | Verdict::Absorbed => return verdict,
             Verdict::Unicast { len, .. } | Verdict::Multicast { len, .. } => len,
@@ -460,6 +459,7 @@ impl Pipeline {
 
     /// Processes one `ina` packet (a UDP payload) that arrived on `ingress`. Any reply is
     /// written at the start of `out`, which should hold `16 + 4 * max_elems` bytes.
+    #[inline]
     pub fn process(
         &mut self,
         ingress: PortId,
@@ -469,9 +469,58 @@ impl Pipeline {
     ) -> Verdict<'_> {
         self.counters.packets_in += 1;
         self.counters.bytes_in += packet.len() as u64;
+        self.process_dispatch(ingress, packet, now, out)
+    }
+
+    /// [`Self::process_inner`] compiled for AVX2 when the CPU has it, so that the loops over
+    /// the elements are inlined in their AVX2 form (see the `kernels` module).
+    #[inline]
+    fn process_dispatch(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        #[cfg(target_arch = "x86_64")]
+        if kernels::has_avx2() {
+            // SAFETY: the CPU has AVX2, the only requirement of `process_inner_avx2`.
+            #[allow(unsafe_code)]
+            return unsafe { self.process_inner_avx2(ingress, packet, now, out) };
+        }
+        self.process_inner_baseline(ingress, packet, now, out)
+    }
+
+    /// [`Self::process_inner`] compiled for the baseline target.
+    #[inline(never)]
+    fn process_inner_baseline(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
         self.process_inner(ingress, packet, now, out)
     }
 
+    /// [`Self::process_inner`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[allow(unsafe_code)]
+    unsafe fn process_inner_avx2(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.process_inner(ingress, packet, now, out)
+    }
+
+    #[inline(always)]
     fn process_inner(
         &mut self,
         ingress: PortId,
@@ -480,9 +529,12 @@ impl Pipeline {
         out: &mut [u8],
     ) -> Verdict<'_> {
         // Parse: length, version and type checked by the wire crate.
-        let Ok((hdr, payload_bytes)) = AggRepr::parse_bytes(packet) else {
+        // (`AggRepr::parse_bytes` without its second length check; `parse` is generic, so it is
+        // compiled, and inlined, here.)
+        let Ok(hdr) = AggRepr::parse(&AggPacket::new_unchecked(packet)) else {
             return self.drop(DropReason::Malformed);
         };
+        let payload_bytes = &packet[HEADER_LEN..];
         if !matches!(hdr.kind, MessageType::Data | MessageType::Probe) {
             return self.drop(DropReason::UnexpectedType);
         }
@@ -499,144 +551,130 @@ impl Pipeline {
         }
         // From here on the sender is authenticated: refusals are answered with a Reject.
         if hdr.kind == MessageType::Probe {
-            return self.answer_probe(job_idx, &hdr, ingress, out);
+            return self.answer_probe(job_idx, hdr, ingress, out);
         }
         if hdr.epoch != job.epoch {
-            return self.reject(job_idx, &hdr, RejectReason::StaleEpoch, ingress, out);
+            return self.reject(job_idx, hdr, RejectReason::StaleEpoch, ingress, out);
         }
         let slot_end = u32::from(job.slot_base) + u32::from(job.slot_count);
         if hdr.slot < job.slot_base || u32::from(hdr.slot) >= slot_end {
-            return self.reject(job_idx, &hdr, RejectReason::SlotOutOfRange, ingress, out);
+            return self.reject(job_idx, hdr, RejectReason::SlotOutOfRange, ingress, out);
         }
         if hdr.count != 0 && hdr.count != job.elems_per_packet {
-            return self.reject(job_idx, &hdr, RejectReason::BadCount, ingress, out);
+            return self.reject(job_idx, hdr, RejectReason::BadCount, ingress, out);
         }
-        self.jobs[job_idx].last_activity = Some(now);
-        self.aggregate(job_idx, &hdr, payload_bytes, ingress, out)
+        self.aggregate(job_idx, &hdr, payload_bytes, ingress, now, out)
     }
 
     /// The slot update: PROTOCOL.md §Switch, decision table.
+    #[inline(always)]
     fn aggregate(
         &mut self,
         job_idx: usize,
         hdr: &AggRepr,
         payload_bytes: &[u8],
         ingress: PortId,
+        now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        let workers = self.jobs[job_idx].cfg.ranks.len() as u32;
+        // Borrowed apart, so that stores to one are known not to change the others.
+        let Pipeline {
+            regs,
+            jobs,
+            counters,
+            ..
+        } = self;
+        let job = &mut jobs[job_idx];
+        job.last_activity = Some(now);
+        let workers = job.cfg.ranks.len() as u32;
         let slot = usize::from(hdr.slot);
         let x = usize::from(hdr.set & 1);
         let bit = 1u32 << hdr.rank;
         let count = usize::from(hdr.count);
+        let seq = &mut regs.seq[slot];
+        let bitmap = &mut regs.bitmap[slot];
+        let pending = &mut regs.count[slot];
+        let exp = &mut regs.exp[slot];
+        let base = (2 * slot + x) * regs.max_elems;
+        let cells = &mut regs.values[base..base + count];
 
         // Stage 1: sequence register of the set.
-        let delta = hdr.seq.wrapping_sub(self.regs.seq[slot][x]) as i32;
+        let delta = hdr.seq.wrapping_sub(seq[x]) as i32;
         if delta < 0 {
-            return self.drop(DropReason::StaleSeq);
+            return drop_counted(counters, DropReason::StaleSeq);
         }
         let new_use = delta > 0;
         // Stage 2: bitmap. Stage 3: count.
-        let seen = self.regs.bitmap[slot][x] & bit != 0;
-        let pending = self.regs.count[slot][x];
+        let seen = bitmap[x] & bit != 0;
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
         if !new_use {
             if seen {
                 // Retransmission: answer from the registers if the use is complete.
-                if pending != 0 {
-                    return self.drop(DropReason::RetransmitIncomplete);
+                if pending[x] != 0 {
+                    return drop_counted(counters, DropReason::RetransmitIncomplete);
                 }
                 let Some(out) = out.get_mut(..result_len) else {
-                    return self.drop(DropReason::OutputTooSmall);
+                    return drop_counted(counters, DropReason::OutputTooSmall);
                 };
-                self.emit_result(job_idx, hdr, out);
-                self.counters.results_unicast += 1;
+                emit_result(&job.cfg, hdr, seq[x], exp[x], cells, out);
+                counters.results_unicast += 1;
                 return Verdict::Unicast {
                     port: ingress,
                     len: result_len,
                 };
             }
-            if pending == 0 {
+            if pending[x] == 0 {
                 // The use completed and this worker already moved on (its bit was cleared by
                 // its next packet): a late copy.
-                return self.drop(DropReason::Duplicate);
+                return drop_counted(counters, DropReason::Duplicate);
             }
         }
         // Arrivals pending: a new use starts at workers - 1 still to come.
-        let remaining = if new_use { workers - 1 } else { pending - 1 };
+        let remaining = if new_use { workers - 1 } else { pending[x] - 1 };
         // The arrival that completes the use must be able to send the result; refusing it
         // before any register changes keeps the slot collecting, so that its retransmission
         // completes the use as this packet would have.
         let out = if remaining == 0 {
             match out.get_mut(..result_len) {
                 Some(out) => Some(out),
-                None => return self.drop(DropReason::OutputTooSmall),
+                None => return drop_counted(counters, DropReason::OutputTooSmall),
             }
         } else {
             None
         };
-        let m = self.regs.max_elems;
-        let base = (2 * slot + x) * m;
         if new_use {
-            self.regs.seq[slot][x] = hdr.seq;
-            self.regs.bitmap[slot][x] = bit;
-            self.regs.bitmap[slot][1 - x] &= !bit;
-            self.regs.exp[slot][x] = u32::from(hdr.exponent);
-            payload::decode_into(payload_bytes, &mut self.regs.values[base..base + count]);
-            self.counters.data_first += 1;
+            seq[x] = hdr.seq;
+            bitmap[x] = bit;
+            bitmap[1 - x] &= !bit;
+            exp[x] = u32::from(hdr.exponent);
+            kernels::portable::decode_be(payload_bytes, cells);
+            counters.data_first += 1;
         } else {
-            self.regs.bitmap[slot][x] |= bit;
-            self.regs.bitmap[slot][1 - x] &= !bit;
-            let e = &mut self.regs.exp[slot][x];
-            *e = (*e).max(u32::from(hdr.exponent));
-            payload::accumulate(payload_bytes, &mut self.regs.values[base..base + count]);
-            self.counters.data_added += 1;
+            bitmap[x] |= bit;
+            bitmap[1 - x] &= !bit;
+            exp[x] = exp[x].max(u32::from(hdr.exponent));
+            kernels::portable::accumulate_be(payload_bytes, cells);
+            counters.data_added += 1;
         }
-        self.counters.elements_aggregated += count as u64;
-        self.regs.count[slot][x] = remaining;
+        counters.elements_aggregated += count as u64;
+        pending[x] = remaining;
         let Some(out) = out else {
             return Verdict::Absorbed;
         };
-        self.emit_result(job_idx, hdr, out);
-        self.counters.results_multicast += 1;
+        let job = &*job;
+        emit_result(&job.cfg, hdr, seq[x], exp[x], cells, out);
+        counters.results_multicast += 1;
         Verdict::Multicast {
-            ports: &self.jobs[job_idx].cfg.ranks,
+            ports: &job.cfg.ranks,
             len: result_len,
         }
-    }
-
-    /// Writes the result of the packet's `(slot, set)` into `out`, which is exactly
-    /// `HEADER_LEN + 4 * hdr.count` bytes long.
-    fn emit_result(&self, job_idx: usize, hdr: &AggRepr, out: &mut [u8]) {
-        let job = &self.jobs[job_idx].cfg;
-        let slot = usize::from(hdr.slot);
-        let x = usize::from(hdr.set & 1);
-        let repr = AggRepr {
-            kind: MessageType::Result,
-            set: hdr.set & 1,
-            job: job.job,
-            epoch: job.epoch,
-            rank: hdr.rank,
-            exponent: self.regs.exp[slot][x] as u8,
-            slot: hdr.slot,
-            count: hdr.count,
-            seq: self.regs.seq[slot][x],
-        };
-        let mut pkt = AggPacket::new_unchecked(out);
-        repr.emit(&mut pkt);
-        let m = self.regs.max_elems;
-        let base = (2 * slot + x) * m;
-        payload::encode_from(
-            &self.regs.values[base..base + usize::from(hdr.count)],
-            pkt.payload_mut(),
-        );
     }
 
     fn reject(
         &mut self,
         job_idx: usize,
-        hdr: &AggRepr,
+        hdr: AggRepr,
         reason: RejectReason,
         ingress: PortId,
         out: &mut [u8],
@@ -646,7 +684,7 @@ impl Pipeline {
             epoch: self.jobs[job_idx].cfg.epoch,
             exponent: reason as u8,
             count: 0,
-            ..*hdr
+            ..hdr
         };
         // A refusal that cannot be answered counts as that, not as the refusal.
         if repr.emit_into(out).is_err() {
@@ -667,7 +705,7 @@ impl Pipeline {
     fn answer_probe(
         &mut self,
         job_idx: usize,
-        hdr: &AggRepr,
+        hdr: AggRepr,
         ingress: PortId,
         out: &mut [u8],
     ) -> Verdict<'_> {
@@ -682,7 +720,7 @@ impl Pipeline {
             kind: MessageType::ProbeReply,
             epoch: job.epoch,
             count: ProbeInfo::COUNT,
-            ..*hdr
+            ..hdr
         };
         let Ok(mut pkt) = repr.emit_into(out) else {
             return self.drop(DropReason::OutputTooSmall);
@@ -699,5 +737,122 @@ impl Pipeline {
     }
 }
 
+#[cold]
+fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static> {
+    counters.count_drop(reason);
+    Verdict::Drop(reason)
+}
+
+/// Writes the result of the packet's `(slot, set)`, whose registers hold `seq`, `exp` and
+/// `cells`, into `out`, which is exactly `HEADER_LEN + 4 * hdr.count` bytes long.
+#[inline(always)]
+fn emit_result(job: &JobConfig, hdr: &AggRepr, seq: u32, exp: u32, cells: &[i32], out: &mut [u8]) {
+    let repr = AggRepr {
+        kind: MessageType::Result,
+        set: hdr.set & 1,
+        job: job.job,
+        epoch: job.epoch,
+        rank: hdr.rank,
+        exponent: exp as u8,
+        slot: hdr.slot,
+        count: hdr.count,
+        seq,
+    };
+    let mut pkt = AggPacket::new_unchecked(out);
+    repr.emit(&mut pkt);
+    kernels::portable::encode_be(cells, pkt.payload_mut());
+}
+
 /// Checks that `PROTOCOL_VERSION` is what the pipeline was written for.
 const _: () = assert!(PROTOCOL_VERSION == 1);
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a verdict says, without the borrow of the pipeline.
+    fn owned(v: Verdict<'_>, out: &[u8]) -> (Option<DropReason>, Vec<PortId>, Vec<u8>) {
+        match v {
+            Verdict::Drop(r) => (Some(r), vec![], vec![]),
+            Verdict::Absorbed => (None, vec![], vec![]),
+            Verdict::Unicast { port, len } => (None, vec![port], out[..len].to_vec()),
+            Verdict::Multicast { ports, len } => (None, ports.to_vec(), out[..len].to_vec()),
+        }
+    }
+
+    proptest! {
+        /// The pipeline is compiled twice, for the baseline target and for AVX2 (see
+        /// `process_dispatch`); both copies take the same decisions and compute the same sums.
+        #[test]
+        #[allow(unsafe_code)]
+        fn baseline_and_avx2_compilations_agree(
+            elems in 1u16..=40,
+            ops in proptest::collection::vec(
+                (0u16..4, 0u16..6, 0u8..2, 0u32..3, any::<u8>(), any::<[i32; 40]>(), 0u8..8),
+                1..120,
+            ),
+        ) {
+            if !kernels::has_avx2() {
+                return Ok(());
+            }
+            let new = || {
+                let mut p = Pipeline::new(PipelineConfig { pool_slots: 8, max_elems: 40 });
+                let job = JobConfig {
+                    job: 3,
+                    epoch: 9,
+                    slot_base: 1,
+                    slot_count: 4,
+                    elems_per_packet: elems,
+                    ranks: (0..4).map(PortId).collect(),
+                };
+                p.add_job(job).map(|()| p)
+            };
+            let (Ok(mut a), Ok(mut b)) = (new(), new()) else {
+                return Err(TestCaseError::fail("job installs"));
+            };
+            for (rank, slot, set, seq, exponent, vals, variant) in ops {
+                // Mostly well-formed contributions; some with the wrong count, epoch or port,
+                // empty ones, probes, and replies that do not fit.
+                let count = match variant {
+                    1 => elems - 1,
+                    2 => 0,
+                    _ => elems,
+                };
+                let repr = AggRepr {
+                    kind: if variant == 3 { MessageType::Probe } else { MessageType::Data },
+                    set,
+                    job: 3,
+                    epoch: if variant == 4 { 8 } else { 9 },
+                    rank: rank as u8,
+                    exponent,
+                    slot,
+                    count,
+                    seq,
+                };
+                let mut pkt = vec![0u8; repr.buffer_len()];
+                let Ok(mut view) = repr.emit_into(&mut pkt) else {
+                    return Err(TestCaseError::fail("sized by buffer_len"));
+                };
+                ina_wire::payload::encode_from(&vals, view.payload_mut());
+                let port = PortId(if variant == 5 { (rank + 1) % 4 } else { rank });
+                let out_len = if variant == 6 { 20 } else { HEADER_LEN + 4 * 40 };
+                let (mut out_a, mut out_b) = (vec![0u8; out_len], vec![0u8; out_len]);
+                let now = Instant::ZERO;
+                let va = a.process_inner_baseline(port, &pkt, now, &mut out_a);
+                let va = owned(va, &out_a);
+                // SAFETY: the CPU has AVX2 (checked above).
+                let vb = unsafe { b.process_inner_avx2(port, &pkt, now, &mut out_b) };
+                let vb = owned(vb, &out_b);
+                prop_assert_eq!(va, vb);
+            }
+            prop_assert_eq!(a.counters(), b.counters());
+            let (ra, rb) = (a.registers(), b.registers());
+            prop_assert_eq!(&ra.seq, &rb.seq);
+            prop_assert_eq!(&ra.bitmap, &rb.bitmap);
+            prop_assert_eq!(&ra.count, &rb.count);
+            prop_assert_eq!(&ra.exp, &rb.exp);
+            prop_assert_eq!(&ra.values, &rb.values);
+        }
+    }
+}
