@@ -131,6 +131,12 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         cfg.pipeline.pool_slots = p;
     }
     if let Some(m) = args.max_elems.or(file.max_elems) {
+        if usize::from(m) > crate::bench::MAX_UDP_ELEMS {
+            bail!(
+                "--max-elems {m} does not fit a UDP datagram (at most {})",
+                crate::bench::MAX_UDP_ELEMS
+            );
+        }
         cfg.pipeline.max_elems = m;
     }
     if let Some(l) = args.loss.or(file.loss) {

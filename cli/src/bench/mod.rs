@@ -46,12 +46,13 @@ pub struct BenchArgs {
     /// Untimed iterations first.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Elements per packet (64 or 256 fit Tofino; the software switch takes up to 256 by
-    /// default).
-    #[arg(long, default_value_t = 256)]
+    /// Elements per packet. Tofino takes 64 or 256; the software switch takes any count that
+    /// fits a datagram, and 2048 (8 KiB, a jumbo frame) moves loopback traffic with far fewer
+    /// packets.
+    #[arg(long, default_value_t = 2048)]
     pub elems: u16,
     /// Aggregation slots given to the job.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 64)]
     pub slots: u16,
     /// Slots per stream (default: all the job's slots).
     #[arg(long)]
@@ -84,6 +85,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5000)]
     pub give_up_ms: u64,
 }
+
+/// The most elements a UDP datagram carries: (65 507 − 16 header bytes) / 4.
+pub const MAX_UDP_ELEMS: usize = (65_507 - ina_wire::HEADER_LEN) / 4;
 
 /// Parses `64MiB`, `1G`, `4096`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -276,6 +280,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.elems == 0 || args.slots == 0 {
         bail!("--elems and --slots must be positive");
+    }
+    if usize::from(args.elems) > MAX_UDP_ELEMS {
+        bail!(
+            "--elems {} does not fit a UDP datagram (at most {MAX_UDP_ELEMS})",
+            args.elems
+        );
     }
     if args.algorithms.is_empty() {
         bail!("no --algorithms given");

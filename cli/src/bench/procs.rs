@@ -176,8 +176,8 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             format!("--shards={}", a.shards),
             format!("--loss={}", a.loss),
             format!("--seed={}", a.seed),
-            format!("--pool-slots={}", a.slots.max(4096)),
-            format!("--max-elems={}", a.elems.max(256)),
+            format!("--pool-slots={}", a.slots),
+            format!("--max-elems={}", a.elems),
         ],
     )?;
     let ready = switch.expect("ready", START)?;
