@@ -137,10 +137,17 @@ impl Switch {
         let mut threads: Vec<JoinHandle<ShardStats>> = Vec::new();
         self.handle.set_running(true);
         let shards = self.ports.len();
-        for (i, (port, commands)) in self.ports.into_iter().zip(self.commands).enumerate() {
+        let meshes = shard::Mesh::build(shards, self.local);
+        for (i, ((port, commands), mesh)) in self
+            .ports
+            .into_iter()
+            .zip(self.commands)
+            .zip(meshes)
+            .enumerate()
+        {
             let shard = Shard::new(
                 i,
-                shards,
+                mesh,
                 port,
                 Pipeline::new(self.cfg.pipeline),
                 commands,

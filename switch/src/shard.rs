@@ -82,6 +82,12 @@ pub struct ShardStats {
     pub truncated: u64,
     pub injected_drops_in: u64,
     pub injected_drops_out: u64,
+    /// Datagrams received for another shard's slots and handed to it.
+    #[serde(default)]
+    pub forwarded_out: u64,
+    /// Datagrams handed over by other shards.
+    #[serde(default)]
+    pub forwarded_in: u64,
 }
 
 /// The whole switch: the sum over shards, and each shard.
@@ -103,6 +109,8 @@ impl SwitchStats {
             total.truncated += s.truncated;
             total.injected_drops_in += s.injected_drops_in;
             total.injected_drops_out += s.injected_drops_out;
+            total.forwarded_out += s.forwarded_out;
+            total.forwarded_in += s.forwarded_in;
         }
         total.shard = shards.len();
         SwitchStats { total, shards }
@@ -120,12 +128,68 @@ pub(crate) struct Shard {
     loss_out: Loss,
     stats: ShardStats,
     origin: std::time::Instant,
+    mesh: Mesh,
+}
+
+/// Datagrams a shard received for slots another shard owns, with their sources.
+pub(crate) type ForwardBatch = Vec<(SocketAddr, Vec<u8>)>;
+
+/// How the shards hand each other datagrams. The kernel steers every datagram by its slot,
+/// but a GSO buffer (several datagrams sent in one call on the same host) is steered as a
+/// whole by its first datagram: its other datagrams may belong to other shards, which get
+/// them through here, followed by a wake-up datagram sent to the switch's own address with
+/// the owner's slot, so the owner does not sleep on its socket meanwhile.
+#[derive(Debug)]
+pub(crate) struct Mesh {
+    pub(crate) shards: usize,
+    pub(crate) peers: Vec<mpsc::Sender<ForwardBatch>>,
+    pub(crate) inbox: mpsc::Receiver<ForwardBatch>,
+    /// The switch's address, as seen in the source of its own wake-up datagrams.
+    pub(crate) local: SocketAddr,
+}
+
+impl Mesh {
+    /// One mesh per shard, all connected.
+    pub(crate) fn build(shards: usize, local: SocketAddr) -> Vec<Mesh> {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| mpsc::channel()).unzip();
+        receivers
+            .into_iter()
+            .map(|inbox| Mesh {
+                shards,
+                peers: senders.clone(),
+                inbox,
+                local,
+            })
+            .collect()
+    }
+
+    /// Where wake-up datagrams go.
+    fn wake_addr(&self) -> SocketAddr {
+        if self.local.ip().is_unspecified() {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), self.local.port())
+        } else {
+            self.local
+        }
+    }
+
+    /// Whether a datagram came from the switch itself (a wake-up).
+    fn is_own(&self, from: SocketAddr) -> bool {
+        from.port() == self.local.port()
+            && (from.ip() == self.local.ip()
+                || (self.local.ip().is_unspecified() && from.ip().is_loopback()))
+    }
+
+    /// The shard owning the slot of a datagram, as the steering program computes it.
+    fn owner(&self, data: &[u8]) -> Option<usize> {
+        let slot = data.get(8..10)?;
+        Some(usize::from(u16::from_be_bytes([slot[0], slot[1]])) % self.shards)
+    }
 }
 
 impl Shard {
     pub(crate) fn new(
         index: usize,
-        _shards: usize,
+        mesh: Mesh,
         port: UdpPort,
         pipe: Pipeline,
         commands: mpsc::Receiver<Command>,
@@ -146,6 +210,51 @@ impl Shard {
                 ..ShardStats::default()
             },
             origin: std::time::Instant::now(),
+            mesh,
+        }
+    }
+
+    /// Runs one datagram through the pipeline and queues its reply, if any.
+    fn handle(
+        &mut self,
+        from: SocketAddr,
+        data: &[u8],
+        now: Instant,
+        tx: &mut SendBatch,
+        ports: &mut Vec<PortId>,
+        max_reply: usize,
+    ) {
+        let ingress = match self.by_addr.get(&from) {
+            Some(p) => *p,
+            None => {
+                self.stats.unknown_source += 1;
+                UNKNOWN_PORT
+            }
+        };
+        // The reply is written once, straight into the send batch, and carried by one
+        // datagram per destination without further copies.
+        ports.clear();
+        let pipe = &mut self.pipe;
+        let reply = tx.write_in_place(max_reply, |buf| {
+            match pipe.process(ingress, data, now, buf) {
+                Verdict::Unicast { port, len } => {
+                    ports.push(port);
+                    len
+                }
+                Verdict::Multicast { ports: to, len } => {
+                    ports.extend_from_slice(to);
+                    len
+                }
+                Verdict::Drop(_) | Verdict::Absorbed => 0,
+            }
+        });
+        let Some(reply) = reply else { return };
+        for p in ports.iter() {
+            if self.loss_out.drop_now() {
+                self.stats.injected_drops_out += 1;
+            } else if let Some(addr) = self.addr_of.get(p) {
+                tx.push_extent(*addr, reply);
+            }
         }
     }
 
@@ -195,6 +304,8 @@ impl Shard {
         let max_reply = max_packet.max(2048);
         let mut tx = SendBatch::with_capacity(256, 64 * max_reply);
         let mut ports: Vec<PortId> = Vec::with_capacity(32);
+        let mut outgoing: Vec<ForwardBatch> = (0..self.mesh.shards).map(|_| Vec::new()).collect();
+        let mut wake = SendBatch::with_capacity(1, ina_wire::HEADER_LEN);
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
                 self.apply(cmd);
@@ -212,7 +323,18 @@ impl Shard {
             }
             let now = Instant::from_nanos(self.origin.elapsed().as_nanos() as u64);
             tx.clear();
+            // Datagrams other shards received for this one's slots, first: they are older.
+            while let Ok(batch) = self.mesh.inbox.try_recv() {
+                for (from, bytes) in batch {
+                    self.stats.forwarded_in += 1;
+                    self.handle(from, &bytes, now, &mut tx, &mut ports, max_reply);
+                }
+            }
             for d in rx.iter() {
+                if self.mesh.is_own(d.addr) {
+                    // A wake-up from another shard; its datagrams came through the inbox.
+                    continue;
+                }
                 if self.loss_in.drop_now() {
                     self.stats.injected_drops_in += 1;
                     continue;
@@ -221,36 +343,30 @@ impl Shard {
                     self.stats.truncated += 1;
                     continue;
                 }
-                let ingress = match self.by_addr.get(&d.addr) {
-                    Some(p) => *p,
-                    None => {
-                        self.stats.unknown_source += 1;
-                        UNKNOWN_PORT
-                    }
-                };
-                // The reply is written once, straight into the send batch, and carried by one
-                // datagram per destination without further copies.
-                ports.clear();
-                let pipe = &mut self.pipe;
-                let reply = tx.write_in_place(max_reply, |buf| {
-                    match pipe.process(ingress, d.data, now, buf) {
-                        Verdict::Unicast { port, len } => {
-                            ports.push(port);
-                            len
+                match self.mesh.owner(d.data) {
+                    Some(owner) if owner != self.index => {
+                        if let Some(out) = outgoing.get_mut(owner) {
+                            out.push((d.addr, d.data.to_vec()));
                         }
-                        Verdict::Multicast { ports: to, len } => {
-                            ports.extend_from_slice(to);
-                            len
-                        }
-                        Verdict::Drop(_) | Verdict::Absorbed => 0,
                     }
-                });
-                let Some(reply) = reply else { continue };
-                for p in &ports {
-                    if self.loss_out.drop_now() {
-                        self.stats.injected_drops_out += 1;
-                    } else if let Some(addr) = self.addr_of.get(p) {
-                        tx.push_extent(*addr, reply);
+                    _ => self.handle(d.addr, d.data, now, &mut tx, &mut ports, max_reply),
+                }
+            }
+            for (owner, out) in outgoing.iter_mut().enumerate() {
+                if out.is_empty() {
+                    continue;
+                }
+                self.stats.forwarded_out += out.len() as u64;
+                let batch = std::mem::take(out);
+                if let Some(peer) = self.mesh.peers.get(owner) {
+                    if peer.send(batch).is_ok() {
+                        let mut wake_packet = [0u8; ina_wire::HEADER_LEN];
+                        wake_packet[8..10].copy_from_slice(&(owner as u16).to_be_bytes());
+                        wake.clear();
+                        wake.push(self.mesh.wake_addr(), &wake_packet);
+                        if let Err(e) = self.port.send_batch(&wake) {
+                            tracing::debug!(error = %e, "wake-up failed");
+                        }
                     }
                 }
             }
