@@ -14,8 +14,8 @@ use crate::config::JobSpec;
 use crate::shard::{Command, ShardStats, SwitchStats};
 use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
@@ -116,18 +116,23 @@ impl SwitchHandle {
         spec.epoch = Some(epoch);
         let mut new_ports = Vec::new();
         let mut ranks = Vec::new();
-        let mut next = st.ports.len();
+        // A new address gets the lowest id no installed job's address holds.
+        let mut taken: HashSet<PortId> = st.ports.values().copied().collect();
+        let mut next = 0u16;
         for a in &spec.workers {
             let p = match st.ports.get(a) {
                 Some(p) => *p,
                 None => match new_ports.iter().find(|(_, x)| x == a) {
                     Some((p, _)) => *p,
                     None => {
-                        let p = PortId(u16::try_from(next).map_err(|_| ControlError::Ports)?);
+                        while taken.contains(&PortId(next)) {
+                            next = next.checked_add(1).ok_or(ControlError::Ports)?;
+                        }
+                        let p = PortId(next);
                         if p == crate::shard::UNKNOWN_PORT {
                             return Err(ControlError::Ports);
                         }
-                        next += 1;
+                        taken.insert(p);
                         new_ports.push((p, *a));
                         p
                     }
@@ -197,10 +202,28 @@ impl SwitchHandle {
             .remove_job(job)
             .map_err(|e| ControlError::Job(e.to_string()))?;
         st.jobs.retain(|j| j.job != job);
+        // Addresses no remaining job lists are forgotten, and their ids free for new ones.
+        let listed: HashSet<SocketAddr> = st
+            .jobs
+            .iter()
+            .flat_map(|j| j.workers.iter().copied())
+            .collect();
+        let mut forget = Vec::new();
+        st.ports.retain(|a, p| {
+            let keep = listed.contains(a);
+            if !keep {
+                forget.push((*p, *a));
+            }
+            keep
+        });
         let mut replies = Vec::new();
         for shard in &st.shards {
             let (reply, rx) = mpsc::channel();
-            let _ = shard.send(Command::RemoveJob { job, reply });
+            let _ = shard.send(Command::RemoveJob {
+                job,
+                forget: forget.clone(),
+                reply,
+            });
             replies.push(rx);
         }
         drop(st);
@@ -311,7 +334,7 @@ pub fn serve(handle: &SwitchHandle, req: Request) -> Response {
     }
 }
 
-/// The longest request line accepted.
+/// The longest request line accepted, without its newline.
 const MAX_LINE: usize = 1 << 20;
 
 /// The TCP control endpoint.
@@ -375,36 +398,31 @@ fn connection(stream: TcpStream, handle: &SwitchHandle, stop: &AtomicBool) -> st
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        match reader.read_until(b'\n', &mut line) {
+        // At most one byte past the longest accepted line is ever buffered: a request line
+        // streaming in without a newline is cut off there rather than growing the switch.
+        let room = (MAX_LINE + 1).saturating_sub(line.len()) as u64;
+        match (&mut reader).take(room).read_until(b'\n', &mut line) {
             Ok(0) => return Ok(()),
-            Ok(_) if line.ends_with(b"\n") => {}
             Ok(_) => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut =>
-            {
-                if line.len() > MAX_LINE {
-                    writeln!(
-                        writer,
-                        "{}",
-                        to_line(&Response::err("request line too long"))
-                    )?;
-                    return Ok(());
-                }
-                continue;
-            }
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
             Err(e) => return Err(e),
         }
-        if !line.ends_with(b"\n") && line.len() <= MAX_LINE {
+        if line.len() > MAX_LINE && !line.ends_with(b"\n") {
+            writeln!(
+                writer,
+                "{}",
+                to_line(&Response::err("request line too long"))
+            )?;
+            return Ok(());
+        }
+        if !line.ends_with(b"\n") {
             continue;
         }
-        let resp = if line.len() > MAX_LINE {
-            Response::err("request line too long")
-        } else {
-            match serde_json::from_slice::<Request>(&line) {
-                Ok(req) => serve(handle, req),
-                Err(e) => Response::err(ControlError::BadRequest(e.to_string())),
-            }
+        let resp = match serde_json::from_slice::<Request>(&line) {
+            Ok(req) => serve(handle, req),
+            Err(e) => Response::err(ControlError::BadRequest(e.to_string())),
         };
         line.clear();
         writeln!(writer, "{}", to_line(&resp))?;

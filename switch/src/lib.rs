@@ -74,8 +74,31 @@ impl Switch {
         }
         let mut udp = cfg.udp.clone();
         udp.reuse_port = cfg.shards > 1;
-        let first = UdpPort::bind_with(cfg.listen, &udp).map_err(|source| SwitchError::Bind {
-            addr: cfg.listen,
+        // The shards' sockets share their address through SO_REUSEPORT, which would as well
+        // let them join the group of another switch already serving it: a plain socket checks
+        // first that the address is free (and, for port 0, picks the port).
+        let listen = if udp.reuse_port {
+            std::net::UdpSocket::bind(cfg.listen)
+                .and_then(|s| s.local_addr())
+                .map_err(|e| SwitchError::Bind {
+                    addr: cfg.listen,
+                    source: ina_io::IoError::Bind {
+                        addr: cfg.listen,
+                        source: if e.kind() == std::io::ErrorKind::AddrInUse {
+                            std::io::Error::new(
+                                e.kind(),
+                                "address already in use (is another switch serving it?)",
+                            )
+                        } else {
+                            e
+                        },
+                    },
+                })?
+        } else {
+            cfg.listen
+        };
+        let first = UdpPort::bind_with(listen, &udp).map_err(|source| SwitchError::Bind {
+            addr: listen,
             source,
         })?;
         let local = first.local_addr();

@@ -24,6 +24,9 @@ pub(crate) enum Command {
     },
     RemoveJob {
         job: u16,
+        /// Addresses no remaining job lists, with their ids: both are forgotten, and an id may
+        /// come back with another address, an address with another id.
+        forget: Vec<(PortId, SocketAddr)>,
         reply: mpsc::Sender<Result<(), String>>,
     },
     Stats(mpsc::Sender<ShardStats>),
@@ -280,12 +283,20 @@ impl Shard {
                 }
                 let _ = reply.send(result);
             }
-            Command::RemoveJob { job, reply } => {
+            Command::RemoveJob { job, forget, reply } => {
                 let result = self
                     .pipe
                     .remove_job(job)
                     .map(|_| ())
                     .map_err(|e| e.to_string());
+                for (p, a) in forget {
+                    if self.by_addr.get(&a) == Some(&p) {
+                        self.by_addr.remove(&a);
+                    }
+                    if self.addr_of.get(&p) == Some(&a) {
+                        self.addr_of.remove(&p);
+                    }
+                }
                 let _ = reply.send(result);
             }
             Command::Stats(reply) => {

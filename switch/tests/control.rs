@@ -1,10 +1,12 @@
 //! The switch daemon's control plane and its handling of hostile input, over loopback.
 #![allow(clippy::unwrap_used)]
 
-use ina_switch::{ControlClient, ControlServer, JobSpec, Request, Switch, SwitchConfig};
+use ina_switch::{
+    ControlClient, ControlServer, JobSpec, Request, Switch, SwitchConfig, SwitchError, SwitchHandle,
+};
 use ina_wire::{AggRepr, MessageType, HEADER_LEN};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +14,7 @@ use std::time::Duration;
 struct Running {
     udp: SocketAddr,
     control: SocketAddr,
+    handle: SwitchHandle,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -28,6 +31,7 @@ impl Drop for Running {
 fn start(cfg: SwitchConfig) -> Running {
     let sw = Switch::bind(cfg).unwrap();
     let udp = sw.local_addr();
+    let handle = sw.handle();
     let stop = Arc::new(AtomicBool::new(false));
     let server = ControlServer::bind("127.0.0.1:0".parse().unwrap(), sw.handle()).unwrap();
     let control = server.local_addr().unwrap();
@@ -41,6 +45,7 @@ fn start(cfg: SwitchConfig) -> Running {
     Running {
         udp,
         control,
+        handle,
         stop,
         threads,
     }
@@ -250,4 +255,169 @@ fn invalid_configurations_are_refused() {
     let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
     cfg.jobs = vec![job(1, 0, 8, Vec::new())];
     assert!(Switch::bind(cfg).is_err(), "a job without workers");
+}
+
+#[test]
+fn an_endless_request_line_is_refused_and_the_connection_closed() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let stream = TcpStream::connect(sw.control).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut w = stream.try_clone().unwrap();
+    // 2 MiB without a newline, twice the longest line, then more of the same line trickling
+    // in, never pausing long enough for a read to time out: the refusal must not wait for the
+    // line to end. The switch hangs up, which ends the writes with an error.
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 << 10];
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut sent = 0usize;
+        while std::time::Instant::now() < deadline {
+            let n = if sent < 2 << 20 { chunk.len() } else { 1024 };
+            if w.write_all(&chunk[..n]).is_err() {
+                return true;
+            }
+            sent += n;
+            if sent >= 2 << 20 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        false
+    });
+    let mut r = BufReader::new(stream);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["ok"], false, "{line}");
+    assert_eq!(v["error"], "request line too long", "{line}");
+    let mut rest = Vec::new();
+    match r.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest.is_empty(), "more after the refusal: {rest:?}"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    assert!(writer.join().unwrap(), "the connection stayed open");
+    // The endpoint keeps serving other connections.
+    let mut c = ControlClient::connect(sw.control).unwrap();
+    assert!(c.call(&Request::Ping).unwrap().ok);
+}
+
+#[test]
+fn a_second_sharded_switch_on_a_taken_address_is_refused() {
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.shards = 2;
+    let first = Switch::bind(cfg.clone()).unwrap();
+    let taken = first.local_addr();
+    assert_ne!(taken.port(), 0);
+    cfg.listen = taken;
+    match Switch::bind(cfg.clone()) {
+        Err(e @ SwitchError::Bind { .. }) => {
+            assert!(e.to_string().contains("in use"), "{e}");
+        }
+        other => panic!("a second switch bound {taken}: {other:?}"),
+    }
+    // A single-shard switch is refused too, and the address is free again once the first goes.
+    cfg.shards = 1;
+    assert!(Switch::bind(cfg.clone()).is_err());
+    drop(first);
+    cfg.shards = 2;
+    assert_eq!(Switch::bind(cfg).unwrap().local_addr(), taken);
+}
+
+/// Sends a probe of `job` as `rank` from `from`.
+fn probe(from: &UdpSocket, to: SocketAddr, job: u16, rank: u8) {
+    let h = AggRepr {
+        kind: MessageType::Probe,
+        set: 0,
+        job,
+        epoch: 0,
+        rank,
+        exponent: 0,
+        slot: 0,
+        count: 0,
+        seq: 0,
+    };
+    let mut p = [0u8; HEADER_LEN];
+    h.emit_into(&mut p).unwrap();
+    from.send_to(&p, to).unwrap();
+}
+
+/// The job of a probe reply received on `at`, if one comes.
+fn probe_reply(at: &UdpSocket) -> Option<u16> {
+    let mut buf = [0u8; 2048];
+    let (n, _) = at.recv_from(&mut buf).ok()?;
+    let (h, _) = AggRepr::parse_bytes(&buf[..n]).ok()?;
+    (h.kind == MessageType::ProbeReply).then_some(h.job)
+}
+
+#[test]
+fn worker_address_ids_are_freed_when_their_jobs_are_removed() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    // Without datagrams a shard applies commands every 10 ms; a steady trickle of stray
+    // datagrams keeps the cycles below fast.
+    let waking = Arc::new(AtomicBool::new(true));
+    let waker = {
+        let waking = waking.clone();
+        let to = sw.udp;
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            while waking.load(Ordering::Relaxed) {
+                let _ = s.send_to(b"wake", to);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    // 32 new addresses per job: 2100 jobs list more addresses than the 65535 ids.
+    let mut fresh = 0u32;
+    for cycle in 0..2100u16 {
+        let workers: Vec<SocketAddr> = (0..32)
+            .map(|_| {
+                fresh += 1;
+                SocketAddrV4::new(Ipv4Addr::from(0x0a00_0000 + fresh), 4000).into()
+            })
+            .collect();
+        let added = sw.handle.add_job(job(cycle % 7, 0, 8, workers));
+        assert!(added.is_ok(), "cycle {cycle}: {added:?}");
+        sw.handle.remove_job(cycle % 7).unwrap();
+    }
+    waking.store(false, Ordering::Relaxed);
+    waker.join().unwrap();
+
+    // The shards forget removed addresses too: a worker of a removed job cannot speak for the
+    // rank whose id its address had, now given to another address.
+    let old = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let new = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&old, &new] {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+    }
+    sw.handle
+        .add_job(job(1, 0, 8, vec![old.local_addr().unwrap()]))
+        .unwrap();
+    probe(&old, sw.udp, 1, 0);
+    assert_eq!(probe_reply(&old), Some(1));
+    sw.handle.remove_job(1).unwrap();
+    sw.handle
+        .add_job(job(2, 0, 8, vec![new.local_addr().unwrap()]))
+        .unwrap();
+    probe(&old, sw.udp, 2, 0);
+    probe(&new, sw.udp, 2, 0);
+    assert_eq!(probe_reply(&new), Some(2));
+    assert_eq!(
+        probe_reply(&new),
+        None,
+        "the removed worker's probe was answered"
+    );
+    assert_eq!(probe_reply(&old), None);
+    // Listed again, the old address gets a new id, and answers reach it.
+    sw.handle.remove_job(2).unwrap();
+    let other: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    sw.handle
+        .add_job(job(3, 0, 8, vec![other, old.local_addr().unwrap()]))
+        .unwrap();
+    probe(&old, sw.udp, 3, 1);
+    assert_eq!(probe_reply(&old), Some(3));
+    assert!(sw.handle.stats().unwrap().total.unknown_source >= 1);
 }
