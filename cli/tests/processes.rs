@@ -1010,7 +1010,6 @@ fn bad_control_requests_are_refused_and_the_switch_keeps_serving() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "fails: new worker processes on an installed job get the previous run's sums"]
 fn a_second_run_on_an_installed_job_never_gets_the_first_runs_sums() {
     let _serial = serial();
     let addrs = free_udp_addrs(3);
@@ -1030,7 +1029,9 @@ fn a_second_run_on_an_installed_job_never_gets_the_first_runs_sums() {
         let outcomes = collect_all(&mut workers, after(Duration::from_secs(30)));
         let expected = fingerprint(&expected_ina_sum(seed, 3, run.elements, 256));
         for o in &outcomes {
-            // A clear error would do; a wrong sum must not happen.
+            // The second run's workers are new: the switch reinstalls the job for them, and
+            // they finish with their own sums.
+            assert!(matches!(o.end, End::Done(_)), "seed {seed}: {o:?}");
             assert_ne!(
                 o.status.and_then(|s| s.code()),
                 Some(3),

@@ -232,6 +232,21 @@ impl SwitchHandle {
         Ok(())
     }
 
+    /// Installs a job again under a new epoch (same slots and workers): every slot of the job
+    /// starts empty and packets of the old epoch are refused as stale.
+    pub fn reinstall(&self, job: u16) -> Result<JobSpec, ControlError> {
+        let spec = self
+            .jobs()
+            .into_iter()
+            .find(|j| j.job == job)
+            .ok_or_else(|| ControlError::Job(format!("job {job} is not installed")))?;
+        self.remove_job(job)?;
+        self.add_job(JobSpec {
+            epoch: None,
+            ..spec
+        })
+    }
+
     /// The installed jobs.
     pub fn jobs(&self) -> Vec<JobSpec> {
         self.lock().jobs.clone()

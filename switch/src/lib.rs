@@ -161,6 +161,29 @@ impl Switch {
         self.handle.set_running(true);
         let shards = self.ports.len();
         let meshes = shard::Mesh::build(shards, self.local);
+        // Reinstall requests from the shards (a new worker took a rank), served here so that
+        // no shard ever waits for the control plane.
+        let (requests, reinstalls) = mpsc::channel::<u16>();
+        let supervisor = {
+            let handle = self.handle.clone();
+            let stop = shutdown.clone();
+            std::thread::Builder::new()
+                .name("ina-switch-control".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match reinstalls.recv_timeout(std::time::Duration::from_millis(50)) {
+                            Ok(job) => {
+                                if let Err(e) = handle.reinstall(job) {
+                                    tracing::warn!(job, error = %e, "reinstalling the job failed");
+                                }
+                            }
+                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                })
+                .map_err(|e| SwitchError::Thread(e.to_string()))?
+        };
         for (i, ((port, commands), mesh)) in self
             .ports
             .into_iter()
@@ -171,11 +194,11 @@ impl Switch {
             let shard = Shard::new(
                 i,
                 mesh,
+                shard::Joins::new(requests.clone()),
                 port,
                 Pipeline::new(self.cfg.pipeline),
                 commands,
-                self.cfg.loss,
-                self.cfg.seed.wrapping_add(i as u64),
+                (self.cfg.loss, self.cfg.seed.wrapping_add(i as u64)),
             );
             let stop = shutdown.clone();
             let t = std::thread::Builder::new()
@@ -194,6 +217,8 @@ impl Switch {
         }
         self.handle.set_running(false);
         shutdown.store(true, Ordering::SeqCst);
+        drop(requests);
+        let _ = supervisor.join();
         if let Some(e) = failed {
             return Err(e);
         }

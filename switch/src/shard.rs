@@ -4,6 +4,7 @@ use crate::loss::Loss;
 use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PortId, Verdict};
 use ina_proto::Instant;
+use ina_wire::{AggRepr, MessageType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -91,6 +92,9 @@ pub struct ShardStats {
     /// Datagrams handed over by other shards.
     #[serde(default)]
     pub forwarded_in: u64,
+    /// Probes left unanswered while their job is reinstalled for a new worker.
+    #[serde(default)]
+    pub probes_held: u64,
 }
 
 /// The whole switch: the sum over shards, and each shard.
@@ -114,6 +118,7 @@ impl SwitchStats {
             total.injected_drops_out += s.injected_drops_out;
             total.forwarded_out += s.forwarded_out;
             total.forwarded_in += s.forwarded_in;
+            total.probes_held += s.probes_held;
         }
         total.shard = shards.len();
         SwitchStats { total, shards }
@@ -132,6 +137,64 @@ pub(crate) struct Shard {
     stats: ShardStats,
     origin: std::time::Instant,
     mesh: Mesh,
+    joins: Joins,
+}
+
+/// Which worker instance holds each rank of each job, by the nonce of its probes.
+///
+/// Workers start every stream at the same positions, so a new set of worker processes on an
+/// installed job would send the very sequence numbers the previous run completed, and the
+/// switch would answer them with the previous run's sums. A probe carries a nonce that stays
+/// the same for the life of a worker's communicator: a probe for a rank with a new nonce means
+/// a new worker took the rank, and the job is reinstalled under a new epoch before any of the
+/// new workers gets an answer, so no packet of the new run can match an old use.
+#[derive(Debug)]
+pub(crate) struct Joins {
+    nonces: HashMap<(u16, u8), u32>,
+    /// Jobs waiting for their reinstall: their probes go unanswered until it is done.
+    pending: std::collections::HashSet<u16>,
+    /// Where reinstall requests go (the switch's control plane).
+    requests: mpsc::Sender<u16>,
+}
+
+impl Joins {
+    pub(crate) fn new(requests: mpsc::Sender<u16>) -> Joins {
+        Joins {
+            nonces: HashMap::new(),
+            pending: std::collections::HashSet::new(),
+            requests,
+        }
+    }
+
+    /// Whether a valid probe may be answered now.
+    fn admit(&mut self, job: u16, rank: u8, nonce: u32) -> bool {
+        if self.pending.contains(&job) {
+            return false;
+        }
+        match self.nonces.entry((job, rank)) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(nonce);
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(o) if *o.get() == nonce => true,
+            std::collections::hash_map::Entry::Occupied(_) => {
+                tracing::info!(
+                    job,
+                    rank,
+                    "a new worker took the rank: reinstalling the job"
+                );
+                self.pending.insert(job);
+                let _ = self.requests.send(job);
+                false
+            }
+        }
+    }
+
+    /// The job was installed or removed: every rank is free again.
+    fn reset(&mut self, job: u16) {
+        self.nonces.retain(|(j, _), _| *j != job);
+        self.pending.remove(&job);
+    }
 }
 
 /// Datagrams a shard received for slots another shard owns, with their sources.
@@ -193,11 +256,11 @@ impl Shard {
     pub(crate) fn new(
         index: usize,
         mesh: Mesh,
+        joins: Joins,
         port: UdpPort,
         pipe: Pipeline,
         commands: mpsc::Receiver<Command>,
-        loss: f64,
-        seed: u64,
+        (loss, seed): (f64, u64),
     ) -> Shard {
         Shard {
             index,
@@ -214,6 +277,7 @@ impl Shard {
             },
             origin: std::time::Instant::now(),
             mesh,
+            joins,
         }
     }
 
@@ -252,6 +316,13 @@ impl Shard {
             }
         });
         let Some(reply) = reply else { return };
+        if let Ok((h, _)) = AggRepr::parse_bytes(data) {
+            if h.kind == MessageType::Probe && !self.joins.admit(h.job, h.rank, h.seq) {
+                // Unanswered until the job is reinstalled; the worker probes again.
+                self.stats.probes_held += 1;
+                return;
+            }
+        }
         for p in ports.iter() {
             if self.loss_out.drop_now() {
                 self.stats.injected_drops_out += 1;
@@ -274,6 +345,7 @@ impl Shard {
             Command::AddJob { cfg, addrs, reply } => {
                 let job = cfg.job;
                 let result = self.pipe.add_job(cfg).map_err(|e| e.to_string());
+                self.joins.reset(job);
                 if result.is_ok() {
                     for (p, a) in addrs {
                         self.by_addr.insert(a, p);
@@ -284,6 +356,7 @@ impl Shard {
                 let _ = reply.send(result);
             }
             Command::RemoveJob { job, forget, reply } => {
+                self.joins.reset(job);
                 let result = self
                     .pipe
                     .remove_job(job)

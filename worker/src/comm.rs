@@ -184,6 +184,9 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     scratch: Vec<u8>,
     broken: Option<WorkerError>,
     counters: CommCounters,
+    /// Identifies this communicator to the switch in its probes: a rank probing with a new
+    /// nonce is a new worker, and the switch gives the job a new epoch before answering it.
+    nonce: u32,
 }
 
 impl Communicator<UdpPort> {
@@ -222,6 +225,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             scratch: Vec::new(),
             broken: None,
             counters: CommCounters::default(),
+            nonce: fresh_nonce(),
             cfg,
         };
         comm.probe()?;
@@ -263,7 +267,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             exponent: 0,
             slot: 0,
             count: 0,
-            seq: 0,
+            seq: self.nonce,
         };
         let mut bytes = [0u8; HEADER_LEN];
         probe
@@ -624,6 +628,18 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             tracing::debug!(error = %e, "send failed");
         }
     }
+}
+
+/// A nonce no other communicator is likely to pick: the standard library's per-instance
+/// random hash keys, mixed with the time and process id.
+fn fresh_nonce() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    (h.finish() as u32).max(1)
 }
 
 fn reborrow<'s>(t: &'s mut Tensor<'_>) -> Tensor<'s> {
