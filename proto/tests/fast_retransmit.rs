@@ -70,7 +70,7 @@ fn run(
                     }
                     match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
                         Verdict::Multicast { ports, len } => {
-                            for p in ports.to_vec() {
+                            for p in ports.iter().copied() {
                                 streams[usize::from(p.0)].handle_datagram(now, &out[..len]);
                             }
                         }
