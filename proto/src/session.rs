@@ -238,6 +238,8 @@ pub struct Stream<'a> {
     fast_cursor: u64,
     /// The newest packet whose result arrived.
     highest_answered: Option<u64>,
+    /// The largest distance by which a result came back behind a newer packet's.
+    reordering: u64,
     /// Reused by `handle_timeout`.
     expired_scratch: Vec<u64>,
     exps: Vec<u8>,
@@ -278,6 +280,7 @@ impl<'a> Stream<'a> {
             retransmit: VecDeque::new(),
             fast_cursor: 0,
             highest_answered: None,
+            reordering: 0,
             expired_scratch: Vec::new(),
             received: 0,
             poisoned: None,
@@ -547,6 +550,9 @@ impl<'a> Stream<'a> {
         // Accepted: the packet's use of the slot is complete.
         if out.retries == 0 {
             self.rtt.on_sample(now - out.first_sent);
+            if let Some(h) = self.highest_answered {
+                self.reordering = self.reordering.max(h.saturating_sub(out.index));
+            }
         }
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
@@ -600,15 +606,17 @@ impl<'a> Stream<'a> {
     /// How many packets sent after an unanswered one must have been answered before that one
     /// counts as lost. Results come back in about the order packets were sent, since every
     /// worker sends in the same order; shards of a software switch and the network may reorder
-    /// them a little. Half a window leaves the other half to cover the retransmission's round
-    /// trip, so one loss need not stall the window. Once every packet has been sent, nothing
-    /// is gained by waiting: the last packets' losses are detected after three later results.
+    /// them. The tolerance is three more than the largest reordering seen on this stream (a
+    /// result for a packet older than one already answered), and at most half a window, which
+    /// leaves the other half to cover the retransmission's round trip. Once every packet has
+    /// been sent, nothing is gained by waiting longer than three results.
     fn reorder_tolerance(&self) -> u64 {
-        let half = u64::from(self.cfg.lane.window) / 2;
+        let half = (u64::from(self.cfg.lane.window) / 2).max(3);
+        let tolerance = (self.reordering + 3).min(half);
         if self.next_new >= self.packets {
-            half.clamp(1, 3)
+            tolerance.min(3)
         } else {
-            half.max(3)
+            tolerance
         }
     }
 
