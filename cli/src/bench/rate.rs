@@ -8,7 +8,7 @@
 
 use super::{AlgoResult, Algorithm, Ctx, RateResult};
 use anyhow::Context;
-use ina_io::reflector::Reflector;
+use ina_io::reflector::{Reflector, ReflectorConfig};
 use ina_io::{Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
 use ina_switch::{JobSpec, Switch, SwitchConfig};
 use ina_wire::{AggRepr, MessageType};
@@ -59,7 +59,7 @@ fn generate(
     // Positions start at the window, as a worker's lane does.
     let mut outstanding: Vec<u64> = (w..2 * w).collect();
     let mut send = SendBatch::with_capacity(64, 64 * len);
-    let mut recv = RecvBatch::new(64, 2048);
+    let mut recv = RecvBatch::new(64, len.max(2048) + 1);
     let emit = |pos: u64, send: &mut SendBatch, packet: &mut Vec<u8>| -> anyhow::Result<()> {
         header(&cfg, pos)
             .emit_into(packet)
@@ -273,8 +273,17 @@ pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
 
 pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let args = &ctx.args;
-    let refl =
-        Reflector::bind(SocketAddr::from(([127, 0, 0, 1], 0))).context("starting the reflector")?;
+    let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
+    let port = UdpPort::bind_with(SocketAddr::from(([127, 0, 0, 1], 0)), &UdpConfig::default())
+        .context("starting the reflector")?;
+    // Receive slots as large as the switch's, so both servers copy the same bytes.
+    let refl = Reflector::with_config(
+        port,
+        ReflectorConfig {
+            slot_size: bytes.max(2048) + 1,
+            ..ReflectorConfig::default()
+        },
+    );
     let server = refl.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let thread = refl.spawn(stop.clone())?;
