@@ -1,7 +1,7 @@
 //! The switch and the workers as threads of the bench process, over loopback sockets.
 
 use super::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer, RunError};
-use super::{summarize, AlgoResult, Algorithm, Ctx, SwitchSummary};
+use super::{summarize, AlgoResult, Algorithm, Ctx};
 use crate::data::generate;
 use anyhow::{anyhow, Context};
 use ina_io::{Port, UdpConfig, UdpPort};
@@ -115,14 +115,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let _ = switch_thread.join();
     let (records, stats) = result?;
     let mut r = summarize(ctx, Algorithm::Ina, &records)?;
-    let t = &stats.total;
-    r.switch = Some(SwitchSummary {
-        packets_in: t.pipeline.packets_in,
-        results_multicast: t.pipeline.results_multicast,
-        drops: t.pipeline.drops_total(),
-        injected_drops: t.injected_drops_in + t.injected_drops_out,
-        peak_rss_kib: None,
-    });
+    r.switch = Some(super::switch_summary(&stats.total, None));
     r.worker_peak_rss_kib = crate::mem::peak_rss_kib();
     Ok(r)
 }

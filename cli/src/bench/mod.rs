@@ -115,8 +115,41 @@ pub struct SwitchSummary {
     pub packets_in: u64,
     pub results_multicast: u64,
     pub drops: u64,
+    /// The drops by reason (only reasons that occurred).
+    pub drop_reasons: std::collections::BTreeMap<&'static str, u64>,
     pub injected_drops: u64,
     pub peak_rss_kib: Option<u64>,
+}
+
+/// Summarizes the switch's counters.
+pub(crate) fn switch_summary(
+    s: &ina_switch::ShardStats,
+    peak_rss_kib: Option<u64>,
+) -> SwitchSummary {
+    let c = &s.pipeline;
+    let reasons = [
+        ("malformed", c.malformed),
+        ("not_ina", c.not_ina),
+        ("unexpected_type", c.unexpected_type),
+        ("unknown_job", c.unknown_job),
+        ("unknown_rank", c.unknown_rank),
+        ("wrong_port", c.wrong_port),
+        ("stale_epoch", c.stale_epoch),
+        ("slot_out_of_range", c.slot_out_of_range),
+        ("bad_count", c.bad_count),
+        ("stale_seq", c.stale_seq),
+        ("duplicate", c.duplicate),
+        ("retransmit_incomplete", c.retransmit_incomplete),
+        ("output_too_small", c.output_too_small),
+    ];
+    SwitchSummary {
+        packets_in: c.packets_in,
+        results_multicast: c.results_multicast,
+        drops: c.drops_total(),
+        drop_reasons: reasons.into_iter().filter(|(_, n)| *n > 0).collect(),
+        injected_drops: s.injected_drops_in + s.injected_drops_out,
+        peak_rss_kib,
+    }
 }
 
 /// A packet-rate measurement.
@@ -470,12 +503,18 @@ fn print_report(r: &BenchReport) {
     }
     for x in &r.results {
         if let Some(s) = &x.switch {
+            let reasons: Vec<String> = s
+                .drop_reasons
+                .iter()
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
             println!(
-                "{:?} switch: {} packets in, {} results, {} drops ({} injected), peak memory {}",
+                "{:?} switch: {} packets in, {} results, {} dropped ({}), {} lost by injection, peak memory {}",
                 x.algorithm,
                 s.packets_in,
                 s.results_multicast,
                 s.drops,
+                if reasons.is_empty() { "none".to_string() } else { reasons.join(", ") },
                 s.injected_drops,
                 s.peak_rss_kib.map_or_else(|| "-".into(), format_kib)
             );

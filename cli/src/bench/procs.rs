@@ -2,7 +2,7 @@
 //! talking over loopback; the bench process only orchestrates and collects their reports.
 
 use super::runner::IterRecord;
-use super::{summarize, AlgoResult, Algorithm, Ctx, SwitchSummary};
+use super::{summarize, AlgoResult, Algorithm, Ctx};
 use anyhow::{anyhow, bail, Context};
 use ina_switch::{ControlClient, JobSpec, Request};
 use serde_json::Value;
@@ -23,7 +23,12 @@ struct Proc {
 impl Proc {
     fn spawn(name: String, args: &[String]) -> anyhow::Result<Proc> {
         let exe = std::env::current_exe().context("locating the ina binary")?;
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if std::env::var_os("RUST_LOG").is_none() {
+            // The bench prints its own summary; the daemons' logs would only interleave.
+            command.env("RUST_LOG", "warn");
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -222,14 +227,10 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             .ok_or_else(|| anyhow!("no stats in {stopped}"))?,
     )?;
     let mut r = summarize(ctx, Algorithm::Ina, &records)?;
-    let t = &stats.total;
-    r.switch = Some(SwitchSummary {
-        packets_in: t.pipeline.packets_in,
-        results_multicast: t.pipeline.results_multicast,
-        drops: t.pipeline.drops_total(),
-        injected_drops: t.injected_drops_in + t.injected_drops_out,
-        peak_rss_kib: stopped.get("peak_rss_kib").and_then(Value::as_u64),
-    });
+    r.switch = Some(super::switch_summary(
+        &stats.total,
+        stopped.get("peak_rss_kib").and_then(Value::as_u64),
+    ));
     r.worker_peak_rss_kib = Some(worker_peak);
     Ok(r)
 }

@@ -260,13 +260,7 @@ pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let rate = run?;
     let mut r = result(ctx, Algorithm::Switch, rate);
     if let Ok(Ok(s)) = stats {
-        r.switch = Some(super::SwitchSummary {
-            packets_in: s.total.pipeline.packets_in,
-            results_multicast: s.total.pipeline.results_multicast,
-            drops: s.total.pipeline.drops_total(),
-            injected_drops: 0,
-            peak_rss_kib: None,
-        });
+        r.switch = Some(super::switch_summary(&s.total, None));
     }
     Ok(r)
 }
