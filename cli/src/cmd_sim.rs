@@ -43,8 +43,9 @@ pub struct SimArgs {
     /// Reordering probability per packet and direction.
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
-    /// Smallest retransmission timeout, microseconds.
-    #[arg(long, default_value_t = 1000.0)]
+    /// Smallest retransmission timeout, microseconds (a data-center fabric's round trip is a
+    /// few microseconds).
+    #[arg(long, default_value_t = 100.0)]
     rto_min_us: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
