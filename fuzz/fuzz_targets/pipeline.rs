@@ -213,9 +213,8 @@ fuzz_target!(|data: &[u8]| {
             outcomes(&before) + 1,
             "one outcome per packet: {before:?} -> {after:?}"
         );
-        // With a short reply buffer a refusal is counted under its reason but the verdict says
-        // Malformed (the Reject could not be written).
-        if let (Some(r), false) = (drop_reason, short) {
+        // The reason in the verdict is the one counted, short reply buffer or not.
+        if let Some(r) = drop_reason {
             assert_eq!(after.drops(r), before.drops(r) + 1, "{r:?} is counted");
         }
         if let Some(len) = reply {
