@@ -176,6 +176,30 @@ fn measure(
     })
 }
 
+/// One generator per port against `server`, measured.
+fn drive(
+    ctx: &Ctx,
+    ports: Vec<UdpPort>,
+    server: SocketAddr,
+    epoch: u16,
+    echo: bool,
+) -> anyhow::Result<RateResult> {
+    let window = window(ctx);
+    let cfgs = (0..ports.len())
+        .map(|r| GenConfig {
+            server,
+            job: 1,
+            epoch,
+            rank: r as u8,
+            window,
+            elems: ctx.args.elems,
+            echo,
+        })
+        .collect();
+    let bytes = ina_wire::HEADER_LEN + 4 * usize::from(ctx.args.elems);
+    measure(ctx, ports, cfgs, bytes)
+}
+
 fn bind_clients(n: usize) -> anyhow::Result<Vec<UdpPort>> {
     (0..n)
         .map(|_| {
@@ -241,19 +265,7 @@ pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 workers: ports.iter().map(UdpPort::local_addr).collect(),
             })
             .context("installing the job")?;
-        let cfgs = (0..args.workers)
-            .map(|r| GenConfig {
-                server,
-                job: 1,
-                epoch: job.epoch.unwrap_or(0),
-                rank: r as u8,
-                window,
-                elems: args.elems,
-                echo: false,
-            })
-            .collect();
-        let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
-        measure(ctx, ports, cfgs, bytes)
+        drive(ctx, ports, server, job.epoch.unwrap_or(0), false)
     })();
     stop.store(true, Ordering::SeqCst);
     let stats = thread.join();
@@ -283,20 +295,7 @@ pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let thread = refl.spawn(stop.clone())?;
     let run = (|| {
         let ports = bind_clients(args.workers)?;
-        let window = window(ctx);
-        let cfgs = (0..args.workers)
-            .map(|r| GenConfig {
-                server,
-                job: 1,
-                epoch: 0,
-                rank: r as u8,
-                window,
-                elems: args.elems,
-                echo: true,
-            })
-            .collect();
-        let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
-        measure(ctx, ports, cfgs, bytes)
+        drive(ctx, ports, server, 0, true)
     })();
     stop.store(true, Ordering::SeqCst);
     let _ = thread.join();
