@@ -1,0 +1,169 @@
+//! `ina bench` and `ina sim` end to end, on small sizes: the commands README.md points at.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn ina() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ina"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ina-{}-{name}", std::process::id()))
+}
+
+fn bench(args: &[&str]) -> Value {
+    let json = scratch(&format!(
+        "bench-{}.json",
+        args.join("").replace(['-', ','], "")
+    ));
+    let out = ina()
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ina bench {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    report
+}
+
+fn result<'a>(report: &'a Value, algorithm: &str) -> &'a Value {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["algorithm"] == algorithm)
+        .unwrap_or_else(|| panic!("no {algorithm} in {report}"))
+}
+
+#[test]
+fn bench_in_process_verifies_ina_and_ring() {
+    let r = bench(&["--size", "1MiB", "--iterations", "2", "--workers", "3"]);
+    for algo in ["ina", "ring"] {
+        let x = result(&r, algo);
+        assert_eq!(x["verified"], true, "{x}");
+        assert_eq!(x["workers"], 3);
+        assert_eq!(x["elements"], 1 << 18);
+        assert_eq!(x["seconds"].as_array().unwrap().len(), 2);
+        assert!(x["goodput_gbit_per_s"].as_f64().unwrap() > 0.0);
+        assert!(x["max_abs_err"].as_f64().unwrap() < 1e-5);
+    }
+    let ina = result(&r, "ina");
+    assert!(ina["switch"]["results_multicast"].as_u64().unwrap() > 0);
+    assert!(r["ina_over_ring"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_in_processes_with_loss_verifies() {
+    let r = bench(&[
+        "--size",
+        "512KiB",
+        "--iterations",
+        "2",
+        "--processes",
+        "--loss",
+        "0.02",
+        "--elems",
+        "256",
+    ]);
+    let ina = result(&r, "ina");
+    assert_eq!(ina["verified"], true, "{ina}");
+    assert_eq!(ina["processes"], true);
+    assert!(ina["retransmissions"].as_u64().unwrap() > 0, "{ina}");
+    assert!(
+        ina["switch"]["injected_drops"].as_u64().unwrap() > 0,
+        "{ina}"
+    );
+    assert!(ina["switch"]["peak_rss_kib"].as_u64().unwrap() > 0, "{ina}");
+    assert_eq!(result(&r, "ring")["verified"], true);
+}
+
+#[test]
+fn bench_measures_switch_and_reflector_packet_rates() {
+    let r = bench(&[
+        "--algorithms",
+        "switch,reflector",
+        "--rate-seconds",
+        "0.3",
+        "--elems",
+        "256",
+    ]);
+    for algo in ["switch", "reflector"] {
+        let rate = &result(&r, algo)["rate"];
+        assert!(rate["packets_per_s"].as_f64().unwrap() > 1000.0, "{rate}");
+        assert_eq!(rate["packet_bytes"], 16 + 4 * 256);
+    }
+    assert!(r["switch_over_reflector"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_refuses_impossible_settings() {
+    for args in [
+        &["--workers", "33"][..],
+        &["--elems", "20000"],
+        &["--loss", "1.5"],
+        &["--size", "twelve"],
+        &["--iterations", "0"],
+    ] {
+        let out = ina().arg("bench").args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.trim().is_empty(), "{args:?}: no message");
+    }
+}
+
+#[test]
+fn sim_runs_and_checks_every_job() {
+    let json = scratch("sim.json");
+    let out = ina()
+        .args([
+            "sim",
+            "--workers",
+            "3",
+            "--jobs",
+            "2",
+            "--elements",
+            "20000",
+            "--window",
+            "16",
+            "--loss",
+            "0.01",
+            "--seeds",
+            "2",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let runs = v.as_array().unwrap();
+    assert_eq!(runs.len(), 4, "2 seeds x 2 jobs");
+    for r in runs {
+        assert_eq!(r["identical"], true, "{r}");
+        assert_eq!(r["within_bound"], true, "{r}");
+        assert!(r["error"].is_null(), "{r}");
+        assert!(r["virtual_seconds"].as_f64().unwrap() > 0.0);
+    }
+    assert!(runs
+        .iter()
+        .any(|r| r["retransmissions"].as_u64().unwrap() > 0));
+}
