@@ -198,7 +198,8 @@ impl Joins {
 }
 
 /// Datagrams a shard received for slots another shard owns, with their sources.
-pub(crate) type ForwardBatch = Vec<(SocketAddr, Vec<u8>)>;
+/// Stored back to back in one buffer: one allocation per batch, not per datagram.
+pub(crate) type ForwardBatch = SendBatch<SocketAddr>;
 
 /// How the shards hand each other datagrams. The kernel steers every datagram by its slot,
 /// but a GSO buffer (several datagrams sent in one call on the same host) is steered as a
@@ -388,7 +389,8 @@ impl Shard {
         let max_reply = max_packet.max(2048);
         let mut tx = SendBatch::with_capacity(256, 64 * max_reply);
         let mut ports: Vec<PortId> = Vec::with_capacity(32);
-        let mut outgoing: Vec<ForwardBatch> = (0..self.mesh.shards).map(|_| Vec::new()).collect();
+        let mut outgoing: Vec<ForwardBatch> =
+            (0..self.mesh.shards).map(|_| SendBatch::new()).collect();
         let mut wake = SendBatch::with_capacity(1, ina_wire::HEADER_LEN);
         while !stop.load(Ordering::Relaxed) {
             while let Ok(cmd) = self.commands.try_recv() {
@@ -409,9 +411,9 @@ impl Shard {
             tx.clear();
             // Datagrams other shards received for this one's slots, first: they are older.
             while let Ok(batch) = self.mesh.inbox.try_recv() {
-                for (from, bytes) in batch {
+                for (from, bytes) in batch.iter() {
                     self.stats.forwarded_in += 1;
-                    self.handle(from, &bytes, now, &mut tx, &mut ports, max_reply);
+                    self.handle(from, bytes, now, &mut tx, &mut ports, max_reply);
                 }
             }
             for d in rx.iter() {
@@ -430,7 +432,7 @@ impl Shard {
                 match self.mesh.owner(d.data) {
                     Some(owner) if owner != self.index => {
                         if let Some(out) = outgoing.get_mut(owner) {
-                            out.push((d.addr, d.data.to_vec()));
+                            out.push(d.addr, d.data);
                         }
                     }
                     _ => self.handle(d.addr, d.data, now, &mut tx, &mut ports, max_reply),
