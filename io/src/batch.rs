@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest slot size a [`RecvBatch`] allocates (a UDP payload is at most
 /// 65 507 bytes over IPv4, 65 527 over IPv6).
@@ -25,9 +26,14 @@ pub struct Datagram<'a, A = SocketAddr> {
 #[derive(Debug, Clone, Copy)]
 struct RecvMeta<A> {
     addr: A,
+    /// Offset of the datagram's first byte in the batch's buffer.
+    start: usize,
     len: usize,
     truncated: bool,
 }
+
+/// Source of lease numbers (see [`RecvBatch::exchange`]); 0 means "no lease".
+static NEXT_LEASE: AtomicU64 = AtomicU64::new(1);
 
 /// Preallocated receive buffers: `capacity` slots of `slot_size` bytes each,
 /// filled by [`Port::recv_batch`](crate::Port::recv_batch).
@@ -37,11 +43,20 @@ struct RecvMeta<A> {
 /// [`free_slot`](RecvBatch::free_slot) + [`commit`](RecvBatch::commit) or
 /// [`push`](RecvBatch::push); users read it with [`get`](RecvBatch::get) or
 /// [`iter`](RecvBatch::iter).
+///
+/// A port that receives into buffers of its own (UDP GRO: several datagrams
+/// coalesced in one buffer) can instead hand its whole buffer to the batch in
+/// exchange for the batch's ([`exchange`](RecvBatch::exchange)) and record
+/// where each datagram lies in it, so that the datagrams are delivered
+/// without being copied. Every later write into the slots ends that lease.
 pub struct RecvBatch<A = SocketAddr> {
     buf: Vec<u8>,
     slot_size: usize,
     slots: usize,
     meta: Vec<RecvMeta<A>>,
+    /// Nonzero while `buf` is a buffer handed over by a port and unchanged
+    /// since (apart from delivered datagrams, through `data_mut`).
+    lease: u64,
 }
 
 impl<A> fmt::Debug for RecvBatch<A> {
@@ -68,6 +83,7 @@ impl<A: Copy> RecvBatch<A> {
             slot_size,
             slots,
             meta: Vec::with_capacity(slots),
+            lease: 0,
         }
     }
 
@@ -109,10 +125,9 @@ impl<A: Copy> RecvBatch<A> {
     /// The `i`-th datagram.
     pub fn get(&self, i: usize) -> Option<Datagram<'_, A>> {
         let m = self.meta.get(i)?;
-        let start = i * self.slot_size;
         Some(Datagram {
             addr: m.addr,
-            data: self.buf.get(start..start + m.len)?,
+            data: self.buf.get(m.start..m.start + m.len)?,
             truncated: m.truncated,
         })
     }
@@ -120,9 +135,25 @@ impl<A: Copy> RecvBatch<A> {
     /// The `i`-th datagram's bytes, mutable (e.g. to rewrite a header in
     /// place before copying it elsewhere).
     pub fn data_mut(&mut self, i: usize) -> Option<&mut [u8]> {
-        let len = self.meta.get(i)?.len;
-        let start = i * self.slot_size;
-        self.buf.get_mut(start..start + len)
+        let m = self.meta.get(i)?;
+        self.buf.get_mut(m.start..m.start + m.len)
+    }
+
+    /// The buffer as slot storage: at least `slots * slot_size` bytes, and
+    /// no longer lent by a port. `None` if datagrams of a lent buffer are
+    /// still held (slots written now would overwrite them).
+    fn slot_storage(&mut self) -> Option<&mut Vec<u8>> {
+        if self.lease != 0 {
+            if !self.meta.is_empty() {
+                return None;
+            }
+            self.lease = 0;
+        }
+        let need = self.slots * self.slot_size;
+        if self.buf.len() < need {
+            self.buf.resize(need, 0);
+        }
+        Some(&mut self.buf)
     }
 
     /// Iterates over the datagrams held, in arrival order.
@@ -138,7 +169,8 @@ impl<A: Copy> RecvBatch<A> {
             return None;
         }
         let start = self.meta.len() * self.slot_size;
-        self.buf.get_mut(start..start + self.slot_size)
+        let size = self.slot_size;
+        self.slot_storage()?.get_mut(start..start + size)
     }
 
     /// Records that the first free slot now holds a datagram of `len`
@@ -146,14 +178,58 @@ impl<A: Copy> RecvBatch<A> {
     /// datagram flagged truncated. Returns `false` (and records nothing) if
     /// the batch is full.
     pub fn commit(&mut self, addr: A, len: usize, truncated: bool) -> bool {
-        if self.is_full() {
+        if self.is_full() || self.slot_storage().is_none() {
             return false;
         }
         let cut = len > self.slot_size;
         self.meta.push(RecvMeta {
             addr,
+            start: self.meta.len() * self.slot_size,
             len: len.min(self.slot_size),
             truncated: truncated || cut,
+        });
+        true
+    }
+
+    /// Gives the batch `buf` (filled by a port) in exchange for the batch's
+    /// buffer, which the port keeps for its next receive, and returns the
+    /// lease number of the handed-over buffer. The batch must be empty
+    /// (`None` otherwise, and nothing is exchanged). Datagrams in it are
+    /// then recorded with [`commit_at`](Self::commit_at).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn exchange(&mut self, buf: &mut Vec<u8>) -> Option<u64> {
+        if !self.meta.is_empty() {
+            return None;
+        }
+        std::mem::swap(&mut self.buf, buf);
+        self.lease = NEXT_LEASE.fetch_add(1, Ordering::Relaxed);
+        Some(self.lease)
+    }
+
+    /// The lease number of the buffer held (0: the batch's own slot
+    /// storage): a port that left datagrams of its last
+    /// [`exchange`](Self::exchange)d buffer undelivered may deliver them
+    /// later only while this is still that exchange's number.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn lease(&self) -> u64 {
+        self.lease
+    }
+
+    /// Records a datagram of `len` bytes at offset `start` of a buffer
+    /// handed over by [`exchange`](Self::exchange), cut to the slot size
+    /// like any other. Returns `false` (and records nothing) if the batch
+    /// is full, holds no lent buffer, or the range lies outside it.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn commit_at(&mut self, addr: A, start: usize, len: usize, truncated: bool) -> bool {
+        let kept = len.min(self.slot_size);
+        if self.is_full() || self.lease == 0 || start + kept > self.buf.len() {
+            return false;
+        }
+        self.meta.push(RecvMeta {
+            addr,
+            start,
+            len: kept,
+            truncated: truncated || len > self.slot_size,
         });
         true
     }
@@ -190,8 +266,15 @@ impl<A: Copy> RecvBatch<A> {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn free_region(&mut self) -> (&mut [u8], usize) {
         let used = self.meta.len();
-        let start = (used * self.slot_size).min(self.buf.len());
-        (&mut self.buf[start..], self.slots - used)
+        let start = used * self.slot_size;
+        let free = self.slots - used;
+        match self.slot_storage() {
+            Some(buf) => {
+                let start = start.min(buf.len());
+                (&mut buf[start..], free)
+            }
+            None => (&mut [], 0),
+        }
     }
 }
 

@@ -16,6 +16,10 @@ pub struct Counters {
     pub rx_truncated: u64,
     /// System calls made on the receive path (receives and waits).
     pub rx_syscalls: u64,
+    /// Datagrams received from the kernel but never delivered: the rest of
+    /// a coalesced receive whose buffer the batch gave up before they were
+    /// read (the batch was refilled by another port in between).
+    pub rx_abandoned: u64,
     /// Coalesced GRO buffers received (each held two or more datagrams).
     pub gro_batches: u64,
     /// Datagrams that arrived inside coalesced GRO buffers.
@@ -46,6 +50,7 @@ impl Counters {
             rx_bytes: self.rx_bytes.saturating_sub(earlier.rx_bytes),
             rx_truncated: self.rx_truncated.saturating_sub(earlier.rx_truncated),
             rx_syscalls: self.rx_syscalls.saturating_sub(earlier.rx_syscalls),
+            rx_abandoned: self.rx_abandoned.saturating_sub(earlier.rx_abandoned),
             gro_batches: self.gro_batches.saturating_sub(earlier.gro_batches),
             gro_segments: self.gro_segments.saturating_sub(earlier.gro_segments),
             tx_datagrams: self.tx_datagrams.saturating_sub(earlier.tx_datagrams),

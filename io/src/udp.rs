@@ -426,7 +426,15 @@ mod imp {
         truncated: bool,
     }
 
-    /// GRO staging buffers and the messages in them not yet delivered.
+    /// GRO receive buffers and the messages of the last receive not yet
+    /// delivered.
+    ///
+    /// `recvmmsg` fills `buf`, which is then exchanged for the batch's
+    /// buffer: the datagrams are delivered where the kernel wrote them, and
+    /// the batch's old buffer receives next time. Messages left over when
+    /// the batch is full stay in the buffer the batch now holds, under
+    /// `lease`, and are delivered by the next call if the batch still holds
+    /// it.
     struct Gro {
         buf: Vec<u8>,
         msgs: Vec<Staged>,
@@ -434,6 +442,8 @@ mod imp {
         next: usize,
         /// Byte offset of its next segment.
         offset: usize,
+        /// Lease number of the batch buffer holding `msgs`.
+        lease: u64,
     }
 
     pub(super) struct State {
@@ -481,6 +491,7 @@ mod imp {
                 msgs: Vec::with_capacity(config.gro_buffers),
                 next: 0,
                 offset: 0,
+                lease: 0,
             });
             Self {
                 recv: MsgScratch::new(if features.gro {
@@ -516,13 +527,24 @@ mod imp {
         ) -> io::Result<bool> {
             match &mut self.gro {
                 Some(gro) => {
+                    // The datagrams of one receive live in one buffer, which
+                    // the batch holds: one receive per filling of the batch.
+                    if !batch.is_empty() {
+                        return Ok(false);
+                    }
                     if gro.next < gro.msgs.len() {
-                        gro.drain(batch, counters);
-                        if batch.is_full() {
+                        if batch.lease() == gro.lease {
+                            gro.drain(batch, counters);
                             return Ok(false);
                         }
+                        // The batch's buffer was replaced or written since:
+                        // the rest of the last receive is gone.
+                        counters.rx_abandoned += gro.abandon();
                     }
-                    let want = batch.remaining().min(self.recv.capacity());
+                    let want = self.recv.capacity();
+                    if gro.buf.len() < want * GRO_STAGE {
+                        gro.buf.resize(want * GRO_STAGE, 0);
+                    }
                     counters.rx_syscalls += 1;
                     let n = self
                         .recv
@@ -539,8 +561,10 @@ mod imp {
                             truncated: self.recv.msg_truncated(i) || real > GRO_STAGE,
                         });
                     }
+                    // Cannot fail: the batch is empty.
+                    gro.lease = batch.exchange(&mut gro.buf).unwrap_or(0);
                     gro.drain(batch, counters);
-                    Ok(n == want && gro.next >= gro.msgs.len())
+                    Ok(false)
                 }
                 None => {
                     let slot = batch.slot_size();
@@ -678,20 +702,31 @@ mod imp {
     }
 
     impl Gro {
-        /// Moves staged datagrams into `batch` until it is full or the
-        /// staging buffers are drained; a coalesced buffer is cut at its
-        /// segment size and can be left half delivered for the next call.
+        /// Forgets the undelivered rest of the last receive and returns how
+        /// many datagrams it held.
+        fn abandon(&mut self) -> u64 {
+            let mut lost = 0;
+            for (k, m) in self.msgs.iter().enumerate().skip(self.next) {
+                let base = if k == self.next { self.offset } else { 0 };
+                let coalesced = m.segment > 0 && m.len > m.segment;
+                let segment = if coalesced { m.segment } else { 0 };
+                lost += gro_split(m.len.saturating_sub(base), segment).count() as u64;
+            }
+            self.msgs.clear();
+            self.next = 0;
+            self.offset = 0;
+            lost
+        }
+
+        /// Records the received datagrams, which lie in the buffer `batch`
+        /// holds, until the batch is full or all are delivered; a coalesced
+        /// message is cut at its segment size and can be left half
+        /// delivered for the next call.
         fn drain(&mut self, batch: &mut RecvBatch, counters: &mut Counters) {
             let slot = batch.slot_size();
             while self.next < self.msgs.len() && !batch.is_full() {
                 let m = self.msgs[self.next];
                 let start = self.next * GRO_STAGE;
-                let Some(stage) = self.buf.get(start..start + m.len) else {
-                    // Cannot happen (len <= GRO_STAGE); skip rather than panic.
-                    self.next += 1;
-                    self.offset = 0;
-                    continue;
-                };
                 let coalesced = m.segment > 0 && m.len > m.segment;
                 if coalesced && self.offset == 0 {
                     counters.gro_batches += 1;
@@ -702,11 +737,16 @@ mod imp {
                     if batch.is_full() {
                         break;
                     }
-                    let data = &stage[base + r.start..base + r.end];
-                    let truncated = (base + r.end == m.len && m.truncated) || data.len() > slot;
-                    batch.push_parts(m.addr, data, &[], truncated);
-                    counters.rx_datagrams += 1;
-                    counters.rx_bytes += data.len().min(slot) as u64;
+                    let len = r.end - r.start;
+                    let truncated = (base + r.end == m.len && m.truncated) || len > slot;
+                    if !batch.commit_at(m.addr, start + base + r.start, len, truncated) {
+                        // Cannot happen (the batch has room and holds this
+                        // buffer, of `GRO_STAGE` bytes per message).
+                        counters.rx_abandoned += 1;
+                    } else {
+                        counters.rx_datagrams += 1;
+                        counters.rx_bytes += len.min(slot) as u64;
+                    }
                     counters.rx_truncated += u64::from(truncated);
                     counters.gro_segments += u64::from(coalesced);
                     self.offset = base + r.end;

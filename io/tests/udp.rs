@@ -259,6 +259,67 @@ fn gro_buffer_split_across_small_recv_batches() {
     }
 }
 
+/// Datagrams are delivered where the kernel wrote them (the batch holds the
+/// receive buffer). The rest of a coalesced receive survives a rewrite of a
+/// delivered datagram, and is given up, counted, never misread, once the
+/// batch is refilled by another port.
+#[test]
+fn undelivered_rest_of_a_coalesced_receive() {
+    let mut tx = UdpPort::bind(lo()).unwrap();
+    let mut rx = UdpPort::bind(lo()).unwrap();
+    let mut other = UdpConfig::default().gro(false).bind(lo()).unwrap();
+    if !(tx.features().gso && rx.features().gro) {
+        eprintln!("no UDP GSO/GRO on this kernel; skipping");
+        return;
+    }
+    let mut batch = RecvBatch::new(4, 2048);
+    let mut out = SendBatch::new();
+    for i in 0..20 {
+        out.push(rx.local_addr(), &payload(i, 500));
+    }
+    assert_eq!(tx.send_batch(&out).unwrap(), 20);
+    let n = rx
+        .recv_batch(&mut batch, Some(Duration::from_secs(2)))
+        .unwrap();
+    assert_eq!(n, 4);
+    for i in 0..4 {
+        assert_eq!(batch.get(i).unwrap().data, &payload(i as u32, 500)[..]);
+        batch.data_mut(i).unwrap().fill(0xee);
+    }
+    // The next four come from the same receive, untouched by the rewrite.
+    assert_eq!(rx.recv_batch(&mut batch, Some(Duration::ZERO)).unwrap(), 4);
+    for i in 0..4 {
+        assert_eq!(batch.get(i).unwrap().data, &payload(4 + i as u32, 500)[..]);
+    }
+    assert_eq!(rx.counters().rx_syscalls, 1, "{:?}", rx.counters());
+
+    // Another port fills the batch (slot storage); the 12 left are gone.
+    let mut single = SendBatch::new();
+    single.push(other.local_addr(), b"other");
+    tx.send_batch(&single).unwrap();
+    assert_eq!(
+        other
+            .recv_batch(&mut batch, Some(Duration::from_secs(2)))
+            .unwrap(),
+        1
+    );
+    assert_eq!(batch.get(0).unwrap().data, b"other");
+    assert_eq!(
+        rx.recv_batch(&mut batch, Some(Duration::ZERO)).unwrap(),
+        0,
+        "nothing is read from a buffer the batch gave up"
+    );
+    assert_eq!(rx.counters().rx_abandoned, 12);
+    assert_eq!(rx.counters().rx_datagrams, 8);
+    // The port goes on receiving normally.
+    let mut again = SendBatch::new();
+    again.push(rx.local_addr(), &payload(99, 300));
+    tx.send_batch(&again).unwrap();
+    let got = recv_n(&mut rx, &mut batch, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, payload(99, 300));
+}
+
 #[test]
 fn fallback_path_forced_off() {
     let cfg = UdpConfig::default().gso(false).gro(false);
