@@ -40,12 +40,17 @@ pub struct BenchArgs {
     /// Algorithms to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ina,ring")]
     pub algorithms: Vec<Algorithm>,
-    /// Timed iterations.
-    #[arg(long, default_value_t = 5)]
+    /// Timed iterations per round.
+    #[arg(long, default_value_t = 3)]
     pub iterations: usize,
     /// Untimed iterations first.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// Runs of the whole algorithm list, one after the other (ina, ring, ina, ring, ...); each
+    /// algorithm's timed iterations of all rounds are reported together. Alternating keeps
+    /// drift of a shared machine from favouring whichever algorithm runs first.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
     /// Elements per packet. Tofino takes 64 or 256; the software switch takes any count that
     /// fits a datagram, and 2048 (8 KiB, a jumbo frame) moves loopback traffic with far fewer
     /// packets.
@@ -195,6 +200,65 @@ pub struct AlgoResult {
     pub rate: Option<RateResult>,
 }
 
+impl AlgoResult {
+    /// Adds another run of the same algorithm: its timed iterations join this one's, counts
+    /// add up, error bounds and peaks take the larger, and rates are weighted by duration.
+    fn absorb(&mut self, o: AlgoResult) {
+        self.seconds.extend_from_slice(&o.seconds);
+        let mut sorted = self.seconds.clone();
+        sorted.sort_by(f64::total_cmp);
+        if !sorted.is_empty() {
+            self.median_s = median(&sorted);
+            self.min_s = sorted[0];
+            self.max_s = sorted[sorted.len() - 1];
+            self.goodput_gbit_per_s = self.elements as f64 * 32.0 / self.median_s / 1e9;
+            self.elements_per_s = self.elements as f64 / self.median_s;
+        }
+        let larger = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_abs_err = larger(self.max_abs_err, o.max_abs_err);
+        self.max_rel_err = larger(self.max_rel_err, o.max_rel_err);
+        self.verified = match (self.verified, o.verified) {
+            (Some(a), Some(b)) => Some(a && b),
+            (a, b) => a.or(b),
+        };
+        self.retransmissions += o.retransmissions;
+        self.fast_retransmissions += o.fast_retransmissions;
+        self.worker_peak_rss_kib = self.worker_peak_rss_kib.max(o.worker_peak_rss_kib);
+        self.switch = match (self.switch.take(), o.switch) {
+            (Some(mut a), Some(b)) => {
+                a.packets_in += b.packets_in;
+                a.results_multicast += b.results_multicast;
+                a.drops += b.drops;
+                for (k, v) in b.drop_reasons {
+                    *a.drop_reasons.entry(k).or_insert(0) += v;
+                }
+                a.injected_drops += b.injected_drops;
+                a.peak_rss_kib = a.peak_rss_kib.max(b.peak_rss_kib);
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+        self.rate = match (self.rate.take(), o.rate) {
+            (Some(mut a), Some(b)) => {
+                let total = a.seconds + b.seconds;
+                if total > 0.0 {
+                    a.packets_per_s =
+                        (a.packets_per_s * a.seconds + b.packets_per_s * b.seconds) / total;
+                    a.rx_gbit_per_s =
+                        (a.rx_gbit_per_s * a.seconds + b.rx_gbit_per_s * b.seconds) / total;
+                }
+                a.seconds = total;
+                a.resends += b.resends;
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// Everything `--json` writes.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
@@ -206,6 +270,7 @@ pub struct BenchReport {
     pub loss: f64,
     pub processes: bool,
     pub cpus: usize,
+    pub rounds: usize,
     pub results: Vec<AlgoResult>,
     /// `ina` goodput over `ring` goodput.
     pub ina_over_ring: Option<f64>,
@@ -308,6 +373,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.iterations == 0 {
         bail!("--iterations must be at least 1");
     }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
     if !(0.0..1.0).contains(&args.loss) {
         bail!("--loss must be in [0, 1)");
     }
@@ -329,7 +397,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring))
         .count();
-    let progress = ProgressBar::new((tensor_algos * (args.warmup + args.iterations)) as u64);
+    let progress =
+        ProgressBar::new((args.rounds * tensor_algos * (args.warmup + args.iterations)) as u64);
     progress.set_style(
         ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} iterations, {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -352,19 +421,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         reference,
         progress,
     };
-    let mut results = Vec::new();
-    for &algo in &args.algorithms {
-        ctx.progress.set_message(format!("{algo:?}").to_lowercase());
-        let r = match (algo, args.processes) {
-            (Algorithm::Ina, false) => inproc::ina(&ctx),
-            (Algorithm::Ring, false) => inproc::ring(&ctx),
-            (Algorithm::Ina, true) => procs::ina(&ctx),
-            (Algorithm::Ring, true) => procs::ring(&ctx),
-            (Algorithm::Switch, _) => rate::switch(&ctx),
-            (Algorithm::Reflector, _) => rate::reflector(&ctx),
+    let mut results: Vec<AlgoResult> = Vec::new();
+    for _ in 0..args.rounds {
+        for &algo in &args.algorithms {
+            ctx.progress.set_message(format!("{algo:?}").to_lowercase());
+            let r = match (algo, args.processes) {
+                (Algorithm::Ina, false) => inproc::ina(&ctx),
+                (Algorithm::Ring, false) => inproc::ring(&ctx),
+                (Algorithm::Ina, true) => procs::ina(&ctx),
+                (Algorithm::Ring, true) => procs::ring(&ctx),
+                (Algorithm::Switch, _) => rate::switch(&ctx),
+                (Algorithm::Reflector, _) => rate::reflector(&ctx),
+            }
+            .with_context(|| format!("running {algo:?}"))?;
+            match results.iter_mut().find(|e| e.algorithm == algo) {
+                Some(earlier) => earlier.absorb(r),
+                None => results.push(r),
+            }
         }
-        .with_context(|| format!("running {algo:?}"))?;
-        results.push(r);
     }
     ctx.progress.finish_and_clear();
     let find = |a: Algorithm| results.iter().find(|r| r.algorithm == a);
@@ -388,6 +462,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         loss: args.loss,
         processes: args.processes,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        rounds: args.rounds,
         results,
         ina_over_ring,
         switch_over_reflector,
