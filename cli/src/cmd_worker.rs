@@ -146,6 +146,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let result = run_iterations(
         reducer.as_mut(),
         &input,
+        &mut Vec::new(),
         reference.as_ref(),
         args.warmup,
         args.iterations,

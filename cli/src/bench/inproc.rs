@@ -26,11 +26,15 @@ where
                 std::thread::Builder::new()
                     .name(format!("ina-worker-{rank}"))
                     .spawn_scoped(scope, move || -> Result<Vec<IterRecord>, RunError> {
-                        let input = generate(args.seed, rank, ctx.elements);
                         let mut reducer = make(rank)?;
+                        let mut held = ctx.tensors[rank].lock().unwrap_or_else(|p| p.into_inner());
+                        let (input, buf) = held.get_or_insert_with(|| {
+                            (generate(args.seed, rank, ctx.elements), Vec::new())
+                        });
                         run_iterations(
                             reducer.as_mut(),
-                            &input,
+                            input,
+                            buf,
                             ctx.reference.as_deref(),
                             args.warmup,
                             args.iterations,

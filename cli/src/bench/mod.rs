@@ -51,6 +51,11 @@ pub struct BenchArgs {
     /// drift of a shared machine from favouring whichever algorithm runs first.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
+    /// Untimed rounds before the timed ones: each algorithm once, one iteration (packet
+    /// rates: 0.1 s). Whichever algorithm runs first in a fresh process pays for warming the
+    /// machine (the kernel's and the allocator's memory), which would bias the comparison.
+    #[arg(long, default_value_t = 1)]
+    pub warmup_rounds: usize,
     /// Elements per packet. Tofino takes 64 or 256; the software switch takes any count that
     /// fits a datagram, and 2048 (8 KiB, a jumbo frame) moves loopback traffic with far fewer
     /// packets.
@@ -285,6 +290,11 @@ pub(crate) struct Ctx {
     pub elements: usize,
     pub reference: Option<Arc<Reference>>,
     pub progress: ProgressBar,
+    /// In-process runs: each rank's input and working tensor, made by its first worker thread
+    /// and kept for every later algorithm and round. (Memory freed and allocated again can be
+    /// much slower to touch the first time on a virtual machine that returns free pages to its
+    /// host; keeping it makes every algorithm run on the same warm buffers.)
+    pub tensors: Vec<std::sync::Mutex<Option<(Vec<f32>, Vec<f32>)>>>,
 }
 
 fn median(sorted: &[f64]) -> f64 {
@@ -397,8 +407,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring))
         .count();
-    let progress =
-        ProgressBar::new((args.rounds * tensor_algos * (args.warmup + args.iterations)) as u64);
+    let progress = ProgressBar::new(
+        ((args.warmup_rounds + args.rounds * (args.warmup + args.iterations)) * tensor_algos)
+            as u64,
+    );
     progress.set_style(
         ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} iterations, {elapsed}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -415,16 +427,30 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             usize::from(args.elems),
         )))
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
+        tensors: (0..args.workers).map(|_| Default::default()).collect(),
         args: args.clone(),
         elements,
         reference,
         progress,
     };
     let mut results: Vec<AlgoResult> = Vec::new();
-    for _ in 0..args.rounds {
+    for round in 0..args.warmup_rounds + args.rounds {
+        let warming = round < args.warmup_rounds;
+        if warming {
+            ctx.args.warmup = 0;
+            ctx.args.iterations = 1;
+            ctx.args.rate_seconds = 0.1;
+        } else {
+            ctx.args = args.clone();
+        }
         for &algo in &args.algorithms {
-            ctx.progress.set_message(format!("{algo:?}").to_lowercase());
+            let name = format!("{algo:?}").to_lowercase();
+            ctx.progress.set_message(if warming {
+                format!("{name} (warming)")
+            } else {
+                name
+            });
             let r = match (algo, args.processes) {
                 (Algorithm::Ina, false) => inproc::ina(&ctx),
                 (Algorithm::Ring, false) => inproc::ring(&ctx),
@@ -434,6 +460,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 (Algorithm::Reflector, _) => rate::reflector(&ctx),
             }
             .with_context(|| format!("running {algo:?}"))?;
+            if warming {
+                continue;
+            }
             match results.iter_mut().find(|e| e.algorithm == algo) {
                 Some(earlier) => earlier.absorb(r),
                 None => results.push(r),

@@ -101,25 +101,27 @@ pub struct IterRecord {
     pub fingerprint: Option<u64>,
 }
 
-/// Runs `warmup + iterations` all-reduces of a copy of `input`, each after a barrier, checking
-/// every result against `reference` when one is given. `on_iter` sees each record as it ends.
+/// Runs `warmup + iterations` all-reduces of a copy of `input` (made in `buf`, which is
+/// resized to fit), each after a barrier, checking every result against `reference` when one
+/// is given. `on_iter` sees each record as it ends.
 pub fn run_iterations(
     reducer: &mut dyn Reducer,
     input: &[f32],
+    buf: &mut Vec<f32>,
     reference: Option<&Reference>,
     warmup: usize,
     iterations: usize,
     on_iter: &mut dyn FnMut(&IterRecord),
 ) -> Result<Vec<IterRecord>, RunError> {
-    let mut buf = input.to_vec();
+    buf.resize(input.len(), 0.0);
     let mut records = Vec::with_capacity(warmup + iterations);
     for iteration in 0..warmup + iterations {
         buf.copy_from_slice(input);
         reducer.barrier()?;
         let start = Instant::now();
-        let (retransmissions, fast_retransmissions) = reducer.allreduce(&mut buf)?;
+        let (retransmissions, fast_retransmissions) = reducer.allreduce(buf)?;
         let seconds = start.elapsed().as_secs_f64();
-        let check: Option<Check> = reference.map(|r| r.check(&buf, reducer.bound()));
+        let check: Option<Check> = reference.map(|r| r.check(buf, reducer.bound()));
         let record = IterRecord {
             iteration,
             warmup: iteration < warmup,
@@ -130,7 +132,7 @@ pub fn run_iterations(
             max_rel_err: check.map(|c| c.max_rel_err),
             violations: check.map(|c| c.violations),
             first_violation: check.and_then(|c| c.first_violation),
-            fingerprint: reference.map(|_| fingerprint(&buf)),
+            fingerprint: reference.map(|_| fingerprint(buf)),
         };
         on_iter(&record);
         records.push(record);
