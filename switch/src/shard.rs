@@ -125,13 +125,84 @@ impl SwitchStats {
     }
 }
 
+/// A cheap total order on addresses, for grouping replies by destination.
+fn addr_key(a: &SocketAddr) -> (u128, u16) {
+    let ip = match a {
+        SocketAddr::V4(v) => u128::from(u32::from(*v.ip())),
+        SocketAddr::V6(v) => u128::from(*v.ip()),
+    };
+    (ip, a.port())
+}
+
+/// Hashes socket addresses for the per-datagram port lookup: a multiply-and-rotate mix,
+/// much cheaper than the default keyed hash. The table only holds addresses the control
+/// endpoint installed, so crafted source addresses cannot grow or skew it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BuildAddrHasher;
+
+impl std::hash::BuildHasher for BuildAddrHasher {
+    type Hasher = AddrHasher;
+
+    fn build_hasher(&self) -> AddrHasher {
+        AddrHasher(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AddrHasher(u64);
+
+impl AddrHasher {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    fn mix(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        // The table indexes by the low bits and checks the high ones: spread both.
+        self.0 ^ (self.0 >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.mix(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+}
+
 pub(crate) struct Shard {
     index: usize,
     port: UdpPort,
     pipe: Pipeline,
     commands: mpsc::Receiver<Command>,
-    by_addr: HashMap<SocketAddr, PortId>,
-    addr_of: HashMap<PortId, SocketAddr>,
+    /// Worker address -> port, looked up for every datagram.
+    by_addr: HashMap<SocketAddr, PortId, BuildAddrHasher>,
+    /// Port -> worker address, indexed by the port number.
+    addr_of: Vec<Option<SocketAddr>>,
     loss_in: Loss,
     loss_out: Loss,
     stats: ShardStats,
@@ -268,8 +339,8 @@ impl Shard {
             port,
             pipe,
             commands,
-            by_addr: HashMap::new(),
-            addr_of: HashMap::new(),
+            by_addr: HashMap::default(),
+            addr_of: Vec::new(),
             loss_in: Loss::new(loss, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
             loss_out: Loss::new(loss, seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 3),
             stats: ShardStats {
@@ -327,7 +398,7 @@ impl Shard {
         for p in ports.iter() {
             if self.loss_out.drop_now() {
                 self.stats.injected_drops_out += 1;
-            } else if let Some(addr) = self.addr_of.get(p) {
+            } else if let Some(Some(addr)) = self.addr_of.get(usize::from(p.0)) {
                 tx.push_extent(*addr, reply);
             }
         }
@@ -350,7 +421,11 @@ impl Shard {
                 if result.is_ok() {
                     for (p, a) in addrs {
                         self.by_addr.insert(a, p);
-                        self.addr_of.insert(p, a);
+                        let i = usize::from(p.0);
+                        if self.addr_of.len() <= i {
+                            self.addr_of.resize(i + 1, None);
+                        }
+                        self.addr_of[i] = Some(a);
                     }
                     tracing::debug!(shard = self.index, job, "job installed");
                 }
@@ -367,8 +442,10 @@ impl Shard {
                     if self.by_addr.get(&a) == Some(&p) {
                         self.by_addr.remove(&a);
                     }
-                    if self.addr_of.get(&p) == Some(&a) {
-                        self.addr_of.remove(&p);
+                    if let Some(slot) = self.addr_of.get_mut(usize::from(p.0)) {
+                        if *slot == Some(a) {
+                            *slot = None;
+                        }
                     }
                 }
                 let _ = reply.send(result);
@@ -458,7 +535,7 @@ impl Shard {
             }
             // Grouped by destination, the replies to one worker lie back to back and leave as
             // single GSO buffers.
-            tx.sort_by_destination(|a| *a);
+            tx.sort_by_destination(addr_key);
             if !tx.is_empty() {
                 if let Err(e) = self.port.send_batch(&tx) {
                     tracing::debug!(error = %e, "send failed");
@@ -476,5 +553,63 @@ impl Shard {
             "shard stopped"
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+
+    fn addrs() -> Vec<SocketAddr> {
+        let mut v = Vec::new();
+        for host in 0..64u32 {
+            for port in [18766u16, 18767, 40000] {
+                v.push(SocketAddr::from((Ipv4Addr::from(0xc612_0000 + host), port)));
+                v.push(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(host)),
+                    port,
+                    0,
+                    0,
+                )));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn address_table_finds_every_installed_address_and_nothing_else() {
+        let all = addrs();
+        let mut table: HashMap<SocketAddr, PortId, BuildAddrHasher> = HashMap::default();
+        for (i, a) in all.iter().enumerate().step_by(2) {
+            table.insert(*a, PortId(i as u16));
+        }
+        for (i, a) in all.iter().enumerate() {
+            let want = (i % 2 == 0).then_some(PortId(i as u16));
+            assert_eq!(table.get(a).copied(), want, "{a}");
+        }
+        // The hash spreads these addresses: few collisions in the low bits a table uses.
+        let mut buckets = std::collections::HashSet::new();
+        for a in &all {
+            use std::hash::BuildHasher;
+            buckets.insert(BuildAddrHasher.hash_one(a) & 0x3ff);
+        }
+        assert!(
+            buckets.len() > all.len() * 3 / 4,
+            "{} buckets",
+            buckets.len()
+        );
+    }
+
+    #[test]
+    fn address_key_orders_like_the_addresses_within_a_family() {
+        let mut all = addrs();
+        all.retain(SocketAddr::is_ipv4);
+        let mut by_key = all.clone();
+        by_key.sort_by_key(addr_key);
+        all.sort();
+        assert_eq!(by_key, all);
+        let keys: std::collections::HashSet<_> = all.iter().map(addr_key).collect();
+        assert_eq!(keys.len(), all.len(), "distinct addresses, distinct keys");
     }
 }
