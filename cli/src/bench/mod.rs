@@ -284,6 +284,9 @@ pub struct BenchReport {
     pub bench_peak_rss_kib: Option<u64>,
 }
 
+/// One rank's input tensor and the tensor its iterations reduce in place.
+pub(crate) type Tensors = (Vec<f32>, Vec<f32>);
+
 /// Shared state of one bench run.
 pub(crate) struct Ctx {
     pub args: BenchArgs,
@@ -294,7 +297,7 @@ pub(crate) struct Ctx {
     /// and kept for every later algorithm and round. (Memory freed and allocated again can be
     /// much slower to touch the first time on a virtual machine that returns free pages to its
     /// host; keeping it makes every algorithm run on the same warm buffers.)
-    pub tensors: Vec<std::sync::Mutex<Option<(Vec<f32>, Vec<f32>)>>>,
+    pub tensors: Vec<std::sync::Mutex<Option<Tensors>>>,
 }
 
 fn median(sorted: &[f64]) -> f64 {
