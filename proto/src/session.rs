@@ -213,6 +213,8 @@ struct Outstanding {
     first_sent: Instant,
     deadline: Instant,
     retries: u32,
+    /// Transmission number of its latest transmission (see `Stream::transmissions`).
+    last_tx: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -230,15 +232,26 @@ pub struct Stream<'a> {
     blocks: u64,
     lookahead: u64,
     packets: u64,
-    next_new: u64,
+    /// Packets sent for the first time so far.
+    sent_new: u64,
+    /// Packets not yet sent whose slot is free, smallest index first.
+    ready: BinaryHeap<Reverse<u64>>,
+    /// Packets whose slot is free but whose exponent has not come back yet (only when the
+    /// lookahead is shorter than the window).
+    parked: std::collections::BTreeSet<u64>,
     slots: Vec<SlotState>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    retransmit: VecDeque<u64>,
-    /// The next packet index fast retransmission has not examined yet.
-    fast_cursor: u64,
-    /// The newest packet whose result arrived.
+    /// Packets to send again, and whether loss detection (rather than a timer) asked for it.
+    retransmit: VecDeque<(u64, bool)>,
+    /// Transmissions so far (first ones and retransmissions): numbers them in sending order.
+    transmissions: u64,
+    /// `(transmission number, packet index)` of every transmission not yet examined by loss
+    /// detection, oldest first.
+    in_flight: VecDeque<(u64, u64)>,
+    /// The latest transmission known to have been answered.
     highest_answered: Option<u64>,
-    /// The largest distance by which a result came back behind a newer packet's.
+    /// The largest number of transmissions by which an answer came back behind a later
+    /// transmission's.
     reordering: u64,
     /// Reused by `handle_timeout`.
     expired_scratch: Vec<u64>,
@@ -267,7 +280,10 @@ impl<'a> Stream<'a> {
         } else {
             (0, blocks)
         };
+        let first = packets.min(window);
         Ok(Stream {
+            ready: (0..first).map(Reverse).collect(),
+            parked: std::collections::BTreeSet::new(),
             slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
             exps: vec![0; lookahead as usize],
             cfg,
@@ -275,10 +291,11 @@ impl<'a> Stream<'a> {
             blocks,
             lookahead,
             packets,
-            next_new: 0,
+            sent_new: 0,
             timers: BinaryHeap::new(),
             retransmit: VecDeque::new(),
-            fast_cursor: 0,
+            transmissions: 0,
+            in_flight: VecDeque::new(),
             highest_answered: None,
             reordering: 0,
             expired_scratch: Vec::new(),
@@ -389,40 +406,58 @@ impl<'a> Stream<'a> {
                 have: buf.len(),
             });
         }
-        while let Some(index) = self.retransmit.pop_front() {
+        while let Some((index, detected)) = self.retransmit.pop_front() {
             let slot = self.slot_of(index);
             let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
                 continue;
             };
             let deadline = now + self.rtt.backed_off(out.retries);
-            self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
+            let last_tx = self.next_transmission(index);
+            self.slots[slot].outstanding = Some(Outstanding {
+                deadline,
+                last_tx,
+                ..out
+            });
             self.timers.push(Reverse((deadline, index)));
             self.stats.retransmissions += 1;
+            self.stats.fast_retransmissions += u64::from(detected);
             return Ok(Some(self.write_packet(index, buf)));
         }
-        let index = self.next_new;
-        if index >= self.packets {
-            return Ok(None);
-        }
-        let slot = self.slot_of(index);
-        if self.slots[slot].outstanding.is_some() {
-            return Ok(None);
-        }
-        if let (true, Some(b)) = (self.tensor.is_float(), self.data_block(index)) {
-            if !self.result_received(b) {
+        // The smallest packet whose slot is free: a slot waiting for a lost packet's repair
+        // holds back only its own next packet, not the packets of the other slots.
+        let index = loop {
+            let Some(Reverse(index)) = self.ready.pop() else {
                 return Ok(None);
+            };
+            if let (true, Some(b)) = (self.tensor.is_float(), self.data_block(index)) {
+                if !self.result_received(b) {
+                    self.parked.insert(index);
+                    continue;
+                }
             }
-        }
+            break index;
+        };
+        let slot = self.slot_of(index);
         let deadline = now + self.rtt.rto();
+        let last_tx = self.next_transmission(index);
         self.slots[slot].outstanding = Some(Outstanding {
             index,
             first_sent: now,
             deadline,
             retries: 0,
+            last_tx,
         });
         self.timers.push(Reverse((deadline, index)));
-        self.next_new += 1;
+        self.sent_new += 1;
         Ok(Some(self.write_packet(index, buf)))
+    }
+
+    /// Numbers a transmission of packet `index` and records it for loss detection.
+    fn next_transmission(&mut self, index: u64) -> u64 {
+        let tx = self.transmissions;
+        self.transmissions += 1;
+        self.in_flight.push_back((tx, index));
+        tx
     }
 
     fn write_packet(&mut self, index: u64, buf: &mut [u8]) -> usize {
@@ -549,19 +584,29 @@ impl<'a> Stream<'a> {
         }
         // Accepted: the packet's use of the slot is complete.
         if out.retries == 0 {
+            // Unambiguous (Karn): the answer is to the only transmission.
             self.rtt.on_sample(now - out.first_sent);
             if let Some(h) = self.highest_answered {
-                self.reordering = self.reordering.max(h.saturating_sub(out.index));
+                self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
             }
+            self.highest_answered = Some(
+                self.highest_answered
+                    .map_or(out.last_tx, |h| h.max(out.last_tx)),
+            );
         }
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
         self.received += 1;
-        self.highest_answered = Some(
-            self.highest_answered
-                .map_or(out.index, |h| h.max(out.index)),
-        );
-        self.fast_retransmit(out.index);
+        // The slot is free for its next packet.
+        let next = out.index + window;
+        if next < self.packets {
+            self.ready.push(Reverse(next));
+        }
+        // A packet parked for this packet's exponent can go.
+        if self.lookahead > 0 && self.parked.remove(&(out.index + self.lookahead)) {
+            self.ready.push(Reverse(out.index + self.lookahead));
+        }
+        self.detect_losses();
         self.stats.results += 1;
         if let Some(b) = data_block {
             let r = self.block_range(b);
@@ -603,48 +648,53 @@ impl<'a> Stream<'a> {
         None
     }
 
-    /// How many packets sent after an unanswered one must have been answered before that one
-    /// counts as lost. Results come back in about the order packets were sent, since every
-    /// worker sends in the same order; shards of a software switch and the network may reorder
-    /// them. The tolerance is three more than the largest reordering seen on this stream (a
-    /// result for a packet older than one already answered), and at most half a window, which
-    /// leaves the other half to cover the retransmission's round trip. Once every packet has
-    /// been sent, nothing is gained by waiting longer than three results.
+    /// How many transmissions made after an unanswered one must have been answered before
+    /// that one counts as lost. Results come back in about the order packets were sent, since
+    /// every worker sends in the same order; shards of a software switch, the network and the
+    /// repair of another worker's loss may reorder them. The tolerance is three more than the
+    /// largest reordering seen on this stream (an answer to a transmission older than one
+    /// already answered), and at most half a window. Once every packet has been sent, nothing
+    /// is gained by waiting longer than three results.
     fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
         let tolerance = (self.reordering + 3).min(half);
-        if self.next_new >= self.packets {
+        if self.sent_new >= self.packets {
             tolerance.min(3)
         } else {
             tolerance
         }
     }
 
-    /// Packet `answered` got its result: every packet sent more than
-    /// [`reorder_tolerance`](Self::reorder_tolerance) before it and still unanswered is
-    /// retransmitted now rather than when its timer expires (once per packet; the timer
-    /// covers the rest). Its data, another worker's data for the slot, or the result was
-    /// lost; a retransmission repairs the first and the last, and the other worker repairs
-    /// its own.
-    fn fast_retransmit(&mut self, answered: u64) {
+    /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)
+    /// transmissions before the latest answered one, and still the latest transmission of an
+    /// unanswered packet, was lost: its packet is retransmitted now rather than when its timer
+    /// expires. A lost retransmission is detected the same way, by answers to transmissions
+    /// made after it. The data, another worker's data for the slot, or the result was lost; a
+    /// retransmission repairs the first and the last, and the other worker repairs its own.
+    fn detect_losses(&mut self) {
+        let Some(answered) = self.highest_answered else {
+            return;
+        };
         let upto = answered.saturating_sub(self.reorder_tolerance());
-        while self.fast_cursor < upto {
-            let index = self.fast_cursor;
-            self.fast_cursor += 1;
+        while let Some(&(tx, index)) = self.in_flight.front() {
+            if tx >= upto {
+                break;
+            }
+            self.in_flight.pop_front();
             let slot = self.slot_of(index);
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
             };
-            if out.index != index || out.retries != 0 {
+            if out.index != index || out.last_tx != tx {
+                // Answered, or sent again since.
                 continue;
             }
             self.slots[slot].outstanding = Some(Outstanding {
-                retries: 1,
+                retries: out.retries + 1,
                 deadline: Instant::from_nanos(u64::MAX),
                 ..out
             });
-            self.retransmit.push_back(index);
-            self.stats.fast_retransmissions += 1;
+            self.retransmit.push_back((index, true));
         }
     }
 
@@ -690,14 +740,15 @@ impl<'a> Stream<'a> {
                 let Some(out) = self.slots[slot].outstanding else {
                     continue;
                 };
-                let lost = Some(index) == probe || self.highest_answered.is_some_and(|h| h > index);
+                let lost =
+                    Some(index) == probe || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     self.slots[slot].outstanding = Some(Outstanding {
                         retries: out.retries + 1,
                         deadline: Instant::from_nanos(u64::MAX),
                         ..out
                     });
-                    self.retransmit.push_back(index);
+                    self.retransmit.push_back((index, false));
                 } else {
                     let deadline = now + self.rtt.backed_off(out.retries + 1);
                     self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });

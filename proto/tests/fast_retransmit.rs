@@ -147,3 +147,59 @@ fn without_loss_nothing_is_retransmitted() {
         assert_eq!(stats.fast_retransmissions, 0, "{stats:?}");
     }
 }
+
+#[test]
+fn a_retransmission_lost_again_is_detected_like_the_first() {
+    // Rank 1's packet at position 16 is lost twice: the original and its first
+    // retransmission. Answers to packets sent after the retransmission show it lost too.
+    let mut drops = 0;
+    let (tensors, outcomes) = run(2, 64, 16, |rank, p| {
+        if rank == 1 && drops < 2 && seq_of(p) == 16 {
+            drops += 1;
+            return true;
+        }
+        false
+    });
+    assert_eq!(drops, 2);
+    let stats = outcomes[1].unwrap_or_else(|| panic!("rank 1 stalled: waited for a timer"));
+    assert_eq!(stats.retransmissions, 2, "{stats:?}");
+    assert_eq!(stats.fast_retransmissions, 2, "{stats:?}");
+    assert!(outcomes[0].is_some());
+    assert_eq!(tensors[0], tensors[1]);
+}
+
+#[test]
+fn a_slot_waiting_for_a_repair_holds_back_only_itself() {
+    // Every transmission of rank 1's packet at position 16 (slot 0) is lost until rank 0 has
+    // sent position 64. Meanwhile both keep using the other slots, several uses ahead of
+    // slot 0, which stays at its first use; then the repair completes everything.
+    let window = 16;
+    let mut lost = 0;
+    let mut rank0_max = 0;
+    let mut rank0_slot0 = Vec::new();
+    let (tensors, outcomes) = run(2, 96, window, |rank, p| {
+        let seq = seq_of(p);
+        if rank == 0 {
+            rank0_max = rank0_max.max(seq);
+            if seq % u32::from(window) == 0 {
+                rank0_slot0.push(seq);
+            }
+        }
+        if rank == 1 && seq == 16 && rank0_max < 64 {
+            lost += 1;
+            return true;
+        }
+        false
+    });
+    assert!(lost >= 2, "{lost}");
+    assert!(rank0_max >= 64);
+    // Slot 0's uses went in order (a use may be sent again while it waits for rank 1), and
+    // none before the first one completed.
+    let mut uses: Vec<u32> = rank0_slot0.iter().copied().filter(|s| *s != 16).collect();
+    uses.dedup();
+    assert_eq!(uses, vec![32, 48, 64, 80, 96]);
+    let first_32 = rank0_slot0.iter().position(|s| *s == 32).unwrap();
+    assert!(rank0_slot0[first_32..].iter().all(|s| *s != 16));
+    assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
+    assert_eq!(tensors[0], tensors[1]);
+}
