@@ -49,13 +49,24 @@ fn result<'a>(report: &'a Value, algorithm: &str) -> &'a Value {
 
 #[test]
 fn bench_in_process_verifies_ina_and_ring() {
-    let r = bench(&["--size", "1MiB", "--iterations", "2", "--workers", "3"]);
+    let r = bench(&[
+        "--size",
+        "1MiB",
+        "--iterations",
+        "2",
+        "--rounds",
+        "3",
+        "--workers",
+        "3",
+    ]);
+    assert_eq!(r["rounds"], 3);
     for algo in ["ina", "ring"] {
         let x = result(&r, algo);
         assert_eq!(x["verified"], true, "{x}");
         assert_eq!(x["workers"], 3);
         assert_eq!(x["elements"], 1 << 18);
-        assert_eq!(x["seconds"].as_array().unwrap().len(), 2);
+        // Every round's timed iterations, and only those (not the warm-up round's).
+        assert_eq!(x["seconds"].as_array().unwrap().len(), 6);
         assert!(x["goodput_gbit_per_s"].as_f64().unwrap() > 0.0);
         assert!(x["max_abs_err"].as_f64().unwrap() < 1e-5);
     }
@@ -76,6 +87,10 @@ fn bench_in_processes_with_loss_verifies() {
         "0.02",
         "--elems",
         "256",
+        "--rounds",
+        "1",
+        "--warmup-rounds",
+        "0",
     ]);
     let ina = result(&r, "ina");
     assert_eq!(ina["verified"], true, "{ina}");
@@ -115,6 +130,7 @@ fn bench_refuses_impossible_settings() {
         &["--loss", "1.5"],
         &["--size", "twelve"],
         &["--iterations", "0"],
+        &["--rounds", "0"],
     ] {
         let out = ina().arg("bench").args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} accepted");
