@@ -304,6 +304,7 @@ impl AggRepr {
     }
 
     /// Writes the header into the view; the payload is left as it is.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut AggPacket<T>) {
         packet.set_version_type(PROTOCOL_VERSION, self.kind);
         packet.set_set(self.set);
