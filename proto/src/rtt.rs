@@ -90,6 +90,11 @@ impl RttEstimator {
             .min(self.cfg.max.max(self.cfg.min))
     }
 
+    /// The bounds it was made with.
+    pub fn config(&self) -> &RtoConfig {
+        &self.cfg
+    }
+
     /// The smoothed round-trip time, once a sample was taken.
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt

@@ -215,6 +215,8 @@ struct Outstanding {
     retries: u32,
     /// Transmission number of its latest transmission (see `Stream::transmissions`).
     last_tx: u64,
+    /// When its latest transmission was sent.
+    last_sent: Instant,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -248,6 +250,8 @@ pub struct Stream<'a> {
     /// `(transmission number, packet index)` of every transmission not yet examined by loss
     /// detection, oldest first.
     in_flight: VecDeque<(u64, u64)>,
+    /// Retransmissions past the threshold but sent too recently to be judged lost yet.
+    deferred: VecDeque<(u64, u64)>,
     /// The latest transmission known to have been answered.
     highest_answered: Option<u64>,
     /// The largest number of transmissions by which an answer came back behind a later
@@ -296,6 +300,7 @@ impl<'a> Stream<'a> {
             retransmit: VecDeque::new(),
             transmissions: 0,
             in_flight: VecDeque::new(),
+            deferred: VecDeque::new(),
             highest_answered: None,
             reordering: 0,
             expired_scratch: Vec::new(),
@@ -416,6 +421,7 @@ impl<'a> Stream<'a> {
             self.slots[slot].outstanding = Some(Outstanding {
                 deadline,
                 last_tx,
+                last_sent: now,
                 ..out
             });
             self.timers.push(Reverse((deadline, index)));
@@ -446,6 +452,7 @@ impl<'a> Stream<'a> {
             deadline,
             retries: 0,
             last_tx,
+            last_sent: now,
         });
         self.timers.push(Reverse((deadline, index)));
         self.sent_new += 1;
@@ -606,7 +613,7 @@ impl<'a> Stream<'a> {
         if self.lookahead > 0 && self.parked.remove(&(out.index + self.lookahead)) {
             self.ready.push(Reverse(out.index + self.lookahead));
         }
-        self.detect_losses();
+        self.detect_losses(now);
         self.stats.results += 1;
         if let Some(b) = data_block {
             let r = self.block_range(b);
@@ -665,37 +672,91 @@ impl<'a> Stream<'a> {
         }
     }
 
+    /// How long after its `retries`-th retransmission a packet may be found lost again by
+    /// answers to later transmissions: the smoothed round trip (at least the clock
+    /// granularity), doubled for every retransmission before. An answer to a transmission made
+    /// after the retransmission cannot come back sooner than a round trip after it anyway; the
+    /// doubling spaces out the copies of a packet whose slot waits for another worker's repair,
+    /// so that a slow repair elsewhere does not use up this worker's retries at the pace of
+    /// answers.
+    fn redetect_after(&self, retries: u32) -> Duration {
+        let rtt = self
+            .rtt
+            .srtt()
+            .unwrap_or(Duration::ZERO)
+            .max(self.rtt.config().granularity);
+        rtt.saturating_mul(1 << retries.saturating_sub(1).min(16))
+    }
+
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)
     /// transmissions before the latest answered one, and still the latest transmission of an
     /// unanswered packet, was lost: its packet is retransmitted now rather than when its timer
     /// expires. A lost retransmission is detected the same way, by answers to transmissions
-    /// made after it. The data, another worker's data for the slot, or the result was lost; a
-    /// retransmission repairs the first and the last, and the other worker repairs its own.
-    fn detect_losses(&mut self) {
+    /// made after it, once [`redetect_after`](Self::redetect_after) has passed since it was
+    /// sent (until then it waits in `deferred`). The data, another worker's data for the slot,
+    /// or the result was lost; a retransmission repairs the first and the last, and the other
+    /// worker repairs its own. A packet found lost that has used up its retransmissions or its
+    /// give-up time fails the stream, as its timer would.
+    fn detect_losses(&mut self, now: Instant) {
         let Some(answered) = self.highest_answered else {
             return;
         };
+        // Retransmissions judged too early before, first: they are older.
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for _ in 0..deferred.len() {
+            if let Some((tx, index)) = deferred.pop_front() {
+                if self.judge(now, tx, index) {
+                    deferred.push_back((tx, index));
+                }
+            }
+        }
         let upto = answered.saturating_sub(self.reorder_tolerance());
         while let Some(&(tx, index)) = self.in_flight.front() {
             if tx >= upto {
                 break;
             }
             self.in_flight.pop_front();
-            let slot = self.slot_of(index);
-            let Some(out) = self.slots[slot].outstanding else {
-                continue;
-            };
-            if out.index != index || out.last_tx != tx {
-                // Answered, or sent again since.
-                continue;
+            if self.judge(now, tx, index) {
+                deferred.push_back((tx, index));
             }
-            self.slots[slot].outstanding = Some(Outstanding {
-                retries: out.retries + 1,
-                deadline: Instant::from_nanos(u64::MAX),
-                ..out
-            });
-            self.retransmit.push_back((index, true));
         }
+        self.deferred = deferred;
+    }
+
+    /// Transmission `tx` of packet `index` is older than the loss-detection threshold: queues
+    /// the packet's retransmission if `tx` is still its latest transmission and unanswered.
+    /// Returns whether it must be judged again later (a retransmission sent too recently).
+    fn judge(&mut self, now: Instant, tx: u64, index: u64) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let slot = self.slot_of(index);
+        let Some(out) = self.slots[slot].outstanding else {
+            return false;
+        };
+        if out.index != index || out.last_tx != tx {
+            // Answered, or sent again since.
+            return false;
+        }
+        if out.retries > 0 && now - out.last_sent < self.redetect_after(out.retries) {
+            return true;
+        }
+        let waited = now - out.first_sent;
+        if out.retries >= self.cfg.max_retries || waited >= self.cfg.give_up {
+            self.failed = Some(StreamError::GaveUp {
+                seq: (self.cfg.lane.next_position + index) as u32,
+                retries: out.retries,
+                waited,
+            });
+            return false;
+        }
+        self.slots[slot].outstanding = Some(Outstanding {
+            retries: out.retries + 1,
+            deadline: Instant::from_nanos(u64::MAX),
+            ..out
+        });
+        self.retransmit.push_back((index, true));
+        false
     }
 
     /// Handles expired timers: queues retransmissions, or fails the stream when a packet has

@@ -4,18 +4,36 @@
 
 use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamStats, Tensor};
+use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::Instant;
 use std::time::Duration;
 
-/// Runs `workers` int32 streams back to back with the switch model, at a frozen clock (no
-/// timer ever fires), dropping the data packets `drop` says to drop.
+/// Runs `workers` int32 streams with the switch model in rounds of virtual time, dropping the
+/// data packets `drop` says to drop.
 fn run(
     workers: u8,
     packets: usize,
     window: u16,
-    mut drop: impl FnMut(usize, &[u8]) -> bool,
+    drop: impl FnMut(usize, &[u8]) -> bool,
 ) -> (Vec<Vec<i32>>, Vec<Option<StreamStats>>) {
+    let (tensors, outcomes) = run_raw(workers, packets, window, 3, drop);
+    let stats = outcomes
+        .into_iter()
+        .map(|o| o.map(|r| r.unwrap_or_else(|e| panic!("{e}"))))
+        .collect();
+    (tensors, stats)
+}
+
+type Outcome = Option<Result<StreamStats, StreamError>>;
+
+/// [`run`], with each stream's outcome as it is.
+fn run_raw(
+    workers: u8,
+    packets: usize,
+    window: u16,
+    max_retries: u32,
+    mut drop: impl FnMut(usize, &[u8]) -> bool,
+) -> (Vec<Vec<i32>>, Vec<Outcome>) {
     let elems = 4u16;
     let mut pipe = Pipeline::new(PipelineConfig {
         pool_slots: 64,
@@ -48,7 +66,7 @@ fn run(
                         workers,
                         elems_per_packet: elems,
                         lane: Lane::new(0, window),
-                        max_retries: 3,
+                        max_retries,
                         give_up: Duration::from_secs(1),
                     },
                     Tensor::I32(t),
@@ -57,40 +75,54 @@ fn run(
                 .unwrap()
             })
             .collect();
-        let now = Instant::ZERO;
+        let mut now = Instant::ZERO;
         let mut buf = vec![0u8; 2048];
         let mut out = vec![0u8; 2048];
-        for _round in 0..10_000 {
-            let mut sent = false;
+        // Answers produced in one round arrive in the next.
+        let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
+        for _round in 0..ROUNDS {
+            now = now + ROUND;
+            for (r, bytes) in std::mem::take(&mut inbox) {
+                streams[r].handle_datagram(now, &bytes);
+            }
+            for s in &mut streams {
+                if s.poll_timeout().is_some_and(|t| t <= now) {
+                    s.handle_timeout(now);
+                }
+            }
             for r in 0..streams.len() {
                 while let Some(n) = streams[r].poll_transmit(now, &mut buf).unwrap() {
-                    sent = true;
                     if drop(r, &buf[..n]) {
                         continue;
                     }
                     match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
                         Verdict::Multicast { ports, len } => {
                             for p in ports.iter().copied() {
-                                streams[usize::from(p.0)].handle_datagram(now, &out[..len]);
+                                inbox.push((usize::from(p.0), out[..len].to_vec()));
                             }
                         }
                         Verdict::Unicast { port, len } => {
-                            streams[usize::from(port.0)].handle_datagram(now, &out[..len]);
+                            inbox.push((usize::from(port.0), out[..len].to_vec()));
                         }
                         Verdict::Absorbed | Verdict::Drop(_) => {}
                     }
                 }
             }
-            if !sent {
+            if streams.iter().all(|s| s.poll_outcome().is_some()) {
                 break;
             }
         }
         for s in &streams {
-            outcomes.push(s.poll_outcome().map(|o| o.unwrap()).map(|_| s.stats()));
+            outcomes.push(s.poll_outcome().map(|o| o.map(|_| s.stats())));
         }
     }
     (tensors, outcomes)
 }
+
+/// Rounds the harness runs at most, and the virtual time of one (about a round trip: answers
+/// to one round's packets arrive in the next). Timers are at least 500 µs: 10 rounds.
+const ROUNDS: usize = 2_000;
+const ROUND: Duration = Duration::from_micros(50);
 
 fn seq_of(packet: &[u8]) -> u32 {
     u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
@@ -170,36 +202,97 @@ fn a_retransmission_lost_again_is_detected_like_the_first() {
 
 #[test]
 fn a_slot_waiting_for_a_repair_holds_back_only_itself() {
-    // Every transmission of rank 1's packet at position 16 (slot 0) is lost until rank 0 has
-    // sent position 64. Meanwhile both keep using the other slots, several uses ahead of
-    // slot 0, which stays at its first use; then the repair completes everything.
+    // Rank 0's packet at position 16 (slot 0) is lost, and so is its first retransmission.
+    // Until the second one gets through, rank 0 keeps using the other slots, beyond position
+    // 32 (slot 0's second use), which must wait for slot 0's first use to complete.
     let window = 16;
     let mut lost = 0;
-    let mut rank0_max = 0;
-    let mut rank0_slot0 = Vec::new();
+    let mut repaired = false;
+    let mut while_waiting = Vec::new();
+    let mut slot0 = Vec::new();
     let (tensors, outcomes) = run(2, 96, window, |rank, p| {
-        let seq = seq_of(p);
-        if rank == 0 {
-            rank0_max = rank0_max.max(seq);
-            if seq % u32::from(window) == 0 {
-                rank0_slot0.push(seq);
-            }
+        if rank != 0 {
+            return false;
         }
-        if rank == 1 && seq == 16 && rank0_max < 64 {
+        let seq = seq_of(p);
+        if seq % u32::from(window) == 0 {
+            slot0.push(seq);
+        }
+        if seq == 16 {
+            if lost < 2 {
+                lost += 1;
+                return true;
+            }
+            repaired = true;
+        } else if lost > 0 && !repaired {
+            while_waiting.push(seq);
+        }
+        false
+    });
+    assert_eq!(lost, 2);
+    assert!(repaired);
+    assert!(
+        while_waiting.iter().any(|&s| s > 32),
+        "rank 0 stopped at the stalled slot: {while_waiting:?}"
+    );
+    assert!(
+        !while_waiting.contains(&32),
+        "slot 0's second use went before its first completed: {while_waiting:?}"
+    );
+    // Slot 0's uses went in order; a use may be sent again while it waits for rank 1.
+    assert_eq!(&slot0[..3], &[16, 16, 16]);
+    slot0.dedup();
+    assert_eq!(slot0, vec![16, 32, 48, 64, 80, 96]);
+    assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
+    assert_eq!(tensors[0], tensors[1]);
+}
+
+#[test]
+fn copies_of_a_packet_waiting_for_another_workers_repair_are_spaced_out() {
+    // Rank 1's packet at position 16 is lost every time for the first 60 rounds (3 ms). Rank
+    // 0's own packet for that slot arrived, but rank 0 cannot tell: it sends copies, ever
+    // further apart, instead of one per round trip.
+    let mut round_of_rank1 = 0usize;
+    let mut rank0_copies = 0;
+    let mut rank1_sends = 0;
+    let (tensors, outcomes) = run_raw(2, 200, 16, 30, |rank, p| {
+        if seq_of(p) != 16 {
+            return false;
+        }
+        if rank == 0 {
+            rank0_copies += 1;
+            return false;
+        }
+        rank1_sends += 1;
+        round_of_rank1 += 1;
+        rank1_sends < 6
+    });
+    assert!(rank1_sends >= 6, "{rank1_sends}");
+    // The original plus a handful of copies, not one per round.
+    assert!(rank0_copies <= 8, "{rank0_copies} copies");
+    assert!(
+        outcomes.iter().all(|o| matches!(o, Some(Ok(_)))),
+        "{outcomes:?}"
+    );
+    assert_eq!(tensors[0], tensors[1]);
+}
+
+#[test]
+fn detected_losses_respect_the_retry_limit() {
+    // With one retransmission allowed, the second detected loss fails the stream.
+    let mut lost = 0;
+    let (_, outcomes) = run_raw(2, 200, 16, 1, |rank, p| {
+        if rank == 1 && seq_of(p) == 16 {
             lost += 1;
             return true;
         }
         false
     });
-    assert!(lost >= 2, "{lost}");
-    assert!(rank0_max >= 64);
-    // Slot 0's uses went in order (a use may be sent again while it waits for rank 1), and
-    // none before the first one completed.
-    let mut uses: Vec<u32> = rank0_slot0.iter().copied().filter(|s| *s != 16).collect();
-    uses.dedup();
-    assert_eq!(uses, vec![32, 48, 64, 80, 96]);
-    let first_32 = rank0_slot0.iter().position(|s| *s == 32).unwrap();
-    assert!(rank0_slot0[first_32..].iter().all(|s| *s != 16));
-    assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
-    assert_eq!(tensors[0], tensors[1]);
+    assert_eq!(lost, 2, "the original and one retransmission");
+    match &outcomes[1] {
+        Some(Err(StreamError::GaveUp { seq, retries, .. })) => {
+            assert_eq!((*seq, *retries), (16, 1));
+        }
+        other => panic!("rank 1: {other:?}"),
+    }
 }
