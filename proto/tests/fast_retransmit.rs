@@ -90,8 +90,8 @@ fn run_raw(
                     s.handle_timeout(now);
                 }
             }
-            for r in 0..streams.len() {
-                while let Some(n) = streams[r].poll_transmit(now, &mut buf).unwrap() {
+            for (r, stream) in streams.iter_mut().enumerate() {
+                while let Some(n) = stream.poll_transmit(now, &mut buf).unwrap() {
                     if drop(r, &buf[..n]) {
                         continue;
                     }
