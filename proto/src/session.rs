@@ -17,7 +17,8 @@
 //! slots that the worker owns within its job's range: packet at position `g` goes to slot
 //! `slot_base + g mod W`, shadow set `(g / W) mod 2`, with sequence number `g mod 2^32`. Packet
 //! `i` is sent when the result of the packet before it on the same slot has come back
-//! (self-clocking), so at most `W` packets are in flight.
+//! (self-clocking), so at most `W` packets are in flight; of the packets free to go, the
+//! smallest goes first, so a slot waiting for a repair holds back only its own next packet.
 //!
 //! A float32 tensor of `B` blocks uses the exponent lookahead with distance `L = min(W, B)`:
 //! packet `i` carries the exponent byte of block `i` (for `i < B`) and the data of block `i - L`
