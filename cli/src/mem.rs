@@ -19,3 +19,15 @@ pub fn format_kib(kib: u64) -> String {
         format!("{kib} KiB")
     }
 }
+
+/// CPU time used so far by every thread of this process, in seconds.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}

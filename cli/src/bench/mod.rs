@@ -185,6 +185,11 @@ pub struct AlgoResult {
     pub loss: f64,
     /// Per timed iteration: the slowest worker's time.
     pub seconds: Vec<f64>,
+    /// In-process runs, per timed iteration: CPU time of every thread of the bench process
+    /// (switch, workers, helpers) during the slowest worker's all-reduce.
+    pub cpu_seconds: Vec<f64>,
+    /// Median of `cpu_seconds` (in-process runs only).
+    pub median_cpu_s: Option<f64>,
     pub median_s: f64,
     pub min_s: f64,
     pub max_s: f64,
@@ -210,6 +215,8 @@ impl AlgoResult {
     /// add up, error bounds and peaks take the larger, and rates are weighted by duration.
     fn absorb(&mut self, o: AlgoResult) {
         self.seconds.extend_from_slice(&o.seconds);
+        self.cpu_seconds.extend_from_slice(&o.cpu_seconds);
+        self.median_cpu_s = median_of(&self.cpu_seconds);
         let mut sorted = self.seconds.clone();
         sorted.sort_by(f64::total_cmp);
         if !sorted.is_empty() {
@@ -300,6 +307,16 @@ pub(crate) struct Ctx {
     pub tensors: Vec<std::sync::Mutex<Option<Tensors>>>,
 }
 
+/// The median of unsorted values; `None` for none.
+fn median_of(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some(median(&sorted))
+}
+
 fn median(sorted: &[f64]) -> f64 {
     match sorted.len() {
         0 => f64::NAN,
@@ -320,6 +337,7 @@ pub(crate) fn summarize(
         bail!("{algorithm:?}: a worker reported fewer iterations than it ran");
     }
     let mut seconds = Vec::new();
+    let mut cpu_seconds = Vec::new();
     let mut retransmissions = 0;
     let mut fast_retransmissions = 0;
     let mut max_abs: Option<f64> = None;
@@ -344,6 +362,13 @@ pub(crate) fn summarize(
         }
         if i >= args.warmup {
             seconds.push(recs.iter().map(|r| r.seconds).fold(0.0, f64::max));
+            if !args.processes {
+                // The slowest worker's window covers everyone's work.
+                let slowest = recs.iter().max_by(|a, b| a.seconds.total_cmp(&b.seconds));
+                if let Some(cpu) = slowest.and_then(|r| r.process_cpu_seconds) {
+                    cpu_seconds.push(cpu);
+                }
+            }
             retransmissions += recs.iter().map(|r| r.retransmissions).sum::<u64>();
             fast_retransmissions += recs.iter().map(|r| r.fast_retransmissions).sum::<u64>();
         }
@@ -368,6 +393,8 @@ pub(crate) fn summarize(
         goodput_gbit_per_s: ctx.elements as f64 * 32.0 / med / 1e9,
         elements_per_s: ctx.elements as f64 / med,
         seconds,
+        median_cpu_s: median_of(&cpu_seconds),
+        cpu_seconds,
         max_abs_err: max_abs,
         max_rel_err: max_rel,
         verified,
@@ -604,6 +631,25 @@ fn print_report(r: &BenchReport) {
     println!();
     if let Some(x) = r.ina_over_ring {
         println!("ina / ring goodput:          {x:.2}x");
+    }
+    let cpu: Vec<String> = r
+        .results
+        .iter()
+        .filter_map(|x| {
+            x.median_cpu_s.map(|c| {
+                format!(
+                    "{} {:.0} ms",
+                    format!("{:?}", x.algorithm).to_lowercase(),
+                    c * 1e3
+                )
+            })
+        })
+        .collect();
+    if !cpu.is_empty() {
+        println!(
+            "CPU per all-reduce (median, every thread of this process): {}",
+            cpu.join(", ")
+        );
     }
     if let Some(x) = r.switch_over_reflector {
         println!("switch / reflector pkt rate: {x:.2}x");

@@ -218,6 +218,8 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         elements: 0,
         loss: 0.0,
         seconds: vec![rate.seconds],
+        cpu_seconds: Vec::new(),
+        median_cpu_s: None,
         median_s: rate.seconds,
         min_s: rate.seconds,
         max_s: rate.seconds,

@@ -1,6 +1,7 @@
 //! One worker's benchmark loop, shared by the in-process bench and `ina worker`.
 
 use crate::data::{fingerprint, Bound, Check, Reference};
+use crate::mem::process_cpu_seconds;
 use ina_worker::ring::RingComm;
 use ina_worker::{Communicator, WorkerError};
 use serde::Serialize;
@@ -90,6 +91,9 @@ pub struct IterRecord {
     pub iteration: usize,
     pub warmup: bool,
     pub seconds: f64,
+    /// CPU time of the whole process (every thread) while this worker's all-reduce ran.
+    #[serde(default)]
+    pub process_cpu_seconds: Option<f64>,
     pub retransmissions: u64,
     #[serde(default)]
     pub fast_retransmissions: u64,
@@ -118,14 +122,22 @@ pub fn run_iterations(
     for iteration in 0..warmup + iterations {
         buf.copy_from_slice(input);
         reducer.barrier()?;
+        let cpu_start = process_cpu_seconds();
         let start = Instant::now();
         let (retransmissions, fast_retransmissions) = reducer.allreduce(buf)?;
         let seconds = start.elapsed().as_secs_f64();
+        let process_cpu_seconds = cpu_start
+            .zip(process_cpu_seconds())
+            .map(|(a, b)| (b - a).max(0.0));
+        // Everyone finishes before anyone checks or refills its tensor, so that no worker's
+        // checking runs while another's all-reduce is being timed.
+        reducer.barrier()?;
         let check: Option<Check> = reference.map(|r| r.check(buf, reducer.bound()));
         let record = IterRecord {
             iteration,
             warmup: iteration < warmup,
             seconds,
+            process_cpu_seconds,
             retransmissions,
             fast_retransmissions,
             max_abs_err: check.map(|c| c.max_abs_err),
