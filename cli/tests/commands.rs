@@ -69,6 +69,9 @@ fn bench_in_process_verifies_ina_and_ring() {
         assert_eq!(x["seconds"].as_array().unwrap().len(), 6);
         assert!(x["goodput_gbit_per_s"].as_f64().unwrap() > 0.0);
         assert!(x["max_abs_err"].as_f64().unwrap() < 1e-5);
+        // CPU time of the process during each timed iteration, some of it on this all-reduce.
+        assert_eq!(x["cpu_seconds"].as_array().unwrap().len(), 6);
+        assert!(x["median_cpu_s"].as_f64().unwrap() > 0.0, "{x}");
     }
     let ina = result(&r, "ina");
     assert!(ina["switch"]["results_multicast"].as_u64().unwrap() > 0);
