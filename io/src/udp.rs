@@ -245,6 +245,19 @@ impl UdpPort {
         self.socket.recv_buffer_size()
     }
 
+    /// Asks for a receive buffer of at least `bytes` (the kernel's own accounting, which
+    /// counts about twice the payload) if the socket has less; never shrinks it. Beyond
+    /// `net.core.rmem_max` this needs `CAP_NET_ADMIN`; without it the kernel caps the request.
+    /// Returns the size the kernel reports afterwards.
+    pub fn grow_recv_buffer(&self, bytes: usize) -> io::Result<usize> {
+        let now = self.socket.recv_buffer_size()?;
+        if now < bytes {
+            // The kernel doubles what it is given, for its bookkeeping.
+            imp::set_recv_buffer(&self.socket, bytes.div_ceil(2))?;
+        }
+        self.socket.recv_buffer_size()
+    }
+
     /// The socket's actual send buffer size.
     pub fn send_buffer_size(&self) -> io::Result<usize> {
         self.socket.send_buffer_size()

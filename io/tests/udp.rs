@@ -584,3 +584,22 @@ fn works_behind_dyn_port() {
     assert_eq!(recv_n(&mut rx, &mut batch, 1)[0].1, b"dyn");
     assert_eq!(tx.counters().tx_datagrams, 1);
 }
+
+#[test]
+fn receive_buffer_grows_and_never_shrinks() {
+    let p = UdpPort::bind(lo()).unwrap();
+    let before = p.recv_buffer_size().unwrap();
+    assert_eq!(p.grow_recv_buffer(1024).unwrap(), before, "never shrinks");
+    let want = before * 4;
+    let got = p.grow_recv_buffer(want).unwrap();
+    // Without CAP_NET_ADMIN the kernel caps the request at twice net.core.rmem_max.
+    let cap = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .map_or(usize::MAX, |m| 2 * m);
+    assert!(
+        got >= want.min(cap),
+        "asked for {want}, got {got} (cap {cap})"
+    );
+    assert!(got >= before);
+}

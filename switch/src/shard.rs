@@ -404,6 +404,33 @@ impl Shard {
         }
     }
 
+    /// Grows the socket's receive buffer to hold every installed job's full window twice
+    /// over: all workers may send their whole window at once, and a datagram that finds the
+    /// buffer full is lost and must be recovered by the workers.
+    fn size_recv_buffer(&self) {
+        let in_flight: usize = self
+            .pipe
+            .jobs()
+            .map(|j| {
+                j.ranks.len()
+                    * usize::from(j.slot_count)
+                    * (ina_wire::HEADER_LEN + 4 * usize::from(j.elems_per_packet))
+            })
+            .sum();
+        // The kernel charges about twice the payload; leave as much again for bursts.
+        let want = in_flight.saturating_mul(4);
+        match self.port.grow_recv_buffer(want) {
+            Ok(got) if got < want => tracing::warn!(
+                shard = self.index,
+                want,
+                got,
+                "receive buffer smaller than the installed jobs' windows: bursts may be dropped (raise net.core.rmem_max or run with CAP_NET_ADMIN)"
+            ),
+            Ok(got) => tracing::debug!(shard = self.index, bytes = got, "receive buffer"),
+            Err(e) => tracing::warn!(shard = self.index, error = %e, "cannot size the receive buffer"),
+        }
+    }
+
     fn snapshot(&self) -> ShardStats {
         let mut s = self.stats;
         s.pipeline = *self.pipe.counters();
@@ -428,6 +455,7 @@ impl Shard {
                         self.addr_of[i] = Some(a);
                     }
                     tracing::debug!(shard = self.index, job, "job installed");
+                    self.size_recv_buffer();
                 }
                 let _ = reply.send(result);
             }
