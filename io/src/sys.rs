@@ -398,11 +398,25 @@ pub(crate) fn wait(
     events: libc::c_short,
     timeout: Option<Duration>,
 ) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
+    wait_any(&[fd], events, timeout)
+}
+
+/// Waits until any of `fds` has one of `events` or `timeout` passes; `Ok(false)` on timeout.
+pub(crate) fn wait_any(
+    fds: &[BorrowedFd<'_>],
+    events: libc::c_short,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    let mut pfds: [libc::pollfd; 2] = [libc::pollfd {
+        fd: -1,
+        events: 0,
         revents: 0,
-    };
+    }; 2];
+    let n = fds.len().min(pfds.len());
+    for (p, fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd.as_raw_fd();
+        p.events = events;
+    }
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: d.subsec_nanos() as _,
@@ -410,9 +424,9 @@ pub(crate) fn wait(
     let ts_ptr = ts
         .as_ref()
         .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfd` and `ts` live on the stack for the whole call; nfds is
-    // 1; a null signal mask means "do not change it".
-    let r = unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, ptr::null()) };
+    // SAFETY: `pfds` and `ts` live on the stack for the whole call and `n` is at most the
+    // length of `pfds`; a null signal mask means "do not change it".
+    let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), n as libc::nfds_t, ts_ptr, ptr::null()) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 #[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -161,6 +161,18 @@ pub struct UdpPort {
     features: UdpFeatures,
     counters: Counters,
     imp: imp::State,
+    /// A second socket, receiving a multicast group (see [`UdpPort::join_group`]).
+    group: Option<Box<GroupSocket>>,
+}
+
+/// The socket of a joined multicast group and its receive state.
+struct GroupSocket {
+    socket: Socket,
+    imp: imp::State,
+    addr: SocketAddrV4,
+    /// Read this socket before the port's own at the next receive (they take turns, so that
+    /// neither starves the other).
+    first: bool,
 }
 
 impl fmt::Debug for UdpPort {
@@ -169,6 +181,7 @@ impl fmt::Debug for UdpPort {
             .field("local", &self.local)
             .field("features", &self.features)
             .field("counters", &self.counters)
+            .field("group", &self.group.as_ref().map(|g| g.addr))
             .finish_non_exhaustive()
     }
 }
@@ -226,7 +239,69 @@ impl UdpPort {
             features,
             counters: Counters::default(),
             imp,
+            group: None,
         })
+    }
+
+    /// Also receives the datagrams sent to the multicast `group` on the interface with
+    /// address `interface` (for example a software switch's results, sent once for every
+    /// worker of a host). A second socket, bound to the group's address and port (shared with
+    /// other members on this host), joins the group; [`Port::recv_batch`] then delivers
+    /// datagrams from both sockets and waits on both. Sending is unchanged. Replaces a group
+    /// joined before.
+    pub fn join_group(&mut self, group: SocketAddrV4, interface: Ipv4Addr) -> Result<(), IoError> {
+        let addr = SocketAddr::V4(group);
+        let bind_err = |source| IoError::Bind { addr, source };
+        if !group.ip().is_multicast() {
+            return Err(bind_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a multicast address",
+            )));
+        }
+        let socket =
+            Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(bind_err)?;
+        socket.set_reuse_address(true).map_err(bind_err)?;
+        #[cfg(unix)]
+        socket.set_reuse_port(true).map_err(bind_err)?;
+        socket.bind(&addr.into()).map_err(bind_err)?;
+        let cfg_err = |what| move |source| IoError::Configure { addr, what, source };
+        socket
+            .join_multicast_v4(group.ip(), &interface)
+            .map_err(cfg_err("multicast membership"))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(cfg_err("non-blocking"))?;
+        if let Some(bytes) = self.config.recv_buffer {
+            imp::set_recv_buffer(&socket, bytes).map_err(cfg_err("receive buffer size"))?;
+        }
+        let (imp, _) = imp::State::open(&socket, &self.config);
+        tracing::debug!(local = %self.local, %group, %interface, "joined multicast group");
+        self.group = Some(Box::new(GroupSocket {
+            socket,
+            imp,
+            addr: group,
+            first: true,
+        }));
+        Ok(())
+    }
+
+    /// The multicast group joined with [`join_group`](Self::join_group), if any.
+    pub fn group(&self) -> Option<SocketAddrV4> {
+        self.group.as_ref().map(|g| g.addr)
+    }
+
+    /// Sends datagrams addressed to multicast groups out of the interface with address
+    /// `interface`, and loops them back to members on this host.
+    pub fn set_multicast_interface(&self, interface: Ipv4Addr) -> Result<(), IoError> {
+        let cfg_err = |source| IoError::Configure {
+            addr: self.local,
+            what: "multicast interface",
+            source,
+        };
+        self.socket
+            .set_multicast_if_v4(&interface)
+            .map_err(cfg_err)?;
+        self.socket.set_multicast_loop_v4(true).map_err(cfg_err)
     }
 
     /// The kernel features in use.
@@ -282,7 +357,80 @@ impl UdpPort {
             features: self.features,
             counters: Counters::default(),
             imp,
+            group: None,
         })
+    }
+}
+
+impl UdpPort {
+    /// [`Port::recv_batch`] with a joined group: each call delivers from one of the two
+    /// sockets. Undelivered datagrams of a socket's last receive go first (the batch holds
+    /// their buffer); otherwise the sockets take turns at being read first, and when neither
+    /// has anything the call waits on both.
+    fn recv_with_group(
+        &mut self,
+        batch: &mut RecvBatch,
+        timeout: Option<Duration>,
+    ) -> Result<usize, IoError> {
+        batch.clear();
+        let Some(group) = self.group.as_deref_mut() else {
+            return Ok(0);
+        };
+        let mut deadline: Option<Option<Instant>> = None;
+        loop {
+            let group_first = if group.imp.has_pending() {
+                true
+            } else if self.imp.has_pending() {
+                false
+            } else {
+                group.first
+            };
+            group.first = !group_first;
+            for from_group in [group_first, !group_first] {
+                let (socket, state) = if from_group {
+                    (&group.socket, &mut group.imp)
+                } else {
+                    (&self.socket, &mut self.imp)
+                };
+                loop {
+                    match state.recv_once(socket, &mut self.counters, batch) {
+                        Ok(true) if !batch.is_full() => continue,
+                        Ok(_) => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if batch.is_empty() => return Err(IoError::Recv { source: e }),
+                        Err(_) => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    return Ok(batch.len());
+                }
+            }
+            let remaining = match timeout {
+                None => None,
+                Some(t) if t.is_zero() => return Ok(0),
+                Some(t) => {
+                    let now = Instant::now();
+                    match *deadline.get_or_insert_with(|| now.checked_add(t)) {
+                        None => None,
+                        Some(end) => {
+                            let left = end.saturating_duration_since(now);
+                            if left.is_zero() {
+                                return Ok(0);
+                            }
+                            Some(left)
+                        }
+                    }
+                }
+            };
+            self.counters.rx_syscalls += 1;
+            match imp::wait_readable_any(&[&self.socket, &group.socket], remaining) {
+                Ok(false) if remaining.is_some() => return Ok(0),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(IoError::Recv { source: e }),
+            }
+        }
     }
 }
 
@@ -305,6 +453,9 @@ impl Port for UdpPort {
         batch: &mut RecvBatch,
         timeout: Option<Duration>,
     ) -> Result<usize, IoError> {
+        if self.group.is_some() {
+            return self.recv_with_group(batch, timeout);
+        }
         batch.clear();
         // Set at the first wait; `Some(None)`: too far away to represent.
         let mut deadline: Option<Option<Instant>> = None;
@@ -413,6 +564,15 @@ mod imp {
 
     /// GSO is switched off after this many refused GSO buffers in a row.
     const MAX_GSO_REFUSALS: u32 = 16;
+
+    /// Waits until one of `sockets` is readable; `Ok(false)` on timeout.
+    pub(super) fn wait_readable_any(
+        sockets: &[&Socket],
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
+        sys::wait_any(&fds, libc::POLLIN, timeout)
+    }
 
     pub(super) fn set_recv_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
@@ -526,6 +686,11 @@ mod imp {
             timeout: Option<Duration>,
         ) -> io::Result<bool> {
             sys::wait(socket.as_fd(), libc::POLLIN, timeout)
+        }
+
+        /// Datagrams of the last receive are still undelivered.
+        pub(super) fn has_pending(&self) -> bool {
+            self.gro.as_ref().is_some_and(|g| g.next < g.msgs.len())
         }
 
         /// Adds to `batch` what is immediately available: pending GRO
@@ -795,6 +960,18 @@ mod imp {
         socket.set_send_buffer_size(bytes)
     }
 
+    /// Without a portable poll, naps briefly and reports readiness so the caller tries all
+    /// sockets again.
+    pub(super) fn wait_readable_any(
+        _sockets: &[&Socket],
+        timeout: Option<Duration>,
+    ) -> io::Result<bool> {
+        std::thread::sleep(timeout.map_or(Duration::from_micros(200), |t| {
+            t.min(Duration::from_micros(200))
+        }));
+        Ok(true)
+    }
+
     pub(super) struct State {
         /// Receives land here first so that their real length is known.
         bounce: Vec<u8>,
@@ -823,6 +1000,11 @@ mod imp {
             self.udp
                 .as_ref()
                 .ok_or_else(|| io::Error::other("socket handle unavailable"))
+        }
+
+        /// Nothing is held back between receives here.
+        pub(super) fn has_pending(&self) -> bool {
+            false
         }
 
         /// Waits with a blocking one-byte peek bounded by a read timeout.

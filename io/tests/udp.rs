@@ -603,3 +603,60 @@ fn receive_buffer_grows_and_never_shrinks() {
     );
     assert!(got >= before);
 }
+
+/// Datagrams sent once to a multicast group reach every member port on the host, next to the
+/// members' own unicast traffic.
+#[test]
+fn group_datagrams_reach_every_member_next_to_unicast() {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let iface = Ipv4Addr::LOCALHOST;
+    let group = SocketAddrV4::new(Ipv4Addr::new(239, 77, 0, 1), 0);
+    // A free port for the group: bind a throwaway socket to learn one.
+    let probe = UdpPort::bind(lo()).unwrap();
+    let group = SocketAddrV4::new(*group.ip(), probe.local_addr().port());
+    drop(probe);
+    let mut members: Vec<UdpPort> = (0..3).map(|_| UdpPort::bind(lo()).unwrap()).collect();
+    for m in &mut members {
+        m.join_group(group, iface).unwrap();
+        assert_eq!(m.group(), Some(group));
+    }
+    let mut tx = UdpPort::bind(lo()).unwrap();
+    tx.set_multicast_interface(iface).unwrap();
+    let mut out = SendBatch::new();
+    for i in 0..20 {
+        out.push(SocketAddr::V4(group), &payload(i, 600));
+    }
+    // And one unicast datagram to each member.
+    for (k, m) in members.iter().enumerate() {
+        out.push(m.local_addr(), &payload(1000 + k as u32, 100));
+    }
+    assert_eq!(tx.send_batch(&out).unwrap(), 23);
+    let mut batch = RecvBatch::new(8, 2048);
+    for (k, m) in members.iter_mut().enumerate() {
+        let got = recv_n(m, &mut batch, 21);
+        let mut want: Vec<Vec<u8>> = (0..20).map(|i| payload(i, 600)).collect();
+        want.push(payload(1000 + k as u32, 100));
+        let got: Vec<Vec<u8>> = got
+            .into_iter()
+            .map(|(src, d, truncated)| {
+                assert_eq!(src, tx.local_addr());
+                assert!(!truncated);
+                d
+            })
+            .collect();
+        assert_eq!(sorted(got), sorted(want), "member {k}");
+    }
+    // Nothing more, and an empty wait on both sockets times out.
+    let t = Instant::now();
+    assert_eq!(
+        members[0]
+            .recv_batch(&mut batch, Some(Duration::from_millis(30)))
+            .unwrap(),
+        0
+    );
+    assert!(t.elapsed() >= Duration::from_millis(25));
+    // Not a multicast address: refused.
+    assert!(members[0]
+        .join_group(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), iface)
+        .is_err());
+}
