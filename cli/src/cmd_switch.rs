@@ -6,7 +6,7 @@
 use anyhow::{bail, Context};
 use ina_switch::{ControlServer, JobSpec, Switch, SwitchConfig};
 use serde::Deserialize;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,7 +27,8 @@ pub struct SwitchArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// A job: "id=1;slots=0..128;elems=256;workers=127.0.0.1:9000,127.0.0.1:9001"
-    /// (worker r's address is the r-th). Repeatable.
+    /// (worker r's address is the r-th), optionally ";group=239.1.0.1:18800", a multicast
+    /// group the workers joined, to which each result is sent once. Repeatable.
     #[arg(long = "job", value_parser = parse_job)]
     jobs: Vec<JobSpec>,
     /// Aggregation slots in the register pool.
@@ -69,6 +70,7 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
     let mut elems = None;
     let mut workers = None;
     let mut epoch = None;
+    let mut group = None;
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part
             .split_once('=')
@@ -96,6 +98,13 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
                     value.split(',').map(|a| a.trim().parse()).collect();
                 workers = Some(list.map_err(|e| format!("workers: {e}"))?);
             }
+            "group" => {
+                let g: SocketAddrV4 = value.parse().map_err(|e| format!("group: {e}"))?;
+                if !g.ip().is_multicast() {
+                    return Err(format!("group `{value}` is not a multicast address"));
+                }
+                group = Some(g);
+            }
             other => return Err(format!("unknown key `{other}`")),
         }
     }
@@ -107,6 +116,7 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
         slot_count,
         elems_per_packet: elems.unwrap_or(256),
         workers: workers.ok_or("missing workers=")?,
+        group,
     })
 }
 
@@ -249,6 +259,11 @@ mod tests {
         assert!(parse_job("id=3;slots=1..2").is_err());
         assert!(parse_job("id=x;slots=1..2;workers=127.0.0.1:1").is_err());
         assert!(parse_job("id=1;colour=blue").is_err());
+        assert_eq!(j.group, None);
+        let g = parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3:4000").unwrap();
+        assert_eq!(g.group, Some("239.1.2.3:4000".parse().unwrap()));
+        assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=10.1.2.3:4000").is_err());
+        assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3").is_err());
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct WorkerArgs {
     /// Skip checking results against the exact sums.
     #[arg(long)]
     no_verify: bool,
+    /// The multicast group the switch sends the job's results to (ina; the job's `group`).
+    #[arg(long)]
+    group: Option<std::net::SocketAddrV4>,
 }
 
 fn emit(value: serde_json::Value) {
@@ -92,8 +95,16 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let mut reducer: Box<dyn Reducer> = match args.algorithm {
         WorkerAlgorithm::Ina => {
             let switch = args.switch.context("--switch is required for ina")?;
-            let port = UdpPort::bind_with(args.bind, &UdpConfig::default())
+            let mut port = UdpPort::bind_with(args.bind, &UdpConfig::default())
                 .with_context(|| format!("binding {}", args.bind))?;
+            if let Some(group) = args.group {
+                let iface = match args.bind.ip() {
+                    std::net::IpAddr::V4(ip) => ip,
+                    std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+                };
+                port.join_group(group, iface)
+                    .with_context(|| format!("joining {group}"))?;
+            }
             emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
             let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, args.rank);
             cfg.window = args.window;

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 /// worker runs before each iteration.
 fn uses_per_iteration(elements: usize, elems_per_packet: usize, window: usize) -> u64 {
     let blocks = elements.div_ceil(elems_per_packet);
-    (blocks + blocks.min(window) + 1) as u64
+    // The tensor's packets (the exponent lookahead included), and one each for the barriers
+    // before and after the timed all-reduce (an int32 all-reduce of one element).
+    (blocks + blocks.min(window) + 2) as u64
 }
 
 /// Asserts that every worker's every iteration holds exactly `expected` (bit for bit).
@@ -411,6 +413,7 @@ fn garbage_and_foreign_datagrams_are_counted_and_change_no_sum() {
         slot_count: 8,
         elems_per_packet: 256,
         workers: vec![member.local_addr().unwrap()],
+        group: None,
     });
     let epochs = (job1.epoch.unwrap(), job2.epoch.unwrap());
     let before = sw.stats().total;
@@ -570,6 +573,7 @@ fn a_retransmission_after_batched_sends_gets_the_stored_result(shards: usize) {
         slot_count: 64,
         elems_per_packet: 16,
         workers: ports.iter().map(|p| p.local_addr()).collect(),
+        group: None,
     });
     let epoch = job.epoch.unwrap();
     // Header-only Data packets: the first use of slots 0 and 1.

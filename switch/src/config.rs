@@ -3,7 +3,7 @@
 use ina_io::UdpConfig;
 use ina_proto::pipeline::PipelineConfig;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 
 /// A job as an operator writes it: workers by address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +17,11 @@ pub struct JobSpec {
     pub elems_per_packet: u16,
     /// Worker `r`'s UDP address is `workers[r]`.
     pub workers: Vec<SocketAddr>,
+    /// A multicast group every worker of the job has joined: each finished result is sent
+    /// once, to the group, instead of once to every worker (as a hardware switch's packet
+    /// replication does). Answers to retransmissions still go to the one worker that asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<SocketAddrV4>,
 }
 
 /// The switch daemon's settings.

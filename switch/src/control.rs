@@ -165,6 +165,7 @@ impl SwitchHandle {
             let _ = shard.send(Command::AddJob {
                 cfg: cfg.clone(),
                 addrs: addrs.clone(),
+                group: spec.group,
                 reply,
             });
             replies.push(rx);

@@ -4,10 +4,10 @@ use crate::loss::Loss;
 use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PortId, Verdict};
 use ina_proto::Instant;
-use ina_wire::{AggRepr, MessageType};
+use ina_wire::{AggPacket, AggRepr, MessageType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ pub(crate) enum Command {
     AddJob {
         cfg: JobConfig,
         addrs: Vec<(PortId, SocketAddr)>,
+        group: Option<SocketAddrV4>,
         reply: mpsc::Sender<Result<(), String>>,
     },
     RemoveJob {
@@ -203,6 +204,8 @@ pub(crate) struct Shard {
     by_addr: HashMap<SocketAddr, PortId, BuildAddrHasher>,
     /// Port -> worker address, indexed by the port number.
     addr_of: Vec<Option<SocketAddr>>,
+    /// Jobs whose results go to a multicast group, with the group.
+    groups: Vec<(u16, SocketAddrV4)>,
     loss_in: Loss,
     loss_out: Loss,
     stats: ShardStats,
@@ -341,6 +344,7 @@ impl Shard {
             commands,
             by_addr: HashMap::default(),
             addr_of: Vec::new(),
+            groups: Vec::new(),
             loss_in: Loss::new(loss, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
             loss_out: Loss::new(loss, seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) | 3),
             stats: ShardStats {
@@ -373,6 +377,7 @@ impl Shard {
         // The reply is written once, straight into the send batch, and carried by one
         // datagram per destination without further copies.
         ports.clear();
+        let mut multicast = false;
         let pipe = &mut self.pipe;
         let reply = tx.write_in_place(max_reply, |buf| {
             match pipe.process(ingress, data, now, buf) {
@@ -381,6 +386,7 @@ impl Shard {
                     len
                 }
                 Verdict::Multicast { ports: to, len } => {
+                    multicast = true;
                     ports.extend_from_slice(to);
                     len
                 }
@@ -388,6 +394,18 @@ impl Shard {
             }
         });
         let Some(reply) = reply else { return };
+        if multicast && !self.groups.is_empty() {
+            let job = AggPacket::new_checked(data).map(|p| p.job());
+            if let Some(&(_, group)) = self.groups.iter().find(|(j, _)| Ok(*j) == job) {
+                // One datagram for every worker of the job.
+                if self.loss_out.drop_now() {
+                    self.stats.injected_drops_out += 1;
+                } else {
+                    tx.push_extent(SocketAddr::V4(group), reply);
+                }
+                return;
+            }
+        }
         if let Ok((h, _)) = AggRepr::parse_bytes(data) {
             if h.kind == MessageType::Probe && !self.joins.admit(h.job, h.rank, h.seq) {
                 // Unanswered until the job is reinstalled; the worker probes again.
@@ -441,7 +459,12 @@ impl Shard {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::AddJob { cfg, addrs, reply } => {
+            Command::AddJob {
+                cfg,
+                addrs,
+                group,
+                reply,
+            } => {
                 let job = cfg.job;
                 let result = self.pipe.add_job(cfg).map_err(|e| e.to_string());
                 self.joins.reset(job);
@@ -456,11 +479,25 @@ impl Shard {
                     }
                     tracing::debug!(shard = self.index, job, "job installed");
                     self.size_recv_buffer();
+                    self.groups.retain(|(j, _)| *j != job);
+                    if let Some(g) = group {
+                        self.groups.push((job, g));
+                        // Out of the interface the switch listens on (the kernel's choice
+                        // when it listens on every address).
+                        let iface = match self.port.local_addr().ip() {
+                            IpAddr::V4(ip) => ip,
+                            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+                        };
+                        if let Err(e) = self.port.set_multicast_interface(iface) {
+                            tracing::warn!(shard = self.index, job, error = %e, "cannot send to multicast groups");
+                        }
+                    }
                 }
                 let _ = reply.send(result);
             }
             Command::RemoveJob { job, forget, reply } => {
                 self.joins.reset(job);
+                self.groups.retain(|(j, _)| *j != job);
                 let result = self
                     .pipe
                     .remove_job(job)

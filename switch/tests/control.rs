@@ -59,6 +59,7 @@ fn job(id: u16, base: u16, count: u16, workers: Vec<SocketAddr>) -> JobSpec {
         slot_count: count,
         elems_per_packet: 64,
         workers,
+        group: None,
     }
 }
 

@@ -8,7 +8,7 @@ use ina_wire::agg::ProbeInfo;
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -39,6 +39,9 @@ pub struct WorkerConfig {
     pub expect_workers: Option<u8>,
     /// Socket settings.
     pub udp: UdpConfig,
+    /// The multicast group the switch sends this job's results to, if it does (the job's
+    /// `group`): [`Communicator::connect`] joins it on the interface of `bind`.
+    pub group: Option<SocketAddrV4>,
 }
 
 impl WorkerConfig {
@@ -63,6 +66,7 @@ impl WorkerConfig {
             probe_timeout: Duration::from_secs(5),
             expect_workers: None,
             udp: UdpConfig::default(),
+            group: None,
         }
     }
 }
@@ -192,7 +196,14 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
 impl Communicator<UdpPort> {
     /// Binds the UDP socket and asks the switch for the job.
     pub fn connect(cfg: WorkerConfig) -> Result<Self, WorkerError> {
-        let port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
+        let mut port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
+        if let Some(group) = cfg.group {
+            let iface = match cfg.bind.ip() {
+                IpAddr::V4(ip) => ip,
+                IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+            };
+            port.join_group(group, iface)?;
+        }
         Communicator::with_port(port, cfg)
     }
 }

@@ -68,6 +68,7 @@ fn workers_sum_through_a_sharded_switch() {
             slot_count: 64,
             elems_per_packet: 64,
             workers: workers.clone(),
+            group: None,
         }],
     );
     let len = 100_003;
@@ -119,6 +120,75 @@ fn workers_sum_through_a_sharded_switch() {
     sw.stop();
 }
 
+/// With the job's results going to a multicast group the workers joined, every worker gets
+/// every sum from one datagram per result, and answers to retransmissions still reach the
+/// worker that asked.
+#[test]
+fn results_through_a_multicast_group() {
+    let n = 3;
+    let workers = free_addrs(n);
+    let group_port = free_addrs(1)[0].port();
+    let group = std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(239, 255, 73, 9), group_port);
+    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.jobs = vec![JobSpec {
+        job: 4,
+        epoch: None,
+        slot_base: 0,
+        slot_count: 32,
+        elems_per_packet: 128,
+        workers: workers.clone(),
+        group: Some(group),
+    }];
+    // 2% loss on the way out: some results are lost to one worker only, which then asks again.
+    cfg.loss = 0.02;
+    cfg.seed = 5;
+    let sw = Switch::bind(cfg).unwrap();
+    let addr = sw.local_addr();
+    let handle = sw.handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sw = Running {
+        addr,
+        stop: stop.clone(),
+        thread: Some(sw.spawn(stop).unwrap()),
+        handle,
+    };
+    let len = 50_000;
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let mut cfg = WorkerConfig::new(sw.addr, workers[r], 4, r as u8);
+            cfg.group = Some(group);
+            cfg.rto.min = Duration::from_millis(2);
+            std::thread::spawn(move || {
+                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut ints: Vec<i32> = (0..len).map(|i| i * (r as i32 + 1)).collect();
+                comm.allreduce_i32(&mut ints).unwrap();
+                ints
+            })
+        })
+        .collect();
+    let results: Vec<Vec<i32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for ints in &results {
+        for (i, x) in ints.iter().enumerate() {
+            assert_eq!(*x, i as i32 * 6, "element {i}");
+        }
+    }
+    let stats = sw.handle.stats().unwrap();
+    let p = &stats.total.pipeline;
+    assert!(p.results_multicast > 0);
+    assert!(
+        p.results_unicast > 0,
+        "lost results were asked for again: {p:?}"
+    );
+    // One datagram per finished slot use plus the unicast answers (and probe replies), not
+    // one per worker.
+    let sent = stats.total.io.tx_datagrams;
+    assert!(
+        sent <= p.results_multicast + p.results_unicast + p.probes_answered + p.rejects_sent,
+        "{sent} datagrams sent for {p:?}"
+    );
+    sw.stop();
+}
+
 #[test]
 fn several_tensors_in_flight_and_async() {
     let n = 2;
@@ -132,6 +202,7 @@ fn several_tensors_in_flight_and_async() {
             slot_count: 64,
             elems_per_packet: 256,
             workers: workers.clone(),
+            group: None,
         }],
     );
     let threads: Vec<_> = (0..n)
@@ -181,6 +252,7 @@ fn unreachable_switch_and_unknown_rank_are_typed_errors() {
             slot_count: 8,
             elems_per_packet: 64,
             workers: workers.clone(),
+            group: None,
         }],
     );
     // A worker the switch does not list for rank 0 gets no answer.

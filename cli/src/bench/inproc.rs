@@ -8,7 +8,7 @@ use ina_io::{Port, UdpConfig, UdpPort};
 use ina_switch::{JobSpec, Switch, SwitchConfig};
 use ina_worker::ring::{RingComm, RingOptions};
 use ina_worker::{Communicator, WorkerConfig};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,6 +87,16 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             )?));
         }
         let addrs: Vec<SocketAddr> = ports.iter().flatten().map(|p| p.local_addr()).collect();
+        let group = if !args.unicast {
+            let group = super::free_group()?;
+            for p in ports.iter_mut().flatten() {
+                p.join_group(group, Ipv4Addr::LOCALHOST)
+                    .context("joining the results' multicast group")?;
+            }
+            Some(group)
+        } else {
+            None
+        };
         handle
             .add_job(JobSpec {
                 job: 1,
@@ -95,6 +105,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 slot_count: args.slots,
                 elems_per_packet: args.elems,
                 workers: addrs.clone(),
+                group,
             })
             .context("installing the job")?;
         let ports = std::sync::Mutex::new(ports);

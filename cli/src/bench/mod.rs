@@ -88,12 +88,27 @@ pub struct BenchArgs {
     /// Seconds each packet-rate measurement (switch, reflector) runs.
     #[arg(long, default_value_t = 2.0)]
     pub rate_seconds: f64,
+    /// Send each result to every worker separately, instead of once to a multicast group all
+    /// workers joined (the switch's default here, as a hardware switch replicates a result to
+    /// its ports).
+    #[arg(long)]
+    pub unicast: bool,
     /// Disable UDP GSO and GRO on every socket (in-process runs).
     #[arg(long)]
     pub no_offload: bool,
     /// A worker gives up on a packet unanswered this long.
     #[arg(long, default_value_t = 5000)]
     pub give_up_ms: u64,
+}
+
+/// A multicast group on a port no socket of this host uses now, for a job's results.
+pub(crate) fn free_group() -> anyhow::Result<std::net::SocketAddrV4> {
+    let probe = std::net::UdpSocket::bind("127.0.0.1:0").context("finding a free UDP port")?;
+    let port = probe.local_addr()?.port();
+    Ok(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(239, 255, 73, 1),
+        port,
+    ))
 }
 
 /// The most elements a UDP datagram carries: (65 507 − 16 header bytes) / 4.

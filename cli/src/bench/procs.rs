@@ -188,11 +188,19 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let ready = switch.expect("ready", START)?;
     let udp = addr_of(&ready, "udp")?;
     let control = addr_of(&ready, "control")?;
+    let group = if a.unicast {
+        None
+    } else {
+        Some(super::free_group()?)
+    };
     let mut workers = Vec::new();
     for rank in 0..a.workers {
         let mut args = worker_common(ctx, rank);
         args.push("--algorithm=ina".into());
         args.push(format!("--switch={udp}"));
+        if let Some(g) = group {
+            args.push(format!("--group={g}"));
+        }
         if let Some(w) = a.window {
             args.push(format!("--window={w}"));
         }
@@ -212,6 +220,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             slot_count: a.slots,
             elems_per_packet: a.elems,
             workers: addrs,
+            group,
         },
     })?;
     if !resp.ok {

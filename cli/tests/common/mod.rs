@@ -352,6 +352,7 @@ pub fn job_spec(id: u16, workers: Vec<SocketAddr>) -> JobSpec {
         slot_count: 64,
         elems_per_packet: 256,
         workers,
+        group: None,
     }
 }
 
