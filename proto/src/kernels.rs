@@ -169,16 +169,10 @@ mod x86 {
     pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
         let n = values.len().min(out.len() / 4);
         let (values, out) = (&values[..n], &mut out[..4 * n]);
-        // Up to the first element on a 32-byte boundary with the portable loop, so that no
-        // vector load of the (large, streamed) source straddles two cache lines.
-        let head = (values.as_ptr().align_offset(32)).min(n);
-        let (head_values, body_values) = values.split_at(head);
-        let (head_out, body_out) = out.split_at_mut(4 * head);
-        super::portable::quantize_be(head_values, scale, head_out);
         let k = QuantizeConsts::new(scale);
         let mut min = _mm256_set1_epi32(i32::MAX);
-        let mut src = body_values.chunks_exact(32);
-        let mut dst = body_out.chunks_exact_mut(128);
+        let mut src = values.chunks_exact(32);
+        let mut dst = out.chunks_exact_mut(128);
         for (x, d) in (&mut src).zip(&mut dst) {
             let (x, d) = (x.as_ptr(), d.as_mut_ptr());
             for i in 0..4 {
