@@ -148,6 +148,13 @@ pub trait Port: Send {
 
     /// A snapshot of this port handle's counters.
     fn counters(&self) -> Counters;
+
+    /// Asks the port to hold at least `bytes` of received datagrams that are waiting to be
+    /// read (the peer may send that much at once). Best effort: a port whose buffering is
+    /// fixed, or that the system caps, keeps what it has.
+    fn reserve_recv(&mut self, bytes: usize) {
+        let _ = bytes;
+    }
 }
 
 impl<P: Port + ?Sized> Port for Box<P> {
@@ -172,6 +179,10 @@ impl<P: Port + ?Sized> Port for Box<P> {
     fn counters(&self) -> Counters {
         (**self).counters()
     }
+
+    fn reserve_recv(&mut self, bytes: usize) {
+        (**self).reserve_recv(bytes);
+    }
 }
 
 impl<P: Port + ?Sized> Port for &mut P {
@@ -195,5 +206,9 @@ impl<P: Port + ?Sized> Port for &mut P {
 
     fn counters(&self) -> Counters {
         (**self).counters()
+    }
+
+    fn reserve_recv(&mut self, bytes: usize) {
+        (**self).reserve_recv(bytes);
     }
 }

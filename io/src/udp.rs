@@ -524,6 +524,22 @@ impl Port for UdpPort {
     fn counters(&self) -> Counters {
         self.counters
     }
+
+    /// Grows the kernel receive buffer (both sockets, with a group), as
+    /// [`UdpPort::grow_recv_buffer`] does.
+    fn reserve_recv(&mut self, bytes: usize) {
+        // The kernel charges about twice the payload.
+        let want = bytes.saturating_mul(2);
+        if let Err(e) = self.grow_recv_buffer(want) {
+            tracing::debug!(local = %self.local, error = %e, "cannot grow the receive buffer");
+        }
+        if let Some(g) = &self.group {
+            let now = g.socket.recv_buffer_size().unwrap_or(0);
+            if now < want {
+                let _ = imp::set_recv_buffer(&g.socket, want.div_ceil(2));
+            }
+        }
+    }
 }
 
 /// Whether an error refers to one datagram (skip it) rather than to the

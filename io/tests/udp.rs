@@ -602,6 +602,15 @@ fn receive_buffer_grows_and_never_shrinks() {
         "asked for {want}, got {got} (cap {cap})"
     );
     assert!(got >= before);
+    // Through the Port trait: room for `bytes` of waiting datagrams.
+    let mut q = UdpPort::bind(lo()).unwrap();
+    let bytes = q.recv_buffer_size().unwrap() * 3;
+    Port::reserve_recv(&mut q, bytes);
+    let got = q.recv_buffer_size().unwrap();
+    assert!(
+        got >= bytes.min(cap),
+        "reserved {bytes}, got {got} (cap {cap})"
+    );
 }
 
 /// Datagrams sent once to a multicast group reach every member port on the host, next to the

@@ -362,6 +362,9 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             .collect();
         self.next_lane = 0;
         let max_packet = HEADER_LEN + 4 * usize::from(info.elems_per_packet);
+        // Every result of every lane may arrive before this thread reads any.
+        self.port
+            .reserve_recv(usize::from(window) * usize::from(lanes) * max_packet * 2);
         self.scratch = vec![0u8; max_packet];
         if self.recv.slot_size() <= max_packet {
             self.recv = RecvBatch::new(64, max_packet + 1);
