@@ -278,11 +278,20 @@ mod tests {
             slot_count = 64
             elems_per_packet = 256
             workers = ["127.0.0.1:9000", "127.0.0.1:9001"]
+            [[job]]
+            job = 2
+            slot_base = 64
+            slot_count = 64
+            elems_per_packet = 256
+            workers = ["127.0.0.1:9002"]
+            group = "239.1.0.2:18800"
             "#,
         )
         .unwrap();
         assert_eq!(f.shards, Some(2));
-        assert_eq!(f.job.len(), 1);
+        assert_eq!(f.job.len(), 2);
+        assert_eq!(f.job[0].group, None);
+        assert_eq!(f.job[1].group, Some("239.1.0.2:18800".parse().unwrap()));
         assert!(toml::from_str::<FileConfig>("shardz = 2").is_err());
     }
 }
