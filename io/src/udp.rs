@@ -406,25 +406,11 @@ impl UdpPort {
                     return Ok(batch.len());
                 }
             }
-            let remaining = match timeout {
-                None => None,
-                Some(t) if t.is_zero() => return Ok(0),
-                Some(t) => {
-                    let now = Instant::now();
-                    match *deadline.get_or_insert_with(|| now.checked_add(t)) {
-                        None => None,
-                        Some(end) => {
-                            let left = end.saturating_duration_since(now);
-                            if left.is_zero() {
-                                return Ok(0);
-                            }
-                            Some(left)
-                        }
-                    }
-                }
+            let Some(remaining) = wait_budget(timeout, &mut deadline) else {
+                return Ok(0);
             };
             self.counters.rx_syscalls += 1;
-            match imp::wait_readable_any(&[&self.socket, &group.socket], remaining) {
+            match imp::wait_readable_either(&self.socket, &group.socket, remaining) {
                 Ok(false) if remaining.is_some() => return Ok(0),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -482,22 +468,8 @@ impl Port for UdpPort {
                 }
             }
             // Nothing received: wait for the first datagram.
-            let remaining = match timeout {
-                None => None,
-                Some(t) if t.is_zero() => break,
-                Some(t) => {
-                    let now = Instant::now();
-                    match *deadline.get_or_insert_with(|| now.checked_add(t)) {
-                        None => None,
-                        Some(end) => {
-                            let left = end.saturating_duration_since(now);
-                            if left.is_zero() {
-                                break;
-                            }
-                            Some(left)
-                        }
-                    }
-                }
+            let Some(remaining) = wait_budget(timeout, &mut deadline) else {
+                break;
             };
             self.counters.rx_syscalls += 1;
             match self.imp.wait_readable(&self.socket, remaining) {
@@ -542,6 +514,30 @@ impl Port for UdpPort {
     }
 }
 
+/// How long the next wait of a receive with `timeout` may last: `Some(None)` without limit,
+/// `Some(Some(left))`, or `None` when it must not wait (a zero timeout, or the time is up).
+/// `deadline` is set at the first call of a receive (`Some(None)`: too far away to
+/// represent).
+fn wait_budget(
+    timeout: Option<Duration>,
+    deadline: &mut Option<Option<Instant>>,
+) -> Option<Option<Duration>> {
+    match timeout {
+        None => Some(None),
+        Some(t) if t.is_zero() => None,
+        Some(t) => {
+            let now = Instant::now();
+            match *deadline.get_or_insert_with(|| now.checked_add(t)) {
+                None => Some(None),
+                Some(end) => {
+                    let left = end.saturating_duration_since(now);
+                    (!left.is_zero()).then_some(Some(left))
+                }
+            }
+        }
+    }
+}
+
 /// Whether an error refers to one datagram (skip it) rather than to the
 /// socket (give up).
 fn is_per_datagram_error(e: &io::Error) -> bool {
@@ -581,13 +577,13 @@ mod imp {
     /// GSO is switched off after this many refused GSO buffers in a row.
     const MAX_GSO_REFUSALS: u32 = 16;
 
-    /// Waits until one of `sockets` is readable; `Ok(false)` on timeout.
-    pub(super) fn wait_readable_any(
-        sockets: &[&Socket],
+    /// Waits until `a` or `b` is readable; `Ok(false)` on timeout.
+    pub(super) fn wait_readable_either(
+        a: &Socket,
+        b: &Socket,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
-        let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
-        sys::wait_any(&fds, libc::POLLIN, timeout)
+        sys::wait_any(&[a.as_fd(), b.as_fd()], libc::POLLIN, timeout)
     }
 
     pub(super) fn set_recv_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
@@ -976,10 +972,11 @@ mod imp {
         socket.set_send_buffer_size(bytes)
     }
 
-    /// Without a portable poll, naps briefly and reports readiness so the caller tries all
+    /// Without a portable poll, naps briefly and reports readiness so the caller tries both
     /// sockets again.
-    pub(super) fn wait_readable_any(
-        _sockets: &[&Socket],
+    pub(super) fn wait_readable_either(
+        _a: &Socket,
+        _b: &Socket,
         timeout: Option<Duration>,
     ) -> io::Result<bool> {
         std::thread::sleep(timeout.map_or(Duration::from_micros(200), |t| {
