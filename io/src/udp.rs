@@ -165,14 +165,19 @@ pub struct UdpPort {
     group: Option<Box<GroupSocket>>,
 }
 
+/// With a group joined, the port's own socket is read before the group's once in this many
+/// receives (otherwise only when the group's has nothing).
+const OWN_FIRST_EVERY: u32 = 8;
+
 /// The socket of a joined multicast group and its receive state.
 struct GroupSocket {
     socket: Socket,
     imp: imp::State,
     addr: SocketAddrV4,
-    /// Read this socket before the port's own at the next receive (they take turns, so that
-    /// neither starves the other).
-    first: bool,
+    /// Receives since the port's own socket was last read first: the group's socket goes
+    /// first (it carries the bulk), the port's own every `OWN_FIRST_EVERY` receives, so that
+    /// neither starves.
+    since_own_first: u32,
 }
 
 impl fmt::Debug for UdpPort {
@@ -280,7 +285,7 @@ impl UdpPort {
             socket,
             imp,
             addr: group,
-            first: true,
+            since_own_first: 0,
         }));
         Ok(())
     }
@@ -365,8 +370,8 @@ impl UdpPort {
 impl UdpPort {
     /// [`Port::recv_batch`] with a joined group: each call delivers from one of the two
     /// sockets. Undelivered datagrams of a socket's last receive go first (the batch holds
-    /// their buffer); otherwise the sockets take turns at being read first, and when neither
-    /// has anything the call waits on both.
+    /// their buffer); otherwise the group's socket is read first, except every
+    /// `OWN_FIRST_EVERY`-th receive, and when neither has anything the call waits on both.
     fn recv_with_group(
         &mut self,
         batch: &mut RecvBatch,
@@ -383,9 +388,12 @@ impl UdpPort {
             } else if self.imp.has_pending() {
                 false
             } else {
-                group.first
+                group.since_own_first += 1;
+                group.since_own_first < OWN_FIRST_EVERY
             };
-            group.first = !group_first;
+            if !group_first {
+                group.since_own_first = 0;
+            }
             for from_group in [group_first, !group_first] {
                 let (socket, state) = if from_group {
                     (&group.socket, &mut group.imp)
