@@ -406,11 +406,14 @@ impl Shard {
                 return;
             }
         }
-        if let Ok((h, _)) = AggRepr::parse_bytes(data) {
-            if h.kind == MessageType::Probe && !self.joins.admit(h.job, h.rank, h.seq) {
-                // Unanswered until the job is reinstalled; the worker probes again.
-                self.stats.probes_held += 1;
-                return;
+        // (A result is never the answer to a probe.)
+        if !multicast {
+            if let Ok((h, _)) = AggRepr::parse_bytes(data) {
+                if h.kind == MessageType::Probe && !self.joins.admit(h.job, h.rank, h.seq) {
+                    // Unanswered until the job is reinstalled; the worker probes again.
+                    self.stats.probes_held += 1;
+                    return;
+                }
             }
         }
         for p in ports.iter() {
