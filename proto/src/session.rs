@@ -742,13 +742,7 @@ impl<'a> Stream<'a> {
         if out.retries > 0 && now - out.last_sent < self.redetect_after(out.retries) {
             return true;
         }
-        let waited = now - out.first_sent;
-        if out.retries >= self.cfg.max_retries || waited >= self.cfg.give_up {
-            self.failed = Some(StreamError::GaveUp {
-                seq: (self.cfg.lane.next_position + index) as u32,
-                retries: out.retries,
-                waited,
-            });
+        if self.give_up_if_spent(now, &out) {
             return false;
         }
         self.slots[slot].outstanding = Some(Outstanding {
@@ -758,6 +752,20 @@ impl<'a> Stream<'a> {
         });
         self.retransmit.push_back((index, true));
         false
+    }
+
+    /// Fails the stream if `out` has used up its retransmissions or its give-up time.
+    fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
+        let waited = now - out.first_sent;
+        if out.retries < self.cfg.max_retries && waited < self.cfg.give_up {
+            return false;
+        }
+        self.failed = Some(StreamError::GaveUp {
+            seq: (self.cfg.lane.next_position + out.index) as u32,
+            retries: out.retries,
+            waited,
+        });
+        true
     }
 
     /// Handles expired timers: queues retransmissions, or fails the stream when a packet has
@@ -784,13 +792,7 @@ impl<'a> Stream<'a> {
             if out.index != index || out.deadline != deadline {
                 continue;
             }
-            let waited = now - out.first_sent;
-            if out.retries >= self.cfg.max_retries || waited >= self.cfg.give_up {
-                self.failed = Some(StreamError::GaveUp {
-                    seq: (self.cfg.lane.next_position + index) as u32,
-                    retries: out.retries,
-                    waited,
-                });
+            if self.give_up_if_spent(now, &out) {
                 break;
             }
             probe = Some(probe.map_or(index, |p| p.min(index)));
