@@ -98,11 +98,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             let mut port = UdpPort::bind_with(args.bind, &UdpConfig::default())
                 .with_context(|| format!("binding {}", args.bind))?;
             if let Some(group) = args.group {
-                let iface = match args.bind.ip() {
-                    std::net::IpAddr::V4(ip) => ip,
-                    std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
-                };
-                port.join_group(group, iface)
+                port.join_group(group)
                     .with_context(|| format!("joining {group}"))?;
             }
             emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));

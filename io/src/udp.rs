@@ -248,13 +248,15 @@ impl UdpPort {
         })
     }
 
-    /// Also receives the datagrams sent to the multicast `group` on the interface with
-    /// address `interface` (for example a software switch's results, sent once for every
-    /// worker of a host). A second socket, bound to the group's address and port (shared with
+    /// Also receives the datagrams sent to the multicast `group` on the interface of the
+    /// port's own address (any interface, the kernel's choice, when the port is bound to
+    /// every address or to IPv6): for example a software switch's results, sent once for
+    /// every worker of a host. A second socket, bound to the group's address and port (shared with
     /// other members on this host), joins the group; [`Port::recv_batch`] then delivers
     /// datagrams from both sockets and waits on both. Sending is unchanged. Replaces a group
     /// joined before.
-    pub fn join_group(&mut self, group: SocketAddrV4, interface: Ipv4Addr) -> Result<(), IoError> {
+    pub fn join_group(&mut self, group: SocketAddrV4) -> Result<(), IoError> {
+        let interface = self.interface();
         let addr = SocketAddr::V4(group);
         let bind_err = |source| IoError::Bind { addr, source };
         if !group.ip().is_multicast() {
@@ -295,9 +297,20 @@ impl UdpPort {
         self.group.as_ref().map(|g| g.addr)
     }
 
-    /// Sends datagrams addressed to multicast groups out of the interface with address
-    /// `interface`, and loops them back to members on this host.
-    pub fn set_multicast_interface(&self, interface: Ipv4Addr) -> Result<(), IoError> {
+    /// The IPv4 interface address for multicast: the port's own address, or unspecified
+    /// (the kernel's choice) when the port is bound to every address or to IPv6.
+    fn interface(&self) -> Ipv4Addr {
+        match self.local {
+            SocketAddr::V4(a) => *a.ip(),
+            SocketAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+        }
+    }
+
+    /// Sends datagrams addressed to multicast groups out of the interface of the port's own
+    /// address (as [`join_group`](Self::join_group) picks it), and loops them back to members
+    /// on this host.
+    pub fn set_multicast_interface(&self) -> Result<(), IoError> {
+        let interface = self.interface();
         let cfg_err = |source| IoError::Configure {
             addr: self.local,
             what: "multicast interface",

@@ -618,7 +618,6 @@ fn receive_buffer_grows_and_never_shrinks() {
 #[test]
 fn group_datagrams_reach_every_member_next_to_unicast() {
     use std::net::{Ipv4Addr, SocketAddrV4};
-    let iface = Ipv4Addr::LOCALHOST;
     let group = SocketAddrV4::new(Ipv4Addr::new(239, 77, 0, 1), 0);
     // A free port for the group: bind a throwaway socket to learn one.
     let probe = UdpPort::bind(lo()).unwrap();
@@ -626,11 +625,11 @@ fn group_datagrams_reach_every_member_next_to_unicast() {
     drop(probe);
     let mut members: Vec<UdpPort> = (0..3).map(|_| UdpPort::bind(lo()).unwrap()).collect();
     for m in &mut members {
-        m.join_group(group, iface).unwrap();
+        m.join_group(group).unwrap();
         assert_eq!(m.group(), Some(group));
     }
     let mut tx = UdpPort::bind(lo()).unwrap();
-    tx.set_multicast_interface(iface).unwrap();
+    tx.set_multicast_interface().unwrap();
     let mut out = SendBatch::new();
     for i in 0..20 {
         out.push(SocketAddr::V4(group), &payload(i, 600));
@@ -666,6 +665,6 @@ fn group_datagrams_reach_every_member_next_to_unicast() {
     assert!(t.elapsed() >= Duration::from_millis(25));
     // Not a multicast address: refused.
     assert!(members[0]
-        .join_group(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), iface)
+        .join_group(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9))
         .is_err());
 }

@@ -7,7 +7,7 @@ use ina_proto::Instant;
 use ina_wire::{AggPacket, AggRepr, MessageType};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -487,11 +487,7 @@ impl Shard {
                         self.groups.push((job, g));
                         // Out of the interface the switch listens on (the kernel's choice
                         // when it listens on every address).
-                        let iface = match self.port.local_addr().ip() {
-                            IpAddr::V4(ip) => ip,
-                            IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-                        };
-                        if let Err(e) = self.port.set_multicast_interface(iface) {
+                        if let Err(e) = self.port.set_multicast_interface() {
                             tracing::warn!(shard = self.index, job, error = %e, "cannot send to multicast groups");
                         }
                     }

@@ -8,7 +8,7 @@ use ina_wire::agg::ProbeInfo;
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -198,11 +198,7 @@ impl Communicator<UdpPort> {
     pub fn connect(cfg: WorkerConfig) -> Result<Self, WorkerError> {
         let mut port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
         if let Some(group) = cfg.group {
-            let iface = match cfg.bind.ip() {
-                IpAddr::V4(ip) => ip,
-                IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
-            };
-            port.join_group(group, iface)?;
+            port.join_group(group)?;
         }
         Communicator::with_port(port, cfg)
     }

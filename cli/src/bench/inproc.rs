@@ -8,7 +8,7 @@ use ina_io::{Port, UdpConfig, UdpPort};
 use ina_switch::{JobSpec, Switch, SwitchConfig};
 use ina_worker::ring::{RingComm, RingOptions};
 use ina_worker::{Communicator, WorkerConfig};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,7 +90,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
         let group = if !args.unicast {
             let group = super::free_group()?;
             for p in ports.iter_mut().flatten() {
-                p.join_group(group, Ipv4Addr::LOCALHOST)
+                p.join_group(group)
                     .context("joining the results' multicast group")?;
             }
             Some(group)
