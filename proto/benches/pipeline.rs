@@ -4,10 +4,13 @@
 //!
 //! One iteration is one use of every slot: 1024 slots x 4 workers, slot by slot (the 4 workers'
 //! packets of a slot in turn, the last one completing it and emitting the multicast result).
-//! Throughput is payload bytes (and aggregated elements) per second. Before each packet its
-//! sequence number and shadow set are patched in place from a running use counter (a 5-byte
-//! store, timed with the rest), so that every iteration is a new use of the slots and really
-//! aggregates; the counters are checked before and after measuring.
+//! Throughput is payload bytes (and aggregated elements) per second. After each packet was
+//! processed, its sequence number and shadow set are patched in place for the next use (a
+//! 5-byte store, timed with the rest), so that every iteration is a new use of the slots and
+//! really aggregates; the counters are checked before and after measuring.
+//!
+//! `ratio` lines at the end time `process` and `memcpy` in alternation (see `side_by_side`):
+//! the figures the target is judged by.
 //!
 //! The cases of each group:
 //! * `memcpy`: each packet's payload copied into its slot's register cells (the data movement
@@ -21,10 +24,12 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
 use ina_proto::Instant;
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
+
+mod side_by_side;
 
 const POOL: u16 = 1024;
 const WORKERS: u8 = 4;
@@ -67,11 +72,13 @@ impl Round {
                 packets.push((rank, buf));
             }
         }
-        Round {
+        let mut round = Round {
             elems: usize::from(elems),
             packets,
             next_use: 0,
-        }
+        };
+        round.number_all(0);
+        round
     }
 
     /// Sequence number and set of `slot` in use `u`: position `g = (u + 1) * POOL + slot` of a
@@ -91,16 +98,41 @@ impl Round {
         (self.packets.len() * self.elems) as u64
     }
 
-    /// One use of every slot through the pipeline.
+    /// The data movement of one use of every slot: each packet's payload copied into its
+    /// slot's cells of set `x` (`cells` as bytes, 2 sets per slot).
+    fn memcpy(&self, cells: &mut [u8], x: usize) {
+        let e = self.elems;
+        for (i, (_, pkt)) in self.packets.iter().enumerate() {
+            let slot = i / usize::from(WORKERS);
+            let start = (2 * slot + x) * e * 4;
+            cells[start..start + e * 4].copy_from_slice(black_box(&pkt[HEADER_LEN..]));
+        }
+        black_box(cells);
+    }
+
+    /// Numbers every packet for use `u`.
+    fn number_all(&mut self, u: u32) {
+        for (i, (_, pkt)) in self.packets.iter_mut().enumerate() {
+            Round::number(pkt, i, u);
+        }
+    }
+
+    /// Numbers packet `i` (of the round) for use `u`.
+    fn number(pkt: &mut [u8], i: usize, u: u32) {
+        let slot = (i / usize::from(WORKERS)) as u16;
+        let (seq, set) = Round::seq_set(u, slot);
+        let mut view = AggPacket::new_unchecked(pkt);
+        view.set_seq(seq);
+        view.set_set(set);
+    }
+
+    /// One use of every slot through the pipeline. Each packet is numbered for the next use
+    /// right after it was processed, so that its header was written long before the
+    /// pipeline reads it again, as a received packet's is.
     fn run(&mut self, pipe: &mut Pipeline, out: &mut [u8]) {
         let u = self.next_use;
         self.next_use = u.wrapping_add(1);
         for (i, (rank, pkt)) in self.packets.iter_mut().enumerate() {
-            let slot = (i / usize::from(WORKERS)) as u16;
-            let (seq, set) = Round::seq_set(u, slot);
-            let mut view = AggPacket::new_unchecked(&mut pkt[..]);
-            view.set_seq(seq);
-            view.set_set(set);
             // What a caller reads of the verdict: where to send how many bytes. (Keeping the
             // whole `Verdict` alive with `black_box` would add a store-forwarding stall of
             // its own: the caller reloading it with 16-byte loads right after the callee wrote
@@ -111,6 +143,7 @@ impl Round {
                 Verdict::Multicast { ports, len } => len * ports.len(),
             };
             black_box(sent);
+            Round::number(pkt, i, u.wrapping_add(1));
         }
     }
 }
@@ -171,11 +204,14 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     round.run(&mut pipe, &mut out);
     round.run(&mut pipe, &mut out);
     assert_all_aggregated(&before, pipe.counters(), round.elems);
+    // (The packets are numbered for the next use already: the slot and set of the last one
+    // come from the use that was made.)
     let last = &round.packets[round.packets.len() - 1].1;
     let (hdr, _) = AggRepr::parse_bytes(last).unwrap_or_else(|e| panic!("{e}"));
+    let (_, set) = Round::seq_set(round.next_use - 1, hdr.slot);
     let cells = pipe
         .registers()
-        .values_of(usize::from(hdr.slot), usize::from(hdr.set));
+        .values_of(usize::from(hdr.slot), usize::from(set));
     for (k, cell) in cells[..round.elems].iter().enumerate() {
         let want: i32 = round.packets[round.packets.len() - usize::from(WORKERS)..]
             .iter()
@@ -202,14 +238,8 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     g.bench_function("memcpy", |b| {
         let mut u = 0usize;
         b.iter(|| {
-            let x = u & 1;
+            round.memcpy(&mut cells, u & 1);
             u += 1;
-            for (i, (_, pkt)) in round.packets.iter().enumerate() {
-                let slot = i / usize::from(WORKERS);
-                let start = (2 * slot + x) * e * 4;
-                cells[start..start + e * 4].copy_from_slice(black_box(&pkt[HEADER_LEN..]));
-            }
-            black_box(&mut cells);
         })
     });
     let mut acc = vec![0i32; usize::from(POOL) * 2 * e];
@@ -236,7 +266,9 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     if pipe.counters().packets_in > before.packets_in {
         assert_all_aggregated(&before, pipe.counters(), round.elems);
     }
-    let v = pipe.process(PortId(0), &round.packets[0].1, Instant::ZERO, &mut out);
+    let mut replay = round.packets[0].1.clone();
+    Round::number(&mut replay, 0, round.next_use.wrapping_sub(1));
+    let v = pipe.process(PortId(0), &replay, Instant::ZERO, &mut out);
     assert!(
         matches!(v, Verdict::Drop(_) | Verdict::Unicast { .. }),
         "a replayed packet is not aggregated again"
@@ -249,5 +281,38 @@ fn pipeline_benches(c: &mut Criterion) {
     }
 }
 
+/// `process` against `memcpy`, timed in alternation: the target ratio (see `side_by_side`).
+fn ratios() {
+    for elems in [64, 256] {
+        let name = format!("pipeline_e{elems}/process");
+        if !side_by_side::wanted(&name) {
+            continue;
+        }
+        let mut round = Round::new(elems);
+        let mut pipe = pipeline();
+        add_job(&mut pipe, elems);
+        let mut out = vec![0u8; HEADER_LEN + 4 * 256];
+        let mut cells = vec![0u8; usize::from(POOL) * 2 * round.elems * 4];
+        let before = *pipe.counters();
+        let mut x = 0;
+        let r = std::cell::RefCell::new(&mut round);
+        let ratio = side_by_side::alternate(
+            400,
+            || {
+                r.borrow().memcpy(&mut cells, x & 1);
+                x += 1;
+            },
+            || r.borrow_mut().run(&mut pipe, &mut out),
+        );
+        assert_all_aggregated(&before, pipe.counters(), r.borrow().elems);
+        side_by_side::report(&name, "memcpy", &ratio);
+    }
+}
+
 criterion_group!(benches, pipeline_benches);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    ratios();
+    Criterion::default().configure_from_args().final_summary();
+}

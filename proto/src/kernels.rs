@@ -59,6 +59,24 @@ macro_rules! dispatch {
     };
 }
 
+/// Asks the CPU to start loading every cache line of `bytes`, so that the loads of a packet's
+/// payload overlap with the work on its header.
+#[inline(always)]
+pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = bytes.as_ptr();
+        let mut off = 64;
+        while off < bytes.len() {
+            // SAFETY: prefetching has no effect on memory and does not fault; the address
+            // lies within `bytes` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()) };
+            off += 64;
+        }
+    }
+}
+
 dispatch! {
     /// The largest `bits & 0x7fff_ffff` (magnitude bits) of `values`; 0 for none.
     fn max_magnitude_bits(values: &[f32]) -> u32 => portable::max_magnitude_bits

@@ -517,6 +517,7 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
+        kernels::prefetch(packet);
         self.process_inner(ingress, packet, now, out)
     }
 
@@ -528,17 +529,70 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        // Parse: length, version and type checked by the wire crate.
-        // (`AggRepr::parse_bytes` without its second length check; `parse` is generic, so it is
-        // compiled, and inlined, here.)
-        let Ok(hdr) = AggRepr::parse(&AggPacket::new_unchecked(packet)) else {
+        // The header as a fixed-size view: its accessors need no bounds checks, and each field
+        // is read where it is used.
+        let (Some(header), Some(payload_bytes)) =
+            (packet.first_chunk::<HEADER_LEN>(), packet.get(HEADER_LEN..))
+        else {
             return self.drop(DropReason::Malformed);
         };
-        let payload_bytes = &packet[HEADER_LEN..];
-        if !matches!(hdr.kind, MessageType::Data | MessageType::Probe) {
-            return self.drop(DropReason::UnexpectedType);
+        let view = AggPacket::new_unchecked(header);
+        // Data of this protocol version: the version and type `AggRepr::parse_header` accepts
+        // without further checks. Everything else takes the general path.
+        if view.version() != PROTOCOL_VERSION || view.msg_type_raw() != MessageType::Data as u8 {
+            return self.process_control(ingress, header, payload_bytes, out);
+        }
+        if payload_bytes.len() != 4 * usize::from(view.count()) {
+            return self.drop(DropReason::Malformed);
         }
         // Job table: job id -> (epoch, range, elements, rank table).
+        let job_id = view.job();
+        let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == job_id) else {
+            return self.drop(DropReason::UnknownJob);
+        };
+        let job = &self.jobs[job_idx].cfg;
+        let Some(&rank_port) = job.ranks.get(usize::from(view.rank())) else {
+            return self.drop(DropReason::UnknownRank);
+        };
+        if rank_port != ingress {
+            return self.drop(DropReason::WrongPort);
+        }
+        // From here on the sender is authenticated: refusals are answered with a Reject.
+        let refusal = if view.epoch() != job.epoch {
+            Some(RejectReason::StaleEpoch)
+        } else if view.slot() < job.slot_base
+            || u32::from(view.slot()) >= u32::from(job.slot_base) + u32::from(job.slot_count)
+        {
+            Some(RejectReason::SlotOutOfRange)
+        } else if view.count() != 0 && view.count() != job.elems_per_packet {
+            Some(RejectReason::BadCount)
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            return self.reject_header(job_idx, header, reason, ingress, out);
+        }
+        self.aggregate(job_idx, &view, payload_bytes, ingress, now, out)
+    }
+
+    /// Every packet but data of this version: probes are answered, the rest dropped.
+    #[inline(never)]
+    fn process_control(
+        &mut self,
+        ingress: PortId,
+        header: &[u8; HEADER_LEN],
+        payload_bytes: &[u8],
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let Ok(hdr) = AggRepr::parse_header(header) else {
+            return self.drop(DropReason::Malformed);
+        };
+        if payload_bytes.len() != 4 * usize::from(hdr.count) {
+            return self.drop(DropReason::Malformed);
+        }
+        if hdr.kind != MessageType::Probe {
+            return self.drop(DropReason::UnexpectedType);
+        }
         let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == hdr.job) else {
             return self.drop(DropReason::UnknownJob);
         };
@@ -549,21 +603,7 @@ impl Pipeline {
         if rank_port != ingress {
             return self.drop(DropReason::WrongPort);
         }
-        // From here on the sender is authenticated: refusals are answered with a Reject.
-        if hdr.kind == MessageType::Probe {
-            return self.answer_probe(job_idx, hdr, ingress, out);
-        }
-        if hdr.epoch != job.epoch {
-            return self.reject(job_idx, hdr, RejectReason::StaleEpoch, ingress, out);
-        }
-        let slot_end = u32::from(job.slot_base) + u32::from(job.slot_count);
-        if hdr.slot < job.slot_base || u32::from(hdr.slot) >= slot_end {
-            return self.reject(job_idx, hdr, RejectReason::SlotOutOfRange, ingress, out);
-        }
-        if hdr.count != 0 && hdr.count != job.elems_per_packet {
-            return self.reject(job_idx, hdr, RejectReason::BadCount, ingress, out);
-        }
-        self.aggregate(job_idx, &hdr, payload_bytes, ingress, now, out)
+        self.answer_probe(job_idx, hdr, ingress, out)
     }
 
     /// The slot update: PROTOCOL.md §Switch, decision table.
@@ -571,7 +611,7 @@ impl Pipeline {
     fn aggregate(
         &mut self,
         job_idx: usize,
-        hdr: &AggRepr,
+        view: &AggPacket<&[u8; HEADER_LEN]>,
         payload_bytes: &[u8],
         ingress: PortId,
         now: Instant,
@@ -587,10 +627,10 @@ impl Pipeline {
         let job = &mut jobs[job_idx];
         job.last_activity = Some(now);
         let workers = job.cfg.ranks.len() as u32;
-        let slot = usize::from(hdr.slot);
-        let x = usize::from(hdr.set & 1);
-        let bit = 1u32 << hdr.rank;
-        let count = usize::from(hdr.count);
+        let slot = usize::from(view.slot());
+        let x = usize::from(view.set());
+        let bit = 1u32 << view.rank();
+        let count = usize::from(view.count());
         let seq = &mut regs.seq[slot];
         let bitmap = &mut regs.bitmap[slot];
         let pending = &mut regs.count[slot];
@@ -599,7 +639,7 @@ impl Pipeline {
         let cells = &mut regs.values[base..base + count];
 
         // Stage 1: sequence register of the set.
-        let delta = hdr.seq.wrapping_sub(seq[x]) as i32;
+        let delta = view.seq().wrapping_sub(seq[x]) as i32;
         if delta < 0 {
             return drop_counted(counters, DropReason::StaleSeq);
         }
@@ -617,7 +657,8 @@ impl Pipeline {
                 let Some(out) = out.get_mut(..result_len) else {
                     return drop_counted(counters, DropReason::OutputTooSmall);
                 };
-                emit_result(&job.cfg, hdr, seq[x], exp[x], cells, out);
+                debug_assert_eq!(seq[x], view.seq());
+                emit_result(view, exp[x], cells, out);
                 counters.results_unicast += 1;
                 return Verdict::Unicast {
                     port: ingress,
@@ -644,16 +685,16 @@ impl Pipeline {
             None
         };
         if new_use {
-            seq[x] = hdr.seq;
+            seq[x] = view.seq();
             bitmap[x] = bit;
             bitmap[1 - x] &= !bit;
-            exp[x] = u32::from(hdr.exponent);
+            exp[x] = u32::from(view.exponent());
             kernels::portable::decode_be(payload_bytes, cells);
             counters.data_first += 1;
         } else {
             bitmap[x] |= bit;
             bitmap[1 - x] &= !bit;
-            exp[x] = exp[x].max(u32::from(hdr.exponent));
+            exp[x] = exp[x].max(u32::from(view.exponent()));
             kernels::portable::accumulate_be(payload_bytes, cells);
             counters.data_added += 1;
         }
@@ -663,11 +704,29 @@ impl Pipeline {
             return Verdict::Absorbed;
         };
         let job = &*job;
-        emit_result(&job.cfg, hdr, seq[x], exp[x], cells, out);
+        debug_assert_eq!(seq[x], view.seq());
+        emit_result(view, exp[x], cells, out);
         counters.results_multicast += 1;
         Verdict::Multicast {
             ports: &job.cfg.ranks,
             len: result_len,
+        }
+    }
+
+    /// [`Self::reject`] of a data packet's header, which parsed as data already.
+    #[cold]
+    fn reject_header(
+        &mut self,
+        job_idx: usize,
+        header: &[u8; HEADER_LEN],
+        reason: RejectReason,
+        ingress: PortId,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        match AggRepr::parse_header(header) {
+            Ok(hdr) => self.reject(job_idx, hdr, reason, ingress, out),
+            // Unreachable: the caller checked version and type.
+            Err(_) => self.drop(DropReason::Malformed),
         }
     }
 
@@ -743,24 +802,28 @@ fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static>
     Verdict::Drop(reason)
 }
 
-/// Writes the result of the packet's `(slot, set)`, whose registers hold `seq`, `exp` and
-/// `cells`, into `out`, which is exactly `HEADER_LEN + 4 * hdr.count` bytes long.
+/// Writes the result of the packet with the header `view` into `out`, which is exactly
+/// `HEADER_LEN + 4 * count` bytes long: the registers of its `(slot, set)` hold `exp` and
+/// `cells`.
+///
+/// The result's header is the packet's, as a P4 program rewrites it in place: type Result,
+/// the set with the other flags cleared, and the slot's exponent. Every other field already
+/// holds what the result carries: job, rank, slot and count are the packet's, its epoch was
+/// checked against the job's, and its sequence number is the one in the set's register (the
+/// packet either started the use or matched it).
 #[inline(always)]
-fn emit_result(job: &JobConfig, hdr: &AggRepr, seq: u32, exp: u32, cells: &[i32], out: &mut [u8]) {
-    let repr = AggRepr {
-        kind: MessageType::Result,
-        set: hdr.set & 1,
-        job: job.job,
-        epoch: job.epoch,
-        rank: hdr.rank,
-        exponent: exp as u8,
-        slot: hdr.slot,
-        count: hdr.count,
-        seq,
+fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
+    let Some((head, payload)) = out.split_first_chunk_mut::<HEADER_LEN>() else {
+        // Unreachable: the callers size `out` for the header and the payload.
+        return;
     };
-    let mut pkt = AggPacket::new_unchecked(out);
-    repr.emit(&mut pkt);
-    kernels::portable::encode_be(cells, pkt.payload_mut());
+    *head = *view.clone().into_inner();
+    let mut pkt = AggPacket::new_unchecked(head);
+    let set = pkt.set();
+    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Result);
+    pkt.set_set(set);
+    pkt.set_exponent(exp as u8);
+    kernels::portable::encode_be(cells, payload);
 }
 
 /// Checks that `PROTOCOL_VERSION` is what the pipeline was written for.

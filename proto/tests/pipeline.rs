@@ -359,8 +359,41 @@ fn unauthenticated_and_malformed_packets_are_silently_dropped() {
         send(&mut p, 10, &result),
         Out::Drop(DropReason::UnexpectedType)
     );
-    assert_eq!(p.counters().drops_total(), 5);
-    assert_eq!(p.counters().drops(DropReason::WrongPort), 1);
+    // Another version, an unknown type, a payload shorter or longer than its count, a
+    // reject with an unknown reason: malformed, whatever the type.
+    let good = data(0, 8, 0, 5, 0, &[0; 4]);
+    let mut malformed = Vec::new();
+    for (at, byte) in [(0, 0x21u8), (0, 0x17), (0, 0x01)] {
+        let mut b = good.clone();
+        b[at] = byte;
+        malformed.push(b);
+    }
+    malformed.push(good[..good.len() - 4].to_vec());
+    malformed.push([&good[..], &[0; 4]].concat());
+    let mut short_result = result.clone();
+    short_result.truncate(good.len() - 1);
+    malformed.push(short_result);
+    let mut reject = good[..16].to_vec();
+    reject[0] = 0x13;
+    reject[7] = 200;
+    reject[10..12].copy_from_slice(&[0, 0]);
+    malformed.push(reject);
+    for b in &malformed {
+        assert_eq!(
+            send(&mut p, 10, b),
+            Out::Drop(DropReason::Malformed),
+            "{b:x?}"
+        );
+    }
+    // Probes are authenticated as data is.
+    let mut probe = good[..16].to_vec();
+    probe[0] = 0x14;
+    probe[10..12].copy_from_slice(&[0, 0]);
+    assert_eq!(send(&mut p, 11, &probe), Out::Drop(DropReason::WrongPort));
+    probe[3] = 99;
+    assert_eq!(send(&mut p, 10, &probe), Out::Drop(DropReason::UnknownJob));
+    assert_eq!(p.counters().drops_total(), 5 + malformed.len() as u64 + 2);
+    assert_eq!(p.counters().drops(DropReason::WrongPort), 2);
     assert_eq!(p.counters().data_first, 0);
 }
 

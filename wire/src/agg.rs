@@ -260,9 +260,25 @@ pub struct AggRepr {
 }
 
 impl AggRepr {
-    /// Parses a checked view.
+    /// Parses a view: its length (see [`AggPacket::check_len`]), then the header.
     pub fn parse<T: AsRef<[u8]>>(packet: &AggPacket<T>) -> Result<AggRepr> {
         packet.check_len()?;
+        match packet.buffer.as_ref().first_chunk::<HEADER_LEN>() {
+            Some(header) => AggRepr::parse_header(header),
+            // Unreachable: `check_len` passed.
+            None => Err(Error::Truncated {
+                len: packet.buffer.as_ref().len(),
+            }),
+        }
+    }
+
+    /// Parses the fixed-size header alone: version, type and fields. The payload's length is
+    /// not checked: the caller must compare it with `count` (as [`AggPacket::check_len`]
+    /// does) before it trusts the packet. A data plane uses this to read the header without a
+    /// bounds check per field.
+    #[inline]
+    pub fn parse_header(header: &[u8; HEADER_LEN]) -> Result<AggRepr> {
+        let packet = AggPacket::new_unchecked(header);
         if packet.version() != PROTOCOL_VERSION {
             return Err(Error::Version(packet.version()));
         }
@@ -436,6 +452,22 @@ mod tests {
             r.emit_into(&mut buf).unwrap();
             let (back, _) = AggRepr::parse_bytes(&buf).unwrap();
             prop_assert_eq!(back.reject_reason().map(|x| x as u8), Some(reason));
+        }
+
+        /// The header alone parses as the whole packet does, whenever the length is right,
+        /// and fails with the same error on every header whatever follows it.
+        #[test]
+        fn header_parses_as_the_packet(bytes in proptest::collection::vec(any::<u8>(), 16..120), r in repr()) {
+            let mut buf = vec![0u8; r.buffer_len()];
+            r.emit_into(&mut buf).unwrap();
+            let header = buf.first_chunk::<HEADER_LEN>().unwrap();
+            prop_assert_eq!(AggRepr::parse_header(header), Ok(r));
+            let header = bytes.first_chunk::<HEADER_LEN>().unwrap();
+            let whole = AggRepr::parse(&AggPacket::new_unchecked(&bytes[..]));
+            match AggRepr::parse_header(header) {
+                Ok(h) => prop_assert!(whole == Ok(h) || usize::from(h.count) * 4 + HEADER_LEN != bytes.len()),
+                Err(e) => prop_assert!(whole == Err(e) || AggPacket::new_checked(&bytes[..]).is_err()),
+            }
         }
 
         #[test]
