@@ -59,15 +59,17 @@ macro_rules! dispatch {
     };
 }
 
-/// Asks the CPU to start loading every cache line of `bytes`, so that the loads of a packet's
-/// payload overlap with the work on its header.
+/// Asks the CPU to start loading the cache lines of `bytes` past its first 256 bytes, so that
+/// the loads of a long packet's payload overlap with the work on its header and first
+/// elements. (The first lines are read at once anyway; prefetching them, or the few lines of a
+/// short packet, costs more than it saves.)
 #[inline(always)]
 pub(crate) fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let p = bytes.as_ptr();
-        let mut off = 64;
+        let mut off = 256;
         while off < bytes.len() {
             // SAFETY: prefetching has no effect on memory and does not fault; the address
             // lies within `bytes` anyway.
