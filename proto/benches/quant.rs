@@ -11,13 +11,19 @@
 //! * `memcpy/from_packet`, `dequantize/from_packet`: one reused packet-sized buffer into each
 //!   block of the tensor, as the worker writes results back.
 //!
-//! `cargo bench -p ina-proto --bench quant` (add `-- --quick` for a shorter run).
+//! `ratio` lines at the end time each case and its memcpy in alternation (see
+//! `side_by_side`): the figures the target is judged by.
+//!
+//! `cargo bench -p ina-proto --bench quant` (add `-- --quick` for a shorter run, or `-- ratio`
+//! for the ratios alone).
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use ina_proto::quant::{block_exponent, dequantize_be, quantize_be};
+
+mod side_by_side;
 
 const TENSOR_BYTES: usize = 4 << 20;
 const ELEMS: usize = TENSOR_BYTES / 4;
@@ -49,115 +55,203 @@ fn as_bytes(values: &[f32], out: &mut [u8]) {
     }
 }
 
-fn quant(c: &mut Criterion) {
-    let t = tensor();
-    let exps: Vec<u8> = t.chunks(BLOCK).map(block_exponent).collect();
-    let mut t_bytes = vec![0u8; TENSOR_BYTES];
-    as_bytes(&t, &mut t_bytes);
-    let mut whole = vec![0u8; TENSOR_BYTES];
-    let mut packet = vec![0u8; BLOCK * 4];
-    let mut back = vec![0f32; ELEMS];
+/// The tensor, its exponents and the buffers every case reads and writes.
+struct Data {
+    t: Vec<f32>,
+    exps: Vec<u8>,
+    t_bytes: Vec<u8>,
+    whole: Vec<u8>,
+    packet: Vec<u8>,
+    back: Vec<f32>,
+    /// Quantized bytes of the whole tensor, the source of dequantization.
+    q: Vec<u8>,
+    q_packet: Vec<u8>,
+}
 
-    // Quantized bytes of the whole tensor, the source of dequantization.
-    let mut q = vec![0u8; TENSOR_BYTES];
-    for ((block, e), dst) in t.chunks(BLOCK).zip(&exps).zip(q.chunks_mut(BLOCK * 4)) {
-        quantize_be(block, *e, WORKERS, dst);
+impl Data {
+    fn new() -> Data {
+        let t = tensor();
+        let exps: Vec<u8> = t.chunks(BLOCK).map(block_exponent).collect();
+        let mut t_bytes = vec![0u8; TENSOR_BYTES];
+        as_bytes(&t, &mut t_bytes);
+        let mut q = vec![0u8; TENSOR_BYTES];
+        for ((block, e), dst) in t.chunks(BLOCK).zip(&exps).zip(q.chunks_mut(BLOCK * 4)) {
+            quantize_be(block, *e, WORKERS, dst);
+        }
+        let q_packet = q[..BLOCK * 4].to_vec();
+        Data {
+            t,
+            exps,
+            t_bytes,
+            whole: vec![0u8; TENSOR_BYTES],
+            packet: vec![0u8; BLOCK * 4],
+            back: vec![0f32; ELEMS],
+            q,
+            q_packet,
+        }
     }
-    let q_packet = q[..BLOCK * 4].to_vec();
 
+    // Into one reused packet buffer.
+    fn memcpy_to_packet(&mut self) {
+        for src in self.t_bytes.chunks_exact(BLOCK * 4) {
+            self.packet.copy_from_slice(black_box(src));
+            black_box(&mut self.packet);
+        }
+    }
+
+    fn quantize_to_packet(&mut self) {
+        for (block, e) in self.t.chunks_exact(BLOCK).zip(&self.exps) {
+            quantize_be(black_box(block), *e, WORKERS, &mut self.packet);
+            black_box(&mut self.packet);
+        }
+    }
+
+    fn exp_quantize_to_packet(&mut self) {
+        for block in self.t.chunks_exact(BLOCK) {
+            let e = block_exponent(black_box(block));
+            quantize_be(block, e, WORKERS, &mut self.packet);
+            black_box(&mut self.packet);
+        }
+    }
+
+    // Whole tensor into a whole output.
+    fn memcpy_whole(&mut self) {
+        self.whole.copy_from_slice(black_box(&self.t_bytes));
+        black_box(&mut self.whole);
+    }
+
+    fn quantize_whole(&mut self) {
+        for ((block, e), dst) in self
+            .t
+            .chunks_exact(BLOCK)
+            .zip(&self.exps)
+            .zip(self.whole.chunks_exact_mut(BLOCK * 4))
+        {
+            quantize_be(black_box(block), *e, WORKERS, dst);
+        }
+        black_box(&mut self.whole);
+    }
+
+    fn exp_quantize_whole(&mut self) {
+        for (block, dst) in self
+            .t
+            .chunks_exact(BLOCK)
+            .zip(self.whole.chunks_exact_mut(BLOCK * 4))
+        {
+            let e = block_exponent(black_box(block));
+            quantize_be(block, e, WORKERS, dst);
+        }
+        black_box(&mut self.whole);
+    }
+
+    fn dequantize_whole(&mut self) {
+        for ((src, e), dst) in self
+            .q
+            .chunks_exact(BLOCK * 4)
+            .zip(&self.exps)
+            .zip(self.back.chunks_exact_mut(BLOCK))
+        {
+            dequantize_be(black_box(src), *e, WORKERS, dst);
+        }
+        black_box(&mut self.back);
+    }
+
+    // From one reused packet buffer into the tensor.
+    fn memcpy_from_packet(&mut self) {
+        for dst in self.whole.chunks_exact_mut(BLOCK * 4) {
+            dst.copy_from_slice(black_box(&self.q_packet));
+        }
+        black_box(&mut self.whole);
+    }
+
+    fn dequantize_from_packet(&mut self) {
+        for (e, dst) in self.exps.iter().zip(self.back.chunks_exact_mut(BLOCK)) {
+            dequantize_be(black_box(&self.q_packet), *e, WORKERS, dst);
+        }
+        black_box(&mut self.back);
+    }
+}
+
+/// A measured case: its name, its loop and the memcpy it is compared with.
+type Case = (&'static str, fn(&mut Data), fn(&mut Data));
+
+/// A memcpy baseline: its name and its loop.
+type Memcpy = (&'static str, fn(&mut Data));
+
+const CASES: [Case; 6] = [
+    (
+        "quantize/to_packet",
+        Data::quantize_to_packet,
+        Data::memcpy_to_packet,
+    ),
+    (
+        "exp+quantize/to_packet",
+        Data::exp_quantize_to_packet,
+        Data::memcpy_to_packet,
+    ),
+    ("quantize/whole", Data::quantize_whole, Data::memcpy_whole),
+    (
+        "exp+quantize/whole",
+        Data::exp_quantize_whole,
+        Data::memcpy_whole,
+    ),
+    (
+        "dequantize/whole",
+        Data::dequantize_whole,
+        Data::memcpy_whole,
+    ),
+    (
+        "dequantize/from_packet",
+        Data::dequantize_from_packet,
+        Data::memcpy_from_packet,
+    ),
+];
+
+fn quant(c: &mut Criterion) {
+    let mut d = Data::new();
     let mut g = c.benchmark_group("quant_4MiB");
     g.throughput(Throughput::Bytes(TENSOR_BYTES as u64))
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(20);
-
-    // Into one reused packet buffer.
-    g.bench_function("memcpy/to_packet", |b| {
-        b.iter(|| {
-            for src in t_bytes.chunks_exact(BLOCK * 4) {
-                packet.copy_from_slice(black_box(src));
-                black_box(&mut packet);
-            }
-        })
-    });
-    g.bench_function("quantize/to_packet", |b| {
-        b.iter(|| {
-            for (block, e) in t.chunks_exact(BLOCK).zip(&exps) {
-                quantize_be(black_box(block), *e, WORKERS, &mut packet);
-                black_box(&mut packet);
-            }
-        })
-    });
-    g.bench_function("exp+quantize/to_packet", |b| {
-        b.iter(|| {
-            for block in t.chunks_exact(BLOCK) {
-                let e = block_exponent(black_box(block));
-                quantize_be(block, e, WORKERS, &mut packet);
-                black_box(&mut packet);
-            }
-        })
-    });
-
-    // Whole tensor into a whole output.
-    g.bench_function("memcpy/whole", |b| {
-        b.iter(|| {
-            whole.copy_from_slice(black_box(&t_bytes));
-            black_box(&mut whole);
-        })
-    });
-    g.bench_function("quantize/whole", |b| {
-        b.iter(|| {
-            for ((block, e), dst) in t
-                .chunks_exact(BLOCK)
-                .zip(&exps)
-                .zip(whole.chunks_exact_mut(BLOCK * 4))
-            {
-                quantize_be(black_box(block), *e, WORKERS, dst);
-            }
-            black_box(&mut whole);
-        })
-    });
-    g.bench_function("exp+quantize/whole", |b| {
-        b.iter(|| {
-            for (block, dst) in t.chunks_exact(BLOCK).zip(whole.chunks_exact_mut(BLOCK * 4)) {
-                let e = block_exponent(black_box(block));
-                quantize_be(block, e, WORKERS, dst);
-            }
-            black_box(&mut whole);
-        })
-    });
-    g.bench_function("dequantize/whole", |b| {
-        b.iter(|| {
-            for ((src, e), dst) in q
-                .chunks_exact(BLOCK * 4)
-                .zip(&exps)
-                .zip(back.chunks_exact_mut(BLOCK))
-            {
-                dequantize_be(black_box(src), *e, WORKERS, dst);
-            }
-            black_box(&mut back);
-        })
-    });
-
-    // From one reused packet buffer into the tensor.
-    g.bench_function("memcpy/from_packet", |b| {
-        b.iter(|| {
-            for dst in whole.chunks_exact_mut(BLOCK * 4) {
-                dst.copy_from_slice(black_box(&q_packet));
-            }
-            black_box(&mut whole);
-        })
-    });
-    g.bench_function("dequantize/from_packet", |b| {
-        b.iter(|| {
-            for (e, dst) in exps.iter().zip(back.chunks_exact_mut(BLOCK)) {
-                dequantize_be(black_box(&q_packet), *e, WORKERS, dst);
-            }
-            black_box(&mut back);
-        })
-    });
+    let memcpys: [Memcpy; 3] = [
+        ("memcpy/to_packet", Data::memcpy_to_packet),
+        ("memcpy/whole", Data::memcpy_whole),
+        ("memcpy/from_packet", Data::memcpy_from_packet),
+    ];
+    for (name, f) in memcpys {
+        g.bench_function(name, |b| b.iter(|| f(&mut d)));
+    }
+    for (name, f, _) in CASES {
+        g.bench_function(name, |b| b.iter(|| f(&mut d)));
+    }
     g.finish();
 }
 
+/// Every case against its memcpy, timed in alternation: the target ratios (see
+/// `side_by_side`).
+fn ratios() {
+    let mut d = None;
+    for (name, case, base) in CASES {
+        let name = format!("quant_4MiB/{name}");
+        if !side_by_side::wanted(&name) {
+            continue;
+        }
+        let d = d.get_or_insert_with(Data::new);
+        let cell = std::cell::RefCell::new(d);
+        let r = side_by_side::alternate(
+            500,
+            || base(&mut cell.borrow_mut()),
+            || case(&mut cell.borrow_mut()),
+        );
+        side_by_side::report(&name, "memcpy", &r);
+    }
+}
+
 criterion_group!(benches, quant);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    ratios();
+    Criterion::default().configure_from_args().final_summary();
+}
