@@ -68,6 +68,8 @@ struct SimResult {
     packets_sent: u64,
     retransmissions: u64,
     fast_retransmissions: u64,
+    /// Retransmissions sent as stall probes (included in `retransmissions`).
+    stall_probes: u64,
     duplicate_results: u64,
     identical: bool,
     within_bound: bool,
@@ -99,8 +101,17 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut failed = false;
     println!(
-        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6} {:>6}",
-        "seed", "job", "virtual ms", "Gbit/s", "ring bound", "packets", "retrans", "fast", "ok"
+        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6} {:>6} {:>6}",
+        "seed",
+        "job",
+        "virtual ms",
+        "Gbit/s",
+        "ring bound",
+        "packets",
+        "retrans",
+        "fast",
+        "probes",
+        "ok"
     );
     for seed in args.seed..args.seed + args.seeds {
         let jobs = (0..args.jobs)
@@ -127,7 +138,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let mut within = true;
             let mut error = None;
             let mut ended = Duration::ZERO;
-            let (mut sent, mut retrans, mut fast, mut dups) = (0, 0, 0, 0);
+            let (mut sent, mut retrans, mut fast, mut probes, mut dups) = (0, 0, 0, 0, 0);
             for w in &job.workers {
                 match &w.outcome {
                     Some(Ok(stats)) => {
@@ -135,6 +146,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                             sent += s.packets_sent;
                             retrans += s.retransmissions;
                             fast += s.fast_retransmissions;
+                            probes += s.stall_probes;
                             dups += s.duplicate_results;
                         }
                     }
@@ -158,6 +170,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 packets_sent: sent,
                 retransmissions: retrans,
                 fast_retransmissions: fast,
+                stall_probes: probes,
                 duplicate_results: dups,
                 identical,
                 within_bound: within,
@@ -166,7 +179,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let ok = r.error.is_none() && r.identical && r.within_bound;
             failed |= !ok;
             println!(
-                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6} {:>6}",
+                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6} {:>6} {:>6}",
                 seed,
                 r.job,
                 secs * 1e3,
@@ -175,6 +188,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 r.packets_sent,
                 r.retransmissions,
                 r.fast_retransmissions,
+                r.stall_probes,
                 if ok { "yes" } else { "NO" }
             );
             if let Some(e) = &r.error {

@@ -197,6 +197,9 @@ pub struct StreamStats {
     /// Retransmissions sent before the packet's timer expired, because results of packets
     /// sent well after it had come back (included in `retransmissions`).
     pub fast_retransmissions: u64,
+    /// Retransmissions sent as stall probes: nothing had come back and nothing new had been
+    /// sent for two round trips (included in `retransmissions`).
+    pub stall_probes: u64,
     pub results: u64,
     /// Results that matched no outstanding packet (copies, or answers to retransmissions that
     /// crossed the original result).
@@ -207,6 +210,20 @@ pub struct StreamStats {
     pub srtt: Option<Duration>,
     pub min_rtt: Option<Duration>,
 }
+
+/// Why a packet is sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retransmit {
+    /// Answers to later transmissions showed it lost.
+    Detected,
+    /// Its timer expired.
+    Timer,
+    /// The stall probe (see [`Stream::stall_probe_at`]).
+    StallProbe,
+}
+
+/// How many unanswered packets one stall probe round sends at most.
+const STALL_PROBE_PACKETS: usize = 4;
 
 #[derive(Debug, Clone, Copy)]
 struct Outstanding {
@@ -244,8 +261,8 @@ pub struct Stream<'a> {
     parked: std::collections::BTreeSet<u64>,
     slots: Vec<SlotState>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
-    /// Packets to send again, and whether loss detection (rather than a timer) asked for it.
-    retransmit: VecDeque<(u64, bool)>,
+    /// Packets to send again, and what asked for it.
+    retransmit: VecDeque<(u64, Retransmit)>,
     /// Transmissions so far (first ones and retransmissions): numbers them in sending order.
     transmissions: u64,
     /// `(transmission number, packet index)` of every transmission not yet examined by loss
@@ -258,8 +275,14 @@ pub struct Stream<'a> {
     /// The largest number of transmissions by which an answer came back behind a later
     /// transmission's.
     reordering: u64,
+    /// When the stream last made progress: its latest accepted result or first transmission.
+    progress_at: Option<Instant>,
+    /// Stall probe rounds since then (see [`Stream::stall_probe_at`]).
+    stall_rounds: u32,
     /// Reused by `handle_timeout`.
     expired_scratch: Vec<u64>,
+    /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
+    stall_scratch: Vec<(u64, u64)>,
     exps: Vec<u8>,
     received: u64,
     poisoned: Option<u64>,
@@ -304,7 +327,10 @@ impl<'a> Stream<'a> {
             deferred: VecDeque::new(),
             highest_answered: None,
             reordering: 0,
+            progress_at: None,
+            stall_rounds: 0,
             expired_scratch: Vec::new(),
+            stall_scratch: Vec::new(),
             received: 0,
             poisoned: None,
             failed: None,
@@ -412,7 +438,7 @@ impl<'a> Stream<'a> {
                 have: buf.len(),
             });
         }
-        while let Some((index, detected)) = self.retransmit.pop_front() {
+        while let Some((index, why)) = self.retransmit.pop_front() {
             let slot = self.slot_of(index);
             let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
                 continue;
@@ -427,7 +453,11 @@ impl<'a> Stream<'a> {
             });
             self.timers.push(Reverse((deadline, index)));
             self.stats.retransmissions += 1;
-            self.stats.fast_retransmissions += u64::from(detected);
+            match why {
+                Retransmit::Detected => self.stats.fast_retransmissions += 1,
+                Retransmit::StallProbe => self.stats.stall_probes += 1,
+                Retransmit::Timer => {}
+            }
             return Ok(Some(self.write_packet(index, buf)));
         }
         // The smallest packet whose slot is free: a slot waiting for a lost packet's repair
@@ -457,6 +487,7 @@ impl<'a> Stream<'a> {
         });
         self.timers.push(Reverse((deadline, index)));
         self.sent_new += 1;
+        self.progress_at = Some(now);
         Ok(Some(self.write_packet(index, buf)))
     }
 
@@ -605,6 +636,8 @@ impl<'a> Stream<'a> {
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
         self.received += 1;
+        self.progress_at = Some(now);
+        self.stall_rounds = 0;
         // The slot is free for its next packet.
         let next = out.index + window;
         if next < self.packets {
@@ -644,16 +677,92 @@ impl<'a> Stream<'a> {
         if self.is_over() {
             return None;
         }
+        let mut timer = None;
         while let Some(Reverse((deadline, index))) = self.timers.peek().copied() {
             let slot = self.slot_of(index);
             match self.slots[slot].outstanding {
-                Some(o) if o.index == index && o.deadline == deadline => return Some(deadline),
+                Some(o) if o.index == index && o.deadline == deadline => {
+                    timer = Some(deadline);
+                    break;
+                }
                 _ => {
                     self.timers.pop();
                 }
             }
         }
-        None
+        match (timer, self.stall_probe_at()) {
+            (Some(t), Some(p)) => Some(t.min(p)),
+            (t, p) => t.or(p),
+        }
+    }
+
+    /// The probe timeout: two smoothed round trips, at least the clock granularity; `None`
+    /// before the first round-trip sample.
+    fn probe_timeout(&self) -> Option<Duration> {
+        let srtt = self.rtt.srtt()?;
+        Some(srtt.saturating_mul(2).max(self.rtt.config().granularity))
+    }
+
+    /// When the stall probe is due: once no result came and no packet was sent for the first
+    /// time for [`probe_timeout`](Self::probe_timeout), doubled for every probe round since.
+    ///
+    /// Loss detection by transmission order needs answers to later transmissions. It has
+    /// nothing to go on when nothing more is answered: after a loss among the last packets of
+    /// the stream, or when the only packets left wait for a slot whose repair was lost again
+    /// (its next uses cannot go before it completes), and answers to retransmissions prove
+    /// nothing. Without the probe such a loss would wait for its timer, whose floor is set for
+    /// a host that may not schedule a worker for milliseconds.
+    fn stall_probe_at(&self) -> Option<Instant> {
+        if self.is_over() {
+            return None;
+        }
+        let pto = self.probe_timeout()?;
+        let since = self.progress_at?;
+        Some(since + pto.saturating_mul(1 << self.stall_rounds.min(16)))
+    }
+
+    /// Sends the stall probe: the [`STALL_PROBE_PACKETS`] oldest unanswered transmissions go
+    /// again, if their latest transmission is at least a probe timeout old (and, for a packet
+    /// sent more than once, as old as loss detection would wait, see
+    /// [`redetect_after`](Self::redetect_after)). When nothing has come back for two round
+    /// trips, each unanswered packet either was lost (its data or its result, which this copy
+    /// repairs) or waits for another worker's data or repair (this copy is absorbed). Sending
+    /// only the oldest few bounds what a stalled worker elsewhere costs the others.
+    fn probe_stall(&mut self, now: Instant) {
+        let Some(pto) = self.probe_timeout() else {
+            return;
+        };
+        let mut eligible = std::mem::take(&mut self.stall_scratch);
+        eligible.clear();
+        for slot in &self.slots {
+            let Some(out) = slot.outstanding else {
+                continue;
+            };
+            // (A packet already queued for retransmission has no deadline.)
+            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            let quiet = now - out.last_sent >= pto.max(self.redetect_after(out.retries));
+            if !queued && quiet {
+                eligible.push((out.last_tx, out.index));
+            }
+        }
+        eligible.sort_unstable();
+        for &(_, index) in eligible.iter().take(STALL_PROBE_PACKETS) {
+            let slot = self.slot_of(index);
+            let Some(out) = self.slots[slot].outstanding else {
+                continue;
+            };
+            if self.give_up_if_spent(now, &out) {
+                break;
+            }
+            self.slots[slot].outstanding = Some(Outstanding {
+                retries: out.retries + 1,
+                deadline: Instant::from_nanos(u64::MAX),
+                ..out
+            });
+            self.retransmit.push_back((index, Retransmit::StallProbe));
+        }
+        self.stall_scratch = eligible;
+        self.stall_rounds += 1;
     }
 
     /// How many transmissions made after an unanswered one must have been answered before
@@ -750,7 +859,7 @@ impl<'a> Stream<'a> {
             deadline: Instant::from_nanos(u64::MAX),
             ..out
         });
-        self.retransmit.push_back((index, true));
+        self.retransmit.push_back((index, Retransmit::Detected));
         false
     }
 
@@ -812,7 +921,7 @@ impl<'a> Stream<'a> {
                         deadline: Instant::from_nanos(u64::MAX),
                         ..out
                     });
-                    self.retransmit.push_back((index, false));
+                    self.retransmit.push_back((index, Retransmit::Timer));
                 } else {
                     let deadline = now + self.rtt.backed_off(out.retries + 1);
                     self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
@@ -821,6 +930,9 @@ impl<'a> Stream<'a> {
             }
         }
         self.expired_scratch = expired;
+        if self.failed.is_none() && self.stall_probe_at().is_some_and(|t| t <= now) {
+            self.probe_stall(now);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! A lost packet is retransmitted as soon as results of later packets show it lost, without
-//! waiting for its timer; without loss nothing is retransmitted.
+//! A lost packet is retransmitted as soon as results of later packets show it lost, or as soon
+//! as the stream stalls, without waiting for its timer; without loss nothing is retransmitted.
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
@@ -32,8 +32,29 @@ fn run_raw(
     packets: usize,
     window: u16,
     max_retries: u32,
-    mut drop: impl FnMut(usize, &[u8]) -> bool,
+    drop: impl FnMut(usize, &[u8]) -> bool,
 ) -> (Vec<Vec<i32>>, Vec<Outcome>) {
+    let (tensors, outcomes, _) = run_timed(
+        workers,
+        packets,
+        window,
+        max_retries,
+        RtoConfig::default(),
+        drop,
+    );
+    (tensors, outcomes)
+}
+
+/// [`run_raw`] with timeouts `rto`; also returns the virtual time at which every stream had
+/// its outcome.
+fn run_timed(
+    workers: u8,
+    packets: usize,
+    window: u16,
+    max_retries: u32,
+    rto: RtoConfig,
+    mut drop: impl FnMut(usize, &[u8]) -> bool,
+) -> (Vec<Vec<i32>>, Vec<Outcome>, Duration) {
     let elems = 4u16;
     let mut pipe = Pipeline::new(PipelineConfig {
         pool_slots: 64,
@@ -53,6 +74,7 @@ fn run_raw(
         .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
         .collect();
     let mut outcomes = Vec::new();
+    let finished;
     {
         let mut streams: Vec<Stream<'_>> = tensors
             .iter_mut()
@@ -70,7 +92,7 @@ fn run_raw(
                         give_up: Duration::from_secs(1),
                     },
                     Tensor::I32(t),
-                    RttEstimator::new(RtoConfig::default()),
+                    RttEstimator::new(rto),
                 )
                 .unwrap()
             })
@@ -115,8 +137,9 @@ fn run_raw(
         for s in &streams {
             outcomes.push(s.poll_outcome().map(|o| o.map(|_| s.stats())));
         }
+        finished = now - Instant::ZERO;
     }
-    (tensors, outcomes)
+    (tensors, outcomes, finished)
 }
 
 /// Rounds the harness runs at most, and the virtual time of one (about a round trip: answers
@@ -177,7 +200,92 @@ fn without_loss_nothing_is_retransmitted() {
         let stats = o.unwrap();
         assert_eq!(stats.retransmissions, 0, "{stats:?}");
         assert_eq!(stats.fast_retransmissions, 0, "{stats:?}");
+        assert_eq!(stats.stall_probes, 0, "{stats:?}");
     }
+}
+
+/// The worker library's timeouts: at least 10 ms.
+fn library_rto() -> RtoConfig {
+    RtoConfig {
+        min: Duration::from_millis(10),
+        ..RtoConfig::default()
+    }
+}
+
+#[test]
+fn a_loss_among_the_last_packets_is_probed_for_without_its_timer() {
+    // Positions run from 16 to 79. Each of the last four packets of rank 1 is lost once in
+    // turn (a separate run each): no later transmission can show it lost, and its timer
+    // would wait 10 ms. The stall probe sends it again after two round trips.
+    let (_, _, lossless) = run_timed(2, 64, 16, 3, library_rto(), |_, _| false);
+    for last in 76..80 {
+        let mut dropped = false;
+        let (tensors, outcomes, took) = run_timed(2, 64, 16, 3, library_rto(), |rank, p| {
+            if rank == 1 && !dropped && seq_of(p) == last {
+                dropped = true;
+                return true;
+            }
+            false
+        });
+        assert!(dropped);
+        let stats = match &outcomes[1] {
+            Some(Ok(s)) => *s,
+            other => panic!("position {last}: rank 1 {other:?}"),
+        };
+        assert!(stats.stall_probes >= 1, "position {last}: {stats:?}");
+        assert!(
+            took < lossless + Duration::from_millis(2),
+            "position {last}: {took:?} against {lossless:?} without loss"
+        );
+        assert!(matches!(outcomes[0], Some(Ok(_))), "{outcomes:?}");
+        assert_eq!(tensors[0], tensors[1]);
+    }
+}
+
+#[test]
+fn a_lost_repair_that_holds_up_the_last_packets_is_probed_for() {
+    // Rank 1's packet at position 62 (slot 14) is lost, and so is its repair. By then every
+    // other slot has finished: nothing more is answered that could show the repair lost, and
+    // position 78, slot 14's next use, cannot go before 62 completes. Not every packet has
+    // been sent, yet the stream has stalled.
+    let mut drops = 0;
+    let (tensors, outcomes, took) = run_timed(2, 64, 16, 5, library_rto(), |rank, p| {
+        if rank == 1 && drops < 2 && seq_of(p) == 62 {
+            drops += 1;
+            return true;
+        }
+        false
+    });
+    assert_eq!(drops, 2);
+    let stats = match &outcomes[1] {
+        Some(Ok(s)) => *s,
+        other => panic!("rank 1: {other:?}"),
+    };
+    assert!(stats.stall_probes >= 1, "{stats:?}");
+    assert!(took < Duration::from_millis(10), "{took:?}");
+    assert_eq!(tensors[0], tensors[1]);
+}
+
+#[test]
+fn a_stall_probe_lost_again_is_probed_again() {
+    // Rank 1's last packet is lost three times: the original and two probes. Probe rounds
+    // come ever further apart, but still well before the 10 ms timer.
+    let mut drops = 0;
+    let (tensors, outcomes, took) = run_timed(2, 64, 16, 5, library_rto(), |rank, p| {
+        if rank == 1 && drops < 3 && seq_of(p) == 79 {
+            drops += 1;
+            return true;
+        }
+        false
+    });
+    assert_eq!(drops, 3);
+    let stats = match &outcomes[1] {
+        Some(Ok(s)) => *s,
+        other => panic!("rank 1: {other:?}"),
+    };
+    assert_eq!(stats.stall_probes, 3, "{stats:?}");
+    assert!(took < Duration::from_millis(10), "{took:?}");
+    assert_eq!(tensors[0], tensors[1]);
 }
 
 #[test]
