@@ -696,11 +696,15 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// The probe timeout: two smoothed round trips, at least the clock granularity; `None`
-    /// before the first round-trip sample.
+    /// The probe timeout: the retransmission timeout without its floor,
+    /// `SRTT + max(G, 4 RTTVAR)`, and at least two smoothed round trips; `None` before the
+    /// first round-trip sample. On a steady network it is about two round trips; where round
+    /// trips vary (a busy host that does not run every worker at once), it grows with them,
+    /// so that a worker's short absence does not make the others probe.
     fn probe_timeout(&self) -> Option<Duration> {
         let srtt = self.rtt.srtt()?;
-        Some(srtt.saturating_mul(2).max(self.rtt.config().granularity))
+        let spread = self.rtt.config().granularity.max(self.rtt.rttvar() * 4);
+        Some((srtt + spread).max(srtt.saturating_mul(2)))
     }
 
     /// When the stall probe is due: once no result came and no packet was sent for the first
