@@ -3,16 +3,21 @@
 //!
 //! Throughput is tensor bytes (4 per element) per second. The cases:
 //!
-//! * `memcpy/to_packet`, `quantize/to_packet`, `exp+quantize/to_packet`: each block goes into one
-//!   reused packet-sized buffer, as the worker writes its transmit buffer (`exp+` also computes
-//!   the block's exponent byte, the worker's real per-block cost).
+//! * `memcpy/to_packet`, `quantize/to_packet`, `exp+quantize/to_packet`: each block goes into the
+//!   payload of one of two reused datagrams, as the worker writes its send batch (`exp+` also
+//!   computes the block's exponent byte, the worker's real per-block cost). The datagrams lie
+//!   back to back, as in a send batch: a 16-byte header and 1 KiB of payload each, so one
+//!   payload starts on a 32-byte boundary and the next 16 bytes past one; blocks alternate
+//!   between them.
 //! * `memcpy/whole`, `quantize/whole`, `exp+quantize/whole`, `dequantize/whole`: a 4 MiB source
 //!   into a 4 MiB destination.
-//! * `memcpy/from_packet`, `dequantize/from_packet`: one reused packet-sized buffer into each
-//!   block of the tensor, as the worker writes results back.
+//! * `memcpy/from_packet`, `dequantize/from_packet`: the payloads of two reused datagrams laid
+//!   out the same way, alternately, into each block of the tensor, as the worker writes results
+//!   back.
 //!
 //! `ratio` lines at the end time each case and its memcpy in alternation (see
-//! `side_by_side`): the figures the target is judged by.
+//! `side_by_side`): the figures the target is judged by. The last two compare one block in L1
+//! written to an output 16 bytes off a 32-byte boundary with one written to an aligned output.
 //!
 //! `cargo bench -p ina-proto --bench quant` (add `-- --quick` for a shorter run, or `-- ratio`
 //! for the ratios alone).
@@ -61,11 +66,36 @@ struct Data {
     exps: Vec<u8>,
     t_bytes: Vec<u8>,
     whole: Vec<u8>,
-    packet: Vec<u8>,
+    /// Two datagrams back to back (see the module docs), for the `to_packet` cases.
+    packets: Datagrams,
     back: Vec<f32>,
     /// Quantized bytes of the whole tensor, the source of dequantization.
     q: Vec<u8>,
-    q_packet: Vec<u8>,
+    /// The same, holding quantized blocks, for the `from_packet` cases.
+    q_packets: Datagrams,
+}
+
+/// Two datagrams of a 16-byte header and a block's payload, back to back from a 64-byte
+/// boundary: the first payload is 32-byte aligned, the second 16 bytes off.
+struct Datagrams {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Datagrams {
+    const LEN: usize = 16 + BLOCK * 4;
+
+    fn new() -> Datagrams {
+        let buf = vec![0u8; 2 * Self::LEN + 64];
+        let start = (64 - (buf.as_ptr() as usize % 64)) % 64;
+        Datagrams { buf, start }
+    }
+
+    /// The payload of datagram `k % 2`.
+    fn payload(&mut self, k: usize) -> &mut [u8] {
+        let at = self.start + (k % 2) * Self::LEN + 16;
+        &mut self.buf[at..at + BLOCK * 4]
+    }
 }
 
 impl Data {
@@ -78,39 +108,47 @@ impl Data {
         for ((block, e), dst) in t.chunks(BLOCK).zip(&exps).zip(q.chunks_mut(BLOCK * 4)) {
             quantize_be(block, *e, WORKERS, dst);
         }
-        let q_packet = q[..BLOCK * 4].to_vec();
+        let mut q_packets = Datagrams::new();
+        for k in 0..2 {
+            q_packets
+                .payload(k)
+                .copy_from_slice(&q[k * BLOCK * 4..(k + 1) * BLOCK * 4]);
+        }
         Data {
             t,
             exps,
             t_bytes,
             whole: vec![0u8; TENSOR_BYTES],
-            packet: vec![0u8; BLOCK * 4],
+            packets: Datagrams::new(),
             back: vec![0f32; ELEMS],
             q,
-            q_packet,
+            q_packets,
         }
     }
 
-    // Into one reused packet buffer.
+    // Into two reused datagrams, alternately.
     fn memcpy_to_packet(&mut self) {
-        for src in self.t_bytes.chunks_exact(BLOCK * 4) {
-            self.packet.copy_from_slice(black_box(src));
-            black_box(&mut self.packet);
+        for (k, src) in self.t_bytes.chunks_exact(BLOCK * 4).enumerate() {
+            let dst = self.packets.payload(k);
+            dst.copy_from_slice(black_box(src));
+            black_box(dst);
         }
     }
 
     fn quantize_to_packet(&mut self) {
-        for (block, e) in self.t.chunks_exact(BLOCK).zip(&self.exps) {
-            quantize_be(black_box(block), *e, WORKERS, &mut self.packet);
-            black_box(&mut self.packet);
+        for (k, (block, e)) in self.t.chunks_exact(BLOCK).zip(&self.exps).enumerate() {
+            let dst = self.packets.payload(k);
+            quantize_be(black_box(block), *e, WORKERS, dst);
+            black_box(dst);
         }
     }
 
     fn exp_quantize_to_packet(&mut self) {
-        for block in self.t.chunks_exact(BLOCK) {
+        for (k, block) in self.t.chunks_exact(BLOCK).enumerate() {
             let e = block_exponent(black_box(block));
-            quantize_be(block, e, WORKERS, &mut self.packet);
-            black_box(&mut self.packet);
+            let dst = self.packets.payload(k);
+            quantize_be(block, e, WORKERS, dst);
+            black_box(dst);
         }
     }
 
@@ -156,17 +194,22 @@ impl Data {
         black_box(&mut self.back);
     }
 
-    // From one reused packet buffer into the tensor.
+    // From two reused datagrams, alternately, into the tensor.
     fn memcpy_from_packet(&mut self) {
-        for dst in self.whole.chunks_exact_mut(BLOCK * 4) {
-            dst.copy_from_slice(black_box(&self.q_packet));
+        for (k, dst) in self.whole.chunks_exact_mut(BLOCK * 4).enumerate() {
+            dst.copy_from_slice(black_box(self.q_packets.payload(k)));
         }
         black_box(&mut self.whole);
     }
 
     fn dequantize_from_packet(&mut self) {
-        for (e, dst) in self.exps.iter().zip(self.back.chunks_exact_mut(BLOCK)) {
-            dequantize_be(black_box(&self.q_packet), *e, WORKERS, dst);
+        for (k, (e, dst)) in self
+            .exps
+            .iter()
+            .zip(self.back.chunks_exact_mut(BLOCK))
+            .enumerate()
+        {
+            dequantize_be(black_box(self.q_packets.payload(k)), *e, WORKERS, dst);
         }
         black_box(&mut self.back);
     }
@@ -228,8 +271,64 @@ fn quant(c: &mut Criterion) {
     g.finish();
 }
 
+/// One block in L1, quantized into and dequantized out of outputs at each alignment: what a
+/// misaligned output costs (a payload after a 16-byte header, a tensor block 16 bytes off a
+/// 32-byte boundary).
+struct InL1 {
+    values: Vec<f32>,
+    exp: u8,
+    q: Vec<u8>,
+    /// Output space with a 64-byte aligned start at `start`.
+    bytes: Vec<u8>,
+    floats: Vec<f32>,
+    start: usize,
+    fstart: usize,
+}
+
+impl InL1 {
+    fn new() -> InL1 {
+        let values: Vec<f32> = tensor()[..BLOCK].to_vec();
+        let exp = block_exponent(&values);
+        let mut q = vec![0u8; BLOCK * 4];
+        quantize_be(&values, exp, WORKERS, &mut q);
+        let bytes = vec![0u8; BLOCK * 4 + 128];
+        let floats = vec![0f32; BLOCK + 32];
+        let start = (64 - bytes.as_ptr() as usize % 64) % 64;
+        let fstart = ((64 - floats.as_ptr() as usize % 64) % 64) / 4;
+        InL1 {
+            values,
+            exp,
+            q,
+            bytes,
+            floats,
+            start,
+            fstart,
+        }
+    }
+
+    /// 100 blocks quantized into the output `offset` bytes past a 64-byte boundary.
+    fn quantize(&mut self, offset: usize) {
+        let at = self.start + offset;
+        for _ in 0..100 {
+            let out = &mut self.bytes[at..at + BLOCK * 4];
+            quantize_be(black_box(&self.values), self.exp, WORKERS, out);
+            black_box(out);
+        }
+    }
+
+    /// 100 blocks dequantized into the output `offset` bytes past a 64-byte boundary.
+    fn dequantize(&mut self, offset: usize) {
+        let at = self.fstart + offset / 4;
+        for _ in 0..100 {
+            let out = &mut self.floats[at..at + BLOCK];
+            dequantize_be(black_box(&self.q), self.exp, WORKERS, out);
+            black_box(out);
+        }
+    }
+}
+
 /// Every case against its memcpy, timed in alternation: the target ratios (see
-/// `side_by_side`).
+/// `side_by_side`). Then a block in L1 into a misaligned output against an aligned one.
 fn ratios() {
     let mut d = None;
     for (name, case, base) in CASES {
@@ -245,6 +344,26 @@ fn ratios() {
             || case(&mut cell.borrow_mut()),
         );
         side_by_side::report(&name, "memcpy", &r);
+    }
+    let mut l1 = None;
+    type Op = fn(&mut InL1, usize);
+    let ops: [(&str, Op); 2] = [
+        ("quantize", InL1::quantize),
+        ("dequantize", InL1::dequantize),
+    ];
+    for (op, f) in ops {
+        let name = format!("block_in_L1/{op}/output+16");
+        if !side_by_side::wanted(&name) {
+            continue;
+        }
+        let l1 = l1.get_or_insert_with(InL1::new);
+        let cell = std::cell::RefCell::new(l1);
+        let r = side_by_side::alternate(
+            2000,
+            || f(&mut cell.borrow_mut(), 0),
+            || f(&mut cell.borrow_mut(), 16),
+        );
+        side_by_side::report(&name, "output+0", &r);
     }
 }
 

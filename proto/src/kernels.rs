@@ -8,8 +8,9 @@
 //! vectorizes for the features of the function they are inlined into; a caller compiled for
 //! AVX2 (see [`has_avx2`]) gets the AVX2 loops. Both compilations compute exactly the same
 //! results: the loops use only integer operations and IEEE-754 multiplications and conversions,
-//! which do not depend on the instructions chosen. The one hand-written loop,
-//! [`quantize_be`]'s AVX2 version, is checked against the portable one in the tests.
+//! which do not depend on the instructions chosen. The one hand-written loop, [`quantize_be`]'s
+//! AVX2 version, is checked against the portable one in the tests, at every alignment of its
+//! output.
 //!
 //! `unsafe` code in this crate is limited to calling functions compiled with
 //! `#[target_feature(enable = "avx2")]` after [`has_avx2`] returned true (here and in the
@@ -189,10 +190,31 @@ mod x86 {
     pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
         let n = values.len().min(out.len() / 4);
         let (values, out) = (&values[..n], &mut out[..4 * n]);
+        if n < 8 {
+            super::portable::quantize_be(values, scale, out);
+            return;
+        }
         let k = QuantizeConsts::new(scale);
+        // A 32-byte store that straddles two cache lines costs two, and a payload that follows
+        // a 16-byte header in a send buffer starts 16 bytes off a 32-byte boundary as often as
+        // not. So when the output is misaligned, its first 8 elements are written unaligned,
+        // and the rest from the first element whose output is 32-byte aligned; the ones in
+        // between are written twice, with the same values. (When the output is not even 4-byte
+        // aligned, no element is, and the loop starts at 0.) The last 8 are written the same
+        // way, overlapping the loop's end.
+        let misalign = out.as_ptr() as usize % 32;
+        let head = if misalign % 4 == 0 {
+            ((32 - misalign) % 32) / 4
+        } else {
+            0
+        };
         let mut min = _mm256_set1_epi32(i32::MAX);
-        let mut src = values.chunks_exact(32);
-        let mut dst = out.chunks_exact_mut(128);
+        if head != 0 {
+            // SAFETY: n >= 8: `values` has 8 floats and `out` 32 bytes at the start.
+            min = unsafe { quantize8(&k, values.as_ptr(), out.as_mut_ptr(), min) };
+        }
+        let mut src = values[head..].chunks_exact(32);
+        let mut dst = out[4 * head..].chunks_exact_mut(128);
         for (x, d) in (&mut src).zip(&mut dst) {
             let (x, d) = (x.as_ptr(), d.as_mut_ptr());
             for i in 0..4 {
@@ -206,7 +228,17 @@ mod x86 {
             // SAFETY: `x` has 8 floats and `d` 32 bytes.
             min = unsafe { quantize8(&k, x.as_ptr(), d.as_mut_ptr(), min) };
         }
-        super::portable::quantize_be(src.remainder(), scale, dst.into_remainder());
+        if !src.remainder().is_empty() {
+            // SAFETY: n >= 8: the last 8 floats and 32 bytes are in bounds.
+            min = unsafe {
+                quantize8(
+                    &k,
+                    values.as_ptr().add(n - 8),
+                    out.as_mut_ptr().add(4 * (n - 8)),
+                    min,
+                )
+            };
+        }
         let invalid = _mm256_cmpeq_epi32(min, _mm256_set1_epi32(i32::MIN));
         if _mm256_testz_si256(invalid, invalid) == 0 {
             super::portable::quantize_be(values, scale, out);
@@ -287,16 +319,25 @@ mod tests {
     }
 
     /// `quantize_be` (AVX2 on CPUs that have it) against the portable loop, with every scale
-    /// the quantizer uses.
+    /// the quantizer uses, and (for some scales) at every alignment of the output: `out_len`
+    /// bytes from offset 0 to 35 of a larger buffer, whose bytes outside must stay untouched.
     fn check_quantize(values: &[f32], out_len: usize) {
         for k in -126..=127 {
             let scale = f32::from_bits(((k + 127) as u32) << 23);
-            let mut want = vec![0xA5u8; out_len];
-            let mut got = want.clone();
-            let n = values.len().min(out_len / 4);
-            portable::quantize_be(&values[..n], scale, &mut want[..4 * n]);
-            quantize_be(values, scale, &mut got);
-            assert_eq!(got, want, "scale 2^{k}, values {:x?}", bits(values));
+            let offsets = if k % 16 == 0 { 0..36 } else { 0..1 };
+            for off in offsets {
+                let mut want = vec![0xA5u8; off + out_len + 4];
+                let mut got = want.clone();
+                let n = values.len().min(out_len / 4);
+                portable::quantize_be(&values[..n], scale, &mut want[off..off + 4 * n]);
+                quantize_be(values, scale, &mut got[off..off + out_len]);
+                assert_eq!(
+                    got,
+                    want,
+                    "scale 2^{k}, offset {off}, values {:x?}",
+                    bits(values)
+                );
+            }
         }
     }
 
@@ -361,10 +402,24 @@ mod tests {
             prop_assert_eq!(max_magnitude_bits(&values), portable::max_magnitude_bits(&values));
             let bytes: Vec<u8> = raw.iter().flat_map(|b| b.to_be_bytes()).collect();
             let scale = f32::from_bits(((k + 127) as u32) << 23);
+            // At every alignment of the output, and with outputs shorter than the input;
+            // the floats around the output stay untouched.
+            for off in 0..9 {
+                for short in [0, 3] {
+                    let len = raw.len().saturating_sub(short);
+                    let mut want = vec![-1.5f32; off + raw.len() + 2];
+                    let mut got = want.clone();
+                    portable::dequantize_be(&bytes, scale, &mut want[off..off + len]);
+                    dequantize_be(&bytes, scale, &mut got[off..off + len]);
+                    prop_assert_eq!(bits(&got), bits(&want), "offset {} len {}", off, len);
+                }
+            }
+            // Bytes that do not fill the last element.
             let mut want = vec![0f32; raw.len()];
-            let mut got = vec![0f32; raw.len()];
-            portable::dequantize_be(&bytes, scale, &mut want);
-            dequantize_be(&bytes, scale, &mut got);
+            let mut got = want.clone();
+            let cut = bytes.len().saturating_sub(1);
+            portable::dequantize_be(&bytes[..cut], scale, &mut want);
+            dequantize_be(&bytes[..cut], scale, &mut got);
             prop_assert_eq!(bits(&got), bits(&want));
         }
 
