@@ -1,5 +1,6 @@
-//! `AggRepr::parse_bytes` and `ProbeInfo::parse` on arbitrary bytes: never a panic, and whatever
-//! parses emits back to the same bytes (up to the reserved flag bits, which are sent as 0).
+//! `AggRepr::parse_bytes`, `AggRepr::parse_header` and `ProbeInfo::parse` on arbitrary bytes:
+//! never a panic, whatever parses emits back to the same bytes (up to the reserved flag bits,
+//! which are sent as 0), and the header alone parses as the whole packet does.
 #![no_main]
 
 use ina_wire::agg::ProbeInfo;
@@ -49,6 +50,16 @@ fuzz_target!(|data: &[u8]| {
         }
         let _ = repr.reject_reason();
         let _ = ProbeInfo::parse(payload);
+    }
+
+    // The header alone parses as the whole packet does whenever the whole packet parses, and
+    // a header that does not parse alone makes no packet parse.
+    if let Some(header) = data.first_chunk::<HEADER_LEN>() {
+        match (AggRepr::parse_header(header), AggRepr::parse_bytes(data)) {
+            (Ok(h), Ok((whole, _))) => assert_eq!(h, whole),
+            (Err(_), Ok(_)) => panic!("a packet parsed whose header alone does not"),
+            _ => {}
+        }
     }
 
     if let Ok(info) = ProbeInfo::parse(data) {
