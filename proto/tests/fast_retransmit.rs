@@ -212,33 +212,42 @@ fn library_rto() -> RtoConfig {
     }
 }
 
+/// Two workers, 64 packets (positions 16 to 79) in a window of 16, the library's timeouts:
+/// every transmission of rank 1's packet at `position` is lost until `times` of them were.
+/// Both streams must finish with the same sums; returns rank 1's statistics and when every
+/// stream had finished.
+fn lose_rank1(position: u32, times: usize) -> (StreamStats, Duration) {
+    let mut drops = 0;
+    let (tensors, outcomes, took) = run_timed(2, 64, 16, 5, library_rto(), |rank, p| {
+        if rank == 1 && drops < times && seq_of(p) == position {
+            drops += 1;
+            return true;
+        }
+        false
+    });
+    assert_eq!(drops, times, "position {position}");
+    let stats = match &outcomes[1] {
+        Some(Ok(s)) => *s,
+        other => panic!("position {position}: rank 1 {other:?}"),
+    };
+    assert!(matches!(outcomes[0], Some(Ok(_))), "{outcomes:?}");
+    assert_eq!(tensors[0], tensors[1]);
+    (stats, took)
+}
+
 #[test]
 fn a_loss_among_the_last_packets_is_probed_for_without_its_timer() {
-    // Positions run from 16 to 79. Each of the last four packets of rank 1 is lost once in
-    // turn (a separate run each): no later transmission can show it lost, and its timer
-    // would wait 10 ms. The stall probe sends it again after two round trips.
-    let (_, _, lossless) = run_timed(2, 64, 16, 3, library_rto(), |_, _| false);
+    // Each of the last four packets of rank 1 is lost once in turn (a separate run each): no
+    // later transmission can show it lost, and its timer would wait 10 ms. The stall probe
+    // sends it again after two round trips.
+    let (_, _, lossless) = run_timed(2, 64, 16, 5, library_rto(), |_, _| false);
     for last in 76..80 {
-        let mut dropped = false;
-        let (tensors, outcomes, took) = run_timed(2, 64, 16, 3, library_rto(), |rank, p| {
-            if rank == 1 && !dropped && seq_of(p) == last {
-                dropped = true;
-                return true;
-            }
-            false
-        });
-        assert!(dropped);
-        let stats = match &outcomes[1] {
-            Some(Ok(s)) => *s,
-            other => panic!("position {last}: rank 1 {other:?}"),
-        };
+        let (stats, took) = lose_rank1(last, 1);
         assert!(stats.stall_probes >= 1, "position {last}: {stats:?}");
         assert!(
             took < lossless + Duration::from_millis(2),
             "position {last}: {took:?} against {lossless:?} without loss"
         );
-        assert!(matches!(outcomes[0], Some(Ok(_))), "{outcomes:?}");
-        assert_eq!(tensors[0], tensors[1]);
     }
 }
 
@@ -248,44 +257,18 @@ fn a_lost_repair_that_holds_up_the_last_packets_is_probed_for() {
     // other slot has finished: nothing more is answered that could show the repair lost, and
     // position 78, slot 14's next use, cannot go before 62 completes. Not every packet has
     // been sent, yet the stream has stalled.
-    let mut drops = 0;
-    let (tensors, outcomes, took) = run_timed(2, 64, 16, 5, library_rto(), |rank, p| {
-        if rank == 1 && drops < 2 && seq_of(p) == 62 {
-            drops += 1;
-            return true;
-        }
-        false
-    });
-    assert_eq!(drops, 2);
-    let stats = match &outcomes[1] {
-        Some(Ok(s)) => *s,
-        other => panic!("rank 1: {other:?}"),
-    };
+    let (stats, took) = lose_rank1(62, 2);
     assert!(stats.stall_probes >= 1, "{stats:?}");
     assert!(took < Duration::from_millis(10), "{took:?}");
-    assert_eq!(tensors[0], tensors[1]);
 }
 
 #[test]
 fn a_stall_probe_lost_again_is_probed_again() {
     // Rank 1's last packet is lost three times: the original and two probes. Probe rounds
     // come ever further apart, but still well before the 10 ms timer.
-    let mut drops = 0;
-    let (tensors, outcomes, took) = run_timed(2, 64, 16, 5, library_rto(), |rank, p| {
-        if rank == 1 && drops < 3 && seq_of(p) == 79 {
-            drops += 1;
-            return true;
-        }
-        false
-    });
-    assert_eq!(drops, 3);
-    let stats = match &outcomes[1] {
-        Some(Ok(s)) => *s,
-        other => panic!("rank 1: {other:?}"),
-    };
+    let (stats, took) = lose_rank1(79, 3);
     assert_eq!(stats.stall_probes, 3, "{stats:?}");
     assert!(took < Duration::from_millis(10), "{took:?}");
-    assert_eq!(tensors[0], tensors[1]);
 }
 
 #[test]
