@@ -545,18 +545,11 @@ impl Pipeline {
         if payload_bytes.len() != 4 * usize::from(view.count()) {
             return self.drop(DropReason::Malformed);
         }
-        // Job table: job id -> (epoch, range, elements, rank table).
-        let job_id = view.job();
-        let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == job_id) else {
-            return self.drop(DropReason::UnknownJob);
+        let job_idx = match self.authenticate(view.job(), view.rank(), ingress) {
+            Ok(i) => i,
+            Err(reason) => return self.drop(reason),
         };
         let job = &self.jobs[job_idx].cfg;
-        let Some(&rank_port) = job.ranks.get(usize::from(view.rank())) else {
-            return self.drop(DropReason::UnknownRank);
-        };
-        if rank_port != ingress {
-            return self.drop(DropReason::WrongPort);
-        }
         // From here on the sender is authenticated: refusals are answered with a Reject.
         let refusal = if view.epoch() != job.epoch {
             Some(RejectReason::StaleEpoch)
@@ -593,17 +586,24 @@ impl Pipeline {
         if hdr.kind != MessageType::Probe {
             return self.drop(DropReason::UnexpectedType);
         }
-        let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == hdr.job) else {
-            return self.drop(DropReason::UnknownJob);
-        };
-        let job = &self.jobs[job_idx].cfg;
-        let Some(&rank_port) = job.ranks.get(usize::from(hdr.rank)) else {
-            return self.drop(DropReason::UnknownRank);
-        };
-        if rank_port != ingress {
-            return self.drop(DropReason::WrongPort);
+        match self.authenticate(hdr.job, hdr.rank, ingress) {
+            Ok(job_idx) => self.answer_probe(job_idx, hdr, ingress, out),
+            Err(reason) => self.drop(reason),
         }
-        self.answer_probe(job_idx, hdr, ingress, out)
+    }
+
+    /// The job table and rank check: the index of job `job_id`, if `rank` is one of its ranks
+    /// and the packet came in on that rank's port.
+    #[inline(always)]
+    fn authenticate(&self, job_id: u16, rank: u8, ingress: PortId) -> Result<usize, DropReason> {
+        let Some(job_idx) = self.jobs.iter().position(|j| j.cfg.job == job_id) else {
+            return Err(DropReason::UnknownJob);
+        };
+        match self.jobs[job_idx].cfg.ranks.get(usize::from(rank)) {
+            None => Err(DropReason::UnknownRank),
+            Some(&port) if port != ingress => Err(DropReason::WrongPort),
+            Some(_) => Ok(job_idx),
+        }
     }
 
     /// The slot update: PROTOCOL.md §Switch, decision table.
