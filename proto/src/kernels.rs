@@ -190,31 +190,10 @@ mod x86 {
     pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
         let n = values.len().min(out.len() / 4);
         let (values, out) = (&values[..n], &mut out[..4 * n]);
-        if n < 8 {
-            super::portable::quantize_be(values, scale, out);
-            return;
-        }
         let k = QuantizeConsts::new(scale);
-        // A 32-byte store that straddles two cache lines costs two, and a payload that follows
-        // a 16-byte header in a send buffer starts 16 bytes off a 32-byte boundary as often as
-        // not. So when the output is misaligned, its first 8 elements are written unaligned,
-        // and the rest from the first element whose output is 32-byte aligned; the ones in
-        // between are written twice, with the same values. (When the output is not even 4-byte
-        // aligned, no element is, and the loop starts at 0.) The last 8 are written the same
-        // way, overlapping the loop's end.
-        let misalign = out.as_ptr() as usize % 32;
-        let head = if misalign % 4 == 0 {
-            ((32 - misalign) % 32) / 4
-        } else {
-            0
-        };
         let mut min = _mm256_set1_epi32(i32::MAX);
-        if head != 0 {
-            // SAFETY: n >= 8: `values` has 8 floats and `out` 32 bytes at the start.
-            min = unsafe { quantize8(&k, values.as_ptr(), out.as_mut_ptr(), min) };
-        }
-        let mut src = values[head..].chunks_exact(32);
-        let mut dst = out[4 * head..].chunks_exact_mut(128);
+        let mut src = values.chunks_exact(32);
+        let mut dst = out.chunks_exact_mut(128);
         for (x, d) in (&mut src).zip(&mut dst) {
             let (x, d) = (x.as_ptr(), d.as_mut_ptr());
             for i in 0..4 {
@@ -228,17 +207,7 @@ mod x86 {
             // SAFETY: `x` has 8 floats and `d` 32 bytes.
             min = unsafe { quantize8(&k, x.as_ptr(), d.as_mut_ptr(), min) };
         }
-        if !src.remainder().is_empty() {
-            // SAFETY: n >= 8: the last 8 floats and 32 bytes are in bounds.
-            min = unsafe {
-                quantize8(
-                    &k,
-                    values.as_ptr().add(n - 8),
-                    out.as_mut_ptr().add(4 * (n - 8)),
-                    min,
-                )
-            };
-        }
+        super::portable::quantize_be(src.remainder(), scale, dst.into_remainder());
         let invalid = _mm256_cmpeq_epi32(min, _mm256_set1_epi32(i32::MIN));
         if _mm256_testz_si256(invalid, invalid) == 0 {
             super::portable::quantize_be(values, scale, out);
