@@ -16,8 +16,7 @@
 //!   back.
 //!
 //! `ratio` lines at the end time each case and its memcpy in alternation (see
-//! `side_by_side`): the figures the target is judged by. The last two compare one block in L1
-//! written to an output 16 bytes off a 32-byte boundary with one written to an aligned output.
+//! `side_by_side`): the figures the target is judged by.
 //!
 //! `cargo bench -p ina-proto --bench quant` (add `-- --quick` for a shorter run, or `-- ratio`
 //! for the ratios alone).
@@ -271,64 +270,8 @@ fn quant(c: &mut Criterion) {
     g.finish();
 }
 
-/// One block in L1, quantized into and dequantized out of outputs at each alignment: what a
-/// misaligned output costs (a payload after a 16-byte header, a tensor block 16 bytes off a
-/// 32-byte boundary).
-struct InL1 {
-    values: Vec<f32>,
-    exp: u8,
-    q: Vec<u8>,
-    /// Output space with a 64-byte aligned start at `start`.
-    bytes: Vec<u8>,
-    floats: Vec<f32>,
-    start: usize,
-    fstart: usize,
-}
-
-impl InL1 {
-    fn new() -> InL1 {
-        let values: Vec<f32> = tensor()[..BLOCK].to_vec();
-        let exp = block_exponent(&values);
-        let mut q = vec![0u8; BLOCK * 4];
-        quantize_be(&values, exp, WORKERS, &mut q);
-        let bytes = vec![0u8; BLOCK * 4 + 128];
-        let floats = vec![0f32; BLOCK + 32];
-        let start = (64 - bytes.as_ptr() as usize % 64) % 64;
-        let fstart = ((64 - floats.as_ptr() as usize % 64) % 64) / 4;
-        InL1 {
-            values,
-            exp,
-            q,
-            bytes,
-            floats,
-            start,
-            fstart,
-        }
-    }
-
-    /// 100 blocks quantized into the output `offset` bytes past a 64-byte boundary.
-    fn quantize(&mut self, offset: usize) {
-        let at = self.start + offset;
-        for _ in 0..100 {
-            let out = &mut self.bytes[at..at + BLOCK * 4];
-            quantize_be(black_box(&self.values), self.exp, WORKERS, out);
-            black_box(out);
-        }
-    }
-
-    /// 100 blocks dequantized into the output `offset` bytes past a 64-byte boundary.
-    fn dequantize(&mut self, offset: usize) {
-        let at = self.fstart + offset / 4;
-        for _ in 0..100 {
-            let out = &mut self.floats[at..at + BLOCK];
-            dequantize_be(black_box(&self.q), self.exp, WORKERS, out);
-            black_box(out);
-        }
-    }
-}
-
 /// Every case against its memcpy, timed in alternation: the target ratios (see
-/// `side_by_side`). Then a block in L1 into a misaligned output against an aligned one.
+/// `side_by_side`).
 fn ratios() {
     let mut d = None;
     for (name, case, base) in CASES {
@@ -344,26 +287,6 @@ fn ratios() {
             || case(&mut cell.borrow_mut()),
         );
         side_by_side::report(&name, "memcpy", &r);
-    }
-    let mut l1 = None;
-    type Op = fn(&mut InL1, usize);
-    let ops: [(&str, Op); 2] = [
-        ("quantize", InL1::quantize),
-        ("dequantize", InL1::dequantize),
-    ];
-    for (op, f) in ops {
-        let name = format!("block_in_L1/{op}/output+16");
-        if !side_by_side::wanted(&name) {
-            continue;
-        }
-        let l1 = l1.get_or_insert_with(InL1::new);
-        let cell = std::cell::RefCell::new(l1);
-        let r = side_by_side::alternate(
-            2000,
-            || f(&mut cell.borrow_mut(), 0),
-            || f(&mut cell.borrow_mut(), 16),
-        );
-        side_by_side::report(&name, "output+0", &r);
     }
 }
 
