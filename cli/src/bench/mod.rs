@@ -221,6 +221,9 @@ pub struct AlgoResult {
     pub retransmissions: u64,
     /// Of the retransmissions, those sent on evidence of loss before a timer expired.
     pub fast_retransmissions: u64,
+    /// Of the retransmissions, those sent as stall probes (nothing had come back for about
+    /// two round trips: a loss near the end, or a worker elsewhere not running).
+    pub stall_probes: u64,
     pub switch: Option<SwitchSummary>,
     /// The largest worker process's peak memory (in-process runs: the bench process's).
     pub worker_peak_rss_kib: Option<u64>,
@@ -255,6 +258,7 @@ impl AlgoResult {
         };
         self.retransmissions += o.retransmissions;
         self.fast_retransmissions += o.fast_retransmissions;
+        self.stall_probes += o.stall_probes;
         self.worker_peak_rss_kib = self.worker_peak_rss_kib.max(o.worker_peak_rss_kib);
         self.switch = match (self.switch.take(), o.switch) {
             (Some(mut a), Some(b)) => {
@@ -357,6 +361,7 @@ pub(crate) fn summarize(
     let mut cpu_seconds = Vec::new();
     let mut retransmissions = 0;
     let mut fast_retransmissions = 0;
+    let mut stall_probes = 0;
     let mut max_abs: Option<f64> = None;
     let mut max_rel: Option<f64> = None;
     let mut verified = ctx.reference.as_ref().map(|_| true);
@@ -388,6 +393,7 @@ pub(crate) fn summarize(
             }
             retransmissions += recs.iter().map(|r| r.retransmissions).sum::<u64>();
             fast_retransmissions += recs.iter().map(|r| r.fast_retransmissions).sum::<u64>();
+            stall_probes += recs.iter().map(|r| r.stall_probes).sum::<u64>();
         }
     }
     let mut sorted = seconds.clone();
@@ -417,6 +423,7 @@ pub(crate) fn summarize(
         verified,
         retransmissions,
         fast_retransmissions,
+        stall_probes,
         switch: None,
         worker_peak_rss_kib: None,
         rate: None,
@@ -643,6 +650,20 @@ fn print_report(r: &BenchReport) {
                     rate.resends
                 );
             }
+        }
+    }
+    for x in &r.results {
+        if x.rate.is_none() && x.retransmissions > 0 {
+            let timers = x
+                .retransmissions
+                .saturating_sub(x.fast_retransmissions + x.stall_probes);
+            println!(
+                "{} retransmissions: {} on evidence of loss, {} stall probes, {} timers",
+                format!("{:?}", x.algorithm).to_lowercase(),
+                x.fast_retransmissions,
+                x.stall_probes,
+                timers
+            );
         }
     }
     println!();

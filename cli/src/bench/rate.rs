@@ -230,6 +230,7 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         verified: None,
         retransmissions: rate.resends,
         fast_retransmissions: 0,
+        stall_probes: 0,
         switch: None,
         worker_peak_rss_kib: None,
         rate: Some(rate),

@@ -7,11 +7,20 @@ use ina_worker::{Communicator, WorkerError};
 use serde::Serialize;
 use std::time::Instant;
 
+/// The retransmissions one all-reduce needed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resends {
+    pub total: u64,
+    /// Sent on evidence of loss, before a timer expired.
+    pub fast: u64,
+    /// Sent as stall probes: nothing had come back for about two round trips.
+    pub stall_probes: u64,
+}
+
 /// An all-reduce under test.
 pub trait Reducer {
-    /// Sums `data` over all workers in place; returns the retransmissions it needed (all, and
-    /// those sent before a timer expired).
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError>;
+    /// Sums `data` over all workers in place; returns the retransmissions it needed.
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError>;
     /// Returns once every worker called it.
     fn barrier(&mut self) -> Result<(), RunError>;
     /// How results are bounded.
@@ -50,9 +59,13 @@ impl From<ina_worker::ring::RingError> for RunError {
 pub struct InaReducer(pub Communicator);
 
 impl Reducer for InaReducer {
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError> {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
         let s = self.0.allreduce_f32(data)?;
-        Ok((s.stream.retransmissions, s.stream.fast_retransmissions))
+        Ok(Resends {
+            total: s.stream.retransmissions,
+            fast: s.stream.fast_retransmissions,
+            stall_probes: s.stream.stall_probes,
+        })
     }
 
     fn barrier(&mut self) -> Result<(), RunError> {
@@ -70,9 +83,9 @@ impl Reducer for InaReducer {
 pub struct RingReducer(pub RingComm);
 
 impl Reducer for RingReducer {
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<(u64, u64), RunError> {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
         self.0.allreduce_f32(data)?;
-        Ok((0, 0))
+        Ok(Resends::default())
     }
 
     fn barrier(&mut self) -> Result<(), RunError> {
@@ -97,6 +110,8 @@ pub struct IterRecord {
     pub retransmissions: u64,
     #[serde(default)]
     pub fast_retransmissions: u64,
+    #[serde(default)]
+    pub stall_probes: u64,
     /// `None` when not verified.
     pub max_abs_err: Option<f64>,
     pub max_rel_err: Option<f64>,
@@ -124,7 +139,7 @@ pub fn run_iterations(
         reducer.barrier()?;
         let cpu_start = process_cpu_seconds();
         let start = Instant::now();
-        let (retransmissions, fast_retransmissions) = reducer.allreduce(buf)?;
+        let resends = reducer.allreduce(buf)?;
         let seconds = start.elapsed().as_secs_f64();
         let process_cpu_seconds = cpu_start
             .zip(process_cpu_seconds())
@@ -138,8 +153,9 @@ pub fn run_iterations(
             warmup: iteration < warmup,
             seconds,
             process_cpu_seconds,
-            retransmissions,
-            fast_retransmissions,
+            retransmissions: resends.total,
+            fast_retransmissions: resends.fast,
+            stall_probes: resends.stall_probes,
             max_abs_err: check.map(|c| c.max_abs_err),
             max_rel_err: check.map(|c| c.max_rel_err),
             violations: check.map(|c| c.violations),
