@@ -42,6 +42,16 @@ fn start(cfg: SwitchConfig) -> Running {
         }),
         server.spawn(stop.clone()).unwrap(),
     ];
+    // The switch runs on its own thread: a request sent before that thread is up would be
+    // refused with "not running".
+    let up = std::time::Instant::now();
+    while handle.stats().is_err() {
+        assert!(
+            up.elapsed() < Duration::from_secs(10),
+            "the switch did not start"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     Running {
         udp,
         control,
