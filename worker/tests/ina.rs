@@ -78,15 +78,21 @@ fn workers_sum_through_a_sharded_switch() {
             std::thread::spawn(move || {
                 let mut comm = Communicator::connect(cfg).unwrap();
                 let mut out = Vec::new();
+                let mut resent = 0;
                 for round in 0..3 {
                     let mut t = tensor(r + round, len);
                     let stats = comm.allreduce_f32(&mut t).unwrap();
                     assert_eq!(stats.elements, len);
+                    resent += stats.stream.retransmissions;
                     out.push(t);
                 }
                 let mut ints: Vec<i32> = (0..999).map(|i| i * (r as i32 + 1)).collect();
-                comm.allreduce_i32(&mut ints).unwrap();
-                (out, ints)
+                resent += comm
+                    .allreduce_i32(&mut ints)
+                    .unwrap()
+                    .stream
+                    .retransmissions;
+                (out, ints, resent)
             })
         })
         .collect();
@@ -116,7 +122,14 @@ fn workers_sum_through_a_sharded_switch() {
             .all(|s| s.pipeline.results_multicast > 0),
         "both shards worked: {stats:?}"
     );
-    assert_eq!(stats.total.pipeline.stale_seq, 0);
+    // Only a copy can come too late for its slot: a worker that was not scheduled for a while
+    // may have sent one (a stall probe) just before the result reached it, and the shards may
+    // deliver it after the slot's next uses.
+    let resent: u64 = results.iter().map(|r| r.2).sum();
+    assert!(
+        stats.total.pipeline.stale_seq <= resent,
+        "stale packets that were no copies: {stats:?}"
+    );
     sw.stop();
 }
 
