@@ -15,27 +15,24 @@ fn scratch(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ina-{}-{name}", std::process::id()))
 }
 
-fn bench(args: &[&str]) -> Value {
-    let json = scratch(&format!(
-        "bench-{}.json",
-        args.join("").replace(['-', ','], "")
-    ));
-    let out = ina()
-        .arg("bench")
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
+/// Runs `ina` with `args` plus `--json FILE`, checks that it succeeded, and returns the report.
+fn run_json(args: &[&str], name: &str) -> Value {
+    let json = scratch(name);
+    let out = ina().args(args).arg("--json").arg(&json).output().unwrap();
     assert!(
         out.status.success(),
-        "ina bench {args:?}: {}\n{}",
+        "ina {args:?}: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     report
+}
+
+fn bench(args: &[&str]) -> Value {
+    let name = format!("bench-{}.json", args.join("").replace(['-', ','], ""));
+    run_json(&[&["bench"], args].concat(), &name)
 }
 
 fn result<'a>(report: &'a Value, algorithm: &str) -> &'a Value {
@@ -151,9 +148,8 @@ fn bench_refuses_impossible_settings() {
 
 #[test]
 fn sim_runs_and_checks_every_job() {
-    let json = scratch("sim.json");
-    let out = ina()
-        .args([
+    let v = run_json(
+        &[
             "sim",
             "--workers",
             "3",
@@ -167,19 +163,9 @@ fn sim_runs_and_checks_every_job() {
             "0.01",
             "--seeds",
             "2",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        "sim.json",
     );
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     let runs = v.as_array().unwrap();
     assert_eq!(runs.len(), 4, "2 seeds x 2 jobs");
     for r in runs {
