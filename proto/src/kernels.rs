@@ -78,6 +78,9 @@ pub(crate) fn prefetch(bytes: &[u8]) {
             off += 64;
         }
     }
+    // (Elsewhere the hardware's own prefetching has to do.)
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 dispatch! {
