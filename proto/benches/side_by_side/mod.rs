@@ -99,7 +99,6 @@ pub fn wanted(name: &str) -> bool {
         "--output-format",
         "--color",
         "--format",
-        "--profile-time",
         "--logfile",
     ];
     let args: Vec<String> = std::env::args().skip(1).collect();
