@@ -66,11 +66,18 @@ macro_rules! dispatch {
 /// short packet, costs more than it saves.)
 #[inline(always)]
 pub(crate) fn prefetch(bytes: &[u8]) {
+    /// The first byte prefetched.
+    const PREFETCH_FROM: usize = 256;
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // (A packet of up to 5 lines has no line worth prefetching: checking costs less than
+        // the loop's set-up.)
+        if bytes.len() <= PREFETCH_FROM + 64 {
+            return;
+        }
         let p = bytes.as_ptr();
-        let mut off = 256;
+        let mut off = PREFETCH_FROM;
         while off < bytes.len() {
             // SAFETY: prefetching has no effect on memory and does not fault; the address
             // lies within `bytes` anyway.

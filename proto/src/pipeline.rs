@@ -18,8 +18,10 @@
 //! | `exp[slot]`     | (max exponent byte set 0, set 1)       | `reg_exp`        |
 //! | `values`        | element pairs (2j, 2j+1) of `(slot, set)` at index `2*slot+set` | `reg_value_j` |
 //!
-//! `values` is stored flat, `(2*slot + set) * max_elems + k`, which is the same set of cells as
-//! `max_elems/2` pair arrays indexed by `2*slot+set`.
+//! The four control registers of a slot are stored together, as one [`SlotRegisters`] record,
+//! so that a packet's lookups touch one cache line; each field is the slot's cell of that
+//! register array. `values` is stored flat, `(2*slot + set) * max_elems + k`, which is the same
+//! set of cells as `max_elems/2` pair arrays indexed by `2*slot+set`.
 
 use crate::{kernels, Instant};
 use ina_wire::agg::{ProbeInfo, MAX_RANK};
@@ -237,14 +239,26 @@ impl Counters {
     }
 }
 
+/// The control registers of one slot: its cell of each register array, one 32-bit half per
+/// shadow set (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub struct SlotRegisters {
+    /// `reg_seq`: the sequence number of the set's current use.
+    pub seq: [u32; 2],
+    /// `reg_bitmap`: the workers whose contribution to the set's use arrived.
+    pub bitmap: [u32; 2],
+    /// `reg_count`: arrivals still pending in the set's use (0: complete or unused).
+    pub count: [u32; 2],
+    /// `reg_exp`: the largest exponent byte of the set's use.
+    pub exp: [u32; 2],
+}
+
 /// The register file (see the module docs for the layout).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registers {
-    pub seq: Vec<[u32; 2]>,
-    pub bitmap: Vec<[u32; 2]>,
-    pub count: Vec<[u32; 2]>,
-    pub exp: Vec<[u32; 2]>,
-    pub values: Vec<i32>,
+    slots: Vec<SlotRegisters>,
+    values: Vec<i32>,
     max_elems: usize,
 }
 
@@ -252,13 +266,20 @@ impl Registers {
     fn new(cfg: PipelineConfig) -> Registers {
         let slots = usize::from(cfg.pool_slots);
         Registers {
-            seq: vec![[0; 2]; slots],
-            bitmap: vec![[0; 2]; slots],
-            count: vec![[0; 2]; slots],
-            exp: vec![[0; 2]; slots],
+            slots: vec![SlotRegisters::default(); slots],
             values: vec![0; slots * 2 * usize::from(cfg.max_elems)],
             max_elems: usize::from(cfg.max_elems),
         }
+    }
+
+    /// The control registers of every slot of the pool.
+    pub fn slots(&self) -> &[SlotRegisters] {
+        &self.slots
+    }
+
+    /// The value cells of the whole pool, `(2*slot + set) * max_elems + k`.
+    pub fn values(&self) -> &[i32] {
+        &self.values
     }
 
     /// The value cells of `(slot, set)`.
@@ -268,12 +289,7 @@ impl Registers {
     }
 
     fn clear_range(&mut self, base: usize, count: usize) {
-        for s in base..base + count {
-            self.seq[s] = [0; 2];
-            self.bitmap[s] = [0; 2];
-            self.count[s] = [0; 2];
-            self.exp[s] = [0; 2];
-        }
+        self.slots[base..base + count].fill(SlotRegisters::default());
         let m = self.max_elems;
         self.values[2 * base * m..2 * (base + count) * m].fill(0);
     }
@@ -282,7 +298,29 @@ impl Registers {
 #[derive(Debug, Clone)]
 struct Job {
     cfg: JobConfig,
+    /// What the data fast path compares the header's bytes 2..6 with: job id and epoch.
+    key: u32,
+    /// `cfg.ranks.len()`.
+    workers: u32,
+    /// `cfg.ranks`, padded, in place: the rank check needs no indirection.
+    ports: [PortId; MAX_RANK as usize + 1],
     last_activity: Option<Instant>,
+}
+
+impl Job {
+    fn new(cfg: JobConfig) -> Job {
+        let mut ports = [PortId(0); MAX_RANK as usize + 1];
+        for (p, r) in ports.iter_mut().zip(&cfg.ranks) {
+            *p = *r;
+        }
+        Job {
+            key: u32::from(cfg.job) << 16 | u32::from(cfg.epoch),
+            workers: cfg.ranks.len() as u32,
+            ports,
+            cfg,
+            last_activity: None,
+        }
+    }
 }
 
 /// The switch data plane.
@@ -335,11 +373,7 @@ impl Pipeline {
 
     /// Slots of the pool in which a use is collecting (some but not all arrivals in).
     pub fn busy_slots(&self) -> usize {
-        self.regs
-            .count
-            .iter()
-            .filter(|c| c[0] != 0 || c[1] != 0)
-            .count()
+        self.regs.slots.iter().filter(|r| r.count != [0, 0]).count()
     }
 
     /// Installs a job and clears its slots.
@@ -385,10 +419,7 @@ impl Pipeline {
         }
         self.regs
             .clear_range(usize::from(cfg.slot_base), usize::from(cfg.slot_count));
-        self.jobs.push(Job {
-            cfg,
-            last_activity: None,
-        });
+        self.jobs.push(Job::new(cfg));
         Ok(())
     }
 
@@ -500,7 +531,22 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.process_inner(ingress, packet, now, out)
+        self.process_inner::<true>(ingress, packet, now, out)
+    }
+
+    /// [`Self::process_inner`] without its data fast path: the general path alone, which the
+    /// tests compare the fast path with.
+    #[cfg(test)]
+    fn process_general(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.counters.packets_in += 1;
+        self.counters.bytes_in += packet.len() as u64;
+        self.process_inner::<false>(ingress, packet, now, out)
     }
 
     /// [`Self::process_inner`] compiled for AVX2.
@@ -518,11 +564,11 @@ impl Pipeline {
         out: &mut [u8],
     ) -> Verdict<'_> {
         kernels::prefetch(packet);
-        self.process_inner(ingress, packet, now, out)
+        self.process_inner::<true>(ingress, packet, now, out)
     }
 
     #[inline(always)]
-    fn process_inner(
+    fn process_inner<const FAST: bool>(
         &mut self,
         ingress: PortId,
         packet: &[u8],
@@ -536,6 +582,12 @@ impl Pipeline {
         else {
             return self.drop(DropReason::Malformed);
         };
+        if FAST {
+            if let Some(job_idx) = self.fast_data_job(header, payload_bytes.len(), ingress) {
+                let view = AggPacket::new_unchecked(header);
+                return self.aggregate(job_idx, &view, payload_bytes, ingress, now, out);
+            }
+        }
         let view = AggPacket::new_unchecked(header);
         // Data of this protocol version: the version and type `AggRepr::parse_header` accepts
         // without further checks. Everything else takes the general path.
@@ -566,6 +618,36 @@ impl Pipeline {
             return self.reject_header(job_idx, header, reason, ingress, out);
         }
         self.aggregate(job_idx, &view, payload_bytes, ingress, now, out)
+    }
+
+    /// The job of a data packet that passes every check of the decision table before the
+    /// registers: version and type, job, rank and port, epoch, slot range, a full payload.
+    /// `None` for every other packet, which the general path then examines (so that this
+    /// path only needs to be fast, and the general one alone decides refusals and drops).
+    #[inline(always)]
+    fn fast_data_job(
+        &self,
+        header: &[u8; HEADER_LEN],
+        payload_len: usize,
+        ingress: PortId,
+    ) -> Option<usize> {
+        const DATA: u8 = PROTOCOL_VERSION << 4 | MessageType::Data as u8;
+        let [ver_type, _, j0, j1, e0, e1, rank, _, s0, s1, c0, c1, ..] = *header;
+        if ver_type != DATA {
+            return None;
+        }
+        let key = u32::from_be_bytes([j0, j1, e0, e1]);
+        let job_idx = self.jobs.iter().position(|j| j.key == key)?;
+        let job = self.jobs.get(job_idx)?;
+        let count = u16::from_be_bytes([c0, c1]);
+        let slot = u16::from_be_bytes([s0, s1]);
+        let rank = u32::from(rank);
+        let fits = count == job.cfg.elems_per_packet
+            && payload_len == 4 * usize::from(count)
+            && rank < job.workers
+            && job.ports[(rank % 32) as usize] == ingress
+            && slot.wrapping_sub(job.cfg.slot_base) < job.cfg.slot_count;
+        fits.then_some(job_idx)
     }
 
     /// Every packet but data of this version: probes are answered, the rest dropped.
@@ -626,15 +708,17 @@ impl Pipeline {
         } = self;
         let job = &mut jobs[job_idx];
         job.last_activity = Some(now);
-        let workers = job.cfg.ranks.len() as u32;
+        let workers = job.workers;
         let slot = usize::from(view.slot());
         let x = usize::from(view.set());
         let bit = 1u32 << view.rank();
         let count = usize::from(view.count());
-        let seq = &mut regs.seq[slot];
-        let bitmap = &mut regs.bitmap[slot];
-        let pending = &mut regs.count[slot];
-        let exp = &mut regs.exp[slot];
+        let SlotRegisters {
+            seq,
+            bitmap,
+            count: pending,
+            exp,
+        } = &mut regs.slots[slot];
         let base = (2 * slot + x) * regs.max_elems;
         let cells = &mut regs.values[base..base + count];
 
@@ -911,11 +995,126 @@ mod tests {
             }
             prop_assert_eq!(a.counters(), b.counters());
             let (ra, rb) = (a.registers(), b.registers());
-            prop_assert_eq!(&ra.seq, &rb.seq);
-            prop_assert_eq!(&ra.bitmap, &rb.bitmap);
-            prop_assert_eq!(&ra.count, &rb.count);
-            prop_assert_eq!(&ra.exp, &rb.exp);
-            prop_assert_eq!(&ra.values, &rb.values);
+            prop_assert_eq!(ra, rb);
+        }
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a verdict says, without the borrow of the pipeline.
+    fn owned(v: Verdict<'_>, out: &[u8]) -> (Option<DropReason>, Vec<PortId>, Vec<u8>) {
+        match v {
+            Verdict::Drop(r) => (Some(r), vec![], vec![]),
+            Verdict::Absorbed => (None, vec![], vec![]),
+            Verdict::Unicast { port, len } => (None, vec![port], out[..len].to_vec()),
+            Verdict::Multicast { ports, len } => (None, ports.to_vec(), out[..len].to_vec()),
+        }
+    }
+
+    /// Two jobs (3 and 5) with 4 and 3 workers on an 8-slot pool.
+    fn two_jobs(elems: u16) -> Result<Pipeline, JobError> {
+        let mut p = Pipeline::new(PipelineConfig {
+            pool_slots: 8,
+            max_elems: 40,
+        });
+        p.add_job(JobConfig {
+            job: 3,
+            epoch: 9,
+            slot_base: 1,
+            slot_count: 4,
+            elems_per_packet: elems,
+            ranks: (0..4).map(PortId).collect(),
+        })?;
+        p.add_job(JobConfig {
+            job: 5,
+            epoch: 2,
+            slot_base: 5,
+            slot_count: 3,
+            elems_per_packet: elems,
+            ranks: (10..13).map(PortId).collect(),
+        })?;
+        Ok(p)
+    }
+
+    proptest! {
+        /// The data fast path only takes packets the general path would aggregate, and
+        /// handles them as it would: the same verdicts, replies, counters and registers as
+        /// the general path alone, for well-formed contributions of both jobs and for packets
+        /// that miss each of its checks (version and type, job, epoch, rank, port, count,
+        /// payload length, slot range), ranks past the job's on the port that pads its table
+        /// included.
+        #[test]
+        fn fast_path_agrees_with_the_general_path(
+            elems in 1u16..=40,
+            ops in proptest::collection::vec(
+                (0u8..6, 0u16..9, 0u8..2, 0u32..3, any::<u8>(), any::<[i32; 40]>(), 0u8..14),
+                1..150,
+            ),
+        ) {
+            let (Ok(mut fast), Ok(mut general)) = (two_jobs(elems), two_jobs(elems)) else {
+                return Err(TestCaseError::fail("jobs install"));
+            };
+            for (rank, slot, set, seq, exponent, vals, variant) in ops {
+                let second = slot >= 5;
+                let (job, epoch, base_port) = if second { (5, 2, 10) } else { (3, 9, 0) };
+                let repr = AggRepr {
+                    kind: if variant == 3 { MessageType::Probe } else { MessageType::Data },
+                    set,
+                    job: if variant == 7 { 4 } else { job },
+                    epoch: if variant == 4 { epoch + 1 } else { epoch },
+                    rank,
+                    exponent,
+                    slot,
+                    count: match variant {
+                        1 => elems - 1,
+                        2 => 0,
+                        8 => elems + 1,
+                        _ => elems,
+                    },
+                    seq,
+                };
+                let mut pkt = vec![0u8; repr.buffer_len()];
+                let Ok(mut view) = repr.emit_into(&mut pkt) else {
+                    return Err(TestCaseError::fail("sized by buffer_len"));
+                };
+                ina_wire::payload::encode_from(&vals, view.payload_mut());
+                match variant {
+                    9 => {
+                        // A payload shorter than the count says.
+                        pkt.truncate(pkt.len() - 4);
+                    }
+                    13 => {
+                        // A payload longer than the count says.
+                        pkt.extend_from_slice(&[0; 4]);
+                    }
+                    10 => pkt[0] = 0x21, // another version
+                    11 => pkt[1] |= 0x80, // a reserved flag
+                    _ => {}
+                }
+                let port = match variant {
+                    5 => PortId(base_port + u16::from((rank + 1) % 4)),
+                    // The port that pads the job's table of rank ports.
+                    12 => PortId(0),
+                    _ => PortId(base_port + u16::from(rank)),
+                };
+                let out_len = if variant == 6 { 20 } else { HEADER_LEN + 4 * 40 };
+                let (mut out_f, mut out_g) = (vec![0u8; out_len], vec![0u8; out_len]);
+                let now = Instant::from_nanos(u64::from(seq));
+                let vf = fast.process(port, &pkt, now, &mut out_f);
+                let vf = owned(vf, &out_f);
+                let vg = general.process_general(port, &pkt, now, &mut out_g);
+                let vg = owned(vg, &out_g);
+                prop_assert_eq!(vf, vg);
+            }
+            prop_assert_eq!(fast.counters(), general.counters());
+            prop_assert_eq!(fast.registers(), general.registers());
+            for job in [3, 5] {
+                prop_assert_eq!(fast.last_activity(job), general.last_activity(job));
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::pipeline::{
-    DropReason, JobConfig, JobError, Pipeline, PipelineConfig, PortId, Verdict,
+    DropReason, JobConfig, JobError, Pipeline, PipelineConfig, PortId, SlotRegisters, Verdict,
 };
 use ina_proto::Instant;
 use ina_wire::agg::ProbeInfo;
@@ -208,8 +208,8 @@ fn refusals_of_authenticated_workers_are_answered() {
         (1, 2, 1, 4)
     );
     assert_eq!(
-        p.registers().seq[8],
-        [0, 0],
+        p.registers().slots()[8],
+        SlotRegisters::default(),
         "refused packets leave no trace"
     );
 }
@@ -288,10 +288,7 @@ fn a_result_that_does_not_fit_is_never_sent() {
         send_with(&mut p, 11, &b, 31),
         Out::Drop(DropReason::OutputTooSmall)
     );
-    assert_eq!(p.registers().bitmap, regs.bitmap);
-    assert_eq!(p.registers().count, regs.count);
-    assert_eq!(p.registers().exp, regs.exp);
-    assert_eq!(p.registers().values, regs.values);
+    assert_eq!(p.registers(), &regs);
     assert_eq!(p.busy_slots(), 1);
     let c = *p.counters();
     assert_eq!(c.output_too_small, 1);
@@ -476,11 +473,13 @@ fn job_table_validation_and_isolation() {
     assert!(
         matches!(send(&mut p, 20, &pkt), Out::Unicast(_, h, _) if h.reject_reason() == Some(RejectReason::SlotOutOfRange))
     );
-    assert!(p.registers().seq[8..12].iter().all(|s| *s == [0, 0]));
+    assert!(p.registers().slots()[8..12]
+        .iter()
+        .all(|s| *s == SlotRegisters::default()));
     assert_eq!(p.remove_job(5).unwrap().job, 5);
     assert_eq!(
-        p.registers().seq[3],
-        [0, 0],
+        p.registers().slots()[3],
+        SlotRegisters::default(),
         "removal clears the job's slots"
     );
     assert_eq!(p.remove_job(5), Err(JobError::Unknown(5)));

@@ -6,6 +6,11 @@
 //! of their fastest passes: the passes that ran undisturbed. The median of the per-pair ratios
 //! is printed next to it.
 //!
+//! The pairs run for at least [`MIN_TIME`]: a virtual CPU shares its core with another
+//! tenant's for tens of milliseconds at a time, which slows a loop bound by instruction
+//! throughput (the pipeline) by up to half and a loop bound by memory bandwidth (memcpy) hardly
+//! at all; a run shorter than that can hold no undisturbed pass of the first.
+//!
 //! The ratios run after criterion's groups, unless criterion was asked only to list or test the
 //! benchmarks, or given a name filter that no ratio's name contains.
 
@@ -31,7 +36,11 @@ impl Ratio {
     }
 }
 
-/// Times `pairs` passes of `base` and of `case` in alternation (after a few untimed ones).
+/// How long the alternated passes run at least.
+pub const MIN_TIME: Duration = Duration::from_secs(3);
+
+/// Times passes of `base` and of `case` in alternation (after a few untimed ones): `pairs` of
+/// each, or more, until [`MIN_TIME`] has passed.
 pub fn alternate(pairs: usize, mut base: impl FnMut(), mut case: impl FnMut()) -> Ratio {
     for _ in 0..pairs.div_ceil(10) {
         base();
@@ -40,7 +49,10 @@ pub fn alternate(pairs: usize, mut base: impl FnMut(), mut case: impl FnMut()) -
     let mut best_base = Duration::MAX;
     let mut best_case = Duration::MAX;
     let mut ratios = Vec::with_capacity(pairs);
-    for i in 0..pairs {
+    let start = Instant::now();
+    let mut i = 0;
+    while i < pairs || start.elapsed() < MIN_TIME {
+        i += 1;
         // Which goes first alternates too, so that neither always finds the other's data in
         // the caches.
         let (b, c) = if i % 2 == 0 {
