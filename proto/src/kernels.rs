@@ -199,28 +199,37 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
         let n = values.len().min(out.len() / 4);
-        let (values, out) = (&values[..n], &mut out[..4 * n]);
         let k = QuantizeConsts::new(scale);
+        let (x, d) = (values.as_ptr(), out.as_mut_ptr());
         let mut min = _mm256_set1_epi32(i32::MAX);
-        let mut src = values.chunks_exact(32);
-        let mut dst = out.chunks_exact_mut(128);
-        for (x, d) in (&mut src).zip(&mut dst) {
-            let (x, d) = (x.as_ptr(), d.as_mut_ptr());
-            for i in 0..4 {
-                // SAFETY: `x` has 32 floats and `d` 128 bytes: both ranges are in bounds.
-                min = unsafe { quantize8(&k, x.add(8 * i), d.add(32 * i), min) };
+        // One index for both slices, 32 elements a turn, the minimum as a tree: one step of
+        // its chain per turn.
+        let mut i = 0;
+        let whole_turns = n & !31;
+        while i < whole_turns {
+            // SAFETY: elements i..i + 32 lie within `values` and their bytes within `out`
+            // (i + 32 <= n); loads and stores are unaligned.
+            unsafe {
+                let q0 = quantize8(&k, x.add(i), d.add(4 * i));
+                let q1 = quantize8(&k, x.add(i + 8), d.add(4 * i + 32));
+                let q2 = quantize8(&k, x.add(i + 16), d.add(4 * i + 64));
+                let q3 = quantize8(&k, x.add(i + 24), d.add(4 * i + 96));
+                let m = _mm256_min_epi32(_mm256_min_epi32(q0, q1), _mm256_min_epi32(q2, q3));
+                min = _mm256_min_epi32(min, m);
             }
+            i += 32;
         }
-        let mut src = src.remainder().chunks_exact(8);
-        let mut dst = dst.into_remainder().chunks_exact_mut(32);
-        for (x, d) in (&mut src).zip(&mut dst) {
-            // SAFETY: `x` has 8 floats and `d` 32 bytes.
-            min = unsafe { quantize8(&k, x.as_ptr(), d.as_mut_ptr(), min) };
+        while i + 8 <= n {
+            // SAFETY: elements i..i + 8 lie within both slices.
+            min = _mm256_min_epi32(min, unsafe { quantize8(&k, x.add(i), d.add(4 * i)) });
+            i += 8;
         }
-        super::portable::quantize_be(src.remainder(), scale, dst.into_remainder());
+        if i < n {
+            super::portable::quantize_be(&values[i..n], scale, &mut out[4 * i..4 * n]);
+        }
         let invalid = _mm256_cmpeq_epi32(min, _mm256_set1_epi32(i32::MIN));
         if _mm256_testz_si256(invalid, invalid) == 0 {
-            super::portable::quantize_be(values, scale, out);
+            super::portable::quantize_be(&values[..n], scale, &mut out[..4 * n]);
         }
     }
 
@@ -251,20 +260,20 @@ mod x86 {
         )
     }
 
-    /// Quantizes the 8 floats at `x` into 32 bytes at `d`; returns the lane-wise minimum of
-    /// `min` and the results.
+    /// Quantizes the 8 floats at `x` into 32 bytes at `d`; returns the quantized lanes (in
+    /// native byte order).
     ///
     /// # Safety
     /// The CPU must support AVX2; `x` must be valid for reading 8 floats and `d` for writing
     /// 32 bytes (no alignment needed).
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn quantize8(k: &QuantizeConsts, x: *const f32, d: *mut u8, min: __m256i) -> __m256i {
+    unsafe fn quantize8(k: &QuantizeConsts, x: *const f32, d: *mut u8) -> __m256i {
         // SAFETY: the caller's guarantees.
         unsafe {
             let q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), k.scale));
             _mm256_storeu_si256(d.cast(), _mm256_shuffle_epi8(q, k.bswap));
-            _mm256_min_epi32(min, q)
+            q
         }
     }
 }

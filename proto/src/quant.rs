@@ -88,10 +88,10 @@ pub(crate) fn round_even_i32(v: f32) -> i32 {
 /// poisoned).
 pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
     let n = values.len().min(out.len() / 4);
-    let (values, out) = (&values[..n], &mut out[..n * 4]);
     match normal_scale(exp, workers, 1) {
+        // (The kernel takes the shorter of the two slices itself.)
         Some(scale) => crate::kernels::quantize_be(values, scale, out),
-        None => quantize_rare(values, exp, workers, out),
+        None => quantize_rare(&values[..n], exp, workers, &mut out[..n * 4]),
     }
     n
 }
