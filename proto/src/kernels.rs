@@ -96,21 +96,21 @@ dispatch! {
 }
 
 /// `round_even_i32(x * scale)` of each value as big-endian int32 into `out`,
-/// `min(values.len(), out.len() / 4)` of them.
+/// `min(values.len(), out.len() / 4)` of them; returns that number.
 #[inline]
-pub(crate) fn quantize_be(values: &[f32], scale: f32, out: &mut [u8]) {
+pub(crate) fn quantize_be(values: &[f32], scale: f32, out: &mut [u8]) -> usize {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: `x86::quantize_be_avx2` has no requirement other than running on a CPU with
         // AVX2, which was just detected.
-        unsafe { x86::quantize_be_avx2(values, scale, out) };
-        return;
+        return unsafe { x86::quantize_be_avx2(values, scale, out) };
     }
     #[inline(never)]
-    fn baseline(values: &[f32], scale: f32, out: &mut [u8]) {
+    fn baseline(values: &[f32], scale: f32, out: &mut [u8]) -> usize {
         portable::quantize_be(values, scale, out);
+        values.len().min(out.len() / 4)
     }
-    baseline(values, scale, out);
+    baseline(values, scale, out)
 }
 
 dispatch! {
@@ -196,8 +196,12 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must support AVX2.
+    ///
+    /// Returns the number of elements quantized. The tail of fewer than 8 elements and the
+    /// recomputation are out of line, so that a block of whole vectors runs a leaf function
+    /// that saves no registers.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) {
+    pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) -> usize {
         let n = values.len().min(out.len() / 4);
         let k = QuantizeConsts::new(scale);
         let (x, d) = (values.as_ptr(), out.as_mut_ptr());
@@ -224,13 +228,28 @@ mod x86 {
             min = _mm256_min_epi32(min, unsafe { quantize8(&k, x.add(i), d.add(4 * i)) });
             i += 8;
         }
-        if i < n {
-            super::portable::quantize_be(&values[i..n], scale, &mut out[4 * i..4 * n]);
-        }
         let invalid = _mm256_cmpeq_epi32(min, _mm256_set1_epi32(i32::MIN));
-        if _mm256_testz_si256(invalid, invalid) == 0 {
-            super::portable::quantize_be(&values[..n], scale, &mut out[..4 * n]);
+        let invalid = _mm256_testz_si256(invalid, invalid) == 0;
+        if i < n || invalid {
+            tail_or_again(values, scale, out, i, n, invalid);
         }
+        n
+    }
+
+    /// The end of [`quantize_be_avx2`]: elements `i..n` with the portable loop, and all `n`
+    /// again when a vector's result was `i32::MIN` (`invalid`).
+    #[cold]
+    #[inline(never)]
+    fn tail_or_again(
+        values: &[f32],
+        scale: f32,
+        out: &mut [u8],
+        i: usize,
+        n: usize,
+        invalid: bool,
+    ) {
+        let from = if invalid { 0 } else { i };
+        super::portable::quantize_be(&values[from..n], scale, &mut out[4 * from..4 * n]);
     }
 
     struct QuantizeConsts {

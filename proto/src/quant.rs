@@ -87,13 +87,11 @@ pub(crate) fn round_even_i32(v: f32) -> i32 {
 /// Bytes 0 and [`NON_FINITE`] write zeros: the block carries no information (all zero, or
 /// poisoned).
 pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
-    let n = values.len().min(out.len() / 4);
     match normal_scale(exp, workers, 1) {
         // (The kernel takes the shorter of the two slices itself.)
         Some(scale) => crate::kernels::quantize_be(values, scale, out),
-        None => quantize_rare(&values[..n], exp, workers, &mut out[..n * 4]),
+        None => quantize_rare(values, exp, workers, out),
     }
-    n
 }
 
 /// The scale `2^(sign * s)` as a normal float32, for an exponent byte in 1..=254 whose scale
@@ -109,16 +107,19 @@ fn normal_scale(exp: u8, workers: u8, sign: i32) -> Option<f32> {
 /// [`quantize_be`] for the exponent bytes without a [`normal_scale`].
 #[cold]
 #[inline(never)]
-fn quantize_rare(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) {
+fn quantize_rare(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
+    let n = values.len().min(out.len() / 4);
+    let (values, out) = (&values[..n], &mut out[..n * 4]);
     if exp == ZERO_BLOCK || exp == NON_FINITE {
         out.fill(0);
-        return;
+        return n;
     }
     let scale = 2f64.powi(shift(exp, headroom_bits(workers)));
     for (x, dst) in values.iter().zip(out.chunks_exact_mut(4)) {
         let q = (f64::from(*x) * scale).round_ties_even() as i32;
         dst.copy_from_slice(&q.to_be_bytes());
     }
+    n
 }
 
 /// Turns big-endian int32 sums back into float32 with the agreed exponent byte; returns the
