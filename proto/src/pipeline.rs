@@ -438,6 +438,13 @@ impl Pipeline {
         Ok(removed)
     }
 
+    /// Counts a packet or frame of `len` bytes in.
+    #[inline(always)]
+    fn count_arrival(&mut self, len: usize) {
+        self.counters.packets_in += 1;
+        self.counters.bytes_in += len as u64;
+    }
+
     fn drop(&mut self, reason: DropReason) -> Verdict<'static> {
         drop_counted(&mut self.counters, reason)
     }
@@ -453,8 +460,7 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.counters.packets_in += 1;
-        self.counters.bytes_in += frame_bytes.len() as u64;
+        self.count_arrival(frame_bytes.len());
         let Ok(parsed) = frame::parse(frame_bytes) else {
             return self.drop(DropReason::NotIna);
         };
@@ -498,8 +504,7 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.counters.packets_in += 1;
-        self.counters.bytes_in += packet.len() as u64;
+        self.count_arrival(packet.len());
         self.process_dispatch(ingress, packet, now, out)
     }
 
@@ -544,8 +549,7 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.counters.packets_in += 1;
-        self.counters.bytes_in += packet.len() as u64;
+        self.count_arrival(packet.len());
         self.process_inner::<false>(ingress, packet, now, out)
     }
 
@@ -913,100 +917,13 @@ fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out
 /// Checks that `PROTOCOL_VERSION` is what the pipeline was written for.
 const _: () = assert!(PROTOCOL_VERSION == 1);
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     /// What a verdict says, without the borrow of the pipeline.
-    fn owned(v: Verdict<'_>, out: &[u8]) -> (Option<DropReason>, Vec<PortId>, Vec<u8>) {
-        match v {
-            Verdict::Drop(r) => (Some(r), vec![], vec![]),
-            Verdict::Absorbed => (None, vec![], vec![]),
-            Verdict::Unicast { port, len } => (None, vec![port], out[..len].to_vec()),
-            Verdict::Multicast { ports, len } => (None, ports.to_vec(), out[..len].to_vec()),
-        }
-    }
-
-    proptest! {
-        /// The pipeline is compiled twice, for the baseline target and for AVX2 (see
-        /// `process_dispatch`); both copies take the same decisions and compute the same sums.
-        #[test]
-        #[allow(unsafe_code)]
-        fn baseline_and_avx2_compilations_agree(
-            elems in 1u16..=40,
-            ops in proptest::collection::vec(
-                (0u16..4, 0u16..6, 0u8..2, 0u32..3, any::<u8>(), any::<[i32; 40]>(), 0u8..8),
-                1..120,
-            ),
-        ) {
-            if !kernels::has_avx2() {
-                return Ok(());
-            }
-            let new = || {
-                let mut p = Pipeline::new(PipelineConfig { pool_slots: 8, max_elems: 40 });
-                let job = JobConfig {
-                    job: 3,
-                    epoch: 9,
-                    slot_base: 1,
-                    slot_count: 4,
-                    elems_per_packet: elems,
-                    ranks: (0..4).map(PortId).collect(),
-                };
-                p.add_job(job).map(|()| p)
-            };
-            let (Ok(mut a), Ok(mut b)) = (new(), new()) else {
-                return Err(TestCaseError::fail("job installs"));
-            };
-            for (rank, slot, set, seq, exponent, vals, variant) in ops {
-                // Mostly well-formed contributions; some with the wrong count, epoch or port,
-                // empty ones, probes, and replies that do not fit.
-                let count = match variant {
-                    1 => elems - 1,
-                    2 => 0,
-                    _ => elems,
-                };
-                let repr = AggRepr {
-                    kind: if variant == 3 { MessageType::Probe } else { MessageType::Data },
-                    set,
-                    job: 3,
-                    epoch: if variant == 4 { 8 } else { 9 },
-                    rank: rank as u8,
-                    exponent,
-                    slot,
-                    count,
-                    seq,
-                };
-                let mut pkt = vec![0u8; repr.buffer_len()];
-                let Ok(mut view) = repr.emit_into(&mut pkt) else {
-                    return Err(TestCaseError::fail("sized by buffer_len"));
-                };
-                ina_wire::payload::encode_from(&vals, view.payload_mut());
-                let port = PortId(if variant == 5 { (rank + 1) % 4 } else { rank });
-                let out_len = if variant == 6 { 20 } else { HEADER_LEN + 4 * 40 };
-                let (mut out_a, mut out_b) = (vec![0u8; out_len], vec![0u8; out_len]);
-                let now = Instant::ZERO;
-                let va = a.process_inner_baseline(port, &pkt, now, &mut out_a);
-                let va = owned(va, &out_a);
-                // SAFETY: the CPU has AVX2 (checked above).
-                let vb = unsafe { b.process_inner_avx2(port, &pkt, now, &mut out_b) };
-                let vb = owned(vb, &out_b);
-                prop_assert_eq!(va, vb);
-            }
-            prop_assert_eq!(a.counters(), b.counters());
-            let (ra, rb) = (a.registers(), b.registers());
-            prop_assert_eq!(ra, rb);
-        }
-    }
-}
-
-#[cfg(test)]
-mod fast_path_tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// What a verdict says, without the borrow of the pipeline.
-    fn owned(v: Verdict<'_>, out: &[u8]) -> (Option<DropReason>, Vec<PortId>, Vec<u8>) {
+    fn owned(v: Verdict<'_>, out: &[u8]) -> Owned {
         match v {
             Verdict::Drop(r) => (Some(r), vec![], vec![]),
             Verdict::Absorbed => (None, vec![], vec![]),
@@ -1040,81 +957,140 @@ mod fast_path_tests {
         Ok(p)
     }
 
+    /// One packet the tests send: rank, slot, set, seq, exponent, payload, variant.
+    type Op = (u8, u16, u8, u32, u8, [i32; 40], u8);
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        proptest::collection::vec(
+            (
+                0u8..6,
+                0u16..9,
+                0u8..2,
+                0u32..3,
+                any::<u8>(),
+                any::<[i32; 40]>(),
+                0u8..14,
+            ),
+            1..150,
+        )
+    }
+
+    /// The packet of `op` for [`two_jobs`], the port it arrives on, the length of the reply
+    /// buffer and the time. Mostly well-formed contributions of both jobs; by `variant`, packets
+    /// that miss each check of the data fast path (count, type, epoch, port, job, payload
+    /// length, version, reserved flag), ranks past the job's on the port that pads its table
+    /// of rank ports, and replies that do not fit.
+    fn packet(op: &Op, elems: u16) -> (PortId, Vec<u8>, usize, Instant) {
+        let &(rank, slot, set, seq, exponent, ref vals, variant) = op;
+        let second = slot >= 5;
+        let (job, epoch, base_port) = if second { (5, 2, 10) } else { (3, 9, 0) };
+        let repr = AggRepr {
+            kind: if variant == 3 {
+                MessageType::Probe
+            } else {
+                MessageType::Data
+            },
+            set,
+            job: if variant == 7 { 4 } else { job },
+            epoch: if variant == 4 { epoch + 1 } else { epoch },
+            rank,
+            exponent,
+            slot,
+            count: match variant {
+                1 => elems - 1,
+                2 => 0,
+                8 => elems + 1,
+                _ => elems,
+            },
+            seq,
+        };
+        let mut pkt = vec![0u8; repr.buffer_len()];
+        if let Ok(mut view) = repr.emit_into(&mut pkt) {
+            ina_wire::payload::encode_from(vals, view.payload_mut());
+        }
+        match variant {
+            // A payload shorter, or longer, than the count says.
+            9 => pkt.truncate(pkt.len() - 4),
+            13 => pkt.extend_from_slice(&[0; 4]),
+            10 => pkt[0] = 0x21,  // another version
+            11 => pkt[1] |= 0x80, // a reserved flag
+            _ => {}
+        }
+        let port = match variant {
+            5 => PortId(base_port + u16::from((rank + 1) % 4)),
+            // The port that pads the job's table of rank ports.
+            12 => PortId(0),
+            _ => PortId(base_port + u16::from(rank)),
+        };
+        let out_len = if variant == 6 {
+            20
+        } else {
+            HEADER_LEN + 4 * 40
+        };
+        (port, pkt, out_len, Instant::from_nanos(u64::from(seq)))
+    }
+
+    /// What a verdict says, and the reply it sent.
+    type Owned = (Option<DropReason>, Vec<PortId>, Vec<u8>);
+
+    /// Sends the packets of `ops` to two pipelines of [`two_jobs`], one through `run_a` and
+    /// one through `run_b`; fails unless every verdict and reply agrees. Returns both.
+    fn send_both(
+        elems: u16,
+        ops: &[Op],
+        run_a: impl Fn(&mut Pipeline, PortId, &[u8], Instant, &mut [u8]) -> Owned,
+        run_b: impl Fn(&mut Pipeline, PortId, &[u8], Instant, &mut [u8]) -> Owned,
+    ) -> Result<(Pipeline, Pipeline), TestCaseError> {
+        let (Ok(mut a), Ok(mut b)) = (two_jobs(elems), two_jobs(elems)) else {
+            return Err(TestCaseError::fail("jobs install"));
+        };
+        for op in ops {
+            let (port, pkt, out_len, now) = packet(op, elems);
+            let (mut out_a, mut out_b) = (vec![0u8; out_len], vec![0u8; out_len]);
+            let va = run_a(&mut a, port, &pkt, now, &mut out_a);
+            let vb = run_b(&mut b, port, &pkt, now, &mut out_b);
+            prop_assert_eq!(va, vb);
+        }
+        prop_assert_eq!(a.counters(), b.counters());
+        prop_assert_eq!(a.registers(), b.registers());
+        Ok((a, b))
+    }
+
     proptest! {
         /// The data fast path only takes packets the general path would aggregate, and
-        /// handles them as it would: the same verdicts, replies, counters and registers as
-        /// the general path alone, for well-formed contributions of both jobs and for packets
-        /// that miss each of its checks (version and type, job, epoch, rank, port, count,
-        /// payload length, slot range), ranks past the job's on the port that pads its table
-        /// included.
+        /// handles them as it would: the same verdicts, replies, counters, registers and
+        /// activity times as the general path alone.
         #[test]
-        fn fast_path_agrees_with_the_general_path(
-            elems in 1u16..=40,
-            ops in proptest::collection::vec(
-                (0u8..6, 0u16..9, 0u8..2, 0u32..3, any::<u8>(), any::<[i32; 40]>(), 0u8..14),
-                1..150,
-            ),
-        ) {
-            let (Ok(mut fast), Ok(mut general)) = (two_jobs(elems), two_jobs(elems)) else {
-                return Err(TestCaseError::fail("jobs install"));
-            };
-            for (rank, slot, set, seq, exponent, vals, variant) in ops {
-                let second = slot >= 5;
-                let (job, epoch, base_port) = if second { (5, 2, 10) } else { (3, 9, 0) };
-                let repr = AggRepr {
-                    kind: if variant == 3 { MessageType::Probe } else { MessageType::Data },
-                    set,
-                    job: if variant == 7 { 4 } else { job },
-                    epoch: if variant == 4 { epoch + 1 } else { epoch },
-                    rank,
-                    exponent,
-                    slot,
-                    count: match variant {
-                        1 => elems - 1,
-                        2 => 0,
-                        8 => elems + 1,
-                        _ => elems,
-                    },
-                    seq,
-                };
-                let mut pkt = vec![0u8; repr.buffer_len()];
-                let Ok(mut view) = repr.emit_into(&mut pkt) else {
-                    return Err(TestCaseError::fail("sized by buffer_len"));
-                };
-                ina_wire::payload::encode_from(&vals, view.payload_mut());
-                match variant {
-                    9 => {
-                        // A payload shorter than the count says.
-                        pkt.truncate(pkt.len() - 4);
-                    }
-                    13 => {
-                        // A payload longer than the count says.
-                        pkt.extend_from_slice(&[0; 4]);
-                    }
-                    10 => pkt[0] = 0x21, // another version
-                    11 => pkt[1] |= 0x80, // a reserved flag
-                    _ => {}
-                }
-                let port = match variant {
-                    5 => PortId(base_port + u16::from((rank + 1) % 4)),
-                    // The port that pads the job's table of rank ports.
-                    12 => PortId(0),
-                    _ => PortId(base_port + u16::from(rank)),
-                };
-                let out_len = if variant == 6 { 20 } else { HEADER_LEN + 4 * 40 };
-                let (mut out_f, mut out_g) = (vec![0u8; out_len], vec![0u8; out_len]);
-                let now = Instant::from_nanos(u64::from(seq));
-                let vf = fast.process(port, &pkt, now, &mut out_f);
-                let vf = owned(vf, &out_f);
-                let vg = general.process_general(port, &pkt, now, &mut out_g);
-                let vg = owned(vg, &out_g);
-                prop_assert_eq!(vf, vg);
-            }
-            prop_assert_eq!(fast.counters(), general.counters());
-            prop_assert_eq!(fast.registers(), general.registers());
+        fn fast_path_agrees_with_the_general_path(elems in 1u16..=40, ops in ops()) {
+            let (fast, general) = send_both(
+                elems,
+                &ops,
+                |p, port, pkt, now, out| owned(p.process(port, pkt, now, out), out),
+                |p, port, pkt, now, out| owned(p.process_general(port, pkt, now, out), out),
+            )?;
             for job in [3, 5] {
                 prop_assert_eq!(fast.last_activity(job), general.last_activity(job));
             }
+        }
+
+        /// The pipeline is compiled twice, for the baseline target and for AVX2 (see
+        /// `process_dispatch`); both copies take the same decisions and compute the same sums.
+        #[cfg(target_arch = "x86_64")]
+        #[test]
+        #[allow(unsafe_code)]
+        fn baseline_and_avx2_compilations_agree(elems in 1u16..=40, ops in ops()) {
+            if !kernels::has_avx2() {
+                return Ok(());
+            }
+            send_both(
+                elems,
+                &ops,
+                |p, port, pkt, now, out| owned(p.process_inner_baseline(port, pkt, now, out), out),
+                // SAFETY: the CPU has AVX2 (checked above).
+                |p, port, pkt, now, out| {
+                    owned(unsafe { p.process_inner_avx2(port, pkt, now, out) }, out)
+                },
+            )?;
         }
     }
 }
