@@ -736,60 +736,58 @@ impl Pipeline {
         let seen = bitmap[x] & bit != 0;
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
-        if !new_use {
-            if seen {
-                // Retransmission: answer from the registers if the use is complete.
-                if pending[x] != 0 {
-                    return drop_counted(counters, DropReason::RetransmitIncomplete);
-                }
-                let Some(out) = out.get_mut(..result_len) else {
-                    return drop_counted(counters, DropReason::OutputTooSmall);
-                };
-                debug_assert_eq!(seq[x], view.seq());
-                emit_result(view, exp[x], cells, out);
-                counters.results_unicast += 1;
-                return Verdict::Unicast {
-                    port: ingress,
-                    len: result_len,
-                };
-            }
-            if pending[x] == 0 {
+        if !new_use && (seen || pending[x] == 0) {
+            if !seen {
                 // The use completed and this worker already moved on (its bit was cleared by
                 // its next packet): a late copy.
                 return drop_counted(counters, DropReason::Duplicate);
             }
+            // Retransmission: answer from the registers if the use is complete.
+            if pending[x] != 0 {
+                return drop_counted(counters, DropReason::RetransmitIncomplete);
+            }
+            let Some(out) = out.get_mut(..result_len) else {
+                return drop_counted(counters, DropReason::OutputTooSmall);
+            };
+            debug_assert_eq!(seq[x], view.seq());
+            emit_result(view, exp[x], cells, out);
+            counters.results_unicast += 1;
+            return Verdict::Unicast {
+                port: ingress,
+                len: result_len,
+            };
         }
-        // Arrivals pending: a new use starts at workers - 1 still to come.
+        // An arrival that counts. Arrivals pending: a new use starts at workers - 1 still to
+        // come.
         let remaining = if new_use { workers - 1 } else { pending[x] - 1 };
         // The arrival that completes the use must be able to send the result; refusing it
         // before any register changes keeps the slot collecting, so that its retransmission
         // completes the use as this packet would have.
-        let out = if remaining == 0 {
-            match out.get_mut(..result_len) {
-                Some(out) => Some(out),
-                None => return drop_counted(counters, DropReason::OutputTooSmall),
-            }
-        } else {
-            None
-        };
+        if remaining == 0 && out.len() < result_len {
+            return drop_counted(counters, DropReason::OutputTooSmall);
+        }
         if new_use {
             seq[x] = view.seq();
             bitmap[x] = bit;
             bitmap[1 - x] &= !bit;
             exp[x] = u32::from(view.exponent());
-            kernels::portable::decode_be(payload_bytes, cells);
+            decode_payload(payload_bytes, cells);
             counters.data_first += 1;
         } else {
             bitmap[x] |= bit;
             bitmap[1 - x] &= !bit;
             exp[x] = exp[x].max(u32::from(view.exponent()));
-            kernels::portable::accumulate_be(payload_bytes, cells);
+            accumulate_payload(payload_bytes, cells);
             counters.data_added += 1;
         }
         counters.elements_aggregated += count as u64;
         pending[x] = remaining;
-        let Some(out) = out else {
+        if remaining != 0 {
             return Verdict::Absorbed;
+        }
+        let Some(out) = out.get_mut(..result_len) else {
+            // Unreachable: checked before the registers changed.
+            return drop_counted(counters, DropReason::OutputTooSmall);
         };
         let job = &*job;
         debug_assert_eq!(seq[x], view.seq());
@@ -912,6 +910,48 @@ fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out
     pkt.set_set(set);
     pkt.set_exponent(exp as u8);
     kernels::portable::encode_be(cells, payload);
+}
+
+/// `kernels::portable::decode_be` of a payload into its cells (as many elements as `cells`
+/// holds), in whole turns of 32 elements and the rest apart: the vectorized loop then needs no
+/// remainder of its own, and a packet of 64 or 256 elements runs no set-up for one.
+#[inline(always)]
+fn decode_payload(payload: &[u8], cells: &mut [i32]) {
+    let n = cells.len() & !31;
+    if let (Some(p), Some(c)) = (payload.get(..4 * n), cells.get_mut(..n)) {
+        kernels::portable::decode_be(p, c);
+    }
+    if n < cells.len() {
+        decode_rest(payload, cells, n);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn decode_rest(payload: &[u8], cells: &mut [i32], from: usize) {
+    if let (Some(p), Some(c)) = (payload.get(4 * from..), cells.get_mut(from..)) {
+        kernels::portable::decode_be(p, c);
+    }
+}
+
+/// `kernels::portable::accumulate_be` of a payload into its cells, like [`decode_payload`].
+#[inline(always)]
+fn accumulate_payload(payload: &[u8], cells: &mut [i32]) {
+    let n = cells.len() & !31;
+    if let (Some(p), Some(c)) = (payload.get(..4 * n), cells.get_mut(..n)) {
+        kernels::portable::accumulate_be(p, c);
+    }
+    if n < cells.len() {
+        accumulate_rest(payload, cells, n);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn accumulate_rest(payload: &[u8], cells: &mut [i32], from: usize) {
+    if let (Some(p), Some(c)) = (payload.get(4 * from..), cells.get_mut(from..)) {
+        kernels::portable::accumulate_be(p, c);
+    }
 }
 
 /// Checks that `PROTOCOL_VERSION` is what the pipeline was written for.
