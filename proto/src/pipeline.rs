@@ -771,13 +771,13 @@ impl Pipeline {
             bitmap[x] = bit;
             bitmap[1 - x] &= !bit;
             exp[x] = u32::from(view.exponent());
-            decode_payload(payload_bytes, cells);
+            in_turns(payload_bytes, cells, kernels::portable::decode_be);
             counters.data_first += 1;
         } else {
             bitmap[x] |= bit;
             bitmap[1 - x] &= !bit;
             exp[x] = exp[x].max(u32::from(view.exponent()));
-            accumulate_payload(payload_bytes, cells);
+            in_turns(payload_bytes, cells, kernels::portable::accumulate_be);
             counters.data_added += 1;
         }
         counters.elements_aggregated += count as u64;
@@ -912,45 +912,27 @@ fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out
     kernels::portable::encode_be(cells, payload);
 }
 
-/// `kernels::portable::decode_be` of a payload into its cells (as many elements as `cells`
-/// holds), in whole turns of 32 elements and the rest apart: the vectorized loop then needs no
-/// remainder of its own, and a packet of 64 or 256 elements runs no set-up for one.
+/// `kernel` (`decode_be` or `accumulate_be` of `kernels::portable`) of a payload into its cells
+/// (as many elements as `cells` holds), in whole turns of 32 elements and the rest apart: the
+/// vectorized loop then needs no remainder of its own, and a packet of 64 or 256 elements runs
+/// no set-up for one.
 #[inline(always)]
-fn decode_payload(payload: &[u8], cells: &mut [i32]) {
+fn in_turns(payload: &[u8], cells: &mut [i32], kernel: impl Fn(&[u8], &mut [i32]) + Copy) {
     let n = cells.len() & !31;
     if let (Some(p), Some(c)) = (payload.get(..4 * n), cells.get_mut(..n)) {
-        kernels::portable::decode_be(p, c);
+        kernel(p, c);
     }
     if n < cells.len() {
-        decode_rest(payload, cells, n);
+        the_rest(payload, cells, n, kernel);
     }
 }
 
+/// Elements `from..` of [`in_turns`].
 #[cold]
 #[inline(never)]
-fn decode_rest(payload: &[u8], cells: &mut [i32], from: usize) {
+fn the_rest(payload: &[u8], cells: &mut [i32], from: usize, kernel: impl Fn(&[u8], &mut [i32])) {
     if let (Some(p), Some(c)) = (payload.get(4 * from..), cells.get_mut(from..)) {
-        kernels::portable::decode_be(p, c);
-    }
-}
-
-/// `kernels::portable::accumulate_be` of a payload into its cells, like [`decode_payload`].
-#[inline(always)]
-fn accumulate_payload(payload: &[u8], cells: &mut [i32]) {
-    let n = cells.len() & !31;
-    if let (Some(p), Some(c)) = (payload.get(..4 * n), cells.get_mut(..n)) {
-        kernels::portable::accumulate_be(p, c);
-    }
-    if n < cells.len() {
-        accumulate_rest(payload, cells, n);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn accumulate_rest(payload: &[u8], cells: &mut [i32], from: usize) {
-    if let (Some(p), Some(c)) = (payload.get(4 * from..), cells.get_mut(from..)) {
-        kernels::portable::accumulate_be(p, c);
+        kernel(p, c);
     }
 }
 
