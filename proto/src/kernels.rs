@@ -194,12 +194,12 @@ mod x86 {
     /// results is `i32::MIN` (rare: quantization only produces `|y| < 2^31`, and `-2^31` itself
     /// is exact either way), the elements are computed again with the portable code.
     ///
-    /// # Safety
-    /// The CPU must support AVX2.
-    ///
     /// Returns the number of elements quantized. The tail of fewer than 8 elements and the
     /// recomputation are out of line, so that a block of whole vectors runs a leaf function
     /// that saves no registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn quantize_be_avx2(values: &[f32], scale: f32, out: &mut [u8]) -> usize {
         let n = values.len().min(out.len() / 4);
