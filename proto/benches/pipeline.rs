@@ -100,7 +100,8 @@ impl Round {
 
     /// The data movement of one use of every slot: each packet's payload copied into its
     /// slot's cells of set `x` (`cells` as bytes, 2 sets per slot).
-    fn memcpy(&self, cells: &mut [u8], x: usize) {
+    fn memcpy(&self, cells: &mut [Line], x: usize) {
+        let cells: &mut [u8] = bytemuck::cast_slice_mut(cells);
         let e = self.elems;
         for (i, (_, pkt)) in self.packets.iter().enumerate() {
             let slot = i / usize::from(WORKERS);
@@ -130,9 +131,8 @@ impl Round {
     /// right after it was processed, so that its header was written long before the
     /// pipeline reads it again, as a received packet's is.
     fn run(&mut self, pipe: &mut Pipeline, out: &mut [u8]) {
-        let u = self.next_use;
-        self.next_use = u.wrapping_add(1);
-        for (i, (rank, pkt)) in self.packets.iter_mut().enumerate() {
+        self.next_use = self.next_use.wrapping_add(1);
+        for (rank, pkt) in self.packets.iter_mut() {
             // What a caller reads of the verdict: where to send how many bytes. (Keeping the
             // whole `Verdict` alive with `black_box` would add a store-forwarding stall of
             // its own: the caller reloading it with 16-byte loads right after the callee wrote
@@ -143,9 +143,31 @@ impl Round {
                 Verdict::Multicast { ports, len } => len * ports.len(),
             };
             black_box(sent);
-            Round::number(pkt, i, u.wrapping_add(1));
+            Round::advance(pkt);
         }
     }
+
+    /// Numbers a packet of one use for the next use of its slot: [`Self::number`] for `u + 1`
+    /// of a packet numbered for `u` (the sequence number one pool further on, the other set).
+    #[inline(always)]
+    fn advance(pkt: &mut [u8]) {
+        if let Some(header) = pkt.first_chunk_mut::<HEADER_LEN>() {
+            let mut view = AggPacket::new_unchecked(header);
+            view.set_seq(view.seq().wrapping_add(u32::from(POOL)));
+            view.set_set(view.set() ^ 1);
+        }
+    }
+}
+
+/// 64 bytes on a cache line of their own: the memcpy destination starts every slot's cells on
+/// a line, as the pipeline's value registers do.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// The destination of `Round::memcpy`: `e` elements of 4 bytes for each set of each slot.
+fn cell_lines(e: usize) -> Vec<Line> {
+    vec![Line([0; 64]); (usize::from(POOL) * 2 * e * 4).div_ceil(64)]
 }
 
 fn pipeline() -> Pipeline {
@@ -204,6 +226,12 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     round.run(&mut pipe, &mut out);
     round.run(&mut pipe, &mut out);
     assert_all_aggregated(&before, pipe.counters(), round.elems);
+    // Every packet is numbered for the next use, as `number` numbers it.
+    for (i, (_, pkt)) in round.packets.iter().enumerate() {
+        let mut want = pkt.clone();
+        Round::number(&mut want, i, round.next_use);
+        assert_eq!(pkt[..HEADER_LEN], want[..HEADER_LEN], "packet {i} advanced");
+    }
     // (The packets are numbered for the next use already: the slot and set of the last one
     // come from the use that was made.)
     let last = &round.packets[round.packets.len() - 1].1;
@@ -234,7 +262,7 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
 
     // The register cells as bytes: 2 sets per slot.
     let e = round.elems;
-    let mut cells = vec![0u8; usize::from(POOL) * 2 * e * 4];
+    let mut cells = cell_lines(e);
     g.bench_function("memcpy", |b| {
         let mut u = 0usize;
         b.iter(|| {
@@ -292,7 +320,7 @@ fn ratios() {
         let mut pipe = pipeline();
         add_job(&mut pipe, elems);
         let mut out = vec![0u8; HEADER_LEN + 4 * 256];
-        let mut cells = vec![0u8; usize::from(POOL) * 2 * round.elems * 4];
+        let mut cells = cell_lines(round.elems);
         let before = *pipe.counters();
         let mut x = 0;
         let r = std::cell::RefCell::new(&mut round);

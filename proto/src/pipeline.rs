@@ -254,11 +254,21 @@ pub struct SlotRegisters {
     pub exp: [u32; 2],
 }
 
+/// 16 value cells on a cache line of their own. The value cells are stored as these, so that
+/// the cells of every `(slot, set)` start on a cache-line boundary (a multiple of 16 elements
+/// apart) and no 32-byte vector access of a 64- or 256-element payload straddles two lines.
+/// Reading cells right after the previous packet of the slot wrote them then forwards from the
+/// store buffer instead of waiting for a split store to reach the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct CellLine([i32; 16]);
+
 /// The register file (see the module docs for the layout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registers {
     slots: Vec<SlotRegisters>,
-    values: Vec<i32>,
+    /// The value cells, `(2*slot + set) * max_elems + k` of [`Self::cells`].
+    values: Vec<CellLine>,
     max_elems: usize,
 }
 
@@ -267,7 +277,7 @@ impl Registers {
         let slots = usize::from(cfg.pool_slots);
         Registers {
             slots: vec![SlotRegisters::default(); slots],
-            values: vec![0; slots * 2 * usize::from(cfg.max_elems)],
+            values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
             max_elems: usize::from(cfg.max_elems),
         }
     }
@@ -279,19 +289,27 @@ impl Registers {
 
     /// The value cells of the whole pool, `(2*slot + set) * max_elems + k`.
     pub fn values(&self) -> &[i32] {
-        &self.values
+        let all: &[i32] = bytemuck::cast_slice(&self.values);
+        all.get(..2 * self.slots.len() * self.max_elems)
+            .unwrap_or(all)
+    }
+
+    /// The value cells as one array, including the padding of the last line.
+    #[inline(always)]
+    fn cells_mut(&mut self) -> &mut [i32] {
+        bytemuck::cast_slice_mut(&mut self.values)
     }
 
     /// The value cells of `(slot, set)`.
     pub fn values_of(&self, slot: usize, set: usize) -> &[i32] {
         let start = (2 * slot + set) * self.max_elems;
-        &self.values[start..start + self.max_elems]
+        &self.values()[start..start + self.max_elems]
     }
 
     fn clear_range(&mut self, base: usize, count: usize) {
         self.slots[base..base + count].fill(SlotRegisters::default());
         let m = self.max_elems;
-        self.values[2 * base * m..2 * (base + count) * m].fill(0);
+        self.cells_mut()[2 * base * m..2 * (base + count) * m].fill(0);
     }
 }
 
@@ -583,8 +601,28 @@ impl Pipeline {
             return self.drop(DropReason::Malformed);
         };
         if FAST {
-            if let Some(job_idx) = self.fast_data_job(header, payload_bytes.len(), ingress) {
+            // (A result must fit `out` as well: the fast path's slot update then needs no
+            // check of its own that it does.)
+            if let Some(job_idx) = self
+                .fast_data_job(header, payload_bytes.len(), ingress)
+                .filter(|_| out.len() >= packet.len())
+            {
                 let view = AggPacket::new_unchecked(header);
+                // The payload lengths of Tofino's element counts (64 and 256) as constants:
+                // the slot update is compiled for each, with its loops over the elements
+                // unrolled into straight-line vector code.
+                if let Some(p) = payload_bytes
+                    .first_chunk::<256>()
+                    .filter(|_| payload_bytes.len() == 256)
+                {
+                    return self.aggregate(job_idx, &view, p, ingress, now, out);
+                }
+                if let Some(p) = payload_bytes
+                    .first_chunk::<1024>()
+                    .filter(|_| payload_bytes.len() == 1024)
+                {
+                    return self.aggregate(job_idx, &view, p, ingress, now, out);
+                }
                 return self.aggregate(job_idx, &view, payload_bytes, ingress, now, out);
             }
         }
@@ -713,7 +751,8 @@ impl Pipeline {
         let slot = usize::from(view.slot());
         let x = usize::from(view.set());
         let bit = 1u32 << view.rank();
-        let count = usize::from(view.count());
+        // The header's count: both callers checked that the payload holds `count` elements.
+        let count = payload_bytes.len() / 4;
         let SlotRegisters {
             seq,
             bitmap,
@@ -721,7 +760,8 @@ impl Pipeline {
             exp,
         } = &mut regs.slots[slot];
         let base = (2 * slot + x) * regs.max_elems;
-        let cells = &mut regs.values[base..base + count];
+        let cells =
+            &mut bytemuck::cast_slice_mut::<CellLine, i32>(&mut regs.values)[base..base + count];
 
         // Stage 1: sequence register of the set.
         let delta = view.seq().wrapping_sub(seq[x]) as i32;
@@ -955,7 +995,7 @@ mod tests {
     fn two_jobs(elems: u16) -> Result<Pipeline, JobError> {
         let mut p = Pipeline::new(PipelineConfig {
             pool_slots: 8,
-            max_elems: 40,
+            max_elems: 257,
         });
         p.add_job(JobConfig {
             job: 3,
@@ -976,8 +1016,30 @@ mod tests {
         Ok(p)
     }
 
-    /// One packet the tests send: rank, slot, set, seq, exponent, payload, variant.
-    type Op = (u8, u16, u8, u32, u8, [i32; 40], u8);
+    /// One packet the tests send: rank, slot, set, seq, exponent, payload (as the seed of
+    /// [`payload`]), variant.
+    type Op = (u8, u16, u8, u32, u8, u64, u8);
+
+    /// Element counts: small ones, and the counts the pipeline compiles apart (64, 256).
+    fn counts() -> impl Strategy<Value = u16> {
+        prop_oneof![1u16..=40, Just(64), Just(256)]
+    }
+
+    /// `n` elements drawn from `seed`, with the extremes of int32 among them.
+    fn payload(seed: u64, n: usize) -> Vec<i32> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let z = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                match z % 16 {
+                    0 => i32::MAX,
+                    1 => i32::MIN,
+                    _ => (z >> 32) as i32,
+                }
+            })
+            .collect()
+    }
 
     fn ops() -> impl Strategy<Value = Vec<Op>> {
         proptest::collection::vec(
@@ -987,8 +1049,8 @@ mod tests {
                 0u8..2,
                 0u32..3,
                 any::<u8>(),
-                any::<[i32; 40]>(),
-                0u8..14,
+                any::<u64>(),
+                0u8..16,
             ),
             1..150,
         )
@@ -998,9 +1060,10 @@ mod tests {
     /// buffer and the time. Mostly well-formed contributions of both jobs; by `variant`, packets
     /// that miss each check of the data fast path (count, type, epoch, port, job, payload
     /// length, version, reserved flag), ranks past the job's on the port that pads its table
-    /// of rank ports, and replies that do not fit.
+    /// of rank ports, and reply buffers too short for any reply, one byte short of a result,
+    /// and exactly a result long.
     fn packet(op: &Op, elems: u16) -> (PortId, Vec<u8>, usize, Instant) {
-        let &(rank, slot, set, seq, exponent, ref vals, variant) = op;
+        let &(rank, slot, set, seq, exponent, seed, variant) = op;
         let second = slot >= 5;
         let (job, epoch, base_port) = if second { (5, 2, 10) } else { (3, 9, 0) };
         let repr = AggRepr {
@@ -1025,7 +1088,8 @@ mod tests {
         };
         let mut pkt = vec![0u8; repr.buffer_len()];
         if let Ok(mut view) = repr.emit_into(&mut pkt) {
-            ina_wire::payload::encode_from(vals, view.payload_mut());
+            let vals = payload(seed, usize::from(repr.count));
+            ina_wire::payload::encode_from(&vals, view.payload_mut());
         }
         match variant {
             // A payload shorter, or longer, than the count says.
@@ -1041,10 +1105,12 @@ mod tests {
             12 => PortId(0),
             _ => PortId(base_port + u16::from(rank)),
         };
-        let out_len = if variant == 6 {
-            20
-        } else {
-            HEADER_LEN + 4 * 40
+        let result_len = HEADER_LEN + 4 * usize::from(elems);
+        let out_len = match variant {
+            6 => 20,
+            14 => result_len - 1,
+            15 => result_len,
+            _ => HEADER_LEN + 4 * 257,
         };
         (port, pkt, out_len, Instant::from_nanos(u64::from(seq)))
     }
@@ -1080,7 +1146,7 @@ mod tests {
         /// handles them as it would: the same verdicts, replies, counters, registers and
         /// activity times as the general path alone.
         #[test]
-        fn fast_path_agrees_with_the_general_path(elems in 1u16..=40, ops in ops()) {
+        fn fast_path_agrees_with_the_general_path(elems in counts(), ops in ops()) {
             let (fast, general) = send_both(
                 elems,
                 &ops,
@@ -1101,7 +1167,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         #[test]
         #[allow(unsafe_code)]
-        fn baseline_and_avx2_compilations_agree(elems in 1u16..=40, ops in ops()) {
+        fn baseline_and_avx2_compilations_agree(elems in counts(), ops in ops()) {
             if !kernels::has_avx2() {
                 return Ok(());
             }
