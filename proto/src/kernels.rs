@@ -220,6 +220,13 @@ mod x86 {
                 let q3 = quantize8(&k, x.add(i + 24), d.add(4 * i + 96));
                 let m = _mm256_min_epi32(_mm256_min_epi32(q0, q1), _mm256_min_epi32(q2, q3));
                 min = _mm256_min_epi32(min, m);
+                // The source 2 KiB ahead, a line per 16 elements: with the hardware prefetcher
+                // alone, quantizing a tensor block by block into packets waits on its loads
+                // (`quant` bench, quantize/to_packet: 0.78 of memcpy without, 0.87 with). A
+                // prefetch past the end of `values` is harmless: it changes no memory the
+                // program can see, and cannot fault.
+                _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(i + PREFETCH_AHEAD).cast());
+                _mm_prefetch::<_MM_HINT_T0>(x.wrapping_add(i + PREFETCH_AHEAD + 16).cast());
             }
             i += 32;
         }
@@ -251,6 +258,9 @@ mod x86 {
         let from = if invalid { 0 } else { i };
         super::portable::quantize_be(&values[from..n], scale, &mut out[4 * from..4 * n]);
     }
+
+    /// How far ahead of the element being quantized its source is prefetched, in elements.
+    const PREFETCH_AHEAD: usize = 512;
 
     struct QuantizeConsts {
         scale: __m256,
