@@ -4,16 +4,17 @@
 //! Throughput is tensor bytes (4 per element) per second. The cases:
 //!
 //! * `memcpy/to_packet`, `quantize/to_packet`, `exp+quantize/to_packet`: each block goes into the
-//!   payload of one of two reused datagrams, as the worker writes its send batch (`exp+` also
-//!   computes the block's exponent byte, the worker's real per-block cost). The datagrams lie
-//!   back to back, as in a send batch: a 16-byte header and 1 KiB of payload each, so one
-//!   payload starts on a 32-byte boundary and the next 16 bytes past one; blocks alternate
-//!   between them.
+//!   payload of the next of 64 reused datagrams, as the worker writes its send batch of 64
+//!   (`exp+` also computes the block's exponent byte, the worker's real per-block cost). The
+//!   datagrams lie back to back, as in a send batch: a 16-byte header and 1 KiB of payload
+//!   each, so every other payload starts on a 32-byte boundary and the others 16 bytes past
+//!   one, and from one block to the next the payload moves 16 bytes further along the page
+//!   than the block does in the tensor.
 //! * `memcpy/whole`, `quantize/whole`, `exp+quantize/whole`, `dequantize/whole`: a 4 MiB source
 //!   into a 4 MiB destination.
-//! * `memcpy/from_packet`, `dequantize/from_packet`: the payloads of two reused datagrams laid
-//!   out the same way, alternately, into each block of the tensor, as the worker writes results
-//!   back.
+//! * `memcpy/from_packet`, `dequantize/from_packet`: the payloads of 64 datagrams laid out the
+//!   same way, in turn, into each block of the tensor, as the worker writes results back from
+//!   its receive batch of 64.
 //!
 //! `ratio` lines at the end time each case and its memcpy in alternation (see
 //! `side_by_side`): the figures the target is judged by.
@@ -65,7 +66,7 @@ struct Data {
     exps: Vec<u8>,
     t_bytes: Vec<u8>,
     whole: Vec<u8>,
-    /// Two datagrams back to back (see the module docs), for the `to_packet` cases.
+    /// A send batch of datagrams back to back (see the module docs), for the `to_packet` cases.
     packets: Datagrams,
     back: Vec<f32>,
     /// Quantized bytes of the whole tensor, the source of dequantization.
@@ -74,8 +75,8 @@ struct Data {
     q_packets: Datagrams,
 }
 
-/// Two datagrams of a 16-byte header and a block's payload, back to back from a 64-byte
-/// boundary: the first payload is 32-byte aligned, the second 16 bytes off.
+/// [`Datagrams::COUNT`] datagrams of a 16-byte header and a block's payload, back to back from
+/// a 64-byte boundary: the first payload is 32-byte aligned, the second 16 bytes off, and so on.
 struct Datagrams {
     buf: Vec<u8>,
     start: usize,
@@ -83,16 +84,18 @@ struct Datagrams {
 
 impl Datagrams {
     const LEN: usize = 16 + BLOCK * 4;
+    /// As many as the worker's send and receive batches hold.
+    const COUNT: usize = 64;
 
     fn new() -> Datagrams {
-        let buf = vec![0u8; 2 * Self::LEN + 64];
+        let buf = vec![0u8; Self::COUNT * Self::LEN + 64];
         let start = (64 - (buf.as_ptr() as usize % 64)) % 64;
         Datagrams { buf, start }
     }
 
-    /// The payload of datagram `k % 2`.
+    /// The payload of datagram `k % COUNT`.
     fn payload(&mut self, k: usize) -> &mut [u8] {
-        let at = self.start + (k % 2) * Self::LEN + 16;
+        let at = self.start + (k % Self::COUNT) * Self::LEN + 16;
         &mut self.buf[at..at + BLOCK * 4]
     }
 }
@@ -108,7 +111,7 @@ impl Data {
             quantize_be(block, *e, WORKERS, dst);
         }
         let mut q_packets = Datagrams::new();
-        for k in 0..2 {
+        for k in 0..Datagrams::COUNT {
             q_packets
                 .payload(k)
                 .copy_from_slice(&q[k * BLOCK * 4..(k + 1) * BLOCK * 4]);
@@ -125,7 +128,7 @@ impl Data {
         }
     }
 
-    // Into two reused datagrams, alternately.
+    // Into the datagrams of a send batch, in turn.
     fn memcpy_to_packet(&mut self) {
         for (k, src) in self.t_bytes.chunks_exact(BLOCK * 4).enumerate() {
             let dst = self.packets.payload(k);
@@ -193,7 +196,7 @@ impl Data {
         black_box(&mut self.back);
     }
 
-    // From two reused datagrams, alternately, into the tensor.
+    // From the datagrams of a receive batch, in turn, into the tensor.
     fn memcpy_from_packet(&mut self) {
         for (k, dst) in self.whole.chunks_exact_mut(BLOCK * 4).enumerate() {
             dst.copy_from_slice(black_box(self.q_packets.payload(k)));
