@@ -264,11 +264,17 @@ pub struct SlotRegisters {
 #[repr(C, align(64))]
 struct CellLine([i32; 16]);
 
+/// The value cells of `lines` as one array (with the padding of the last line, if any).
+#[inline(always)]
+fn cells_of(lines: &mut [CellLine]) -> &mut [i32] {
+    bytemuck::cast_slice_mut(lines)
+}
+
 /// The register file (see the module docs for the layout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registers {
     slots: Vec<SlotRegisters>,
-    /// The value cells, `(2*slot + set) * max_elems + k` of [`Self::cells`].
+    /// The value cells: element `(2*slot + set) * max_elems + k` of [`cells_of`] them.
     values: Vec<CellLine>,
     max_elems: usize,
 }
@@ -295,12 +301,6 @@ impl Registers {
             .unwrap_or(all)
     }
 
-    /// The value cells as one array, including the padding of the last line.
-    #[inline(always)]
-    fn cells_mut(&mut self) -> &mut [i32] {
-        bytemuck::cast_slice_mut(&mut self.values)
-    }
-
     /// The value cells of `(slot, set)`.
     pub fn values_of(&self, slot: usize, set: usize) -> &[i32] {
         let start = (2 * slot + set) * self.max_elems;
@@ -310,7 +310,7 @@ impl Registers {
     fn clear_range(&mut self, base: usize, count: usize) {
         self.slots[base..base + count].fill(SlotRegisters::default());
         let m = self.max_elems;
-        self.cells_mut()[2 * base * m..2 * (base + count) * m].fill(0);
+        cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);
     }
 }
 
@@ -761,8 +761,7 @@ impl Pipeline {
             exp,
         } = &mut regs.slots[slot];
         let base = (2 * slot + x) * regs.max_elems;
-        let cells =
-            &mut bytemuck::cast_slice_mut::<CellLine, i32>(&mut regs.values)[base..base + count];
+        let cells = &mut cells_of(&mut regs.values)[base..base + count];
 
         // Stage 1: sequence register of the set.
         let delta = view.seq().wrapping_sub(seq[x]) as i32;
