@@ -612,16 +612,10 @@ impl Pipeline {
                 // The payload lengths of Tofino's element counts (64 and 256) as constants:
                 // the slot update is compiled for each, with its loops over the elements
                 // unrolled into straight-line vector code.
-                if let Some(p) = payload_bytes
-                    .first_chunk::<256>()
-                    .filter(|_| payload_bytes.len() == 256)
-                {
+                if let Ok(p) = <&[u8; 256]>::try_from(payload_bytes) {
                     return self.aggregate(job_idx, &view, p, ingress, now, out);
                 }
-                if let Some(p) = payload_bytes
-                    .first_chunk::<1024>()
-                    .filter(|_| payload_bytes.len() == 1024)
-                {
+                if let Ok(p) = <&[u8; 1024]>::try_from(payload_bytes) {
                     return self.aggregate(job_idx, &view, p, ingress, now, out);
                 }
                 return self.aggregate(job_idx, &view, payload_bytes, ingress, now, out);
