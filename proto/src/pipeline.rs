@@ -276,7 +276,9 @@ pub struct Registers {
     slots: Vec<SlotRegisters>,
     /// The value cells: element `(2*slot + set) * max_elems + k` of [`cells_of`] them.
     values: Vec<CellLine>,
-    max_elems: usize,
+    /// (As configured, 16 bits: an offset computed from it and a 16-bit slot cannot overflow,
+    /// which spares the slot update a check.)
+    max_elems: u16,
 }
 
 impl Registers {
@@ -285,7 +287,7 @@ impl Registers {
         Registers {
             slots: vec![SlotRegisters::default(); slots],
             values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
-            max_elems: usize::from(cfg.max_elems),
+            max_elems: cfg.max_elems,
         }
     }
 
@@ -297,19 +299,20 @@ impl Registers {
     /// The value cells of the whole pool, `(2*slot + set) * max_elems + k`.
     pub fn values(&self) -> &[i32] {
         let all: &[i32] = bytemuck::cast_slice(&self.values);
-        all.get(..2 * self.slots.len() * self.max_elems)
+        all.get(..2 * self.slots.len() * usize::from(self.max_elems))
             .unwrap_or(all)
     }
 
     /// The value cells of `(slot, set)`.
     pub fn values_of(&self, slot: usize, set: usize) -> &[i32] {
-        let start = (2 * slot + set) * self.max_elems;
-        &self.values()[start..start + self.max_elems]
+        let m = usize::from(self.max_elems);
+        let start = (2 * slot + set) * m;
+        &self.values()[start..start + m]
     }
 
     fn clear_range(&mut self, base: usize, count: usize) {
         self.slots[base..base + count].fill(SlotRegisters::default());
-        let m = self.max_elems;
+        let m = usize::from(self.max_elems);
         cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);
     }
 }
@@ -317,8 +320,14 @@ impl Registers {
 #[derive(Debug, Clone)]
 struct Job {
     cfg: JobConfig,
-    /// What the data fast path compares the header's bytes 2..6 with: job id and epoch.
-    key: u32,
+    /// What the data fast path compares the header's bytes 2..6 with: job id and epoch, as
+    /// they lie in a packet.
+    key: [u8; 4],
+    /// What the data fast path compares the header's bytes 10..12 with: the element count, as
+    /// it lies in a packet.
+    count_bytes: [u8; 2],
+    /// The length of the job's data packets: header and `elems_per_packet` elements.
+    packet_len: usize,
     /// `cfg.ranks.len()`.
     workers: u32,
     /// `cfg.ranks`, padded, in place: the rank check needs no indirection.
@@ -343,7 +352,9 @@ impl Job {
             *p = *r;
         }
         Job {
-            key: u32::from(cfg.job) << 16 | u32::from(cfg.epoch),
+            key: (u32::from(cfg.job) << 16 | u32::from(cfg.epoch)).to_be_bytes(),
+            count_bytes: cfg.elems_per_packet.to_be_bytes(),
+            packet_len: HEADER_LEN + 4 * usize::from(cfg.elems_per_packet),
             workers: cfg.ranks.len() as u32,
             ports,
             cfg,
@@ -592,6 +603,19 @@ impl Pipeline {
         self.process_inner::<true>(ingress, packet, now, out)
     }
 
+    /// Every packet the fast path does not take, out of line: the checks, refusals and replies
+    /// of the general path then take no room (nor registers) in the fast path's function.
+    #[inline(never)]
+    fn process_general(
+        &mut self,
+        ingress: PortId,
+        packet: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        self.process_inner::<false>(ingress, packet, now, out)
+    }
+
     #[inline(always)]
     fn process_inner<const FAST: bool>(
         &mut self,
@@ -611,7 +635,7 @@ impl Pipeline {
             // (A result must fit `out` as well: the fast path's slot update then needs no
             // check of its own that it does.)
             if let Some(job_idx) = self
-                .fast_data_job(header, payload_bytes.len(), ingress)
+                .fast_data_job(header, packet.len(), ingress)
                 .filter(|_| out.len() >= packet.len())
             {
                 let view = AggPacket::new_unchecked(header);
@@ -626,6 +650,7 @@ impl Pipeline {
                 }
                 return self.aggregate(job_idx, &view, payload_bytes, ingress, now, out);
             }
+            return self.process_general(ingress, packet, now, out);
         }
         let view = AggPacket::new_unchecked(header);
         // Data of this protocol version: the version and type `AggRepr::parse_header` accepts
@@ -667,7 +692,7 @@ impl Pipeline {
     fn fast_data_job(
         &self,
         header: &[u8; HEADER_LEN],
-        payload_len: usize,
+        packet_len: usize,
         ingress: PortId,
     ) -> Option<usize> {
         const DATA: u8 = PROTOCOL_VERSION << 4 | MessageType::Data as u8;
@@ -675,15 +700,15 @@ impl Pipeline {
         if ver_type != DATA {
             return None;
         }
-        let key = u32::from_be_bytes([j0, j1, e0, e1]);
-        let job_idx = self.jobs.iter().position(|j| j.key == key)?;
+        // Job id, epoch and count are compared in the packet's byte order; with the count
+        // matching, the packet's length tells that the payload holds the count's elements.
+        let job_idx = self.jobs.iter().position(|j| j.key == [j0, j1, e0, e1])?;
         let job = self.jobs.get(job_idx)?;
-        let count = u16::from_be_bytes([c0, c1]);
         let slot = u16::from_be_bytes([s0, s1]);
         // (`Job::port_of` spelled out: this form takes fewer instructions here.)
         let rank = u32::from(rank);
-        let fits = count == job.cfg.elems_per_packet
-            && payload_len == 4 * usize::from(count)
+        let fits = [c0, c1] == job.count_bytes
+            && packet_len == job.packet_len
             && rank < job.workers
             && job.ports[(rank % 32) as usize] == ingress
             && slot.wrapping_sub(job.cfg.slot_base) < job.cfg.slot_count;
@@ -760,7 +785,7 @@ impl Pipeline {
             count: pending,
             exp,
         } = &mut regs.slots[slot];
-        let base = (2 * slot + x) * regs.max_elems;
+        let base = (2 * slot + x) * usize::from(regs.max_elems);
         let cells = &mut cells_of(&mut regs.values)[base..base + count];
 
         // Stage 1: sequence register of the set.
