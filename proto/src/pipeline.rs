@@ -570,19 +570,22 @@ impl Pipeline {
             #[allow(unsafe_code)]
             return unsafe { self.process_inner_avx2(ingress, packet, now, out) };
         }
-        self.process_inner_baseline(ingress, packet, now, out)
+        self.process_baseline::<true>(ingress, packet, now, out)
     }
 
-    /// [`Self::process_inner`] compiled for the baseline target.
+    /// [`Self::process_inner`] out of line, compiled for the baseline target. With the fast path
+    /// (`FAST`) it is the baseline compilation of `process`. Without it, it is the general path,
+    /// which both compilations call for every packet the fast path does not take: its checks,
+    /// refusals and replies then take no room (nor registers) in the fast path's function.
     #[inline(never)]
-    fn process_inner_baseline(
+    fn process_baseline<const FAST: bool>(
         &mut self,
         ingress: PortId,
         packet: &[u8],
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        self.process_inner::<true>(ingress, packet, now, out)
+        self.process_inner::<FAST>(ingress, packet, now, out)
     }
 
     /// [`Self::process_inner`] compiled for AVX2.
@@ -601,19 +604,6 @@ impl Pipeline {
     ) -> Verdict<'_> {
         kernels::prefetch(packet);
         self.process_inner::<true>(ingress, packet, now, out)
-    }
-
-    /// Every packet the fast path does not take, out of line: the checks, refusals and replies
-    /// of the general path then take no room (nor registers) in the fast path's function.
-    #[inline(never)]
-    fn process_general(
-        &mut self,
-        ingress: PortId,
-        packet: &[u8],
-        now: Instant,
-        out: &mut [u8],
-    ) -> Verdict<'_> {
-        self.process_inner::<false>(ingress, packet, now, out)
     }
 
     #[inline(always)]
@@ -650,7 +640,7 @@ impl Pipeline {
                 }
                 return self.aggregate(job_idx, &view, payload_bytes, ingress, now, out);
             }
-            return self.process_general(ingress, packet, now, out);
+            return self.process_baseline::<false>(ingress, packet, now, out);
         }
         let view = AggPacket::new_unchecked(header);
         // Data of this protocol version: the version and type `AggRepr::parse_header` accepts
@@ -1199,7 +1189,7 @@ mod tests {
             send_both(
                 elems,
                 &ops,
-                |p, port, pkt, now, out| owned(p.process_inner_baseline(port, pkt, now, out), out),
+                |p, port, pkt, now, out| owned(p.process_baseline::<true>(port, pkt, now, out), out),
                 // SAFETY: the CPU has AVX2 (checked above).
                 |p, port, pkt, now, out| {
                     owned(unsafe { p.process_inner_avx2(port, pkt, now, out) }, out)
