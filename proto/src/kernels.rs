@@ -31,6 +31,38 @@ pub(crate) fn has_avx2() -> bool {
     }
 }
 
+/// The widest vectors a function may be compiled for on this CPU: the pipeline keeps one
+/// compilation of its data path for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// The target's baseline (SSE2 on x86-64).
+    Baseline,
+    /// AVX2: 8 elements a vector.
+    Avx2,
+    /// AVX-512 F, BW and VL: 16 elements a vector, byte swaps included.
+    Avx512,
+}
+
+impl Isa {
+    /// The widest this CPU supports.
+    pub(crate) fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vl")
+            {
+                return Isa::Avx512;
+            }
+        }
+        if has_avx2() {
+            Isa::Avx2
+        } else {
+            Isa::Baseline
+        }
+    }
+}
+
 /// Defines `pub(crate) fn $name` that runs `$body` compiled for AVX2 when the CPU has it, and
 /// compiled for the baseline target otherwise (each copy out of line, so that the choice
 /// between them costs the caller little).

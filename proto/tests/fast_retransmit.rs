@@ -306,7 +306,7 @@ fn a_slot_waiting_for_a_repair_holds_back_only_itself() {
             return false;
         }
         let seq = seq_of(p);
-        if seq % u32::from(window) == 0 {
+        if seq.is_multiple_of(u32::from(window)) {
             slot0.push(seq);
         }
         if seq == 16 {

@@ -570,7 +570,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
     } else if b >= 1 << 20 {
         format!("{:.0} MiB", b as f64 / f64::from(1 << 20))
