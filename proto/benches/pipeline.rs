@@ -17,7 +17,9 @@
 //!   alone);
 //! * `accumulate`: `ina_wire::payload::accumulate` of each payload into its slot's cells (the
 //!   inner loop alone, without parsing or the decision table);
-//! * `process`: the whole pipeline.
+//! * `process`: the whole pipeline, one [`Pipeline::process`] call per packet;
+//! * `burst`: the whole pipeline in bursts of 64 packets ([`Pipeline::burst`]), as the switch
+//!   daemon runs each receive batch.
 //!
 //! `cargo bench -p ina-proto --bench pipeline` (add `-- --quick` for a shorter run).
 
@@ -35,6 +37,8 @@ const POOL: u16 = 1024;
 const WORKERS: u8 = 4;
 const JOB: u16 = 7;
 const EPOCH: u16 = 3;
+/// Packets per burst: the switch daemon's receive batch.
+const BURST: usize = 64;
 
 /// The packets of one use of every slot, and the state that numbers the next use.
 struct Round {
@@ -127,23 +131,34 @@ impl Round {
         view.set_set(set);
     }
 
-    /// One use of every slot through the pipeline. Each packet is numbered for the next use
-    /// right after it was processed, so that its header was written long before the
-    /// pipeline reads it again, as a received packet's is.
+    /// One use of every slot through the pipeline, one [`Pipeline::process`] call per packet.
+    /// Each packet is numbered for the next use right after it was processed, so that its
+    /// header was written long before the pipeline reads it again, as a received packet's is.
     fn run(&mut self, pipe: &mut Pipeline, out: &mut [u8]) {
         self.next_use = self.next_use.wrapping_add(1);
         for (rank, pkt) in self.packets.iter_mut() {
-            // What a caller reads of the verdict: where to send how many bytes. (Keeping the
-            // whole `Verdict` alive with `black_box` would add a store-forwarding stall of
-            // its own: the caller reloading it with 16-byte loads right after the callee wrote
-            // it field by field.)
-            let sent = match pipe.process(PortId(u16::from(*rank)), pkt, Instant::ZERO, out) {
-                Verdict::Drop(_) | Verdict::Absorbed => 0,
-                Verdict::Unicast { len, .. } => len,
-                Verdict::Multicast { ports, len } => len * ports.len(),
-            };
+            let sent = sent(pipe.process(PortId(u16::from(*rank)), pkt, Instant::ZERO, out));
             black_box(sent);
             Round::advance(pkt);
+        }
+    }
+
+    /// [`Self::run`] in bursts ([`Pipeline::burst`]) of [`BURST`] packets, as the switch daemon
+    /// runs each receive batch.
+    fn run_bursts(&mut self, pipe: &mut Pipeline, out: &mut [u8]) {
+        self.next_use = self.next_use.wrapping_add(1);
+        for batch in self.packets.chunks_mut(BURST) {
+            pipe.burst(
+                #[inline(always)]
+                |b| {
+                    for (rank, pkt) in batch.iter_mut() {
+                        let sent =
+                            sent(b.process(PortId(u16::from(*rank)), pkt, Instant::ZERO, out));
+                        black_box(sent);
+                        Round::advance(pkt);
+                    }
+                },
+            );
         }
     }
 
@@ -156,6 +171,18 @@ impl Round {
             view.set_seq(view.seq().wrapping_add(u32::from(POOL)));
             view.set_set(view.set() ^ 1);
         }
+    }
+}
+
+/// What a caller reads of a verdict: how many bytes it sends. (Keeping the whole `Verdict`
+/// alive with `black_box` would add a store-forwarding stall of its own: the caller reloading
+/// it with 16-byte loads right after the callee wrote it field by field.)
+#[inline(always)]
+fn sent(v: Verdict<'_>) -> usize {
+    match v {
+        Verdict::Drop(_) | Verdict::Absorbed => 0,
+        Verdict::Unicast { len, .. } => len,
+        Verdict::Multicast { ports, len } => len * ports.len(),
     }
 }
 
@@ -193,7 +220,7 @@ fn add_job(p: &mut Pipeline, elems: u16) {
 /// per slot use, one multicast per slot use.
 fn assert_all_aggregated(before: &Counters, after: &Counters, elems: usize) {
     let packets = after.packets_in - before.packets_in;
-    assert!(packets > 0 && packets % u64::from(WORKERS) == 0);
+    assert!(packets > 0 && packets.is_multiple_of(u64::from(WORKERS)));
     let uses = packets / u64::from(WORKERS);
     assert_eq!(after.drops_total(), before.drops_total(), "{after:?}");
     assert_eq!(after.stale_seq, 0, "{after:?}");
@@ -220,11 +247,11 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     add_job(&mut pipe, elems);
     let mut out = vec![0u8; HEADER_LEN + 4 * 256];
 
-    // Two uses by hand, checked: the first on cleared registers, the second on used ones, and
-    // the result of the second checked against the sum of the four contributions.
+    // Two uses by hand, checked: the first on cleared registers, the second on used ones and in
+    // bursts, and the result of the second checked against the sum of the four contributions.
     let before = *pipe.counters();
     round.run(&mut pipe, &mut out);
-    round.run(&mut pipe, &mut out);
+    round.run_bursts(&mut pipe, &mut out);
     assert_all_aggregated(&before, pipe.counters(), round.elems);
     // Every packet is numbered for the next use, as `number` numbers it.
     for (i, (_, pkt)) in round.packets.iter().enumerate() {
@@ -289,6 +316,9 @@ fn bench_elems(c: &mut Criterion, elems: u16) {
     });
     let before = *pipe.counters();
     g.bench_function("process", |b| b.iter(|| round.run(&mut pipe, &mut out)));
+    g.bench_function("burst", |b| {
+        b.iter(|| round.run_bursts(&mut pipe, &mut out))
+    });
     g.finish();
     // (Nothing ran when a filter on the command line left `process` out.)
     if pipe.counters().packets_in > before.packets_in {
@@ -309,31 +339,38 @@ fn pipeline_benches(c: &mut Criterion) {
     }
 }
 
-/// `process` against `memcpy`, timed in alternation: the target ratio (see `side_by_side`).
+/// `process` (one call per packet) and `burst` (bursts of [`BURST`] packets) against `memcpy`,
+/// timed in alternation: the target ratio (see `side_by_side`).
 fn ratios() {
+    type Pass = fn(&mut Round, &mut Pipeline, &mut [u8]);
     for elems in [64, 256] {
-        let name = format!("pipeline_e{elems}/process");
-        if !side_by_side::wanted(&name) {
-            continue;
+        for (case, pass) in [
+            ("process", Round::run as Pass),
+            ("burst", Round::run_bursts),
+        ] {
+            let name = format!("pipeline_e{elems}/{case}");
+            if !side_by_side::wanted(&name) {
+                continue;
+            }
+            let mut round = Round::new(elems);
+            let mut pipe = pipeline();
+            add_job(&mut pipe, elems);
+            let mut out = vec![0u8; HEADER_LEN + 4 * 256];
+            let mut cells = cell_lines(round.elems);
+            let before = *pipe.counters();
+            let mut x = 0;
+            let r = std::cell::RefCell::new(&mut round);
+            let ratio = side_by_side::alternate(
+                400,
+                || {
+                    r.borrow().memcpy(&mut cells, x & 1);
+                    x += 1;
+                },
+                || pass(&mut r.borrow_mut(), &mut pipe, &mut out),
+            );
+            assert_all_aggregated(&before, pipe.counters(), r.borrow().elems);
+            side_by_side::report(&name, "memcpy", &ratio);
         }
-        let mut round = Round::new(elems);
-        let mut pipe = pipeline();
-        add_job(&mut pipe, elems);
-        let mut out = vec![0u8; HEADER_LEN + 4 * 256];
-        let mut cells = cell_lines(round.elems);
-        let before = *pipe.counters();
-        let mut x = 0;
-        let r = std::cell::RefCell::new(&mut round);
-        let ratio = side_by_side::alternate(
-            400,
-            || {
-                r.borrow().memcpy(&mut cells, x & 1);
-                x += 1;
-            },
-            || r.borrow_mut().run(&mut pipe, &mut out),
-        );
-        assert_all_aggregated(&before, pipe.counters(), r.borrow().elems);
-        side_by_side::report(&name, "memcpy", &ratio);
     }
 }
 
