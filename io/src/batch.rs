@@ -428,6 +428,10 @@ impl<A: Copy> SendBatch<A> {
     /// `max_len` bytes (stale, not zeroed) and returns how many it wrote. Hand the returned
     /// [`Extent`] to [`push_extent`](Self::push_extent), once per destination: the bytes are
     /// stored once however many datagrams carry them. `None` when `fill` wrote nothing.
+    ///
+    /// Always inlined, with `fill`: a caller's loop compiled for wider vectors (the switch's
+    /// `Pipeline::burst`) keeps them for the code in `fill`.
+    #[inline(always)]
     pub fn write_in_place<F: FnOnce(&mut [u8]) -> usize>(
         &mut self,
         max_len: usize,

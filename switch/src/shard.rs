@@ -365,8 +365,12 @@ impl Egress<'_> {
         let ports = &mut *self.ports;
         ports.clear();
         let mut multicast = false;
-        let reply = tx.write_in_place(self.max_reply, |buf| {
-            match pipe.process(ingress, data, now, buf) {
+        // (Inlined, like `write_in_place`, so that the pipeline's fast path is compiled into
+        // the burst's loop.)
+        let reply = tx.write_in_place(
+            self.max_reply,
+            #[inline(always)]
+            |buf| match pipe.process(ingress, data, now, buf) {
                 Verdict::Unicast { port, len } => {
                     ports.push(port);
                     len
@@ -377,8 +381,8 @@ impl Egress<'_> {
                     len
                 }
                 Verdict::Drop(_) | Verdict::Absorbed => 0,
-            }
-        });
+            },
+        );
         let Some(reply) = reply else { return };
         if multicast && !self.groups.is_empty() {
             let job = AggPacket::new_checked(data).map(|p| p.job());
