@@ -561,8 +561,9 @@ impl Pipeline {
     /// a call, and the saving and restoring of registers, per packet: the fast path of every
     /// packet runs inside its own loop.
     ///
-    /// `f` should be a closure marked `#[inline(always)]`; without it the compiler may keep
-    /// `f` out of line, compiled for the baseline target (still correct, only slower).
+    /// `f` should be a closure marked `#[inline(always)]`, and so should every function and
+    /// closure between it and [`Burst::process`]: code the compiler keeps out of line is
+    /// compiled for the baseline target (still correct, only slower).
     #[inline]
     pub fn burst<R>(&mut self, f: impl FnOnce(&mut Burst<'_>) -> R) -> R {
         #[cfg(target_arch = "x86_64")]
