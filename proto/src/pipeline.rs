@@ -617,43 +617,6 @@ impl Pipeline {
         self.process_inner::<FAST>(ingress, packet, now, out)
     }
 
-    /// [`Self::process_inner`] compiled for AVX2.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    #[allow(unsafe_code)]
-    unsafe fn process_inner_avx2(
-        &mut self,
-        ingress: PortId,
-        packet: &[u8],
-        now: Instant,
-        out: &mut [u8],
-    ) -> Verdict<'_> {
-        kernels::prefetch(packet);
-        self.process_inner::<true>(ingress, packet, now, out)
-    }
-
-    /// [`Self::process_inner`] compiled for AVX-512 (with byte and word operations, for the
-    /// byte swaps of 16 elements at a time).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW and VL.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    #[allow(unsafe_code)]
-    unsafe fn process_inner_avx512(
-        &mut self,
-        ingress: PortId,
-        packet: &[u8],
-        now: Instant,
-        out: &mut [u8],
-    ) -> Verdict<'_> {
-        kernels::prefetch(packet);
-        self.process_inner::<true>(ingress, packet, now, out)
-    }
-
     #[inline(always)]
     fn process_inner<const FAST: bool>(
         &mut self,
@@ -1005,27 +968,43 @@ impl Burst<'_> {
     }
 }
 
-/// [`Pipeline::burst`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
-unsafe fn burst_avx2<R>(pipe: &mut Pipeline, f: impl FnOnce(&mut Burst<'_>) -> R) -> R {
-    f(&mut Burst { pipe })
+/// Compiles the data path for the CPU features `$features`: `Pipeline::$process`, one packet
+/// through [`Pipeline::process_inner`] with the fast path, and `$burst`, [`Pipeline::burst`].
+/// Each is `unsafe`: the CPU must support `$features`, their only requirement.
+macro_rules! compile_for {
+    ($features:literal, $process:ident, $burst:ident) => {
+        impl Pipeline {
+            #[target_feature(enable = $features)]
+            #[allow(unsafe_code)]
+            unsafe fn $process(
+                &mut self,
+                ingress: PortId,
+                packet: &[u8],
+                now: Instant,
+                out: &mut [u8],
+            ) -> Verdict<'_> {
+                kernels::prefetch(packet);
+                self.process_inner::<true>(ingress, packet, now, out)
+            }
+        }
+
+        #[target_feature(enable = $features)]
+        #[allow(unsafe_code)]
+        unsafe fn $burst<R>(pipe: &mut Pipeline, f: impl FnOnce(&mut Burst<'_>) -> R) -> R {
+            f(&mut Burst { pipe })
+        }
+    };
 }
 
-/// [`Pipeline::burst`] compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512 F, BW and VL.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-#[allow(unsafe_code)]
-unsafe fn burst_avx512<R>(pipe: &mut Pipeline, f: impl FnOnce(&mut Burst<'_>) -> R) -> R {
-    f(&mut Burst { pipe })
-}
+compile_for!("avx2", process_inner_avx2, burst_avx2);
+// (With byte and word operations, for the byte swaps of 16 elements at a time.)
+#[cfg(target_arch = "x86_64")]
+compile_for!(
+    "avx512f,avx512bw,avx512vl",
+    process_inner_avx512,
+    burst_avx512
+);
 
 #[cold]
 fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static> {
