@@ -184,26 +184,27 @@ fuzz_target!(|data: &[u8]| {
         let mut out = vec![0u8; out_len];
 
         let before = *pipe.counters();
-        let verdict = if framed {
-            pipe.process_frame(port, &packet, now, &mut out)
-        } else {
-            pipe.process(port, &packet, now, &mut out)
-        };
-        let reply = match verdict {
-            Verdict::Drop(_) | Verdict::Absorbed => None,
+        // What a verdict says: the reply's length, the drop reason.
+        let summary = |verdict: Verdict<'_>| match verdict {
+            Verdict::Drop(r) => (None, Some(r)),
+            Verdict::Absorbed => (None, None),
             Verdict::Unicast { port: to, len } => {
                 assert_eq!(to, port, "unicast replies go back to the sender");
-                Some(len)
+                (Some(len), None)
             }
             Verdict::Multicast { ports, len } => {
                 let want: Vec<PortId> = PORTS.iter().map(|p| PortId(*p)).collect();
                 assert_eq!(ports, &want[..]);
-                Some(len)
+                (Some(len), None)
             }
         };
-        let drop_reason = match verdict {
-            Verdict::Drop(r) => Some(r),
-            _ => None,
+        let (reply, drop_reason) = if framed {
+            summary(pipe.process_frame(port, &packet, now, &mut out))
+        } else if op & 16 != 0 {
+            // The same packet through a burst of one (the switch daemon's entry).
+            pipe.burst(|b| summary(b.process(port, &packet, now, &mut out)))
+        } else {
+            summary(pipe.process(port, &packet, now, &mut out))
         };
         let after = *pipe.counters();
         assert_eq!(after.packets_in, before.packets_in + 1);
