@@ -1,20 +1,22 @@
 //! The bulk loops of the quantizer and the pipeline, and the run-time choice between their
-//! baseline and AVX2 compilations.
+//! baseline and AVX2 compilations (and, for the pipeline, AVX-512: see [`Isa`]).
 //!
 //! Every x86-64 CPU has SSE2, so that is all the default target may assume; with AVX2 (x86-64
 //! CPUs since 2013) the loops run on twice as wide vectors and swap the bytes of the big-endian
 //! wire format with one `vpshufb` per 8 elements, where SSE2 needs shifts and masks. The loops
 //! are written once, in [`portable`], as `#[inline(always)]` functions that the compiler
 //! vectorizes for the features of the function they are inlined into; a caller compiled for
-//! AVX2 (see [`has_avx2`]) gets the AVX2 loops. Both compilations compute exactly the same
+//! AVX2 (see [`has_avx2`]) gets the AVX2 loops, one compiled for AVX-512 the AVX-512 loops.
+//! Every compilation computes exactly the same
 //! results: the loops use only integer operations and IEEE-754 multiplications and conversions,
 //! which do not depend on the instructions chosen. The one hand-written loop, [`quantize_be`]'s
 //! AVX2 version, is checked against the portable one in the tests, at every alignment of its
 //! output.
 //!
 //! `unsafe` code in this crate is limited to calling functions compiled with
-//! `#[target_feature(enable = "avx2")]` after [`has_avx2`] returned true (here and in the
-//! pipeline's `process_dispatch`), and to the loads and stores of the AVX2 quantizer.
+//! `#[target_feature(enable = ...)]` after [`has_avx2`] or [`Isa::detect`] found those
+//! features (here and in the pipeline's `process_dispatch` and `burst`), and to the loads and
+//! stores of the AVX2 quantizer.
 #![allow(unsafe_code)]
 
 /// Whether the CPU supports AVX2, so that functions compiled with

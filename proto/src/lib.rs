@@ -7,8 +7,8 @@
 //! What it must not do: touch sockets, threads, clocks, files or an async runtime. Every
 //! machine takes the current [`time::Instant`] as an argument and hands packets back to its
 //! caller, so the daemons, the simulator and the tests drive the very same code.
-// `unsafe` is limited to the AVX2 code paths taken once the CPU is known to have AVX2 (see
-// `kernels`), and allowed only where it is used.
+// `unsafe` is limited to calling the AVX2 and AVX-512 compilations once the CPU is known to
+// have those features (see `kernels`), and allowed only where it is used.
 #![deny(unsafe_code)]
 
 mod kernels;
