@@ -56,6 +56,13 @@ pub enum MessageType {
     Probe = 4,
     /// Switch to worker: answers a probe; the payload is a [`ProbeInfo`].
     ProbeReply = 5,
+    /// Switch to worker: answers a retransmission or a [`MessageType::Query`] of a slot whose
+    /// use is still collecting; the payload is one element, the slot's contributor bitmap
+    /// ([`PendingInfo`]).
+    Pending = 6,
+    /// Worker to switch: asks, without contributing, for the state of one use of a slot
+    /// (header only). Answered with the stored Result when the use is complete, else Pending.
+    Query = 7,
 }
 
 impl TryFrom<u8> for MessageType {
@@ -67,6 +74,8 @@ impl TryFrom<u8> for MessageType {
             3 => MessageType::Reject,
             4 => MessageType::Probe,
             5 => MessageType::ProbeReply,
+            6 => MessageType::Pending,
+            7 => MessageType::Query,
             other => return Err(Error::MessageType(other)),
         })
     }
@@ -409,6 +418,49 @@ impl ProbeInfo {
     }
 }
 
+/// The payload of a Pending answer: which ranks have contributed to the slot's current use
+/// (bit `1 << rank`; 0 when the switch has not seen this use at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PendingInfo {
+    pub bitmap: u32,
+}
+
+impl PendingInfo {
+    /// Payload elements of a Pending answer.
+    pub const COUNT: u16 = 1;
+
+    /// Encodes into payload bytes (at least 4 bytes).
+    pub fn emit(&self, payload: &mut [u8]) -> Result<()> {
+        let Some(word) = payload.first_chunk_mut::<4>() else {
+            return Err(Error::BufferTooSmall {
+                need: 4,
+                have: payload.len(),
+            });
+        };
+        *word = self.bitmap.to_be_bytes();
+        Ok(())
+    }
+
+    /// Decodes a Pending payload (exactly one element).
+    pub fn parse(payload: &[u8]) -> Result<PendingInfo> {
+        match <[u8; 4]>::try_from(payload) {
+            Ok(word) => Ok(PendingInfo {
+                bitmap: u32::from_be_bytes(word),
+            }),
+            Err(_) => Err(Error::LengthMismatch {
+                count: Self::COUNT,
+                expected: 4,
+                actual: payload.len(),
+            }),
+        }
+    }
+
+    /// Whether `rank` has contributed.
+    pub fn has(&self, rank: u8) -> bool {
+        rank <= MAX_RANK && self.bitmap & (1 << rank) != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +472,8 @@ mod tests {
             Just(MessageType::Result),
             Just(MessageType::Probe),
             Just(MessageType::ProbeReply),
+            Just(MessageType::Pending),
+            Just(MessageType::Query),
         ]
     }
 
@@ -474,6 +528,19 @@ mod tests {
         fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = AggRepr::parse_bytes(&bytes);
             let _ = ProbeInfo::parse(&bytes);
+            let _ = PendingInfo::parse(&bytes);
+        }
+
+        #[test]
+        fn pending_info_round_trip(bitmap in any::<u32>(), rank in 0u8..64) {
+            let info = PendingInfo { bitmap };
+            let mut buf = [0u8; 4];
+            info.emit(&mut buf).unwrap();
+            let back = PendingInfo::parse(&buf).unwrap();
+            prop_assert_eq!(back, info);
+            prop_assert_eq!(back.has(rank), rank < 32 && bitmap >> rank & 1 == 1);
+            prop_assert!(PendingInfo::parse(&buf[..3]).is_err());
+            prop_assert!(info.emit(&mut buf[..3]).is_err());
         }
 
         #[test]
