@@ -11,6 +11,7 @@
 // have those features (see `kernels`), and allowed only where it is used.
 #![deny(unsafe_code)]
 
+pub mod event;
 mod kernels;
 pub mod pipeline;
 pub mod quant;
