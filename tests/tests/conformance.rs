@@ -1,0 +1,67 @@
+//! Every scenario of `tests/scenarios` against every target this machine can run.
+
+use ina_conformance::bmv2::{environment, Bmv2Target};
+use ina_conformance::model::ModelTarget;
+use ina_conformance::{all_scenarios, run_all, Target};
+use std::time::Instant;
+
+fn report(target: &dyn Target, failed: &[(String, String)], total: usize) {
+    if failed.is_empty() {
+        return;
+    }
+    let mut text = format!(
+        "{}: {} of {total} scenarios failed\n",
+        target.name(),
+        failed.len()
+    );
+    for (name, r) in failed {
+        text.push_str(&format!("\n=== {name}\n{r}"));
+    }
+    panic!("{text}");
+}
+
+#[test]
+fn scenarios_expand() {
+    let s = all_scenarios().expect("scenarios load");
+    assert!(s.len() >= 20, "only {} scenarios", s.len());
+    for sc in &s {
+        assert!(!sc.steps.is_empty(), "{} has no steps", sc.name);
+    }
+}
+
+#[test]
+fn model_conforms() {
+    let scenarios = all_scenarios().expect("scenarios load");
+    let mut t = ModelTarget::new();
+    let failed = run_all(&mut t, &scenarios);
+    report(&t, &failed, scenarios.len());
+}
+
+#[test]
+fn bmv2_conforms() {
+    let tools = match environment() {
+        Ok(t) => t,
+        Err(why) => {
+            if std::env::var("INA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+                panic!("bmv2 conformance cannot run: {why}");
+            }
+            eprintln!("skipped: bmv2 conformance: {why}");
+            return;
+        }
+    };
+    let mut scenarios = all_scenarios().expect("scenarios load");
+    if let Ok(filter) = std::env::var("INA_SCENARIO") {
+        scenarios.retain(|s| s.name.contains(&filter));
+    }
+    let start = Instant::now();
+    let mut t = Bmv2Target::new(tools, 8).expect("bmv2 target");
+    let frames: usize = scenarios.iter().map(|s| s.steps.len()).sum();
+    let failed = run_all(&mut t, &scenarios);
+    eprintln!(
+        "bmv2: {} scenarios, {frames} frames sent, {:.1} s in all ({:.1} s starting and configuring switches)",
+        scenarios.len(),
+        start.elapsed().as_secs_f64(),
+        t.setup_time.as_secs_f64()
+    );
+    report(&t, &failed, scenarios.len());
+}
