@@ -198,7 +198,7 @@ fn status(_map: &Mapping, slot: *mut u8) -> &AtomicU32 {
 impl RawPort {
     /// Opens interface `ifname` with rings of `cfg`'s sizes.
     pub fn open(ifname: &str, cfg: RawConfig) -> Result<RawPort, RawError> {
-        if cfg.frame_size < 256 || cfg.frame_size % 16 != 0 || cfg.rx_frames == 0 {
+        if cfg.frame_size < 256 || !cfg.frame_size.is_multiple_of(16) || cfg.rx_frames == 0 {
             return Err(RawError::Config(
                 "slots must be a multiple of 16 bytes, at least 256",
             ));
@@ -207,7 +207,7 @@ impl RawPort {
             return Err(RawError::Config("each ring needs 1 to 2^20 slots"));
         }
         let page = 4096usize;
-        if cfg.frame_size > page && cfg.frame_size % page != 0 {
+        if cfg.frame_size > page && !cfg.frame_size.is_multiple_of(page) {
             return Err(RawError::Config("slots above 4 KiB must be whole pages"));
         }
         let cname = CString::new(ifname).map_err(|_| RawError::NoInterface(ifname.into()))?;
