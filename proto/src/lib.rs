@@ -13,6 +13,7 @@
 
 pub mod event;
 mod kernels;
+pub mod l2;
 pub mod pipeline;
 pub mod quant;
 pub mod ring;
