@@ -99,6 +99,15 @@ pub enum RawError {
     Poll(#[source] io::Error),
 }
 
+/// What the kernel says about a received frame besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RxMeta {
+    /// The frame's TCP or UDP checksum was left for a NIC to fill in (it came from a host on
+    /// this machine through a virtual link with checksum offload): whoever sends it on must
+    /// complete it (`ina_wire::checksum::complete_l4_checksum`).
+    pub checksum_partial: bool,
+}
+
 /// Counters of a raw port.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RawCounters {
@@ -122,6 +131,7 @@ pub struct RawCounters {
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_COPY: u32 = 1 << 1;
+const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 const TP_STATUS_AVAILABLE: u32 = 0;
 const TP_STATUS_SEND_REQUEST: u32 = 1;
 const TP_STATUS_WRONG_FORMAT: u32 = 1 << 2;
@@ -367,7 +377,7 @@ impl RawPort {
     /// Hands each frame waiting in the receive ring (at most `max`) to `f`, in arrival order,
     /// and gives its slot back to the kernel. Returns the number of frames handed over. Never
     /// blocks: see [`Self::wait`].
-    pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+    pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8], RxMeta)) -> usize {
         let mut n = 0;
         while n < max {
             let slot = self.slot(true, self.rx_next);
@@ -387,7 +397,12 @@ impl RawPort {
                 let frame = unsafe { std::slice::from_raw_parts(slot.add(mac), snap) };
                 self.counters.rx_frames += 1;
                 self.counters.rx_bytes += snap as u64;
-                f(frame);
+                f(
+                    frame,
+                    RxMeta {
+                        checksum_partial: s & TP_STATUS_CSUMNOTREADY != 0,
+                    },
+                );
             }
             status.store(TP_STATUS_KERNEL, Ordering::Release);
             self.rx_next = (self.rx_next + 1) % self.cfg.rx_frames;

@@ -95,8 +95,8 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
         ));
         // Let the kernel's own traffic on fresh links (IPv6 router solicitations) pass.
         std::thread::sleep(Duration::from_millis(50));
-        a.recv(usize::MAX, |_| {});
-        b.recv(usize::MAX, |_| {});
+        a.recv(usize::MAX, |_, _| {});
+        b.recv(usize::MAX, |_, _| {});
         let sent: Vec<Vec<u8>> = (0..500u32)
             .map(|i| frame(i, 60 + (i as usize * 7) % 1400))
             .collect();
@@ -110,7 +110,7 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while got.len() < sent.len() && Instant::now() < deadline {
             RawPort::wait(&[&b], Some(Duration::from_millis(100))).unwrap();
-            b.recv(usize::MAX, |f| {
+            b.recv(usize::MAX, |f, _| {
                 if f.get(12..14) == Some(&[0x88, 0xb5]) {
                     got.push(f.to_vec());
                 }
@@ -118,7 +118,7 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
         }
         // `a` must not see its own frames.
         let mut echo = 0;
-        a.recv(usize::MAX, |f| {
+        a.recv(usize::MAX, |f, _| {
             if f.get(12..14) == Some(&[0x88, 0xb5]) {
                 echo += 1;
             }

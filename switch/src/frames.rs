@@ -91,11 +91,19 @@ struct TxQueue {
 }
 
 impl TxQueue {
-    fn push_all(&mut self, out: &Outputs) {
+    /// Queues every frame of `out`; with `complete_checksums`, fills in the TCP or UDP
+    /// checksum of each (a forwarded frame whose sender left it to a NIC).
+    fn push_all(&mut self, out: &Outputs, complete_checksums: bool) {
         for (port, frame) in out.iter() {
             let start = self.bytes.len();
             self.bytes.extend_from_slice(frame);
             self.frames.push((port, start, frame.len()));
+            if complete_checksums {
+                if let Some(copy) = self.bytes.get_mut(start..) {
+                    // A frame that is not TCP or UDP over IPv4 has no such checksum to fill.
+                    let _ = ina_wire::checksum::complete_l4_checksum(copy);
+                }
+            }
         }
     }
 }
@@ -223,9 +231,9 @@ impl FramesSwitch {
             ..
         } = self;
         for (i, port) in ports.iter_mut().enumerate() {
-            received += port.recv(BURST, |frame| {
-                switch.process(i as u16, frame, now, out);
-                tx.push_all(out);
+            received += port.recv(BURST, |frame, meta| {
+                let event = switch.process(i as u16, frame, now, out);
+                tx.push_all(out, meta.checksum_partial && event == Event::L2Forwarded);
             });
             let cut = port.counters().rx_truncated;
             if cut > 0 && !oversize_reported[i] {
