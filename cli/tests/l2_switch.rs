@@ -4,6 +4,8 @@
 //! INA_REQUIRE_PRIVILEGED=1).
 #![allow(clippy::unwrap_used)]
 
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
 mod common;
 
 use common::rack::{skip, Rack, SWITCH_IP, SWITCH_MAC};
