@@ -1,9 +1,10 @@
-//! A rack of network namespaces for tests that need real links: a hub namespace with one veth
-//! port per worker (`sw0`, `sw1`, ...) and a namespace per worker (`eth0`, 198.18.0.{r+1}/24,
-//! MAC 02:00:00:00:01:{r}). Segmentation offload is off on the workers' links, so that every
-//! frame is one wire frame (a veth would otherwise carry GSO super-frames that no wire
-//! carries). Everything is removed on drop, and leftovers of a crashed run with the same name
-//! on creation.
+//! An emulated rack of network namespaces on one machine: a hub namespace with one veth port
+//! per worker (`sw0`, `sw1`, ...) and a namespace per worker (`eth0`, 198.18.0.{r+1}/24, MAC
+//! 02:00:00:00:01:{r}), for switches that sit on raw ports (the L2 software switch, bmv2) and
+//! workers that speak kernel UDP to them. Segmentation offload is off on the workers' links, so
+//! that every frame is one wire frame (a veth would otherwise carry GSO super-frames that no
+//! wire carries). Everything is removed on drop, and leftovers of a crashed run with the same
+//! name on creation. Needs root and iproute2's `ip`.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -13,30 +14,38 @@ pub const SWITCH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
 /// The switch's MAC address on the rack.
 pub const SWITCH_MAC: &str = "02:00:00:00:00:64";
 
-/// Whether privileged tests must run (CI) rather than skip.
-pub fn required() -> bool {
+/// Whether tests that need root must run (CI sets `INA_REQUIRE_PRIVILEGED=1`) rather than
+/// skip.
+pub fn privileged_required() -> bool {
     std::env::var_os("INA_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1")
 }
 
-/// Prints why a test is skipped, or fails it if privileged tests are required.
-pub fn skip(reason: &str) {
-    assert!(!required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
+/// Why a rack cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RackError {
+    /// Not root.
+    #[error("network namespaces need root")]
+    NotRoot,
+    /// An `ip` command failed.
+    #[error("{0}")]
+    Ip(String),
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+fn ip(args: &[&str]) -> Result<(), RackError> {
+    let out = Command::new("ip").args(args).output().map_err(|e| {
+        RackError::Ip(format!(
+            "ip {}: {e} (is iproute2 installed?)",
+            args.join(" ")
+        ))
+    })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
+        Err(RackError::Ip(format!(
             "ip {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        )))
     }
 }
 
@@ -44,17 +53,18 @@ fn ip(args: &[&str]) -> Result<(), String> {
 #[derive(Debug)]
 pub struct Rack {
     prefix: String,
+    /// The number of worker namespaces.
     pub workers: usize,
 }
 
 impl Rack {
     /// Builds a rack of `workers` worker namespaces named `ina{tag}-...`, or says why it
     /// cannot (not root, no `ip`).
-    pub fn new(tag: &str, workers: usize) -> Result<Rack, String> {
+    pub fn new(tag: &str, workers: usize) -> Result<Rack, RackError> {
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         if unsafe { libc::geteuid() } != 0 {
-            return Err("network namespaces need root".into());
+            return Err(RackError::NotRoot);
         }
         let rack = Rack {
             prefix: format!("ina{tag}"),
@@ -130,6 +140,14 @@ impl Rack {
     /// Worker `r`'s MAC address.
     pub fn worker_mac(r: usize) -> String {
         format!("02:00:00:00:01:{r:02x}")
+    }
+
+    /// A command that runs `program` inside namespace `netns` (`ip netns exec`, which execs
+    /// the program in place: the child's pid is the program's).
+    pub fn command_in(netns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", netns]).arg(program);
+        c
     }
 
     fn remove(&self) {
