@@ -5,3 +5,6 @@
 //!
 //! What it must not do: run a switch or open a socket. It writes program text and control-plane
 //! commands; the conformance suite (top-level `tests/`) runs them.
+
+pub mod runtime;
+pub mod v1model;
