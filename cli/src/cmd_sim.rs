@@ -70,6 +70,15 @@ struct SimResult {
     fast_retransmissions: u64,
     /// Retransmissions sent as stall probes (included in `retransmissions`).
     stall_probes: u64,
+    /// Retransmissions sent as header-only Queries (included in `retransmissions`).
+    queries: u64,
+    /// Pending answers the workers received.
+    pending_answers: u64,
+    /// Data sent again because a Pending answer showed it missing (included in
+    /// `retransmissions`).
+    resent_missing: u64,
+    /// Bytes of `ina` packets the workers sent, retransmissions included.
+    bytes_sent: u64,
     duplicate_results: u64,
     identical: bool,
     within_bound: bool,
@@ -101,7 +110,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut failed = false;
     println!(
-        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>6} {:>6} {:>6}",
+        "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>7} {:>6} {:>8} {:>7} {:>6}",
         "seed",
         "job",
         "virtual ms",
@@ -111,6 +120,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "retrans",
         "fast",
         "probes",
+        "queries",
+        "resent",
         "ok"
     );
     for seed in args.seed..args.seed + args.seeds {
@@ -139,6 +150,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let mut error = None;
             let mut ended = Duration::ZERO;
             let (mut sent, mut retrans, mut fast, mut probes, mut dups) = (0, 0, 0, 0, 0);
+            let (mut queries, mut pendings, mut resent, mut bytes_sent) = (0, 0, 0, 0);
             for w in &job.workers {
                 match &w.outcome {
                     Some(Ok(stats)) => {
@@ -148,6 +160,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                             fast += s.fast_retransmissions;
                             probes += s.stall_probes;
                             dups += s.duplicate_results;
+                            queries += s.queries;
+                            pendings += s.pending_answers;
+                            resent += s.resent_missing;
+                            bytes_sent += s.bytes_sent;
                         }
                     }
                     Some(Err(e)) => error = Some(e.to_string()),
@@ -171,6 +187,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 retransmissions: retrans,
                 fast_retransmissions: fast,
                 stall_probes: probes,
+                queries,
+                pending_answers: pendings,
+                resent_missing: resent,
+                bytes_sent,
                 duplicate_results: dups,
                 identical,
                 within_bound: within,
@@ -179,7 +199,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let ok = r.error.is_none() && r.identical && r.within_bound;
             failed |= !ok;
             println!(
-                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>6} {:>6} {:>6}",
+                "{:>6} {:>4} {:>12.3} {:>10.2} {:>10.3}ms {:>10} {:>8} {:>7} {:>6} {:>8} {:>7} {:>6}",
                 seed,
                 r.job,
                 secs * 1e3,
@@ -189,6 +209,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 r.retransmissions,
                 r.fast_retransmissions,
                 r.stall_probes,
+                r.queries,
+                r.resent_missing,
                 if ok { "yes" } else { "NO" }
             );
             if let Some(e) = &r.error {

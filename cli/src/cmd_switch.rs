@@ -28,9 +28,27 @@ pub struct SwitchArgs {
     config: Option<PathBuf>,
     /// A job: "id=1;slots=0..128;elems=256;workers=127.0.0.1:9000,127.0.0.1:9001"
     /// (worker r's address is the r-th), optionally ";group=239.1.0.1:18800", a multicast
-    /// group the workers joined, to which each result is sent once. Repeatable.
-    #[arg(long = "job", value_parser = parse_job)]
-    jobs: Vec<JobSpec>,
+    /// group the workers joined, to which each result is sent once. With --ports, each worker
+    /// is INTERFACE/MAC/IP:UDP_PORT instead. Repeatable.
+    #[arg(long = "job")]
+    jobs: Vec<String>,
+    /// Serve raw Ethernet ports instead of a UDP socket (the L2 software switch, as a P4
+    /// switch sits on the wire): interface names, port i being the i-th. Needs root.
+    #[arg(long, value_delimiter = ',')]
+    ports: Option<Vec<String>>,
+    /// With --ports: the switch's own MAC address.
+    #[arg(long, requires = "ports")]
+    mac: Option<String>,
+    /// With --ports: the switch's own IPv4 address (it answers ARP for it).
+    #[arg(long, requires = "ports")]
+    ip: Option<std::net::Ipv4Addr>,
+    /// With --ports: a static L2 entry MAC=INTERFACE for ordinary traffic (every job's worker
+    /// MACs are added by themselves). Repeatable.
+    #[arg(long, requires = "ports")]
+    l2: Vec<String>,
+    /// With --ports: the largest IP packet the ports carry (jumbo frames: 9000).
+    #[arg(long, default_value_t = 1500, requires = "ports")]
+    mtu: usize,
     /// Aggregation slots in the register pool.
     #[arg(long)]
     pool_slots: Option<u16>,
@@ -121,6 +139,25 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
 }
 
 pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
+    if let Some(ports) = args.ports {
+        if args.listen.is_some() || args.shards.is_some() || args.control.is_some() {
+            bail!("--ports serves raw Ethernet ports: --listen, --shards and --control are for the UDP switch");
+        }
+        if args.config.is_some() || args.loss.is_some() {
+            bail!("--ports takes its jobs from --job flags; --config and --loss are for the UDP switch");
+        }
+        return crate::cmd_switch_ports::run(crate::cmd_switch_ports::PortsArgs {
+            ports,
+            mac: args.mac,
+            ip: args.ip,
+            l2: args.l2,
+            jobs: args.jobs,
+            pool_slots: args.pool_slots,
+            max_elems: args.max_elems,
+            mtu: args.mtu,
+            stats_every: args.stats_every,
+        });
+    }
     let file: FileConfig = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -159,7 +196,10 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         cfg.seed = s;
     }
     cfg.jobs = file.job;
-    cfg.jobs.extend(args.jobs);
+    for j in &args.jobs {
+        cfg.jobs
+            .push(parse_job(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?);
+    }
     let control_addr = args.control.or(file.control);
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -8,6 +8,7 @@
 mod bench;
 mod cmd_sim;
 mod cmd_switch;
+mod cmd_switch_ports;
 mod cmd_worker;
 mod data;
 mod mem;

@@ -13,6 +13,8 @@
 //! Every child is killed when its handle drops, on every path; every wait has a deadline.
 #![allow(clippy::unwrap_used)]
 
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
 mod common;
 
 use common::*;

@@ -47,7 +47,12 @@ impl<'a> Input<'a> {
 
 /// Outcome counters: each packet moves exactly one of them by one.
 fn outcomes(c: &Counters) -> u64 {
-    c.drops_total() + c.data_first + c.data_added + c.results_unicast + c.probes_answered
+    c.drops_total()
+        + c.data_first
+        + c.data_added
+        + c.results_unicast
+        + c.pending_sent
+        + c.probes_answered
 }
 
 fn templated(inp: &mut Input<'_>) -> Vec<u8> {
@@ -59,6 +64,8 @@ fn templated(inp: &mut Input<'_>) -> Vec<u8> {
         MessageType::Result,
         MessageType::Reject,
         MessageType::ProbeReply,
+        MessageType::Query,
+        MessageType::Pending,
     ];
     let k = inp.byte();
     let kind = kinds[usize::from(k) % kinds.len()];

@@ -56,6 +56,10 @@ mod batch;
 mod counters;
 mod error;
 mod mem;
+#[cfg(target_os = "linux")]
+pub mod netns;
+#[cfg(target_os = "linux")]
+pub mod packet;
 pub mod reflector;
 pub mod segment;
 #[cfg(target_os = "linux")]

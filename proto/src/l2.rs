@@ -524,7 +524,7 @@ fn event_of(before: &Counters, after: &Counters) -> Event {
         (|c| c.data_first, Event::DataFirst),
         (|c| c.data_added, Event::DataAdded),
         (|c| c.results_unicast, Event::ResultUnicast),
-        (|c| c.retransmit_incomplete, Event::PendingSent),
+        (|c| c.pending_sent, Event::PendingSent),
         (|c| c.probes_answered, Event::ProbeAnswered),
         (|c| c.not_ina, Event::NotIna),
         // The frame switch sizes the pipeline's output for the largest reply.

@@ -26,7 +26,7 @@
 
 use crate::kernels::{self, Isa};
 use crate::Instant;
-use ina_wire::agg::{ProbeInfo, MAX_RANK};
+use ina_wire::agg::{PendingInfo, ProbeInfo, MAX_RANK};
 use ina_wire::{
     frame, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
 };
@@ -128,8 +128,6 @@ pub enum DropReason {
     StaleSeq,
     /// A copy of a contribution to a use that already completed, from a worker that has moved on.
     Duplicate,
-    /// A retransmission to a slot that is still collecting: the result will come by multicast.
-    RetransmitIncomplete,
     /// The reply (a result, a Reject or a ProbeReply) does not fit the caller's output buffer
     /// ([`Pipeline::process_frame`]: not even the frame headers fit, which is checked first).
     /// The packet is dropped before it changes any register, as if it had been lost on the way
@@ -162,7 +160,10 @@ pub struct Counters {
     pub bad_count: u64,
     pub stale_seq: u64,
     pub duplicate: u64,
-    pub retransmit_incomplete: u64,
+    /// Pending answers sent: to a retransmission or a Query of a use still collecting, or to a
+    /// Query of a use the switch has not seen.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub pending_sent: u64,
     /// Absent from counters serialized before it existed.
     #[cfg_attr(feature = "serde", serde(default))]
     pub output_too_small: u64,
@@ -191,7 +192,7 @@ impl Counters {
         self.bad_count += o.bad_count;
         self.stale_seq += o.stale_seq;
         self.duplicate += o.duplicate;
-        self.retransmit_incomplete += o.retransmit_incomplete;
+        self.pending_sent += o.pending_sent;
         self.output_too_small += o.output_too_small;
     }
 
@@ -208,7 +209,6 @@ impl Counters {
             DropReason::BadCount => &mut self.bad_count,
             DropReason::StaleSeq => &mut self.stale_seq,
             DropReason::Duplicate => &mut self.duplicate,
-            DropReason::RetransmitIncomplete => &mut self.retransmit_incomplete,
             DropReason::OutputTooSmall => &mut self.output_too_small,
         }
     }
@@ -236,7 +236,6 @@ impl Counters {
             + self.bad_count
             + self.stale_seq
             + self.duplicate
-            + self.retransmit_incomplete
             + self.output_too_small
     }
 }
@@ -657,7 +656,7 @@ impl Pipeline {
         // Data of this protocol version: the version and type `AggRepr::parse_header` accepts
         // without further checks. Everything else takes the general path.
         if view.version() != PROTOCOL_VERSION || view.msg_type_raw() != MessageType::Data as u8 {
-            return self.process_control(ingress, header, payload_bytes, out);
+            return self.process_control(ingress, header, payload_bytes, now, out);
         }
         if payload_bytes.len() != 4 * usize::from(view.count()) {
             return self.drop(DropReason::Malformed);
@@ -670,9 +669,7 @@ impl Pipeline {
         // From here on the sender is authenticated: refusals are answered with a Reject.
         let refusal = if view.epoch() != job.epoch {
             Some(RejectReason::StaleEpoch)
-        } else if view.slot() < job.slot_base
-            || u32::from(view.slot()) >= u32::from(job.slot_base) + u32::from(job.slot_count)
-        {
+        } else if !job_has_slot(job, view.slot()) {
             Some(RejectReason::SlotOutOfRange)
         } else if view.count() != 0 && view.count() != job.elems_per_packet {
             Some(RejectReason::BadCount)
@@ -716,13 +713,14 @@ impl Pipeline {
         fits.then_some(job_idx)
     }
 
-    /// Every packet but data of this version: probes are answered, the rest dropped.
+    /// Every packet but data of this version: probes and queries are answered, the rest dropped.
     #[inline(never)]
     fn process_control(
         &mut self,
         ingress: PortId,
         header: &[u8; HEADER_LEN],
         payload_bytes: &[u8],
+        now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
         let Ok(hdr) = AggRepr::parse_header(header) else {
@@ -731,12 +729,96 @@ impl Pipeline {
         if payload_bytes.len() != 4 * usize::from(hdr.count) {
             return self.drop(DropReason::Malformed);
         }
-        if hdr.kind != MessageType::Probe {
+        if !matches!(hdr.kind, MessageType::Probe | MessageType::Query) {
             return self.drop(DropReason::UnexpectedType);
         }
-        match self.authenticate(hdr.job, hdr.rank, ingress) {
-            Ok(job_idx) => self.answer_probe(job_idx, hdr, ingress, out),
-            Err(reason) => self.drop(reason),
+        let job_idx = match self.authenticate(hdr.job, hdr.rank, ingress) {
+            Ok(job_idx) => job_idx,
+            Err(reason) => return self.drop(reason),
+        };
+        if hdr.kind == MessageType::Probe {
+            return self.answer_probe(job_idx, hdr, ingress, out);
+        }
+        let job = &self.jobs[job_idx].cfg;
+        let refusal = if hdr.epoch != job.epoch {
+            Some(RejectReason::StaleEpoch)
+        } else if !job_has_slot(job, hdr.slot) {
+            Some(RejectReason::SlotOutOfRange)
+        } else if hdr.count != 0 {
+            Some(RejectReason::BadCount)
+        } else {
+            None
+        };
+        match refusal {
+            Some(reason) => self.reject(job_idx, hdr, reason, ingress, out),
+            None => self.answer_query(job_idx, header, ingress, now, out),
+        }
+    }
+
+    /// A Query of one use of a slot (PROTOCOL.md §6, the Query's decision table): the stored
+    /// result if the use is complete, else a Pending answer. Changes no register.
+    fn answer_query(
+        &mut self,
+        job_idx: usize,
+        header: &[u8; HEADER_LEN],
+        ingress: PortId,
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let Pipeline {
+            regs,
+            jobs,
+            counters,
+            ..
+        } = self;
+        let job = &mut jobs[job_idx];
+        let view = AggPacket::new_unchecked(header);
+        let slot = usize::from(view.slot());
+        let x = usize::from(view.set());
+        let bit = 1u32 << (view.rank() % 32);
+        let SlotRegisters {
+            seq,
+            bitmap,
+            count: pending,
+            exp,
+        } = regs.slots[slot];
+        let delta = view.seq().wrapping_sub(seq[x]) as i32;
+        if delta < 0 {
+            return drop_counted(counters, DropReason::StaleSeq);
+        }
+        if delta > 0 {
+            // No packet of this use has arrived.
+            return emit_pending(counters, &view, 0, ingress, out);
+        }
+        if pending[x] != 0 {
+            return emit_pending(counters, &view, bitmap[x], ingress, out);
+        }
+        if bitmap[x] & bit == 0 {
+            return drop_counted(counters, DropReason::Duplicate);
+        }
+        let count = if view.exponent() == 0 {
+            0
+        } else {
+            job.cfg.elems_per_packet
+        };
+        let result_len = HEADER_LEN + 4 * usize::from(count);
+        let Some(out) = out.get_mut(..result_len) else {
+            return drop_counted(counters, DropReason::OutputTooSmall);
+        };
+        let base = (2 * slot + x) * usize::from(regs.max_elems);
+        let cells = &cells_of(&mut regs.values)[base..base + usize::from(count)];
+        emit_result(&view, exp[x], cells, out);
+        if let Some(mut pkt) = out
+            .first_chunk_mut::<HEADER_LEN>()
+            .map(AggPacket::new_unchecked)
+        {
+            pkt.set_count(count);
+        }
+        job.last_activity = Some(now);
+        counters.results_unicast += 1;
+        Verdict::Unicast {
+            port: ingress,
+            len: result_len,
         }
     }
 
@@ -805,9 +887,10 @@ impl Pipeline {
                 // its next packet): a late copy.
                 return drop_counted(counters, DropReason::Duplicate);
             }
-            // Retransmission: answer from the registers if the use is complete.
+            // Retransmission: answered from the registers, with the result if the use is
+            // complete, else with the contributors so far.
             if pending[x] != 0 {
-                return drop_counted(counters, DropReason::RetransmitIncomplete);
+                return emit_pending(counters, view, bitmap[x], ingress, out);
             }
             let Some(out) = out.get_mut(..result_len) else {
                 return drop_counted(counters, DropReason::OutputTooSmall);
@@ -1022,6 +1105,45 @@ fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static>
 /// checked against the job's, and its sequence number is the one in the set's register (the
 /// packet either started the use or matched it).
 #[inline(always)]
+/// Whether `slot` lies in the job's slot range.
+fn job_has_slot(job: &JobConfig, slot: u16) -> bool {
+    slot.wrapping_sub(job.slot_base) < job.slot_count
+}
+
+/// Writes the Pending answer to `view`'s packet (its header echoed, type Pending, exponent 0,
+/// one element: the use's contributor `bitmap`) and counts it.
+fn emit_pending<'a>(
+    counters: &mut Counters,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    bitmap: u32,
+    ingress: PortId,
+    out: &mut [u8],
+) -> Verdict<'a> {
+    const LEN: usize = HEADER_LEN + 4 * PendingInfo::COUNT as usize;
+    let Some((head, payload)) = out
+        .get_mut(..LEN)
+        .and_then(|o| o.split_first_chunk_mut::<HEADER_LEN>())
+    else {
+        return drop_counted(counters, DropReason::OutputTooSmall);
+    };
+    *head = *view.clone().into_inner();
+    let mut pkt = AggPacket::new_unchecked(head);
+    let set = pkt.set();
+    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Pending);
+    pkt.set_set(set);
+    pkt.set_exponent(0);
+    pkt.set_count(PendingInfo::COUNT);
+    if (PendingInfo { bitmap }).emit(payload).is_err() {
+        // Unreachable: the payload is one element long.
+        return drop_counted(counters, DropReason::OutputTooSmall);
+    }
+    counters.pending_sent += 1;
+    Verdict::Unicast {
+        port: ingress,
+        len: LEN,
+    }
+}
+
 fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
     let Some((head, payload)) = out.split_first_chunk_mut::<HEADER_LEN>() else {
         // Unreachable: the callers size `out` for the header and the payload.

@@ -32,7 +32,7 @@ use crate::rtt::{RtoConfig, RttEstimator};
 use crate::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
-use ina_wire::agg::MAX_RANK;
+use ina_wire::agg::{PendingInfo, MAX_RANK};
 use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -200,6 +200,13 @@ pub struct StreamStats {
     /// Retransmissions sent as stall probes: nothing had come back and nothing new had been
     /// sent for two round trips (included in `retransmissions`).
     pub stall_probes: u64,
+    /// Retransmissions sent as a header-only Query instead of the data (included in
+    /// `retransmissions`): the switch holds the data, or may.
+    pub queries: u64,
+    /// Pending answers received: the use of a slot was still collecting.
+    pub pending_answers: u64,
+    /// Data sent again because a Pending answer showed the switch lacked this worker's data.
+    pub resent_missing: u64,
     pub results: u64,
     /// Results that matched no outstanding packet (copies, or answers to retransmissions that
     /// crossed the original result).
@@ -220,6 +227,19 @@ enum Retransmit {
     Timer,
     /// The stall probe (see [`Stream::stall_probe_at`]).
     StallProbe,
+    /// A Pending answer showed that the switch lacks this worker's data.
+    Missing,
+}
+
+/// What the switch is known to hold of an outstanding packet's data (from Pending answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Nothing known: the data may have been lost, or may wait for the other workers'.
+    Unknown,
+    /// The switch holds it: only the result can be missing, so a Query repairs any loss.
+    Yes,
+    /// The switch lacks it: the data must go again.
+    No,
 }
 
 /// How many unanswered packets one stall probe round sends at most.
@@ -235,6 +255,10 @@ struct Outstanding {
     last_tx: u64,
     /// When its latest transmission was sent.
     last_sent: Instant,
+    /// Whether its latest transmission was a Query.
+    last_was_query: bool,
+    /// What the switch holds of its data.
+    held: Held,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -445,10 +469,14 @@ impl<'a> Stream<'a> {
             };
             let deadline = now + self.rtt.backed_off(out.retries);
             let last_tx = self.next_transmission(index);
+            let query = self.retransmits_as_query(&out);
             self.slots[slot].outstanding = Some(Outstanding {
                 deadline,
                 last_tx,
                 last_sent: now,
+                last_was_query: query,
+                // Data sent again may be lost again.
+                held: if query { out.held } else { Held::Unknown },
                 ..out
             });
             self.timers.push(Reverse((deadline, index)));
@@ -456,7 +484,12 @@ impl<'a> Stream<'a> {
             match why {
                 Retransmit::Detected => self.stats.fast_retransmissions += 1,
                 Retransmit::StallProbe => self.stats.stall_probes += 1,
+                Retransmit::Missing => self.stats.resent_missing += 1,
                 Retransmit::Timer => {}
+            }
+            if query {
+                self.stats.queries += 1;
+                return Ok(Some(self.write_query(index, buf)));
             }
             return Ok(Some(self.write_packet(index, buf)));
         }
@@ -484,6 +517,8 @@ impl<'a> Stream<'a> {
             retries: 0,
             last_tx,
             last_sent: now,
+            last_was_query: false,
+            held: Held::Unknown,
         });
         self.timers.push(Reverse((deadline, index)));
         self.sent_new += 1;
@@ -499,9 +534,64 @@ impl<'a> Stream<'a> {
         tx
     }
 
-    fn write_packet(&mut self, index: u64, buf: &mut [u8]) -> usize {
+    /// Whether the retransmission of `out` asks with a Query instead of sending the data
+    /// again. With other workers in the job, an unanswered packet is far more often waiting
+    /// for another worker's lost data, or lost its result, than lost its own data: the Query
+    /// (16 bytes) is answered with the stored result, or with Pending, whose bitmap says
+    /// whether this worker's data must go again. Alone in its job, a worker's data completes
+    /// the use by itself, so it is sent again at once.
+    fn retransmits_as_query(&self, out: &Outstanding) -> bool {
+        match out.held {
+            Held::Yes => true,
+            Held::No => false,
+            Held::Unknown => false,
+        }
+    }
+
+    /// The header of packet `index` (its slot, set, sequence number), as `kind`.
+    fn header_of(&self, index: u64, kind: MessageType) -> AggRepr {
         let position = self.cfg.lane.next_position + index;
         let window = u64::from(self.cfg.lane.window);
+        AggRepr {
+            kind,
+            set: ((position / window) & 1) as u8,
+            job: self.cfg.job,
+            epoch: self.cfg.epoch,
+            rank: self.cfg.rank,
+            exponent: 0,
+            slot: self.cfg.lane.slot_base + (position % window) as u16,
+            count: 0,
+            seq: position as u32,
+        }
+    }
+
+    /// The payload elements of packet `index`'s data and result: E, or 0 for a header-only
+    /// packet of the exponent lookahead.
+    fn count_of(&self, index: u64) -> u16 {
+        if self.data_block(index).is_some_and(|b| b < self.blocks) {
+            self.cfg.elems_per_packet
+        } else {
+            0
+        }
+    }
+
+    /// Writes a Query of packet `index`'s use of its slot.
+    fn write_query(&mut self, index: u64, buf: &mut [u8]) -> usize {
+        let repr = AggRepr {
+            // The size of the result wanted: with the data's elements, or none.
+            exponent: u8::from(self.count_of(index) != 0),
+            ..self.header_of(index, MessageType::Query)
+        };
+        if repr.emit_into(buf).is_err() {
+            // Unreachable: poll_transmit checked the buffer against max_packet_len.
+            return 0;
+        }
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += HEADER_LEN as u64;
+        HEADER_LEN
+    }
+
+    fn write_packet(&mut self, index: u64, buf: &mut [u8]) -> usize {
         let data_block = self.data_block(index).filter(|b| *b < self.blocks);
         let e = usize::from(self.cfg.elems_per_packet);
         let exponent = match self.tensor.elements() {
@@ -512,19 +602,9 @@ impl<'a> Stream<'a> {
             _ => 0,
         };
         let repr = AggRepr {
-            kind: MessageType::Data,
-            set: ((position / window) & 1) as u8,
-            job: self.cfg.job,
-            epoch: self.cfg.epoch,
-            rank: self.cfg.rank,
             exponent,
-            slot: self.cfg.lane.slot_base + (position % window) as u16,
-            count: if data_block.is_some() {
-                self.cfg.elems_per_packet
-            } else {
-                0
-            },
-            seq: position as u32,
+            count: self.count_of(index),
+            ..self.header_of(index, MessageType::Data)
         };
         let len = repr.buffer_len();
         let Ok(mut pkt) = repr.emit_into(buf) else {
@@ -563,6 +643,7 @@ impl<'a> Stream<'a> {
         }
         match hdr.kind {
             MessageType::Result => self.handle_result(now, &hdr, payload),
+            MessageType::Pending => self.handle_pending(now, &hdr, payload),
             MessageType::Reject => {
                 // Only a refusal of a packet this stream has outstanding counts: a copy of an
                 // old refusal, or one provoked by someone else's packet, changes nothing.
@@ -591,6 +672,63 @@ impl<'a> Stream<'a> {
             .get(usize::from(idx))
             .and_then(|s| s.outstanding)
             .is_some_and(|o| (self.cfg.lane.next_position + o.index) as u32 == seq)
+    }
+
+    /// The outstanding packet that `hdr` (a Result or Pending) answers: its slot's index in
+    /// the lane, if the header names the packet's slot, set, sequence number and epoch.
+    fn answered_slot(&self, hdr: &AggRepr) -> Option<usize> {
+        let slot = usize::from(hdr.slot.checked_sub(self.cfg.lane.slot_base)?);
+        let out = self.slots.get(slot)?.outstanding?;
+        let position = self.cfg.lane.next_position + out.index;
+        let window = u64::from(self.cfg.lane.window);
+        let matches = hdr.epoch == self.cfg.epoch
+            && hdr.seq == position as u32
+            && hdr.set == ((position / window) & 1) as u8;
+        matches.then_some(slot)
+    }
+
+    /// A Pending answer: the switch's use of the slot is still collecting, and its bitmap says
+    /// whether it holds this worker's data. If it does, further retransmissions are Queries;
+    /// if not, the data goes again now (unless data was sent after the Query this answers).
+    fn handle_pending(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {
+        let (Some(slot), Ok(info)) = (self.answered_slot(hdr), PendingInfo::parse(payload)) else {
+            self.stats.duplicate_results += 1;
+            return;
+        };
+        let Some(out) = self.slots[slot].outstanding else {
+            return;
+        };
+        self.stats.pending_answers += 1;
+        if info.has(self.cfg.rank) {
+            self.slots[slot].outstanding = Some(Outstanding {
+                held: Held::Yes,
+                ..out
+            });
+            return;
+        }
+        if !out.last_was_query {
+            // The data went again after the Query that this answers: it is on its way.
+            return;
+        }
+        let queued = out.deadline == Instant::from_nanos(u64::MAX);
+        if queued {
+            // The retransmission already queued will carry the data.
+            self.slots[slot].outstanding = Some(Outstanding {
+                held: Held::No,
+                ..out
+            });
+            return;
+        }
+        if self.give_up_if_spent(now, &out) {
+            return;
+        }
+        self.slots[slot].outstanding = Some(Outstanding {
+            held: Held::No,
+            retries: out.retries + 1,
+            deadline: Instant::from_nanos(u64::MAX),
+            ..out
+        });
+        self.retransmit.push_back((out.index, Retransmit::Missing));
     }
 
     fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {

@@ -382,3 +382,50 @@ fn detected_losses_respect_the_retry_limit() {
         other => panic!("rank 1: {other:?}"),
     }
 }
+
+#[test]
+fn workers_whose_data_the_switch_holds_ask_with_queries_instead_of_resending() {
+    // Rank 3's packet at position 20 is lost three times: the slot stays incomplete while the
+    // other ranks see later results. Their first retransmission is the data (answered with
+    // Pending, their bit set); every later one is a 16-byte Query.
+    const POSITION: u32 = 20;
+    let mut lost = 0;
+    let mut data_copies = [0usize; 4];
+    let mut queries = [0usize; 4];
+    let (tensors, outcomes) = run(4, 48, 8, |rank, p| {
+        if seq_of(p) == POSITION {
+            match p[0] & 0x0f {
+                1 => data_copies[rank] += 1,
+                7 => queries[rank] += 1,
+                other => panic!("rank {rank} sent type {other}"),
+            }
+            if rank == 3 && p[0] & 0x0f == 1 && lost < 3 {
+                lost += 1;
+                return true;
+            }
+        }
+        false
+    });
+    assert_eq!(lost, 3);
+    for rank in 0..3 {
+        let stats = outcomes[rank].unwrap();
+        assert_eq!(
+            data_copies[rank], 2,
+            "rank {rank}: data resent more than once"
+        );
+        assert!(queries[rank] >= 1, "rank {rank} never queried: {stats:?}");
+        assert_eq!(stats.queries as usize, queries[rank]);
+        assert!(stats.pending_answers >= 1, "{stats:?}");
+    }
+    assert_eq!(
+        queries[3], 0,
+        "rank 3's data never arrived; it has nothing to query for"
+    );
+    assert_eq!(data_copies[3], 4);
+    for t in &tensors[1..] {
+        assert_eq!(t, &tensors[0]);
+    }
+    for (i, v) in tensors[0].iter().enumerate() {
+        assert_eq!(*v, i as i32 * 10);
+    }
+}

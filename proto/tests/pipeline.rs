@@ -118,6 +118,133 @@ fn first_later_and_last_arrival() {
     assert_eq!(p.busy_slots(), 0);
 }
 
+fn query(rank: u8, slot: u16, set: u8, seq: u32, wants_data: bool) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Query,
+        set,
+        job: JOB,
+        epoch: EPOCH,
+        rank,
+        exponent: u8::from(wants_data),
+        slot,
+        count: 0,
+        seq,
+    };
+    let mut buf = vec![0; repr.buffer_len()];
+    repr.emit_into(&mut buf).unwrap();
+    buf
+}
+
+/// The Pending answer's (kind, port, slot, set, seq, bitmap), or panics.
+fn pending_of(out: &Out) -> (PortId, u16, u8, u32, i32) {
+    match out {
+        Out::Unicast(port, h, v) if h.kind == MessageType::Pending && v.len() == 1 => {
+            assert_eq!((h.count, h.exponent, h.epoch), (1, 0, EPOCH));
+            (*port, h.slot, h.set, h.seq, v[0])
+        }
+        other => panic!("not a Pending answer: {other:?}"),
+    }
+}
+
+#[test]
+fn queries_answer_every_row_of_their_table_and_change_nothing() {
+    let mut p = pipe(3);
+    // Not seen yet: Pending with an empty bitmap.
+    assert_eq!(
+        pending_of(&send(&mut p, 11, &query(1, 9, 1, 40, true))),
+        (PortId(11), 9, 1, 40, 0)
+    );
+    send(&mut p, 10, &data(0, 9, 1, 40, 130, &[1, 2, 3, 4]));
+    send(&mut p, 12, &data(2, 9, 1, 40, 131, &[1, 1, 1, 1]));
+    // Incomplete: the contributors so far, whoever asks.
+    let regs = p.registers().clone();
+    for rank in 0..3u8 {
+        assert_eq!(
+            pending_of(&send(
+                &mut p,
+                10 + u16::from(rank),
+                &query(rank, 9, 1, 40, true)
+            )),
+            (PortId(10 + u16::from(rank)), 9, 1, 40, 0b101)
+        );
+    }
+    assert_eq!(p.registers(), &regs, "a query changed a register");
+    // Rank 1 learnt that its data is missing and sends it: the use completes.
+    let done = send(&mut p, 11, &data(1, 9, 1, 40, 120, &[0, 0, 0, 10]));
+    assert_eq!(values(&done), vec![2, 3, 4, 15]);
+    // Complete: the stored result, with E elements or none as the query asks.
+    let full = send(&mut p, 12, &query(2, 9, 1, 40, true));
+    let Out::Unicast(port, h, v) = full else {
+        panic!("{full:?}")
+    };
+    assert_eq!(
+        (port, h.kind, h.count, h.exponent, h.seq, h.set, h.rank, v),
+        (
+            PortId(12),
+            MessageType::Result,
+            E,
+            131,
+            40,
+            1,
+            2,
+            vec![2, 3, 4, 15]
+        )
+    );
+    let empty = send(&mut p, 12, &query(2, 9, 1, 40, false));
+    assert!(
+        matches!(&empty, Out::Unicast(_, h, v) if h.kind == MessageType::Result && h.count == 0 && v.is_empty()),
+        "{empty:?}"
+    );
+    // Rank 0 moves on to set 0: its query of the finished use is now a late copy.
+    send(&mut p, 10, &data(0, 9, 0, 44, 0, &[0; 4]));
+    assert_eq!(
+        send(&mut p, 10, &query(0, 9, 1, 40, true)),
+        Out::Drop(DropReason::Duplicate)
+    );
+    // Older than the set's use: stale.
+    assert_eq!(
+        send(&mut p, 11, &query(1, 9, 1, 36, true)),
+        Out::Drop(DropReason::StaleSeq)
+    );
+    let c = *p.counters();
+    assert_eq!((c.pending_sent, c.results_unicast), (4, 2));
+    assert_eq!((c.duplicate, c.stale_seq), (1, 1));
+}
+
+#[test]
+fn queries_are_authenticated_and_refused_like_data() {
+    let mut p = pipe(2);
+    // Wrong port, unknown rank: dropped, no answer to an unauthenticated source.
+    assert_eq!(
+        send(&mut p, 11, &query(0, 9, 0, 4, true)),
+        Out::Drop(DropReason::WrongPort)
+    );
+    assert_eq!(
+        send(&mut p, 10, &query(7, 9, 0, 4, true)),
+        Out::Drop(DropReason::UnknownRank)
+    );
+    let reject = |out: Out| match out {
+        Out::Unicast(_, h, _) if h.kind == MessageType::Reject => h.reject_reason(),
+        other => panic!("{other:?}"),
+    };
+    let mut q = query(0, 30, 0, 4, true);
+    assert_eq!(
+        reject(send(&mut p, 10, &q)),
+        Some(RejectReason::SlotOutOfRange)
+    );
+    q = query(0, 9, 0, 4, true);
+    q[5] ^= 1; // epoch
+    assert_eq!(reject(send(&mut p, 10, &q)), Some(RejectReason::StaleEpoch));
+    // A query with a payload is refused for its count.
+    let mut long = query(0, 9, 0, 4, true);
+    long[11] = 1;
+    long.extend_from_slice(&[0; 4]);
+    assert_eq!(
+        reject(send(&mut p, 10, &long)),
+        Some(RejectReason::BadCount)
+    );
+}
+
 #[test]
 fn a_new_use_overwrites_stale_values() {
     let mut p = pipe(2);
@@ -138,11 +265,17 @@ fn retransmissions_to_complete_and_incomplete_slots() {
         send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4])),
         Out::Absorbed
     );
-    // Incomplete: the retransmission is dropped, the sum will come by multicast.
+    // Incomplete: the retransmission is answered with the contributors so far (rank 0), and
+    // changes nothing; the sum will come by multicast.
+    let pending = send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4]));
+    let Out::Unicast(port, h, v) = pending else {
+        panic!("{pending:?}")
+    };
     assert_eq!(
-        send(&mut p, 10, &data(0, 10, 0, 7, 0, &[1, 2, 3, 4])),
-        Out::Drop(DropReason::RetransmitIncomplete)
+        (port, h.kind, h.slot, h.set, h.seq, h.rank, h.exponent, v),
+        (PortId(10), MessageType::Pending, 10, 0, 7, 0, 0, vec![0b01])
     );
+    assert_eq!(p.counters().pending_sent, 1);
     let done = send(&mut p, 11, &data(1, 10, 0, 7, 0, &[1, 1, 1, 1]));
     assert_eq!(values(&done), vec![2, 3, 4, 5]);
     // Complete: the retransmission gets the stored sum back on its own port, unchanged.
@@ -297,10 +430,16 @@ fn a_result_that_does_not_fit_is_never_sent() {
         (c.data_added, c.elements_aggregated, c.results_multicast),
         (before.data_added, before.elements_aggregated, 0)
     );
-    // The first worker's retransmission is still one to a collecting slot.
+    // The first worker's retransmission is still one to a collecting slot: answered with
+    // Pending when that fits the output, else dropped as too large for it.
     assert_eq!(
-        send_with(&mut p, 10, &a, 0),
-        Out::Drop(DropReason::RetransmitIncomplete)
+        send_with(&mut p, 10, &a, 19),
+        Out::Drop(DropReason::OutputTooSmall)
+    );
+    let pending = send_with(&mut p, 10, &a, 20);
+    assert!(
+        matches!(&pending, Out::Unicast(PortId(10), h, v) if h.kind == MessageType::Pending && v == &[1]),
+        "{pending:?}"
     );
     // The retransmission with room completes the use as the first copy would have.
     let done = send_with(&mut p, 11, &b, 32);
@@ -325,8 +464,8 @@ fn a_result_that_does_not_fit_is_never_sent() {
     };
     assert_eq!((port, v), (PortId(10), vec![11, 22, 33, 44]));
     let c = *p.counters();
-    assert_eq!((c.output_too_small, c.results_unicast), (2, 1));
-    assert_eq!(c.drops_total(), 3);
+    assert_eq!((c.output_too_small, c.results_unicast), (3, 1));
+    assert_eq!((c.drops_total(), c.pending_sent), (3, 1));
 }
 
 #[test]
@@ -360,7 +499,7 @@ fn unauthenticated_and_malformed_packets_are_silently_dropped() {
     // reject with an unknown reason: malformed, whatever the type.
     let good = data(0, 8, 0, 5, 0, &[0; 4]);
     let mut malformed = Vec::new();
-    for (at, byte) in [(0, 0x21u8), (0, 0x17), (0, 0x01)] {
+    for (at, byte) in [(0, 0x21u8), (0, 0x18), (0, 0x01)] {
         let mut b = good.clone();
         b[at] = byte;
         malformed.push(b);
@@ -569,15 +708,22 @@ proptest! {
                     prop_assert_eq!(&v, &expect);
                     prop_assert_eq!(h.exponent as u16, workers - 1);
                 }
-                Out::Unicast(_, _, v) => {
+                Out::Unicast(_, h, v) if h.kind == MessageType::Result => {
                     prop_assert!(!first);
+                    prop_assert_eq!(multicasts, 1);
                     prop_assert_eq!(&v, &expect);
                 }
-                Out::Absorbed => prop_assert!(first),
-                Out::Drop(reason) => {
+                Out::Unicast(_, h, v) => {
+                    // A copy before the use completed: the contributors so far, its own
+                    // among them.
                     prop_assert!(!first);
-                    prop_assert_eq!(reason, DropReason::RetransmitIncomplete);
+                    prop_assert_eq!(h.kind, MessageType::Pending);
+                    prop_assert_eq!(multicasts, 0);
+                    let expect_bits = seen.iter().fold(0u32, |b, r| b | 1 << r);
+                    prop_assert_eq!(v, vec![expect_bits as i32]);
                 }
+                Out::Absorbed => prop_assert!(first),
+                Out::Drop(reason) => prop_assert!(false, "dropped: {:?}", reason),
             }
         }
         prop_assert_eq!(multicasts, 1);

@@ -67,10 +67,10 @@ fn check(case: Case, seeds: u64) {
             .sum();
         if seed == 0 {
             eprintln!(
-                "workers={} packets={packets} retx={retx} lost={lost} switch: first={} added={} mcast={} ucast={} stale={} dup={} incomplete={} t={:?}",
+                "workers={} packets={packets} retx={retx} lost={lost} switch: first={} added={} mcast={} ucast={} stale={} dup={} pending={} t={:?}",
                 case.workers, report.switch.data_first, report.switch.data_added,
                 report.switch.results_multicast, report.switch.results_unicast,
-                report.switch.stale_seq, report.switch.duplicate, report.switch.retransmit_incomplete,
+                report.switch.stale_seq, report.switch.duplicate, report.switch.pending_sent,
                 report.elapsed
             );
         }
@@ -225,4 +225,36 @@ fn same_seed_replays_exactly() {
     assert_eq!(a.switch, b.switch);
     let c = run(&scenario(78, &case).0);
     assert_ne!((a.events, a.elapsed), (c.events, c.elapsed));
+}
+
+#[test]
+fn workers_learn_from_pending_answers_and_query_instead_of_resending() {
+    let case = Case {
+        workers: 8,
+        lens: vec![20_000],
+        window: 16,
+        elems: 64,
+        link: lossy(0.03, 0.0, 0.0),
+        ints: false,
+    };
+    for seed in common::seeds(5) {
+        let (s, inputs) = scenario(seed, &case);
+        let report = run(&s);
+        assert_correct(&report, &inputs, &[case.elems], seed);
+        let stats: Vec<_> = report.jobs[0]
+            .workers
+            .iter()
+            .flat_map(|w| w.outcome.clone().unwrap().unwrap())
+            .collect();
+        let queries: u64 = stats.iter().map(|s| s.queries).sum();
+        let pendings: u64 = stats.iter().map(|s| s.pending_answers).sum();
+        assert!(
+            report.switch.pending_sent > 0,
+            "seed {seed}: no Pending sent"
+        );
+        assert!(pendings > 0 && pendings <= report.switch.pending_sent);
+        assert!(queries > 0, "seed {seed}: no worker queried");
+        // A query is answered like a retransmission: with the result, or Pending again.
+        assert!(report.switch.results_unicast + report.switch.pending_sent > 0);
+    }
 }

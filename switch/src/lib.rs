@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod control;
+pub mod frames;
 mod loss;
 mod shard;
 mod steer;

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agg;
+pub mod checksum;
 pub mod ether;
 pub mod frame;
 pub mod payload;

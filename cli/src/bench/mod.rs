@@ -141,6 +141,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct SwitchSummary {
     pub packets_in: u64,
     pub results_multicast: u64,
+    /// Pending answers (to retransmissions and queries of slots still collecting).
+    pub pending_sent: u64,
     pub drops: u64,
     /// The drops by reason (only reasons that occurred).
     pub drop_reasons: std::collections::BTreeMap<&'static str, u64>,
@@ -166,12 +168,12 @@ pub(crate) fn switch_summary(
         ("bad_count", c.bad_count),
         ("stale_seq", c.stale_seq),
         ("duplicate", c.duplicate),
-        ("retransmit_incomplete", c.retransmit_incomplete),
         ("output_too_small", c.output_too_small),
     ];
     SwitchSummary {
         packets_in: c.packets_in,
         results_multicast: c.results_multicast,
+        pending_sent: c.pending_sent,
         drops: c.drops_total(),
         drop_reasons: reasons.into_iter().filter(|(_, n)| *n > 0).collect(),
         injected_drops: s.injected_drops_in + s.injected_drops_out,

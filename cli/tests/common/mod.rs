@@ -84,7 +84,17 @@ pub struct Proc {
 impl Proc {
     /// Starts `ina ARGS...` with piped stdin, stdout and stderr.
     pub fn spawn<S: AsRef<str>>(name: &str, args: &[S]) -> Proc {
-        let mut child = Command::new(BIN)
+        Proc::spawn_in(None, name, args)
+    }
+
+    /// [`Proc::spawn`] inside network namespace `netns` (with `ip netns exec`, which execs
+    /// `ina` in place: the child is `ina` itself).
+    pub fn spawn_in<S: AsRef<str>>(netns: Option<&str>, name: &str, args: &[S]) -> Proc {
+        let mut cmd = match netns {
+            Some(ns) => ina_io::netns::Rack::command_in(ns, BIN),
+            None => Command::new(BIN),
+        };
+        let mut child = cmd
             .args(args.iter().map(AsRef::as_ref))
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::piped())
@@ -386,7 +396,7 @@ impl Run {
         self.iterations + self.warmup
     }
 
-    fn common(&self, rank: usize) -> Vec<String> {
+    pub fn common(&self, rank: usize) -> Vec<String> {
         vec![
             "worker".into(),
             format!("--job={}", self.job),

@@ -1,0 +1,239 @@
+//! `ina switch --ports IF0,IF1,...`: the L2 software switch on raw Ethernet ports.
+//!
+//! Prints `{"event":"ready",...}` when every port is open and `{"event":"stopped","stats":...}`
+//! on SIGINT/SIGTERM, like the UDP switch.
+
+use anyhow::{bail, Context};
+use ina_io::packet::RawConfig;
+use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
+use ina_proto::pipeline::PipelineConfig;
+use ina_switch::frames::FramesSwitch;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// The settings of the L2 mode (from `ina switch`'s flags).
+#[derive(Debug)]
+pub struct PortsArgs {
+    pub ports: Vec<String>,
+    pub mac: Option<String>,
+    pub ip: Option<Ipv4Addr>,
+    pub l2: Vec<String>,
+    pub jobs: Vec<String>,
+    pub pool_slots: Option<u16>,
+    pub max_elems: Option<u16>,
+    pub mtu: usize,
+    pub stats_every: f64,
+}
+
+/// Parses `02:00:00:00:00:01`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!(
+            "`{s}` is not a MAC address (six hex bytes with colons)"
+        ));
+    }
+    let mut mac = [0u8; 6];
+    for (b, p) in mac.iter_mut().zip(&parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
+    }
+    Ok(mac)
+}
+
+fn port_index(ports: &[String], name: &str) -> Result<u16, String> {
+    ports
+        .iter()
+        .position(|p| p == name)
+        .map(|i| i as u16)
+        .ok_or_else(|| format!("`{name}` is not one of --ports ({})", ports.join(",")))
+}
+
+/// Parses a job of the L2 mode:
+/// `id=1;slots=0..64;elems=64;workers=IF/MAC/IP:UDP,...` (rank r is the r-th worker), with an
+/// optional `epoch=`.
+pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, String> {
+    let (mut id, mut slots, mut elems, mut ranks, mut epoch) = (None, None, None, None, None);
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}` is not key=value"))?;
+        let value = value.trim();
+        match key.trim() {
+            "id" | "job" => id = Some(value.parse::<u16>().map_err(|e| format!("id: {e}"))?),
+            "epoch" => epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
+            "slots" => {
+                let (a, b) = value
+                    .split_once("..")
+                    .ok_or_else(|| format!("slots `{value}` is not START..END"))?;
+                let a: u16 = a.parse().map_err(|e| format!("slots start: {e}"))?;
+                let b: u16 = b.parse().map_err(|e| format!("slots end: {e}"))?;
+                if b <= a {
+                    return Err(format!("slots `{value}` is empty"));
+                }
+                slots = Some((a, b - a));
+            }
+            "elems" => elems = Some(value.parse::<u16>().map_err(|e| format!("elems: {e}"))?),
+            "workers" => {
+                let mut list = Vec::new();
+                for w in value.split(',').map(str::trim) {
+                    let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
+                        return Err(format!("worker `{w}` is not INTERFACE/MAC/IP:UDP_PORT"));
+                    };
+                    let addr: SocketAddrV4 = addr
+                        .parse()
+                        .map_err(|e| format!("worker `{w}`: address: {e}"))?;
+                    list.push(Endpoint {
+                        port: port_index(ports, ifname)?,
+                        mac: parse_mac(mac)?,
+                        ip: addr.ip().octets(),
+                        udp_port: addr.port(),
+                    });
+                }
+                ranks = Some(list);
+            }
+            other => return Err(format!("unknown key `{other}`")),
+        }
+    }
+    let (slot_base, slot_count) = slots.ok_or("missing slots=START..END")?;
+    let id = id.ok_or("missing id=")?;
+    Ok(FrameJob {
+        job: id,
+        // Different on every start unless given, as on the UDP switch: a restarted switch
+        // refuses the old run's packets instead of adding them into cleared registers.
+        epoch: epoch.unwrap_or_else(|| boot_epoch(id)),
+        slot_base,
+        slot_count,
+        elems_per_packet: elems.unwrap_or(256),
+        ranks: ranks.ok_or("missing workers=")?,
+    })
+}
+
+fn boot_epoch(job: u16) -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    ((nanos >> 10) as u16 ^ job.rotate_left(7)).max(1)
+}
+
+pub fn run(args: PortsArgs) -> anyhow::Result<()> {
+    if args.ports.iter().any(String::is_empty) {
+        bail!("--ports takes interface names separated by commas");
+    }
+    let Some(mac) = &args.mac else {
+        bail!("--ports needs the switch's own --mac (its address on the LAN)");
+    };
+    let mac = parse_mac(mac).map_err(anyhow::Error::msg)?;
+    let Some(ip) = args.ip else {
+        bail!("--ports needs the switch's own --ip (workers send to it)");
+    };
+    let jobs = args
+        .jobs
+        .iter()
+        .map(|j| parse_frame_job(j, &args.ports).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .context("--job")?;
+    let mut l2: Vec<([u8; 6], u16)> = Vec::new();
+    for entry in &args.l2 {
+        let (m, port) = entry
+            .split_once('=')
+            .with_context(|| format!("--l2 `{entry}` is not MAC=INTERFACE"))?;
+        let m = parse_mac(m).map_err(anyhow::Error::msg)?;
+        let port = port_index(&args.ports, port.trim()).map_err(anyhow::Error::msg)?;
+        l2.push((m, port));
+    }
+    // Every worker's MAC is reachable through its port: ordinary traffic between workers
+    // (a ring all-reduce, ARP answers) crosses the switch without extra flags.
+    for ep in jobs.iter().flat_map(|j| &j.ranks) {
+        if !l2.iter().any(|(m, _)| *m == ep.mac) {
+            l2.push((ep.mac, ep.port));
+        }
+    }
+    let mut pipeline = PipelineConfig::default();
+    if let Some(p) = args.pool_slots {
+        pipeline.pool_slots = p;
+    }
+    if let Some(m) = args.max_elems {
+        pipeline.max_elems = m;
+    }
+    let cfg = FrameSwitchConfig {
+        mac,
+        ip: ip.octets(),
+        ports: Vec::new(),
+        l2,
+        pipeline,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())
+        .context("installing the SIGINT handler")?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
+        .context("installing the SIGTERM handler")?;
+    let mut switch = FramesSwitch::open(&args.ports, cfg, jobs, RawConfig::for_mtu(args.mtu))
+        .context("starting the L2 switch")?;
+    let job_list: Vec<_> = switch
+        .frame_switch()
+        .jobs()
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "job": j.job, "epoch": j.epoch, "slot_base": j.slot_base,
+                "slot_count": j.slot_count, "elems_per_packet": j.elems_per_packet,
+                "workers": j.ranks.len(),
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({
+            "event": "ready",
+            "ports": args.ports,
+            "ip": ip.to_string(),
+            "jobs": job_list,
+        })
+    );
+    tracing::info!(ports = ?args.ports, %ip, "L2 switch ready");
+    let every =
+        (args.stats_every > 0.0).then(|| std::time::Duration::from_secs_f64(args.stats_every));
+    let result = switch.run(&stop, every);
+    let stats = switch.stats();
+    println!(
+        "{}",
+        serde_json::json!({"event": "stopped", "stats": stats})
+    );
+    result.context("L2 switch failed")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_jobs_parse_and_reject_nonsense() {
+        let ports = vec!["p0".to_string(), "p1".to_string()];
+        let j = parse_frame_job(
+            "id=2;epoch=9;slots=8..16;elems=64;workers=p1/02:00:00:00:00:0a/198.18.0.1:9000,p0/02:00:00:00:00:0b/198.18.0.2:9001",
+            &ports,
+        )
+        .unwrap();
+        assert_eq!((j.job, j.epoch, j.slot_base, j.slot_count), (2, 9, 8, 8));
+        assert_eq!(j.ranks[0].port, 1);
+        assert_eq!(j.ranks[1].mac, [2, 0, 0, 0, 0, 0x0b]);
+        assert_eq!(j.ranks[1].udp_port, 9001);
+        let bad = [
+            "id=2;slots=8..16;workers=p9/02:00:00:00:00:0a/198.18.0.1:9000",
+            "id=2;slots=8..16;workers=p0/02:00:00:00:0a/198.18.0.1:9000",
+            "id=2;slots=8..16;workers=p0/198.18.0.1:9000",
+            "id=2;slots=8..8;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
+            "id=2;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
+        ];
+        for b in bad {
+            assert!(parse_frame_job(b, &ports).is_err(), "{b}");
+        }
+        assert!(parse_mac("02:00:00:00:00:zz").is_err());
+        assert_eq!(
+            parse_mac("ff:FF:00:01:02:03").unwrap(),
+            [255, 255, 0, 1, 2, 3]
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! The L2 software switch (`ina switch --ports`) deployed as a P4 switch would be: on raw
+//! Ethernet ports of a hub namespace, with `ina worker` processes in their own namespaces
+//! speaking kernel UDP to its address. Needs root (skips otherwise, fails under
+//! INA_REQUIRE_PRIVILEGED=1).
+#![allow(clippy::unwrap_used)]
+
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
+mod common;
+
+use common::*;
+use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Says why a test is skipped, or fails it when privileged tests are required.
+fn skip(reason: impl std::fmt::Display) {
+    assert!(!privileged_required(), "required test cannot run: {reason}");
+    eprintln!("skipped: {reason}");
+}
+
+fn start_switch(rack: &Rack, elems: u16, extra: &[String]) -> Proc {
+    let workers: Vec<String> = (0..rack.workers)
+        .map(|r| {
+            format!(
+                "{}/{}/{}:9000",
+                Rack::port(r),
+                Rack::worker_mac(r),
+                Rack::worker_ip(r)
+            )
+        })
+        .collect();
+    let mut args = vec![
+        "switch".to_string(),
+        format!("--ports={}", rack.ports()),
+        format!("--mac={SWITCH_MAC}"),
+        format!("--ip={SWITCH_IP}"),
+        format!(
+            "--job=id=1;slots=0..64;elems={elems};workers={}",
+            workers.join(",")
+        ),
+    ];
+    args.extend(extra.iter().cloned());
+    let mut sw = Proc::spawn_in(Some(&rack.hub()), "l2 switch", &args);
+    sw.expect("ready", after(START));
+    sw
+}
+
+fn stop(sw: &mut Proc) -> Value {
+    sw.signal(libc::SIGINT);
+    let line = sw.expect("stopped", after(Duration::from_secs(10)));
+    line.value["stats"].clone()
+}
+
+fn event(stats: &Value, name: &str) -> u64 {
+    stats["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[0] == name)
+        .and_then(|e| e[1].as_u64())
+        .unwrap_or_else(|| panic!("no event {name} in {stats}"))
+}
+
+#[test]
+fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
+    let _guard = serial();
+    let rack = match Rack::new("l2a", 4) {
+        Ok(r) => r,
+        Err(e) => return skip(e),
+    };
+    for elems in [64u16, 256] {
+        let mut sw = start_switch(&rack, elems, &[]);
+        let run = Run::new(4, 262_144, 2);
+        let mut procs: Vec<Proc> = (0..4)
+            .map(|r| {
+                let mut args = run.common(r);
+                args.push("--algorithm=ina".into());
+                args.push(format!("--switch={SWITCH_IP}:18766"));
+                args.push(format!("--bind={}:9000", Rack::worker_ip(r)));
+                Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("worker {r}"), &args)
+            })
+            .collect();
+        let outcomes: Vec<Outcome> = procs
+            .iter_mut()
+            .map(|p| Outcome::collect(p, after(Duration::from_secs(60))))
+            .collect();
+        let stats = stop(&mut sw);
+        let mut prints = Vec::new();
+        for o in &outcomes {
+            assert!(
+                matches!(o.end, End::Done(_)),
+                "{} ({elems} elements): {:?}\n{}\nswitch: {stats}",
+                o.name,
+                o.end,
+                o.stderr
+            );
+            assert_eq!(o.violations(), vec![0; run.total()], "{}", o.name);
+            prints.push(
+                o.iterations
+                    .iter()
+                    .map(|l| l.value["fingerprint"].clone())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
+        // Every packet was one of the job's; each worker resolved the switch by ARP (in the
+        // first round: the second finds it in its cache).
+        // Each tensor is B blocks plus the lookahead's min(window, B) header-only packets.
+        let blocks = 262_144 / u64::from(elems);
+        let packets_per_worker = run.total() as u64 * (blocks + blocks.min(64));
+        assert!(event(&stats, "data_first") >= packets_per_worker, "{stats}");
+        if elems == 64 {
+            assert_eq!(event(&stats, "arp_replied"), 4, "{stats}");
+        }
+        for bad in [
+            "malformed",
+            "unknown_job",
+            "wrong_port",
+            "unknown_rank",
+            "stale_epoch",
+        ] {
+            assert_eq!(event(&stats, bad), 0, "{bad}: {stats}");
+        }
+        assert!(stats["results_multicast"].as_u64().unwrap() >= packets_per_worker);
+        for p in stats["ports"].as_array().unwrap() {
+            assert_eq!(p["rx_truncated"], 0, "{stats}");
+            assert_eq!(p["tx_dropped"], 0, "{stats}");
+        }
+    }
+}
+
+#[test]
+fn a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic() {
+    let _guard = serial();
+    let rack = match Rack::new("l2r", 3) {
+        Ok(r) => r,
+        Err(e) => return skip(e),
+    };
+    let mut sw = start_switch(&rack, 256, &[]);
+    let run = Run::new(3, 100_000, 2);
+    let peers: Vec<String> = (0..3)
+        .map(|r| format!("{}:7000", Rack::worker_ip(r)))
+        .collect();
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|r| {
+            let mut args = run.common(r);
+            args.push("--algorithm=ring".into());
+            args.push(format!("--bind={}:7000", Rack::worker_ip(r)));
+            args.push(format!("--peers={}", peers.join(",")));
+            Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("ring {r}"), &args)
+        })
+        .collect();
+    for p in &mut procs {
+        let o = Outcome::collect(p, after(Duration::from_secs(60)));
+        assert!(
+            matches!(o.end, End::Done(_)),
+            "{}: {:?}\n{}",
+            o.name,
+            o.end,
+            o.stderr
+        );
+        assert_eq!(o.violations(), vec![0; run.total()]);
+    }
+    let stats = stop(&mut sw);
+    // The workers' TCP segments and ARP went through the L2 table and flooding.
+    assert!(event(&stats, "l2_forwarded") > 100, "{stats}");
+    assert_eq!(event(&stats, "data_first"), 0);
+}
