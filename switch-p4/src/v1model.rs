@@ -21,6 +21,12 @@
 //!   and `2j+1` in its high half.
 //! - Replies are truncated to their length in the egress, so bytes a frame carried after its
 //!   UDP datagram never leave with a reply.
+//!
+//! # Where bmv2 differs from PROTOCOL.md
+//! `simple_switch` gives a frame room to grow by 512 bytes: the Result of a 256-element use
+//! cannot be built from a 16-byte Query. Such a Query (a complete use the sender contributed
+//! to, exponent byte not 0) is answered with a Pending answer carrying the use's complete
+//! bitmap (counted `pending_sent`); every other answer is the protocol's.
 
 use core::fmt::Write as _;
 use ina_proto::event::Event;
@@ -710,17 +716,20 @@ fn ingress_apply(p: &mut P4) {
         pending(0);
         } else if (count_x != 0) {
         pending(bitmap_x);
+        } else if (seen && hdr.ina.exponent != 0 && meta.job_elems == MAX_ELEMS) {
+        // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
+        // from a Query. The Pending answer with the complete bitmap says the use is complete.
+        pending(bitmap_x);
         } else if (seen) {
         // The stored Result: E elements unless the Query's exponent byte is 0.
-        bit<16> count = 0;
         if (hdr.ina.exponent != 0) {
-        count = meta.job_elems;
+        hdr.ina.count = meta.job_elems;
         values_read_elems_lo();
         if (meta.job_elems == MAX_ELEMS) {
         values_read_elems_hi();
         }
         }
-        result_header(exp_x, count);
+        result_header(exp_x, hdr.ina.count);
         unicast(EV_RESULTS_UNICAST);
         } else {
         drop_event(EV_DUPLICATE);

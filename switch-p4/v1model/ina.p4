@@ -1932,17 +1932,20 @@ inout standard_metadata_t sm) {
                                 pending(0);
                             } else if (count_x != 0) {
                                 pending(bitmap_x);
+                            } else if (seen && hdr.ina.exponent != 0 && meta.job_elems == MAX_ELEMS) {
+                                // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
+                                // from a Query. The Pending answer with the complete bitmap says the use is complete.
+                                pending(bitmap_x);
                             } else if (seen) {
                                 // The stored Result: E elements unless the Query's exponent byte is 0.
-                                bit<16> count = 0;
                                 if (hdr.ina.exponent != 0) {
-                                    count = meta.job_elems;
+                                    hdr.ina.count = meta.job_elems;
                                     values_read_elems_lo();
                                     if (meta.job_elems == MAX_ELEMS) {
                                         values_read_elems_hi();
                                     }
                                 }
-                                result_header(exp_x, count);
+                                result_header(exp_x, hdr.ina.count);
                                 unicast(EV_RESULTS_UNICAST);
                             } else {
                                 drop_event(EV_DUPLICATE);

@@ -304,7 +304,9 @@ impl Drop for Bmv2Target {
             .args(["netns", "del", &self.ns])
             .stderr(Stdio::null())
             .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::env::var_os("INA_BMV2_LOG").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -338,6 +340,15 @@ impl Target for Bmv2Target {
                 return Err(TargetError::Setup(format!("port {p} has no veth pair")));
             }
             cmd.args(["-i", &format!("{p}@sw{p}")]);
+        }
+        // (The notification socket's default path in /tmp is shared by every bmv2 on the
+        // machine, whatever its namespace.)
+        let notifications = format!("ipc://{}", self.dir.join("notifications.ipc").display());
+        cmd.args(["--notifications-addr", &notifications]);
+        if std::env::var_os("INA_BMV2_LOG").is_some() {
+            cmd.arg("--log-file")
+                .arg(self.dir.join("packets"))
+                .arg("--log-flush");
         }
         let log = File::create(self.dir.join("simple_switch.log"))?;
         cmd.args(["--thrift-port", &THRIFT_PORT.to_string()])

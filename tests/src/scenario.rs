@@ -33,6 +33,11 @@ pub struct ScenarioFile {
     /// Scenarios generated from compact descriptions.
     #[serde(default)]
     pub generate: Vec<Generate>,
+    /// Targets (by the start of their name) this scenario does not apply to, and why.
+    #[serde(default)]
+    pub skip: Vec<String>,
+    #[serde(default)]
+    pub skip_reason: String,
 }
 
 /// The switch of every scenario that does not describe its own: four ports, an L2 entry
@@ -173,6 +178,9 @@ pub struct Generate {
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub name: String,
+    /// Targets (by the start of their name) this scenario does not apply to, and why.
+    pub skip: Vec<String>,
+    pub skip_reason: String,
     pub switch: SwitchDesc,
     pub jobs: Vec<JobDesc>,
     pub steps: Vec<ConcreteStep>,
@@ -279,6 +287,8 @@ impl ScenarioFile {
         }
         Ok(Scenario {
             name: name.to_string(),
+            skip: self.skip.clone(),
+            skip_reason: self.skip_reason.clone(),
             switch: self.switch.clone(),
             jobs,
             steps,
@@ -355,6 +365,8 @@ pub fn generated(
                 steps: Vec::new(),
                 counters: BTreeMap::new(),
                 generate: Vec::new(),
+                skip: Vec::new(),
+                skip_reason: String::new(),
             };
             let name = match g.kind.as_str() {
                 "aggregation" => {
