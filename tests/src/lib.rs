@@ -11,6 +11,7 @@ pub mod bmv2;
 pub mod decode;
 pub mod frames;
 pub mod model;
+pub mod random;
 pub mod scenario;
 
 use ina_switch_p4::runtime::{JobDesc, SwitchDesc};

@@ -162,7 +162,7 @@ pub struct FrameSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Generate {
-    /// `aggregation` or `rounds`.
+    /// `aggregation`, `rounds` or `random`.
     pub kind: String,
     pub workers: Vec<u8>,
     pub elems: Vec<u16>,
@@ -172,6 +172,11 @@ pub struct Generate {
     /// `rounds`: the slots of the lane.
     #[serde(default)]
     pub window: u16,
+    /// `random`: the seed and the number of frames.
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub frames: u32,
 }
 
 /// A scenario with every frame in bytes.
@@ -376,6 +381,11 @@ pub fn generated(
                 "rounds" => {
                     rounds_steps(&mut f, n, e, g.window.max(1), g.rounds);
                     format!("{file}/rounds-n{n}-e{e}-w{}-r{}", g.window, g.rounds)
+                }
+                "random" => {
+                    let name = format!("{file}/random-n{n}-e{e}-seed{}", g.seed);
+                    out.push(crate::random::scenario(&name, &f, g.seed, g.frames)?);
+                    continue;
                 }
                 other => {
                     return Err(ScenarioError::Frame(format!(
