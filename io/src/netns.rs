@@ -3,8 +3,9 @@
 //! 02:00:00:00:01:{r}), for switches that sit on raw ports (the L2 software switch, bmv2) and
 //! workers that speak kernel UDP to them. Segmentation offload is off on the workers' links, so
 //! that every frame is one wire frame (a veth would otherwise carry GSO super-frames that no
-//! wire carries). Everything is removed on drop, and leftovers of a crashed run with the same
-//! name on creation. Needs root and iproute2's `ip`.
+//! wire carries), and so is checksum offload (the sender computes every checksum, as a host
+//! behind a real NIC's wire would deliver it). Everything is removed on drop, and leftovers of
+//! a crashed run with the same name on creation. Needs root, iproute2's `ip` and `ethtool`.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -13,6 +14,8 @@ use std::process::Command;
 pub const SWITCH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
 /// The switch's MAC address on the rack.
 pub const SWITCH_MAC: &str = "02:00:00:00:00:64";
+/// [`SWITCH_MAC`] as bytes.
+pub const SWITCH_MAC_BYTES: [u8; 6] = [0x02, 0, 0, 0, 0, 0x64];
 
 /// Whether tests that need root must run (CI sets `INA_REQUIRE_PRIVILEGED=1`) rather than
 /// skip.
@@ -101,6 +104,20 @@ impl Rack {
                 &Rack::worker_mac(r),
             ])?;
             ip(&["-n", &ns, "link", "set", "eth0", "gso_max_segs", "1"])?;
+            // Checksums computed by the sender, as on a wire: a switch that forwards frames
+            // unchanged (bmv2) cannot complete them for a NIC that is not there.
+            let out = Rack::command_in(&ns, "ethtool")
+                .args(["-K", "eth0", "tx", "off"])
+                .output()
+                .map_err(|e| {
+                    RackError::Ip(format!("ethtool: {e} (install the ethtool package)"))
+                })?;
+            if !out.status.success() {
+                return Err(RackError::Ip(format!(
+                    "ethtool -K eth0 tx off: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
             let addr = format!("{}/24", Rack::worker_ip(r));
             ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
@@ -138,8 +155,17 @@ impl Rack {
     }
 
     /// Worker `r`'s MAC address.
+    pub fn worker_mac_bytes(r: usize) -> [u8; 6] {
+        [0x02, 0, 0, 0, 0x01, r as u8]
+    }
+
+    /// Worker `r`'s MAC address, as text.
     pub fn worker_mac(r: usize) -> String {
-        format!("02:00:00:00:01:{r:02x}")
+        let m = Rack::worker_mac_bytes(r);
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
     }
 
     /// A command that runs `program` inside namespace `netns` (`ip netns exec`, which execs
