@@ -258,6 +258,11 @@ impl Bmv2Target {
         Ok(t)
     }
 
+    /// Sets how long `collect` waits for frames beyond the expected ones.
+    pub fn set_quiet(&mut self, quiet: Duration) {
+        self.quiet = quiet;
+    }
+
     fn stop_switch(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
