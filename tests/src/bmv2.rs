@@ -364,7 +364,8 @@ impl Target for Bmv2Target {
         self.child = Some(cmd.spawn()?);
         // Wait for the thrift server.
         let ns = self.ns.clone();
-        in_netns(&ns, || {
+        let log_path = self.dir.join("simple_switch.log");
+        in_netns(&ns, move || {
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 let addr = std::net::SocketAddr::from(([127, 0, 0, 1], THRIFT_PORT));
@@ -372,7 +373,10 @@ impl Target for Bmv2Target {
                     return Ok(());
                 }
                 if Instant::now() > deadline {
-                    return Err(TargetError::Setup("simple_switch did not start".into()));
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    return Err(TargetError::Setup(format!(
+                        "simple_switch did not start; its output:\n{log}"
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
