@@ -159,19 +159,25 @@ pub enum ConfigError {
     Mgrp(u16),
     #[error("job {0} is described twice")]
     DuplicateJob(u16),
-    #[error("job {job}: slots {base}..{end} lie beyond the pool of {pool} slots")]
+    #[error("job {job}: slots {base}..{end} lie beyond the pool of {pool} slots of {target}")]
     SlotsBeyondPool {
         job: u16,
         base: u16,
         end: u32,
-        pool: u16,
+        pool: u32,
+        target: &'static str,
     },
     #[error("job {0}: an empty slot range")]
     NoSlots(u16),
     #[error("job {job}: slots overlap job {other}")]
     Overlap { job: u16, other: u16 },
-    #[error("job {job}: {elems} elements per packet; the P4 programs support 64 and 256")]
-    Elems { job: u16, elems: u16 },
+    #[error("job {job}: {elems} elements per packet; {target} supports {supported:?}")]
+    Elems {
+        job: u16,
+        elems: u16,
+        target: &'static str,
+        supported: &'static [u16],
+    },
     #[error("job {job}: {ranks} ranks; a job has 1 to 32")]
     Ranks { job: u16, ranks: usize },
     #[error("job {job}: ranks {first} and {second} have the same endpoint (port, IPv4, UDP port)")]
@@ -185,8 +191,44 @@ pub enum ConfigError {
 /// The largest port number a bmv2 or Tofino port may have here (bmv2 reserves 511 for drop).
 pub const MAX_PORT: u16 = 510;
 
-/// Checks a switch and its jobs.
+/// What a target's program holds: its pool, the elements per packet it aggregates, and the
+/// control registers the control plane zeroes when it installs a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetLimits {
+    pub name: &'static str,
+    pub pool_slots: u32,
+    pub elems: &'static [u16],
+    pub control_registers: &'static [&'static str],
+}
+
+/// The v1model program (`crate::v1model`).
+pub const V1MODEL: TargetLimits = TargetLimits {
+    name: "the v1model program",
+    pool_slots: v1model::POOL_SLOTS as u32,
+    elems: &v1model::SUPPORTED_ELEMS,
+    control_registers: &CONTROL_REGISTERS,
+};
+
+/// The Tofino (TNA) program: one pass of 64 elements, 8192 slots, and its control registers
+/// (the sequence register there has a companion order register and no count register).
+pub const TOFINO: TargetLimits = TargetLimits {
+    name: "the Tofino program",
+    pool_slots: 8192,
+    elems: &[64],
+    control_registers: &["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"],
+};
+
+/// Checks a switch and its jobs for the v1model program.
 pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
+    validate_for(&V1MODEL, sw, jobs)
+}
+
+/// Checks a switch and its jobs for a target.
+pub fn validate_for(
+    target: &TargetLimits,
+    sw: &SwitchDesc,
+    jobs: &[JobDesc],
+) -> Result<(), ConfigError> {
     for (i, &p) in sw.ports.iter().enumerate() {
         if p > MAX_PORT {
             return Err(ConfigError::PortRange(p));
@@ -214,7 +256,7 @@ pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
         return Err(ConfigError::Mgrp(0));
     }
     for (i, job) in jobs.iter().enumerate() {
-        validate_job(sw, job)?;
+        validate_job_for(target, sw, job)?;
         if jobs[..i].iter().any(|o| o.id == job.id) {
             return Err(ConfigError::DuplicateJob(job.id));
         }
@@ -236,24 +278,36 @@ pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Checks one job against the switch.
+/// Checks one job against the switch, for the v1model program.
 pub fn validate_job(sw: &SwitchDesc, job: &JobDesc) -> Result<(), ConfigError> {
+    validate_job_for(&V1MODEL, sw, job)
+}
+
+/// Checks one job against the switch, for a target.
+pub fn validate_job_for(
+    target: &TargetLimits,
+    sw: &SwitchDesc,
+    job: &JobDesc,
+) -> Result<(), ConfigError> {
     if job.slot_count == 0 {
         return Err(ConfigError::NoSlots(job.id));
     }
     let end = u32::from(job.slot_base) + u32::from(job.slot_count);
-    if end > u32::from(v1model::POOL_SLOTS) {
+    if end > target.pool_slots {
         return Err(ConfigError::SlotsBeyondPool {
             job: job.id,
             base: job.slot_base,
             end,
-            pool: v1model::POOL_SLOTS,
+            pool: target.pool_slots,
+            target: target.name,
         });
     }
-    if !v1model::SUPPORTED_ELEMS.contains(&job.elems) {
+    if !target.elems.contains(&job.elems) {
         return Err(ConfigError::Elems {
             job: job.id,
             elems: job.elems,
+            target: target.name,
+            supported: target.elems,
         });
     }
     if job.ranks.is_empty() || job.ranks.len() > 32 {
@@ -438,10 +492,11 @@ pub const TOFINO_FLOOD_NODE_BASE: u32 = 0x10000;
 /// actions as `InaIngress.set_job`; the multicast engine's `$pre.node` (one node per rank,
 /// `$MULTICAST_RID` = rank, and one per port for flooding) and `$pre.mgid`; `$pre.prune`
 /// maps each port's level-2 exclusion id (the ingress port) to the port, so that a flood
-/// never goes back out of its ingress port. Register cells are zeroed as the `lo`/`hi` fields
-/// of each control register's pair.
+/// never goes back out of its ingress port. The cells of the Tofino program's control
+/// registers ([`TOFINO`]) are zeroed as the `lo`/`hi` fields of each register's pair.
+/// The description is checked against [`TOFINO`]'s limits (64 elements per packet).
 pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Value, ConfigError> {
-    validate(sw, jobs)?;
+    validate_for(&TOFINO, sw, jobs)?;
     let mut e = Vec::new();
     e.push(json!({
         "table": "pipe.InaIngress.switch_addr",
@@ -513,7 +568,7 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Value, ConfigEr
             next_node += 1;
         }
         e.push(mgid_entry(job.mgrp, &nodes));
-        for reg in CONTROL_REGISTERS {
+        for reg in TOFINO.control_registers {
             for slot in job.slot_base..job.slot_base + job.slot_count {
                 e.push(json!({
                     "table": format!("pipe.InaIngress.{reg}"),
@@ -585,6 +640,15 @@ mod tests {
         assert!(matches!(
             validate(&s, &[job(1, 1022, 2)]),
             Err(ConfigError::SlotsBeyondPool { end: 1026, .. })
+        ));
+        // Tofino's pool is larger; it aggregates 64 elements only.
+        assert_eq!(validate_for(&TOFINO, &s, &[job(1, 1022, 2)]), Ok(()));
+        let mut wide = job(1, 0, 2);
+        wide.elems = 256;
+        assert_eq!(validate(&s, &[wide.clone()]), Ok(()));
+        assert!(matches!(
+            bfrt_entries(&s, &[wide]),
+            Err(ConfigError::Elems { elems: 256, .. })
         ));
         assert!(matches!(
             validate(&s, &[job(1, 0, 33)]),
