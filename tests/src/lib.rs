@@ -3,14 +3,17 @@
 //! Scenarios (`tests/scenarios/*.toml`, see [`scenario`]) describe a switch, its jobs, frames
 //! sent on ports and the frames expected out of each port, then the counters expected at the
 //! end. One runner ([`run_scenario`]) replays every scenario against any [`Target`]: the Rust
-//! frame model ([`model::ModelTarget`], `ina_proto::l2`) and bmv2 running the generated
-//! v1model program ([`bmv2::Bmv2Target`]). A further target (a software switch on raw ports,
-//! say) only implements the trait's five methods.
+//! frame model ([`model::ModelTarget`], `ina_proto::l2`), bmv2 running the generated v1model
+//! program ([`bmv2::Bmv2Target`]) and the L2 software switch on raw ports
+//! ([`l2switch::L2SwitchTarget`]). The targets on ports share [`netns::TestNet`], a network
+//! namespace of veth pairs; another target implements the trait's five methods.
 
 pub mod bmv2;
 pub mod decode;
 pub mod frames;
+pub mod l2switch;
 pub mod model;
+pub mod netns;
 pub mod random;
 pub mod scenario;
 
@@ -169,6 +172,9 @@ pub fn run_all(target: &mut dyn Target, scenarios: &[Scenario]) -> Vec<(String, 
     for s in scenarios {
         if s.skip.iter().any(|t| name.starts_with(t.as_str())) {
             eprintln!("{}: skipped on {name}: {}", s.name, s.skip_reason);
+            continue;
+        }
+        if !s.only.is_empty() && !s.only.iter().any(|t| name.starts_with(t.as_str())) {
             continue;
         }
         if let Err(r) = run_scenario(target, s) {

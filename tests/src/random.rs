@@ -150,6 +150,7 @@ pub fn scenario(
         name: name.to_string(),
         skip: Vec::new(),
         skip_reason: String::new(),
+        only: Vec::new(),
         switch: file.switch.clone(),
         jobs,
         steps,

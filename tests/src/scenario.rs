@@ -38,6 +38,9 @@ pub struct ScenarioFile {
     pub skip: Vec<String>,
     #[serde(default)]
     pub skip_reason: String,
+    /// When not empty, the only targets (by the start of their name) this scenario applies to.
+    #[serde(default)]
+    pub only: Vec<String>,
 }
 
 /// The switch of every scenario that does not describe its own: four ports, an L2 entry
@@ -186,6 +189,8 @@ pub struct Scenario {
     /// Targets (by the start of their name) this scenario does not apply to, and why.
     pub skip: Vec<String>,
     pub skip_reason: String,
+    /// When not empty, the only targets this scenario applies to.
+    pub only: Vec<String>,
     pub switch: SwitchDesc,
     pub jobs: Vec<JobDesc>,
     pub steps: Vec<ConcreteStep>,
@@ -294,6 +299,7 @@ impl ScenarioFile {
             name: name.to_string(),
             skip: self.skip.clone(),
             skip_reason: self.skip_reason.clone(),
+            only: self.only.clone(),
             switch: self.switch.clone(),
             jobs,
             steps,
@@ -372,6 +378,7 @@ pub fn generated(
                 generate: Vec::new(),
                 skip: Vec::new(),
                 skip_reason: String::new(),
+                only: Vec::new(),
             };
             let name = match g.kind.as_str() {
                 "aggregation" => {

@@ -1,6 +1,7 @@
 //! Every scenario of `tests/scenarios` against every target this machine can run.
 
-use ina_conformance::bmv2::{environment, Bmv2Target};
+use ina_conformance::bmv2::{environment, namespaces, Bmv2Target};
+use ina_conformance::l2switch::L2SwitchTarget;
 use ina_conformance::model::ModelTarget;
 use ina_conformance::{all_scenarios, run_all, Target};
 use std::time::Instant;
@@ -62,6 +63,30 @@ fn bmv2_conforms() {
         scenarios.len(),
         start.elapsed().as_secs_f64(),
         t.setup_time.as_secs_f64()
+    );
+    report(&t, &failed, scenarios.len());
+}
+
+#[test]
+fn l2_switch_conforms() {
+    if let Err(why) = namespaces() {
+        if std::env::var("INA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("L2 switch conformance cannot run: {why}");
+        }
+        eprintln!("skipped: L2 switch conformance: {why}");
+        return;
+    }
+    let mut scenarios = all_scenarios().expect("scenarios load");
+    if let Ok(filter) = std::env::var("INA_SCENARIO") {
+        scenarios.retain(|s| s.name.contains(&filter));
+    }
+    let start = Instant::now();
+    let mut t = L2SwitchTarget::new(8).expect("L2 switch target");
+    let failed = run_all(&mut t, &scenarios);
+    eprintln!(
+        "l2: {} scenarios in {:.1} s",
+        scenarios.len(),
+        start.elapsed().as_secs_f64()
     );
     report(&t, &failed, scenarios.len());
 }
