@@ -437,7 +437,7 @@ proptest! {
                 | Event::UnknownJob | Event::UnknownRank | Event::WrongPort | Event::StaleSeq
                 | Event::Duplicate => prop_assert!(out.is_empty()),
                 Event::ArpReplied | Event::StaleEpoch | Event::SlotOutOfRange | Event::BadCount
-                | Event::ResultUnicast | Event::ProbeAnswered => {
+                | Event::ResultUnicast | Event::ProbeAnswered | Event::PendingSent => {
                     prop_assert_eq!(out.len(), 1);
                     prop_assert_eq!(out.iter().next().map(|(p, _)| p), Some(*port));
                 }
