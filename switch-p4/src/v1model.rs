@@ -25,8 +25,10 @@
 //! # Where bmv2 differs from PROTOCOL.md
 //! `simple_switch` gives a frame room to grow by 512 bytes: the Result of a 256-element use
 //! cannot be built from a 16-byte Query. Such a Query (a complete use the sender contributed
-//! to, exponent byte not 0) is answered with a Pending answer carrying the use's complete
-//! bitmap (counted `pending_sent`); every other answer is the protocol's.
+//! to, exponent byte not 0) is answered with a Pending answer whose bitmap is the use's
+//! without the sender's bit (counted `pending_sent`): the worker then sends its data again
+//! (PROTOCOL.md §6, a worker whose bit is clear resends), and that retransmission, a
+//! full-size frame, is answered with the stored Result. Every other answer is the protocol's.
 
 use core::fmt::Write as _;
 use ina_proto::event::Event;
@@ -718,8 +720,9 @@ fn ingress_apply(p: &mut P4) {
         pending(bitmap_x);
         } else if (seen && hdr.ina.exponent != 0 && meta.job_elems == MAX_ELEMS) {
         // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
-        // from a Query. The Pending answer with the complete bitmap says the use is complete.
-        pending(bitmap_x);
+        // from a Query. A Pending answer without the sender's bit makes the sender send its
+        // data again, and that full-size retransmission gets the stored Result.
+        pending(bitmap_x & ~rank_bit);
         } else if (seen) {
         // The stored Result: E elements unless the Query's exponent byte is 0.
         if (hdr.ina.exponent != 0) {

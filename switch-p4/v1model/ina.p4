@@ -1934,8 +1934,9 @@ inout standard_metadata_t sm) {
                                 pending(bitmap_x);
                             } else if (seen && hdr.ina.exponent != 0 && meta.job_elems == MAX_ELEMS) {
                                 // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
-                                // from a Query. The Pending answer with the complete bitmap says the use is complete.
-                                pending(bitmap_x);
+                                // from a Query. A Pending answer without the sender's bit makes the sender send its
+                                // data again, and that full-size retransmission gets the stored Result.
+                                pending(bitmap_x & ~rank_bit);
                             } else if (seen) {
                                 // The stored Result: E elements unless the Query's exponent byte is 0.
                                 if (hdr.ina.exponent != 0) {
