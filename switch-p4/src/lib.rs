@@ -5,3 +5,5 @@
 //!
 //! What it must not do: run a switch or open a socket. It writes program text and control-plane
 //! commands; the conformance suite (top-level `tests/`) runs them.
+
+pub mod tna;
