@@ -171,10 +171,11 @@ mod pred {
     pub const NEW: &str = "4w0b0010";
     /// `reg_seq`: equal (the current use).
     pub const SAME: &str = "4w0b0100";
-    /// `reg_seq_order`: the other set's use is newer (mask, value 0b1100 / 0b1100).
-    pub const OTHER_NEWER: &str = "4w0b1100 &&& 4w0b1100";
-    /// `reg_seq_order`: the other set's use is not newer.
-    pub const OTHER_OLDER: &str = "4w0b0000 &&& 4w0b1100";
+    /// `reg_seq_order` for a packet of the set's current use (its cmplo, newer, is false): the
+    /// other set holds a newer use.
+    pub const OTHER_NEWER: &str = "4w0b0100";
+    /// `reg_seq_order` for a packet of the set's current use: the other set holds no newer use.
+    pub const OTHER_OLDER: &str = "4w0b0001";
 }
 
 fn ev(e: Event) -> String {

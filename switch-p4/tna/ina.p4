@@ -1021,11 +1021,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         const entries = {
             (6, 0, 4w0b0010, _) : do_bitmap_new_0();
-            (6, 0, 4w0b0100, 4w0b0000 &&& 4w0b1100) : do_bitmap_add_0();
+            (6, 0, 4w0b0100, 4w0b0001) : do_bitmap_add_0();
             (6, 0, 4w0b0100, _) : do_bitmap_read_0();
             (7, 0, 4w0b0100, _) : do_bitmap_read_0();
             (6, 1, 4w0b0010, _) : do_bitmap_new_1();
-            (6, 1, 4w0b0100, 4w0b0000 &&& 4w0b1100) : do_bitmap_add_1();
+            (6, 1, 4w0b0100, 4w0b0001) : do_bitmap_add_1();
             (6, 1, 4w0b0100, _) : do_bitmap_read_1();
             (7, 1, 4w0b0100, _) : do_bitmap_read_1();
         }
@@ -1051,11 +1051,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         const entries = {
             (6, 0, 4w0b0010, _) : do_exp_write_0();
-            (6, 0, 4w0b0100, 4w0b0000 &&& 4w0b1100) : do_exp_max_0();
+            (6, 0, 4w0b0100, 4w0b0001) : do_exp_max_0();
             (6, 0, 4w0b0100, _) : do_exp_read_0();
             (7, 0, 4w0b0100, _) : do_exp_read_0();
             (6, 1, 4w0b0010, _) : do_exp_write_1();
-            (6, 1, 4w0b0100, 4w0b0000 &&& 4w0b1100) : do_exp_max_1();
+            (6, 1, 4w0b0100, 4w0b0001) : do_exp_max_1();
             (6, 1, 4w0b0100, _) : do_exp_read_1();
             (7, 1, 4w0b0100, _) : do_exp_read_1();
         }
@@ -1087,7 +1087,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const entries = {
             (8, _, _, _, _) : select_values(4);
             (6, 4w0b0010, _, 64, _) : select_values(1);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 64, _) : select_values(2);
+            (6, 4w0b0100, 4w0b0001, 64, _) : select_values(2);
             (6, 4w0b0100, _, 64, _) : select_values(3);
             (7, 4w0b0100, _, _, 0) : select_values(0);
             (7, 4w0b0100, _, _, _) : select_values_for_query();
@@ -3018,24 +3018,24 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
             (6, 4w0b0010, _, _, _, _, 1, _, _) : outcome_multicast(1, 14);
             (6, 4w0b0010, _, _, _, _, _, _, _) : outcome(0, 14);
-            (6, 4w0b0100, 4w0b1100 &&& 4w0b1100, 1, _, _, _, 0, _) : outcome(3, 16);
-            (6, 4w0b0100, 4w0b1100 &&& 4w0b1100, 1, _, _, _, 64, _) : outcome(4, 16);
-            (6, 4w0b0100, 4w0b1100 &&& 4w0b1100, 0, _, _, _, _, _) : outcome(0, 13);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 1, 0, _, _, 0, _) : outcome(3, 16);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 1, 0, _, _, 64, _) : outcome(4, 16);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 1, _, _, _, _, _) : outcome_pending(17);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 0, _, 0, _, 0, _) : outcome_multicast(1, 15);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 0, _, 0, _, 64, _) : outcome_multicast(2, 15);
-            (6, 4w0b0100, 4w0b0000 &&& 4w0b1100, 0, _, _, _, _, _) : outcome(0, 15);
+            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 0, _) : outcome(3, 16);
+            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 64, _) : outcome(4, 16);
+            (6, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
+            (6, 4w0b0100, 4w0b0001, 1, 0, _, _, 0, _) : outcome(3, 16);
+            (6, 4w0b0100, 4w0b0001, 1, 0, _, _, 64, _) : outcome(4, 16);
+            (6, 4w0b0100, 4w0b0001, 1, _, _, _, _, _) : outcome_pending(17);
+            (6, 4w0b0100, 4w0b0001, 0, _, 0, _, 0, _) : outcome_multicast(1, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, 0, _, 64, _) : outcome_multicast(2, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, _, _, _, _) : outcome(0, 15);
             (7, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
             (7, 4w0b0010, _, _, _, _, _, _, _) : outcome_pending_empty(17);
-            (7, 4w0b0100, 4w0b1100 &&& 4w0b1100, 1, _, _, _, _, 0) : outcome(3, 16);
-            (7, 4w0b0100, 4w0b1100 &&& 4w0b1100, 1, _, _, _, _, _) : outcome(4, 16);
-            (7, 4w0b0100, 4w0b1100 &&& 4w0b1100, 0, _, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0000 &&& 4w0b1100, 1, 0, _, _, _, 0) : outcome(3, 16);
-            (7, 4w0b0100, 4w0b0000 &&& 4w0b1100, 1, 0, _, _, _, _) : outcome(4, 16);
-            (7, 4w0b0100, 4w0b0000 &&& 4w0b1100, 0, 0, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0000 &&& 4w0b1100, _, _, _, _, _, _) : outcome_pending(17);
+            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 0) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, _) : outcome(4, 16);
+            (7, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
+            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, 0) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, _) : outcome(4, 16);
+            (7, 4w0b0100, 4w0b0001, 0, 0, _, _, _, _) : outcome(0, 13);
+            (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _) : outcome_pending(17);
         }
         size = 21;
         const default_action = NoAction();
