@@ -247,7 +247,6 @@ const CHECK_KEYS: [(&str, &str); 24] = [
     ("hdr.ina.version", "ternary"),
     ("hdr.ina.msg_type", "ternary"),
     ("md.len_x", "ternary"),
-    ("md.udp_over[16:16]", "ternary"),
     ("md.job_hit", "ternary"),
     ("md.rank_hit", "ternary"),
     ("md.port_x", "ternary"),
@@ -259,6 +258,7 @@ const CHECK_KEYS: [(&str, &str); 24] = [
     ("md.count_x", "ternary"),
     ("md.l2_kind", "ternary"),
     ("md.l2_port_x", "ternary"),
+    ("hdr.ina.exponent", "ternary"),
 ];
 
 /// A key pattern of [`CHECK_KEYS`]: every position `_` but those named.
@@ -278,7 +278,7 @@ fn kv(k: &'static str, v: impl ToString) -> (&'static str, String) {
 }
 
 /// Checks 1 (parse) passed on a frame to the switch's address: an `ina` packet of version 1
-/// whose UDP length is its header and payload and fits the IPv4 packet.
+/// whose UDP length is its header and payload.
 fn parsed_ina() -> Vec<(&'static str, String)> {
     vec![
         kv("md.pass2", 0),
@@ -289,7 +289,6 @@ fn parsed_ina() -> Vec<(&'static str, String)> {
         kv("hdr.ina.isValid()", "true"),
         kv("hdr.ina.version", PROTOCOL_VERSION),
         kv("md.len_x", 0),
-        kv("md.udp_over[16:16]", 0),
     ]
 }
 
@@ -389,12 +388,24 @@ fn check_entries() -> Vec<Entry> {
     }
     for t in [
         MessageType::Result,
-        MessageType::Reject,
         MessageType::ProbeReply,
         MessageType::Pending,
     ] {
         let mut v = parsed_ina();
         v.push(kv("hdr.ina.msg_type", mt(t)));
+        push(v, drop(Event::UnexpectedType));
+    }
+    // A Reject parses only with a known reason (`wire::AggRepr::parse_header`).
+    for reason in [
+        RejectReason::StaleEpoch,
+        RejectReason::SlotOutOfRange,
+        RejectReason::BadCount,
+    ] {
+        let mut v = parsed_ina();
+        v.extend([
+            kv("hdr.ina.msg_type", mt(MessageType::Reject)),
+            kv("hdr.ina.exponent", reason as u8),
+        ]);
         push(v, drop(Event::UnexpectedType));
     }
     let to_switch = |extra: (&'static str, String)| {
@@ -666,7 +677,6 @@ struct ingress_md_t {
     bit<32> sip;
     bit<32> cnt4;
     bit<32> ulen;
-    bit<16> ip_room;
     cell_index_t cell;
     bit<1> job_hit;
     bit<16> job_epoch;
@@ -690,7 +700,6 @@ struct ingress_md_t {
     bit<32> arp_x;
     bit<32> len_x;
     bit<17> room;
-    bit<17> udp_over;
     bit<9> l2_port_x;
     bit<32> full_mask;
     bit<8> op;
@@ -1159,7 +1168,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.sip = ip;
         md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
         md.ulen = ((bit<32>)hdr.udp.length) - {hdr_udp};
-        md.ip_room = hdr.ipv4.total_len - 20;
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
     }}
     @stage(0)
@@ -1280,8 +1288,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.len_x = md.ulen ^ md.cnt4;
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
-        // Bit 16 set: the UDP length reaches beyond the IPv4 packet.
-        md.udp_over = ((bit<17>)md.ip_room) - ((bit<17>)hdr.udp.length);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
     }}
     @stage(1)

@@ -225,7 +225,6 @@ struct ingress_md_t {
     bit<32> sip;
     bit<32> cnt4;
     bit<32> ulen;
-    bit<16> ip_room;
     cell_index_t cell;
     bit<1> job_hit;
     bit<16> job_epoch;
@@ -249,7 +248,6 @@ struct ingress_md_t {
     bit<32> arp_x;
     bit<32> len_x;
     bit<17> room;
-    bit<17> udp_over;
     bit<9> l2_port_x;
     bit<32> full_mask;
     bit<8> op;
@@ -400,7 +398,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.sip = ip;
         md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
         md.ulen = ((bit<32>)hdr.udp.length) - 24;
-        md.ip_room = hdr.ipv4.total_len - 20;
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
     }
     @stage(0)
@@ -545,8 +542,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.len_x = md.ulen ^ md.cnt4;
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
-        // Bit 16 set: the UDP length reaches beyond the IPv4 packet.
-        md.udp_over = ((bit<17>)md.ip_room) - ((bit<17>)hdr.udp.length);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
     }
     @stage(1)
@@ -657,7 +652,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.version : ternary;
             hdr.ina.msg_type : ternary;
             md.len_x : ternary;
-            md.udp_over[16:16] : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
             md.port_x : ternary;
@@ -669,6 +663,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.count_x : ternary;
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
+            hdr.ina.exponent : ternary;
         }
         actions = {
             check_drop;
@@ -684,36 +679,38 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const entries = {
             (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
             (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _) : check_query();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _) : check_probe();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 0, 1, 1, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 0, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, 0, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _) : check_query();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_probe();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 2) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 3) : check_drop(5);
             (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
             (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0) : check_drop(1);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _) : check_l2_port();
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _) : check_l2_flood();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _) : check_drop(1);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _) : check_l2_port();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _) : check_l2_flood();
         }
-        size = 30;
+        size = 32;
         const default_action = check_drop(1);
     }
 
@@ -921,7 +918,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.version : ternary;
             hdr.ina.msg_type : ternary;
             md.len_x : ternary;
-            md.udp_over[16:16] : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
             md.port_x : ternary;
@@ -933,6 +929,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.count_x : ternary;
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
+            hdr.ina.exponent : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -943,12 +940,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 0) : do_seq_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 1) : do_seq_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_seq_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_seq_query_1();
         }
         size = 6;
         const default_action = NoAction();
@@ -968,7 +965,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.version : ternary;
             hdr.ina.msg_type : ternary;
             md.len_x : ternary;
-            md.udp_over[16:16] : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
             md.port_x : ternary;
@@ -980,6 +976,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.count_x : ternary;
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
+            hdr.ina.exponent : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -990,12 +987,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 0) : do_order_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, 1) : do_order_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_order_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_order_query_1();
         }
         size = 6;
         const default_action = NoAction();
