@@ -8,10 +8,16 @@
 #[allow(dead_code)]
 mod common;
 
-use common::rack::{skip, Rack, SWITCH_IP, SWITCH_MAC};
 use common::*;
+use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC};
 use serde_json::Value;
 use std::time::Duration;
+
+/// Says why a test is skipped, or fails it when privileged tests are required.
+fn skip(reason: impl std::fmt::Display) {
+    assert!(!privileged_required(), "required test cannot run: {reason}");
+    eprintln!("skipped: {reason}");
+}
 
 fn start_switch(rack: &Rack, elems: u16, extra: &[String]) -> Proc {
     let workers: Vec<String> = (0..rack.workers)
@@ -61,7 +67,7 @@ fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
     let _guard = serial();
     let rack = match Rack::new("l2a", 4) {
         Ok(r) => r,
-        Err(e) => return skip(&e),
+        Err(e) => return skip(e),
     };
     for elems in [64u16, 256] {
         let mut sw = start_switch(&rack, elems, &[]);
@@ -129,7 +135,7 @@ fn a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic() {
     let _guard = serial();
     let rack = match Rack::new("l2r", 3) {
         Ok(r) => r,
-        Err(e) => return skip(&e),
+        Err(e) => return skip(e),
     };
     let mut sw = start_switch(&rack, 256, &[]);
     let run = Run::new(3, 100_000, 2);

@@ -57,6 +57,8 @@ mod counters;
 mod error;
 mod mem;
 #[cfg(target_os = "linux")]
+pub mod netns;
+#[cfg(target_os = "linux")]
 pub mod packet;
 pub mod reflector;
 pub mod segment;

@@ -40,6 +40,8 @@ pub struct RttEstimator {
     min_rtt: Option<Duration>,
     latest: Option<Duration>,
     samples: u64,
+    /// Doublings of the timeout since the last sample (RFC 6298 §5.5-5.7).
+    backoff: u32,
 }
 
 impl RttEstimator {
@@ -52,12 +54,14 @@ impl RttEstimator {
             min_rtt: None,
             latest: None,
             samples: 0,
+            backoff: 0,
         }
     }
 
     /// Feeds one round-trip sample.
     pub fn on_sample(&mut self, rtt: Duration) {
         self.samples += 1;
+        self.backoff = 0;
         self.latest = Some(rtt);
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         match self.srtt {
@@ -73,13 +77,23 @@ impl RttEstimator {
         }
     }
 
-    /// The timeout for a packet sent for the first time.
+    /// The timeout for a packet sent for the first time: the estimate, doubled for every
+    /// expiry since the last sample ([`Self::on_timeout`]).
     pub fn rto(&self) -> Duration {
         let raw = match self.srtt {
             None => self.cfg.initial,
             Some(srtt) => srtt + self.cfg.granularity.max(self.rttvar * 4),
         };
-        raw.clamp(self.cfg.min, self.cfg.max.max(self.cfg.min))
+        raw.saturating_mul(1 << self.backoff)
+            .clamp(self.cfg.min, self.cfg.max.max(self.cfg.min))
+    }
+
+    /// A retransmission timer expired: until the next sample, every timeout is twice as long
+    /// (RFC 6298 §5.5-5.7). Without it, a path slower than the initial timeout (a software
+    /// switch such as bmv2 with a window of packets queued) would time out every packet, and
+    /// Karn's rule would never let a sample through to correct the estimate.
+    pub fn on_timeout(&mut self) {
+        self.backoff = (self.backoff + 1).min(16);
     }
 
     /// The timeout for a packet already retransmitted `retries` times: doubled per retry.
@@ -120,6 +134,22 @@ impl RttEstimator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn expiries_double_the_timeout_until_the_next_sample() {
+        let cfg = RtoConfig::default();
+        let mut e = RttEstimator::new(cfg);
+        e.on_timeout();
+        assert_eq!(e.rto(), cfg.initial * 2);
+        e.on_timeout();
+        assert_eq!(e.rto(), cfg.initial * 4);
+        for _ in 0..40 {
+            e.on_timeout();
+        }
+        assert_eq!(e.rto(), cfg.max);
+        e.on_sample(Duration::from_millis(4));
+        assert_eq!(e.rto(), Duration::from_millis(12));
+    }
 
     #[test]
     fn first_sample_sets_srtt_and_half_variance() {

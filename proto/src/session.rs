@@ -1049,7 +1049,10 @@ impl<'a> Stream<'a> {
             probe = Some(probe.map_or(index, |p| p.min(index)));
             expired.push(index);
         }
-        if self.failed.is_none() {
+        if self.failed.is_none() && !expired.is_empty() {
+            // The path may be slower than the estimate: back the estimate off (RFC 6298) until
+            // an answer to a packet sent once brings a sample.
+            self.rtt.on_timeout();
             for &index in &expired {
                 let slot = self.slot_of(index);
                 let Some(out) = self.slots[slot].outstanding else {

@@ -1,6 +1,7 @@
 //! `ina bench`: in-network aggregation against a ring all-reduce, and the switch's packet rate
 //! against a plain UDP reflector.
 
+mod fabric;
 mod inproc;
 mod procs;
 mod rate;
@@ -75,6 +76,11 @@ pub struct BenchArgs {
     /// Run the switch and each worker in its own OS process (ina and ring).
     #[arg(long)]
     pub processes: bool,
+    /// Where the switch runs: `udp` on loopback; `l2` (the L2 software switch) or `bmv2`
+    /// (simple_switch with the v1model program) on the raw ports of an emulated rack of
+    /// network namespaces, each worker a process in its own (needs root; --elems 64 or 256).
+    #[arg(long, value_enum, default_value = "udp")]
+    pub fabric: fabric::Fabric,
     /// Drop this fraction of datagrams entering the switch, and of those leaving it.
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
@@ -230,6 +236,9 @@ pub struct AlgoResult {
     /// The largest worker process's peak memory (in-process runs: the bench process's).
     pub worker_peak_rss_kib: Option<u64>,
     pub rate: Option<RateResult>,
+    /// `--fabric l2|bmv2`: frames the switch took in per second of all-reduce (warm-up
+    /// included), the packet rate the switch sustained.
+    pub switch_frames_per_s: Option<f64>,
 }
 
 impl AlgoResult {
@@ -262,6 +271,10 @@ impl AlgoResult {
         self.fast_retransmissions += o.fast_retransmissions;
         self.stall_probes += o.stall_probes;
         self.worker_peak_rss_kib = self.worker_peak_rss_kib.max(o.worker_peak_rss_kib);
+        self.switch_frames_per_s = match (self.switch_frames_per_s, o.switch_frames_per_s) {
+            (Some(a), Some(b)) => Some((a + b) / 2.0),
+            (a, b) => a.or(b),
+        };
         self.switch = match (self.switch.take(), o.switch) {
             (Some(mut a), Some(b)) => {
                 a.packets_in += b.packets_in;
@@ -297,6 +310,8 @@ impl AlgoResult {
 /// Everything `--json` writes.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
+    /// Where the switch ran (`udp` on loopback, or on a rack: `l2`, `bmv2`).
+    pub fabric: fabric::Fabric,
     pub workers: usize,
     pub bytes: u64,
     pub elems_per_packet: u16,
@@ -429,10 +444,13 @@ pub(crate) fn summarize(
         switch: None,
         worker_peak_rss_kib: None,
         rate: None,
+        switch_frames_per_s: None,
     })
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
+    // On a rack every worker is a process of its own.
+    args.processes |= args.fabric != fabric::Fabric::Udp;
     if args.workers == 0 || args.workers > 32 {
         bail!("--workers must be 1..=32 (a switch slot tracks at most 32 workers)");
     }
@@ -457,6 +475,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.algorithms.is_empty() {
         bail!("no --algorithms given");
     }
+    let fabric = match args.fabric {
+        fabric::Fabric::Udp => None,
+        f => {
+            if args
+                .algorithms
+                .iter()
+                .any(|a| matches!(a, Algorithm::Switch | Algorithm::Reflector))
+            {
+                bail!("--fabric {f:?} runs the ina and ring algorithms; the packet-rate algorithms (switch, reflector) are for the UDP switch");
+            }
+            if args.loss > 0.0 {
+                bail!(
+                    "--loss is injected by the UDP switch; with --fabric the links are the rack's"
+                );
+            }
+            Some(fabric::FabricCtx::new(f, args.workers, args.elems)?)
+        }
+    };
     let elements = usize::try_from(args.size / 4).context("--size too large")?;
     let tensor_algos = args
         .algorithms
@@ -508,6 +544,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 name
             });
             let r = match (algo, args.processes) {
+                (Algorithm::Ina, _) if fabric.is_some() => {
+                    fabric::ina(&ctx, fabric.as_ref().context("rack")?)
+                }
+                (Algorithm::Ring, _) if fabric.is_some() => {
+                    fabric::ring(&ctx, fabric.as_ref().context("rack")?)
+                }
                 (Algorithm::Ina, false) => inproc::ina(&ctx),
                 (Algorithm::Ring, false) => inproc::ring(&ctx),
                 (Algorithm::Ina, true) => procs::ina(&ctx),
@@ -539,6 +581,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let report = BenchReport {
+        fabric: args.fabric,
         workers: args.workers,
         bytes: elements as u64 * 4,
         elems_per_packet: args.elems,
@@ -631,6 +674,21 @@ fn print_report(r: &BenchReport) {
                     None => "-",
                 }
             );
+        }
+    }
+    if r.fabric != fabric::Fabric::Udp {
+        println!(
+            "switch: {:?} on an emulated rack of {} namespaces (raw Ethernet ports)",
+            r.fabric, r.workers
+        );
+        for x in &r.results {
+            if let Some(rate) = x.switch_frames_per_s {
+                println!(
+                    "  during {}: {:.0} frames in per second",
+                    format!("{:?}", x.algorithm).to_lowercase(),
+                    rate
+                );
+            }
         }
     }
     let rates: Vec<&AlgoResult> = r.results.iter().filter(|x| x.rate.is_some()).collect();

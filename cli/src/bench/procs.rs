@@ -13,17 +13,29 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A child process whose stdout JSON lines arrive on a channel.
-struct Proc {
+pub(super) struct Proc {
     name: String,
     child: Child,
-    stdin: Option<ChildStdin>,
+    pub(super) stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Value>,
 }
 
 impl Proc {
     fn spawn(name: String, args: &[String]) -> anyhow::Result<Proc> {
+        Proc::spawn_in(None, name, args)
+    }
+
+    /// [`Proc::spawn`] inside network namespace `netns`.
+    pub(super) fn spawn_in(
+        netns: Option<&str>,
+        name: String,
+        args: &[String],
+    ) -> anyhow::Result<Proc> {
         let exe = std::env::current_exe().context("locating the ina binary")?;
-        let mut command = Command::new(exe);
+        let mut command = match netns {
+            Some(ns) => ina_io::netns::Rack::command_in(ns, exe),
+            None => Command::new(exe),
+        };
         if std::env::var_os("RUST_LOG").is_none() {
             // The bench prints its own summary; the daemons' logs would only interleave.
             command.env("RUST_LOG", "warn");
@@ -69,7 +81,7 @@ impl Proc {
     }
 
     /// Waits for an event of the given name, failing on an `error` event.
-    fn expect(&mut self, event: &str, timeout: Duration) -> anyhow::Result<Value> {
+    pub(super) fn expect(&mut self, event: &str, timeout: Duration) -> anyhow::Result<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -82,7 +94,7 @@ impl Proc {
         }
     }
 
-    fn terminate(&mut self) {
+    pub(super) fn terminate(&mut self) {
         // SIGTERM first: the switch reports its statistics on a clean shutdown.
         if let Ok(pid) = i32::try_from(self.child.id()) {
             // SAFETY: sending a signal to our own child's pid has no memory-safety
@@ -104,9 +116,9 @@ impl Drop for Proc {
     }
 }
 
-const START: Duration = Duration::from_secs(30);
+pub(super) const START: Duration = Duration::from_secs(30);
 
-fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
+pub(super) fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
     let a = &ctx.args;
     let mut v = vec![
         "worker".to_string(),
@@ -125,7 +137,10 @@ fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
 }
 
 /// Collects every worker's iteration records until each is done.
-fn collect(ctx: &Ctx, workers: &mut [Proc]) -> anyhow::Result<(Vec<Vec<IterRecord>>, u64)> {
+pub(super) fn collect(
+    ctx: &Ctx,
+    workers: &mut [Proc],
+) -> anyhow::Result<(Vec<Vec<IterRecord>>, u64)> {
     let total = ctx.args.warmup + ctx.args.iterations;
     let mut records = Vec::new();
     let mut peak = 0;

@@ -234,6 +234,7 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         switch: None,
         worker_peak_rss_kib: None,
         rate: Some(rate),
+        switch_frames_per_s: None,
     }
 }
 

@@ -5,8 +5,6 @@
 //! reaped when dropped, so that no test leaves a process behind on any path. Every wait takes
 //! a deadline.
 
-pub mod rack;
-
 use ina_switch::{ControlClient, JobSpec, Request, Response, SwitchStats};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -93,11 +91,7 @@ impl Proc {
     /// `ina` in place: the child is `ina` itself).
     pub fn spawn_in<S: AsRef<str>>(netns: Option<&str>, name: &str, args: &[S]) -> Proc {
         let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, BIN]);
-                c
-            }
+            Some(ns) => ina_io::netns::Rack::command_in(ns, BIN),
             None => Command::new(BIN),
         };
         let mut child = cmd

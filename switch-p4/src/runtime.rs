@@ -1,0 +1,682 @@
+//! The runtime configuration of the P4 switch: one description of a switch (its addresses,
+//! ports and L2 table) and of its jobs drives every target.
+//!
+//! - [`bmv2_commands`]: the `simple_switch_CLI` commands that configure the v1model program
+//!   on a freshly started `simple_switch`.
+//! - [`bfrt_entries`]: the Tofino BfRt entries of the same configuration, as JSON.
+//! - [`SwitchDesc::frame_switch`] and [`JobDesc::frame_job`]: the configuration of the Rust
+//!   frame model (`ina_proto::l2`), and through it of `ina_proto::pipeline`.
+//!
+//! Every description is validated first ([`validate`]); what a target cannot hold comes back
+//! as a typed [`ConfigError`].
+//!
+//! The control-plane names are those of the shared contract of both programs: tables
+//! `InaIngress.switch_addr`, `InaIngress.l2_forward`, `InaIngress.ina_job`,
+//! `InaIngress.ina_rank`, `InaEgress.ina_rank_addr`; registers `reg_seq`, `reg_bitmap`,
+//! `reg_count`, `reg_exp`, `reg_value_j`; counters `ina_events`, `ina_multicast`.
+
+use crate::v1model;
+use core::fmt;
+use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
+use ina_proto::pipeline::{JobConfig, PipelineConfig};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+
+/// A MAC address, written `02:00:00:00:00:01` in descriptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+impl MacAddr {
+    /// The broadcast address.
+    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
+
+    /// The address as one hexadecimal number (`0x020000000001`), as `simple_switch_CLI`
+    /// takes it.
+    pub fn hex(&self) -> String {
+        let mut s = String::from("0x");
+        for b in self.0 {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
+    }
+}
+
+impl core::str::FromStr for MacAddr {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<MacAddr, ConfigError> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in out.iter_mut() {
+            let part = parts.next().ok_or_else(|| ConfigError::Mac(s.into()))?;
+            if part.len() != 2 {
+                return Err(ConfigError::Mac(s.into()));
+            }
+            *b = u8::from_str_radix(part, 16).map_err(|_| ConfigError::Mac(s.into()))?;
+        }
+        if parts.next().is_some() {
+            return Err(ConfigError::Mac(s.into()));
+        }
+        Ok(MacAddr(out))
+    }
+}
+
+impl Serialize for MacAddr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MacAddr, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One entry of the static L2 table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct L2Entry {
+    pub mac: MacAddr,
+    pub port: u16,
+}
+
+fn default_flood_mgrp() -> u16 {
+    0xffff
+}
+
+/// A switch: its addresses, its ports and its L2 table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchDesc {
+    /// The switch's MAC address.
+    pub mac: MacAddr,
+    /// The switch's IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Every port (broadcast frames are flooded to all of them but the ingress one).
+    pub ports: Vec<u16>,
+    /// Destination MAC → port. The broadcast address is always flooded and is not listed.
+    #[serde(default)]
+    pub l2: Vec<L2Entry>,
+    /// The multicast group that floods broadcast frames.
+    #[serde(default = "default_flood_mgrp")]
+    pub flood_mgrp: u16,
+}
+
+/// Where one rank lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankDesc {
+    /// The switch port the rank is behind.
+    pub port: u16,
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    pub udp_port: u16,
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDesc {
+    pub id: u16,
+    pub epoch: u16,
+    /// First slot of the job's range in the pool.
+    pub slot_base: u16,
+    /// Slots in the range.
+    pub slot_count: u16,
+    /// Elements per packet (64 or 256 on the P4 targets).
+    pub elems: u16,
+    /// The multicast group of the job's results.
+    pub mgrp: u16,
+    /// The ranks, in rank order.
+    pub ranks: Vec<RankDesc>,
+}
+
+/// Why a description cannot be installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("not a MAC address: {0:?}")]
+    Mac(String),
+    #[error("port {0} is beyond the ports of the target (0..=510)")]
+    PortRange(u16),
+    #[error("port {0} is listed twice")]
+    DuplicatePort(u16),
+    #[error("port {port} of {what} is not a port of the switch")]
+    UnknownPort { port: u16, what: String },
+    #[error("the L2 table holds {0} twice")]
+    DuplicateMac(MacAddr),
+    #[error("the broadcast address is flooded; it is not an L2 table entry")]
+    BroadcastEntry,
+    #[error("multicast group {0} is used twice (or is 0, which means none)")]
+    Mgrp(u16),
+    #[error("job {0} is described twice")]
+    DuplicateJob(u16),
+    #[error("job {job}: slots {base}..{end} lie beyond the pool of {pool} slots")]
+    SlotsBeyondPool {
+        job: u16,
+        base: u16,
+        end: u32,
+        pool: u16,
+    },
+    #[error("job {0}: an empty slot range")]
+    NoSlots(u16),
+    #[error("job {job}: slots overlap job {other}")]
+    Overlap { job: u16, other: u16 },
+    #[error("job {job}: {elems} elements per packet; the P4 programs support 64 and 256")]
+    Elems { job: u16, elems: u16 },
+    #[error("job {job}: {ranks} ranks; a job has 1 to 32")]
+    Ranks { job: u16, ranks: usize },
+    #[error("job {job}: ranks {first} and {second} have the same endpoint (port, IPv4, UDP port)")]
+    DuplicateEndpoint {
+        job: u16,
+        first: usize,
+        second: usize,
+    },
+}
+
+/// The largest port number a bmv2 or Tofino port may have here (bmv2 reserves 511 for drop).
+pub const MAX_PORT: u16 = 510;
+
+/// Checks a switch and its jobs.
+pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
+    for (i, &p) in sw.ports.iter().enumerate() {
+        if p > MAX_PORT {
+            return Err(ConfigError::PortRange(p));
+        }
+        if sw.ports[..i].contains(&p) {
+            return Err(ConfigError::DuplicatePort(p));
+        }
+    }
+    for (i, e) in sw.l2.iter().enumerate() {
+        if e.mac == MacAddr::BROADCAST {
+            return Err(ConfigError::BroadcastEntry);
+        }
+        if sw.l2[..i].iter().any(|o| o.mac == e.mac) {
+            return Err(ConfigError::DuplicateMac(e.mac));
+        }
+        if !sw.ports.contains(&e.port) {
+            return Err(ConfigError::UnknownPort {
+                port: e.port,
+                what: format!("L2 entry {}", e.mac),
+            });
+        }
+    }
+    let mut groups = vec![sw.flood_mgrp];
+    if sw.flood_mgrp == 0 {
+        return Err(ConfigError::Mgrp(0));
+    }
+    for (i, job) in jobs.iter().enumerate() {
+        validate_job(sw, job)?;
+        if jobs[..i].iter().any(|o| o.id == job.id) {
+            return Err(ConfigError::DuplicateJob(job.id));
+        }
+        if groups.contains(&job.mgrp) {
+            return Err(ConfigError::Mgrp(job.mgrp));
+        }
+        groups.push(job.mgrp);
+        let end = u32::from(job.slot_base) + u32::from(job.slot_count);
+        for o in &jobs[..i] {
+            let o_end = u32::from(o.slot_base) + u32::from(o.slot_count);
+            if u32::from(job.slot_base) < o_end && u32::from(o.slot_base) < end {
+                return Err(ConfigError::Overlap {
+                    job: job.id,
+                    other: o.id,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks one job against the switch.
+pub fn validate_job(sw: &SwitchDesc, job: &JobDesc) -> Result<(), ConfigError> {
+    if job.slot_count == 0 {
+        return Err(ConfigError::NoSlots(job.id));
+    }
+    let end = u32::from(job.slot_base) + u32::from(job.slot_count);
+    if end > u32::from(v1model::POOL_SLOTS) {
+        return Err(ConfigError::SlotsBeyondPool {
+            job: job.id,
+            base: job.slot_base,
+            end,
+            pool: v1model::POOL_SLOTS,
+        });
+    }
+    if !v1model::SUPPORTED_ELEMS.contains(&job.elems) {
+        return Err(ConfigError::Elems {
+            job: job.id,
+            elems: job.elems,
+        });
+    }
+    if job.ranks.is_empty() || job.ranks.len() > 32 {
+        return Err(ConfigError::Ranks {
+            job: job.id,
+            ranks: job.ranks.len(),
+        });
+    }
+    if job.mgrp == 0 {
+        return Err(ConfigError::Mgrp(0));
+    }
+    for (second, r) in job.ranks.iter().enumerate() {
+        if !sw.ports.contains(&r.port) {
+            return Err(ConfigError::UnknownPort {
+                port: r.port,
+                what: format!("job {} rank {second}", job.id),
+            });
+        }
+        let same = |o: &RankDesc| (o.port, o.ip, o.udp_port) == (r.port, r.ip, r.udp_port);
+        if let Some(first) = job.ranks[..second].iter().position(same) {
+            return Err(ConfigError::DuplicateEndpoint {
+                job: job.id,
+                first,
+                second,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl SwitchDesc {
+    /// The configuration of the frame model with the v1model program's pool.
+    pub fn frame_switch(&self) -> FrameSwitchConfig {
+        FrameSwitchConfig {
+            mac: self.mac.0,
+            ip: self.ip.octets(),
+            ports: self.ports.clone(),
+            l2: self.l2.iter().map(|e| (e.mac.0, e.port)).collect(),
+            pipeline: PipelineConfig {
+                pool_slots: v1model::POOL_SLOTS,
+                max_elems: v1model::MAX_ELEMS,
+            },
+        }
+    }
+}
+
+impl JobDesc {
+    /// The job of the frame model.
+    pub fn frame_job(&self) -> FrameJob {
+        FrameJob {
+            job: self.id,
+            epoch: self.epoch,
+            slot_base: self.slot_base,
+            slot_count: self.slot_count,
+            elems_per_packet: self.elems,
+            ranks: self
+                .ranks
+                .iter()
+                .map(|r| Endpoint {
+                    port: r.port,
+                    mac: r.mac.0,
+                    ip: r.ip.octets(),
+                    udp_port: r.udp_port,
+                })
+                .collect(),
+        }
+    }
+
+    /// The job of the pipeline model (rank `r` on `PortId(r)`, as the frame model has it).
+    pub fn pipeline_job(&self) -> JobConfig {
+        self.frame_job().pipeline_job()
+    }
+}
+
+/// The control registers of a slot, zeroed when a job is installed.
+pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_bitmap", "reg_count", "reg_exp"];
+
+/// Every register of the v1model program.
+pub fn v1model_registers() -> Vec<String> {
+    let mut regs: Vec<String> = CONTROL_REGISTERS.iter().map(|r| r.to_string()).collect();
+    regs.extend((0..v1model::MAX_ELEMS / 2).map(|j| format!("reg_value_{j}")));
+    regs
+}
+
+/// The `simple_switch_CLI` commands that configure a freshly started `simple_switch` running
+/// the v1model program: every register reset, the switch's address, the L2 table and its
+/// flood group, then every job ([`bmv2_job_commands`]). Multicast node handles are counted
+/// from 0, as a fresh switch hands them out.
+pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Vec<String>, ConfigError> {
+    validate(sw, jobs)?;
+    let mut out = Vec::new();
+    for r in v1model_registers() {
+        out.push(format!("register_reset InaIngress.{r}"));
+    }
+    out.push(format!(
+        "table_set_default InaIngress.switch_addr InaIngress.set_switch_addr {} {}",
+        sw.mac.hex(),
+        u32::from(sw.ip)
+    ));
+    for e in &sw.l2 {
+        out.push(format!(
+            "table_add InaIngress.l2_forward InaIngress.l2_to_port {} => {}",
+            e.mac.hex(),
+            e.port
+        ));
+    }
+    out.push(format!(
+        "table_add InaIngress.l2_forward InaIngress.l2_flood {} => {}",
+        MacAddr::BROADCAST.hex(),
+        sw.flood_mgrp
+    ));
+    out.push(format!("mc_mgrp_create {}", sw.flood_mgrp));
+    let ports: Vec<String> = sw.ports.iter().map(|p| p.to_string()).collect();
+    out.push(format!("mc_node_create 0 {}", ports.join(" ")));
+    out.push(format!("mc_node_associate {} 0", sw.flood_mgrp));
+    let mut next_node = 1u32;
+    for job in jobs {
+        out.extend(bmv2_job_commands(job, &mut next_node));
+    }
+    Ok(out)
+}
+
+/// The commands that install one job: its table entries, its multicast group with one node
+/// per rank (replication id = rank), and zeros in the control registers of its slots.
+/// `next_node` is the handle the switch gives the next node it creates; it is advanced.
+pub fn bmv2_job_commands(job: &JobDesc, next_node: &mut u32) -> Vec<String> {
+    let mut out = vec![format!(
+        "table_add InaIngress.ina_job InaIngress.set_job {} => {} {} {} {} {} {}",
+        job.id,
+        job.epoch,
+        job.slot_base,
+        job.slot_count,
+        job.elems,
+        job.ranks.len(),
+        job.mgrp
+    )];
+    out.push(format!("mc_mgrp_create {}", job.mgrp));
+    for (rank, r) in job.ranks.iter().enumerate() {
+        out.push(format!(
+            "table_add InaIngress.ina_rank InaIngress.set_rank {} {rank} => {} {} {}",
+            job.id,
+            r.port,
+            u32::from(r.ip),
+            r.udp_port
+        ));
+        out.push(format!(
+            "table_add InaEgress.ina_rank_addr InaEgress.rewrite_dst {} {rank} => {} {} {}",
+            job.id,
+            r.mac.hex(),
+            u32::from(r.ip),
+            r.udp_port
+        ));
+        out.push(format!("mc_node_create {rank} {}", r.port));
+        out.push(format!("mc_node_associate {} {}", job.mgrp, *next_node));
+        *next_node += 1;
+    }
+    for reg in CONTROL_REGISTERS {
+        for slot in job.slot_base..job.slot_base + job.slot_count {
+            out.push(format!("register_write InaIngress.{reg} {slot} 0"));
+        }
+    }
+    out
+}
+
+/// The `simple_switch_CLI` commands that read every counter: `ina_events` at every index,
+/// then `ina_multicast`.
+pub fn bmv2_counter_commands() -> Vec<String> {
+    let mut out: Vec<String> = (0..ina_proto::event::Event::COUNT)
+        .map(|i| format!("counter_read InaIngress.ina_events {i}"))
+        .collect();
+    out.push("counter_read InaIngress.ina_multicast 0".into());
+    out
+}
+
+/// Node ids of the Tofino PRE: the flood nodes take the ids from here on, one per port.
+pub const TOFINO_FLOOD_NODE_BASE: u32 = 0x10000;
+
+/// The Tofino BfRt entries of a switch and its jobs, as one JSON document:
+/// `{"entries": [{"table", "action"?, "default"?, "key", "data"}, ...]}`.
+///
+/// Names: the tables of the shared contract under `pipe.` (`pipe.InaIngress.ina_job`, ...),
+/// actions as `InaIngress.set_job`; the multicast engine's `$pre.node` (one node per rank,
+/// `$MULTICAST_RID` = rank, and one per port for flooding) and `$pre.mgid`; `$pre.prune`
+/// maps each port's level-2 exclusion id (the ingress port) to the port, so that a flood
+/// never goes back out of its ingress port. Register cells are zeroed as the `lo`/`hi` fields
+/// of each control register's pair.
+pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Value, ConfigError> {
+    validate(sw, jobs)?;
+    let mut e = Vec::new();
+    e.push(json!({
+        "table": "pipe.InaIngress.switch_addr",
+        "default": true,
+        "action": "InaIngress.set_switch_addr",
+        "data": {"mac": sw.mac.to_string(), "ip": sw.ip.to_string()},
+    }));
+    for l in &sw.l2 {
+        e.push(json!({
+            "table": "pipe.InaIngress.l2_forward",
+            "key": {"hdr.ethernet.dst_addr": l.mac.to_string()},
+            "action": "InaIngress.l2_to_port",
+            "data": {"port": l.port},
+        }));
+    }
+    e.push(json!({
+        "table": "pipe.InaIngress.l2_forward",
+        "key": {"hdr.ethernet.dst_addr": MacAddr::BROADCAST.to_string()},
+        "action": "InaIngress.l2_flood",
+        "data": {"mgrp": sw.flood_mgrp},
+    }));
+    let flood_nodes: Vec<u32> = (0..sw.ports.len() as u32)
+        .map(|i| TOFINO_FLOOD_NODE_BASE + i)
+        .collect();
+    for (&node, &port) in flood_nodes.iter().zip(&sw.ports) {
+        e.push(json!({
+            "table": "$pre.node",
+            "key": {"$MULTICAST_NODE_ID": node},
+            "data": {"$MULTICAST_RID": 0, "$MULTICAST_LAG_ID": [], "$DEV_PORT": [port]},
+        }));
+        e.push(json!({
+            "table": "$pre.prune",
+            "key": {"$MULTICAST_L2_XID": port},
+            "data": {"$DEV_PORT": [port]},
+        }));
+    }
+    e.push(mgid_entry(sw.flood_mgrp, &flood_nodes));
+    let mut next_node = 1u32;
+    for job in jobs {
+        e.push(json!({
+            "table": "pipe.InaIngress.ina_job",
+            "key": {"hdr.ina.job": job.id},
+            "action": "InaIngress.set_job",
+            "data": {
+                "epoch": job.epoch, "slot_base": job.slot_base, "slot_count": job.slot_count,
+                "elems": job.elems, "workers": job.ranks.len(), "mgrp": job.mgrp,
+            },
+        }));
+        let mut nodes = Vec::new();
+        for (rank, r) in job.ranks.iter().enumerate() {
+            e.push(json!({
+                "table": "pipe.InaIngress.ina_rank",
+                "key": {"hdr.ina.job": job.id, "hdr.ina.rank": rank},
+                "action": "InaIngress.set_rank",
+                "data": {"port": r.port, "ip": r.ip.to_string(), "udp_port": r.udp_port},
+            }));
+            e.push(json!({
+                "table": "pipe.InaEgress.ina_rank_addr",
+                "key": {"hdr.ina.job": job.id, "eg_intr_md.egress_rid": rank},
+                "action": "InaEgress.rewrite_dst",
+                "data": {"mac": r.mac.to_string(), "ip": r.ip.to_string(), "udp_port": r.udp_port},
+            }));
+            e.push(json!({
+                "table": "$pre.node",
+                "key": {"$MULTICAST_NODE_ID": next_node},
+                "data": {"$MULTICAST_RID": rank, "$MULTICAST_LAG_ID": [], "$DEV_PORT": [r.port]},
+            }));
+            nodes.push(next_node);
+            next_node += 1;
+        }
+        e.push(mgid_entry(job.mgrp, &nodes));
+        for reg in CONTROL_REGISTERS {
+            for slot in job.slot_base..job.slot_base + job.slot_count {
+                e.push(json!({
+                    "table": format!("pipe.InaIngress.{reg}"),
+                    "key": {"$REGISTER_INDEX": slot},
+                    "data": {
+                        format!("InaIngress.{reg}.lo"): 0,
+                        format!("InaIngress.{reg}.hi"): 0,
+                    },
+                }));
+            }
+        }
+    }
+    Ok(json!({ "entries": e }))
+}
+
+fn mgid_entry(mgrp: u16, nodes: &[u32]) -> Value {
+    json!({
+        "table": "$pre.mgid",
+        "key": {"$MGID": mgrp},
+        "data": {
+            "$MULTICAST_NODE_ID": nodes,
+            "$MULTICAST_NODE_L1_XID_VALID": vec![false; nodes.len()],
+            "$MULTICAST_NODE_L1_XID": vec![0; nodes.len()],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sw() -> SwitchDesc {
+        SwitchDesc {
+            mac: "02:00:00:00:00:fe".parse().unwrap(),
+            ip: Ipv4Addr::new(198, 18, 0, 254),
+            ports: vec![0, 1, 2],
+            l2: vec![L2Entry {
+                mac: "02:00:00:00:09:01".parse().unwrap(),
+                port: 1,
+            }],
+            flood_mgrp: 100,
+        }
+    }
+
+    fn job(id: u16, base: u16, ranks: u8) -> JobDesc {
+        JobDesc {
+            id,
+            epoch: 5,
+            slot_base: base,
+            slot_count: 4,
+            elems: 64,
+            mgrp: id,
+            ranks: (0..ranks)
+                .map(|r| RankDesc {
+                    port: u16::from(r % 3),
+                    mac: MacAddr([2, 0, 0, 0, 1, r]),
+                    ip: Ipv4Addr::new(198, 18, 1, r),
+                    udp_port: 9000,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn validation_errors() {
+        let s = sw();
+        assert_eq!(validate(&s, &[job(1, 0, 3), job(2, 4, 3)]), Ok(()));
+        assert!(matches!(
+            validate(&s, &[job(1, 1022, 2)]),
+            Err(ConfigError::SlotsBeyondPool { end: 1026, .. })
+        ));
+        assert!(matches!(
+            validate(&s, &[job(1, 0, 33)]),
+            Err(ConfigError::Ranks { ranks: 33, .. })
+        ));
+        assert!(matches!(
+            validate(&s, &[job(1, 0, 0)]),
+            Err(ConfigError::Ranks { ranks: 0, .. })
+        ));
+        let mut dup = job(1, 0, 2);
+        dup.ranks[1].ip = dup.ranks[0].ip;
+        dup.ranks[1].port = dup.ranks[0].port;
+        assert_eq!(
+            validate(&s, &[dup]),
+            Err(ConfigError::DuplicateEndpoint {
+                job: 1,
+                first: 0,
+                second: 1
+            })
+        );
+        assert_eq!(
+            validate(&s, &[job(1, 0, 2), job(2, 3, 2)]),
+            Err(ConfigError::Overlap { job: 2, other: 1 })
+        );
+        assert_eq!(
+            validate(&s, &[job(1, 0, 2), job(1, 4, 2)]),
+            Err(ConfigError::DuplicateJob(1))
+        );
+        let mut e = job(1, 0, 2);
+        e.elems = 128;
+        assert!(matches!(validate(&s, &[e]), Err(ConfigError::Elems { .. })));
+        let mut g = job(1, 0, 2);
+        g.mgrp = 100;
+        assert_eq!(validate(&s, &[g]), Err(ConfigError::Mgrp(100)));
+        let mut p = job(1, 0, 2);
+        p.ranks[0].port = 7;
+        assert!(matches!(
+            validate(&s, &[p]),
+            Err(ConfigError::UnknownPort { port: 7, .. })
+        ));
+        let mut b = sw();
+        b.l2.push(L2Entry {
+            mac: MacAddr::BROADCAST,
+            port: 0,
+        });
+        assert_eq!(validate(&b, &[]), Err(ConfigError::BroadcastEntry));
+        let mut r = sw();
+        r.ports.push(511);
+        assert_eq!(validate(&r, &[]), Err(ConfigError::PortRange(511)));
+        assert!("02:00:00:00:00".parse::<MacAddr>().is_err());
+        assert!("02:00:00:00:00:0g".parse::<MacAddr>().is_err());
+        assert!("02:00:00:00:00:00:00".parse::<MacAddr>().is_err());
+    }
+
+    #[test]
+    fn job_commands_count_node_handles() {
+        let cmds = bmv2_commands(&sw(), &[job(1, 0, 2), job(2, 4, 3)]).unwrap();
+        let assoc: Vec<&String> = cmds
+            .iter()
+            .filter(|c| c.starts_with("mc_node_associate"))
+            .collect();
+        let want = [
+            "mc_node_associate 100 0",
+            "mc_node_associate 1 1",
+            "mc_node_associate 1 2",
+            "mc_node_associate 2 3",
+            "mc_node_associate 2 4",
+            "mc_node_associate 2 5",
+        ];
+        assert_eq!(assoc, want.iter().collect::<Vec<_>>());
+        assert!(cmds.contains(&"register_write InaIngress.reg_exp 7 0".to_string()));
+        assert!(!cmds.contains(&"register_write InaIngress.reg_exp 8 0".to_string()));
+    }
+
+    #[test]
+    fn descriptions_configure_the_model() {
+        let s = sw();
+        let j = job(3, 8, 4);
+        let mut model = ina_proto::l2::FrameSwitch::new(s.frame_switch()).unwrap();
+        model.add_job(j.frame_job()).unwrap();
+        assert_eq!(model.jobs()[0].ranks[2].ip, [198, 18, 1, 2]);
+        assert_eq!(j.pipeline_job().ranks.len(), 4);
+        assert_eq!(model.pipeline().config().pool_slots, v1model::POOL_SLOTS);
+    }
+
+    proptest! {
+        #[test]
+        fn mac_round_trip(b in any::<[u8; 6]>()) {
+            let m = MacAddr(b);
+            prop_assert_eq!(m.to_string().parse::<MacAddr>(), Ok(m));
+            prop_assert_eq!(u64::from_str_radix(&m.hex()[2..], 16).ok(),
+                Some(b.iter().fold(0u64, |a, &x| a << 8 | u64::from(x))));
+        }
+    }
+}

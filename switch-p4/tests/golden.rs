@@ -1,0 +1,116 @@
+//! The runtime configuration of an example switch, as bmv2 commands and as BfRt entries,
+//! against the committed expectations in `tests/golden/` (`INA_BLESS=1` rewrites them).
+
+use ina_switch_p4::runtime::{
+    bfrt_entries, bmv2_commands, JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc,
+};
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+fn example() -> (SwitchDesc, Vec<JobDesc>) {
+    let sw = SwitchDesc {
+        mac: MacAddr([2, 0, 0, 0, 0, 0xfe]),
+        ip: Ipv4Addr::new(198, 18, 0, 254),
+        ports: vec![0, 1, 2, 3],
+        l2: vec![
+            L2Entry {
+                mac: MacAddr([2, 0, 0, 0, 9, 1]),
+                port: 1,
+            },
+            L2Entry {
+                mac: MacAddr([2, 0, 0, 0, 9, 3]),
+                port: 3,
+            },
+        ],
+        flood_mgrp: 1000,
+    };
+    let rank = |r: u8, port: u16| RankDesc {
+        port,
+        mac: MacAddr([2, 0, 0, 0, 1, r]),
+        ip: Ipv4Addr::new(198, 18, 1, r),
+        udp_port: 9000 + u16::from(r),
+    };
+    let jobs = vec![
+        JobDesc {
+            id: 1,
+            epoch: 7,
+            slot_base: 0,
+            slot_count: 2,
+            elems: 64,
+            mgrp: 1,
+            ranks: vec![rank(0, 0), rank(1, 1), rank(2, 2)],
+        },
+        JobDesc {
+            id: 2,
+            epoch: 9,
+            slot_base: 2,
+            slot_count: 1,
+            elems: 256,
+            mgrp: 2,
+            ranks: vec![rank(3, 3), rank(4, 3)],
+        },
+    ];
+    (sw, jobs)
+}
+
+fn check(name: &str, text: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("INA_BLESS").is_some() {
+        std::fs::write(&path, text).expect("write golden file");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    if want != text {
+        let first = want
+            .lines()
+            .zip(text.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.lines().count().min(text.lines().count()));
+        panic!(
+            "{} differs from the generated configuration at line {}:\n  expected: {:?}\n  got:      {:?}\n(INA_BLESS=1 cargo test -p ina-switch-p4 rewrites it)",
+            path.display(),
+            first + 1,
+            want.lines().nth(first),
+            text.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn bmv2_commands_are_golden() {
+    let (sw, jobs) = example();
+    let cmds = bmv2_commands(&sw, &jobs).expect("valid example");
+    check("example.bmv2.txt", &(cmds.join("\n") + "\n"));
+}
+
+#[test]
+fn bfrt_entries_are_golden() {
+    let (sw, jobs) = example();
+    let v = bfrt_entries(&sw, &jobs).expect("valid example");
+    let text = serde_json::to_string_pretty(&v).expect("json") + "\n";
+    check("example.bfrt.json", &text);
+}
+
+#[test]
+fn invalid_descriptions_produce_no_commands() {
+    let (sw, mut jobs) = example();
+    jobs[1].slot_base = 1;
+    assert!(bmv2_commands(&sw, &jobs).is_err());
+    assert!(bfrt_entries(&sw, &jobs).is_err());
+}
+
+#[test]
+fn descriptions_read_from_toml() {
+    let text = r#"
+        mac = "02:00:00:00:00:fe"
+        ip = "198.18.0.254"
+        ports = [0, 1]
+        l2 = [{ mac = "02:00:00:00:09:01", port = 1 }]
+    "#;
+    let sw: SwitchDesc = toml::from_str(text).expect("parses");
+    assert_eq!(sw.flood_mgrp, 0xffff);
+    assert_eq!(sw.l2[0].mac, MacAddr([2, 0, 0, 0, 9, 1]));
+    assert!(toml::from_str::<SwitchDesc>(&text.replace("09:01", "09")).is_err());
+}
