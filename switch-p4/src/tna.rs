@@ -44,6 +44,11 @@ pub const INGRESS_STAGES: usize = 12;
 /// Stateful ALUs per stage on Tofino 1.
 pub const ALUS_PER_STAGE: usize = 4;
 
+/// The control registers of the program, indexed by slot, which the control plane zeroes for
+/// a job's slots when it installs the job. (`reg_seq_order` holds the same sequence numbers as
+/// `reg_seq`; the program keeps no `reg_count`, see docs/P4-RESOURCES.md.)
+pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"];
+
 /// Why the Tofino program cannot serve a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TnaJobError {
@@ -1991,10 +1996,17 @@ fn reply(p: &mut String) {
     to_egress(p, bridge::PLAIN);
     p.push_str("        ig_tm_md.ucast_egress_port = md.l2_port;\n    }\n");
 
-    p.push_str("    // To every port of the flood group but the ingress one (pruned in egress).\n");
+    p.push_str(
+        "    // To every port of the flood group but the ingress one: the replication engine prunes\n    \
+         // the port whose level-2 exclusion id is the ingress port, and egress drops a copy to\n    \
+         // it if any is left.\n",
+    );
     p.push_str("    action forward_flood() {\n");
     to_egress(p, bridge::FLOOD);
-    p.push_str("        ig_tm_md.mcast_grp_a = md.l2_mgrp;\n    }\n");
+    p.push_str(
+        "        ig_tm_md.mcast_grp_a = md.l2_mgrp;\n        \
+         ig_tm_md.level2_exclusion_id = ig_intr_md.ingress_port;\n    }\n",
+    );
 
     p.push_str("    action answer_arp() {\n");
     to_egress(p, bridge::PLAIN);

@@ -219,6 +219,21 @@ fn registers_keep_tofino_limits() {
 }
 
 #[test]
+fn control_registers_are_the_programs() {
+    let p = tna::program();
+    let declared: Vec<String> = p
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("Register<pair_t, slot_index_t>(POOL_SLOTS) ")
+        })
+        .map(|r| r.trim_end_matches(';').to_string())
+        .collect();
+    assert_eq!(declared, tna::CONTROL_REGISTERS);
+    assert!(!p.contains("reg_count"));
+}
+
+#[test]
 fn registers_name_their_rust_twins() {
     let p = tna::program();
     let lines: Vec<&str> = p.lines().collect();

@@ -3051,7 +3051,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.mgrp = 0;
         ig_tm_md.ucast_egress_port = md.l2_port;
     }
-    // To every port of the flood group but the ingress one (pruned in egress).
+    // To every port of the flood group but the ingress one: the replication engine prunes
+    // the port whose level-2 exclusion id is the ingress port, and egress drops a copy to
+    // it if any is left.
     action forward_flood() {
         hdr.bridge.setValid();
         hdr.bridge.op = 2;
@@ -3059,6 +3061,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         ig_tm_md.mcast_grp_a = md.l2_mgrp;
+        ig_tm_md.level2_exclusion_id = ig_intr_md.ingress_port;
     }
     action answer_arp() {
         hdr.bridge.setValid();
