@@ -53,8 +53,9 @@ pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_seq_order", "reg_bitma
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TnaJobError {
     #[error(
-        "{elems} elements per packet: the Tofino program aggregates {ELEMS} (256 would need the \
-         payload folded over the four pipes of the chip, which this program does not do)"
+        "{elems} elements per packet: the Tofino program aggregates {ELEMS} per packet (256 \
+         would have to be folded over passes through the recirculation port, which would carry \
+         about twice the job's traffic; see docs/P4-RESOURCES.md)"
     )]
     ElemsPerPacket { elems: u16 },
     #[error("{workers} workers: a job has 1 to {} ranks", u32::from(MAX_RANK) + 1)]
@@ -522,10 +523,11 @@ fn header_comment(p: &mut String) {
 //    the use is complete. Both hold for every arrival order of packets of workers that follow
 //    the protocol's self-clocking (section 5); see docs/P4-RESOURCES.md.
 //  - 256 elements per packet are refused by the control plane (ina_switch_p4::tna::check_job):
-//    64 elements fill the twelve stages of a pipe; 256 need the payload folded over the four
-//    pipes of the chip (64 elements in each, through loopback ports), with a completion count
-//    in the last pipe so that no result leaves before every worker's last chunk was added
-//    there. This program does not implement that folding.
+//    64 elements fill the twelve stages of a pipe. Folding 256 over four passes through the
+//    pipe's recirculation port would be exact (its queue keeps the chunks in order) but would
+//    carry 1.9 to 2.7 times the job's ingress traffic through that one port, so a pipe would
+//    aggregate 38 to 53 Gb/s in all; folding through front-panel loopback ports takes ports
+//    from the workers and needs a completion count per chunk. See docs/P4-RESOURCES.md.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
