@@ -1271,3 +1271,339 @@ proptest! {
         }
     }
 }
+
+// ---- The frames the program sends, against the frame model ----
+//
+// For every frame whose answer does not depend on the aggregation registers (ARP, Probe,
+// Reject, ordinary traffic, drops), the generated program is interpreted: its parser (as
+// `check_key` mirrors it), the reply table's action (its statements read from the generated
+// text and executed in order), the egress (flood pruning, checksum) and its deparser (the
+// header declarations read from the text). The frames and ports must be those
+// `ina_proto::l2::FrameSwitch` sends, up to the end of the IPv4 packet (the program keeps the
+// bytes it did not parse behind the headers; docs/P4-RESOURCES.md).
+
+/// A parsed packet: each header instance's validity and fields, and the bytes not parsed.
+struct Pkt {
+    layouts: Vec<(String, Vec<(String, u32)>)>,
+    valid: BTreeMap<String, bool>,
+    fields: BTreeMap<String, u64>,
+    rest: Vec<u8>,
+}
+
+/// The header instances of `headers_t` with their fields and widths, from the program text.
+fn layouts(p: &str) -> Vec<(String, Vec<(String, u32)>)> {
+    let block = |start: &str| -> Vec<(String, String)> {
+        let body = &p[p.find(start).unwrap_or_else(|| panic!("{start}")) + start.len()..];
+        body[..body.find("\n}").expect("end")]
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//"))
+            .map(|l| {
+                let (t, n) = l.trim_end_matches(';').rsplit_once(' ').expect("field");
+                (t.to_string(), n.to_string())
+            })
+            .collect()
+    };
+    block("struct headers_t {")
+        .into_iter()
+        .map(|(ty, inst)| {
+            let fields = block(&format!("header {ty} {{"))
+                .into_iter()
+                .map(|(t, n)| {
+                    let w = match t.as_str() {
+                        "PortId_t" => 9,
+                        t => t
+                            .trim_start_matches("bit<")
+                            .trim_end_matches('>')
+                            .parse()
+                            .expect("width"),
+                    };
+                    (n, w)
+                })
+                .collect();
+            (inst, fields)
+        })
+        .collect()
+}
+
+fn read_bits(bytes: &[u8], bit: usize, width: u32) -> u64 {
+    (0..width as usize).fold(0u64, |v, i| {
+        let b = bit + i;
+        v << 1 | u64::from(bytes[b / 8] >> (7 - b % 8) & 1)
+    })
+}
+
+impl Pkt {
+    /// Extracts `inst` at `*at` if the frame holds it.
+    fn extract(&mut self, f: &[u8], at: &mut usize, inst: &str) -> bool {
+        let fields = self
+            .layouts
+            .iter()
+            .find(|(i, _)| i == inst)
+            .map(|(_, f)| f.clone())
+            .expect("instance");
+        let len: u32 = fields.iter().map(|(_, w)| w).sum();
+        let len = len as usize / 8;
+        if f.len() < *at + len {
+            return false;
+        }
+        let mut bit = *at * 8;
+        for (name, w) in fields {
+            self.fields
+                .insert(format!("hdr.{inst}.{name}"), read_bits(f, bit, w));
+            bit += w as usize;
+        }
+        self.valid.insert(inst.to_string(), true);
+        *at += len;
+        true
+    }
+
+    /// The program's parser on a frame from a front port.
+    fn parse(p: &str, f: &[u8]) -> Pkt {
+        let mut pkt = Pkt {
+            layouts: layouts(p),
+            valid: BTreeMap::new(),
+            fields: BTreeMap::new(),
+            rest: Vec::new(),
+        };
+        let mut at = 0;
+        let get = |pkt: &Pkt, k: &str| pkt.fields.get(k).copied().unwrap_or(0);
+        if pkt.extract(f, &mut at, "ethernet") {
+            match get(&pkt, "hdr.ethernet.ether_type") {
+                0x0806 => {
+                    pkt.extract(f, &mut at, "arp");
+                }
+                0x0800 if pkt.extract(f, &mut at, "ipv4") => {
+                    let udp = get(&pkt, "hdr.ipv4.ihl") == 5
+                        && get(&pkt, "hdr.ipv4.flags") & 1 == 0
+                        && get(&pkt, "hdr.ipv4.frag_offset") == 0
+                        && get(&pkt, "hdr.ipv4.protocol") == 17;
+                    if udp
+                        && pkt.extract(f, &mut at, "udp")
+                        && get(&pkt, "hdr.udp.dst_port") == u64::from(UDP_PORT_INA)
+                        && pkt.extract(f, &mut at, "ina")
+                    {
+                        let full = get(&pkt, "hdr.ina.version") == 1
+                            && matches!(get(&pkt, "hdr.ina.msg_type"), 1 | 2)
+                            && get(&pkt, "hdr.ina.count") == 64
+                            && get(&pkt, "hdr.udp.length") == 280;
+                        if full {
+                            pkt.extract(f, &mut at, "payload");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        pkt.rest = f[at.min(f.len())..].to_vec();
+        pkt
+    }
+
+    fn deparse(&self) -> Vec<u8> {
+        let mut bits: Vec<u8> = Vec::new();
+        for (inst, fields) in &self.layouts {
+            if inst == "bridge" || !self.valid.get(inst).copied().unwrap_or(false) {
+                continue;
+            }
+            for (name, w) in fields {
+                let v = self
+                    .fields
+                    .get(&format!("hdr.{inst}.{name}"))
+                    .copied()
+                    .unwrap_or(0);
+                for i in (0..*w).rev() {
+                    bits.push((v >> i & 1) as u8);
+                }
+            }
+        }
+        let mut out: Vec<u8> = bits
+            .chunks(8)
+            .map(|c| c.iter().fold(0u8, |b, x| b << 1 | x))
+            .collect();
+        out.extend_from_slice(&self.rest);
+        out
+    }
+}
+
+/// Where the frame goes after the reply table: unicast port, multicast group, or dropped.
+#[derive(Debug, Default)]
+struct Tm {
+    ucast: Option<u64>,
+    mcast: Option<u64>,
+    l2_xid: Option<u64>,
+    drop: bool,
+    bridge_op: u64,
+}
+
+/// Executes action `name` of the generated text on `pkt`, with metadata `md`.
+fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingress: u64) -> Tm {
+    let start = p
+        .find(&format!("    action {name}() {{"))
+        .unwrap_or_else(|| panic!("action {name}"));
+    let body = &p[start..];
+    let body = &body[body.find('{').expect("body") + 1..body.find("\n    }").expect("end")];
+    let mut tm = Tm::default();
+    let consts: BTreeMap<&str, u64> = [
+        ("IP_PROTO_UDP", 17),
+        ("INA_UDP_PORT", u64::from(UDP_PORT_INA)),
+        ("INA_RESULT", 2),
+        ("INA_REJECT", 3),
+        ("INA_PROBE_REPLY", 5),
+        ("INA_PENDING", 6),
+    ]
+    .into_iter()
+    .collect();
+    for stmt in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let stmt = stmt.trim_end_matches(';');
+        if let Some(h) = stmt.strip_suffix(".setValid()") {
+            pkt.valid
+                .insert(h.trim_start_matches("hdr.").to_string(), true);
+            continue;
+        }
+        if let Some(h) = stmt.strip_suffix(".setInvalid()") {
+            pkt.valid
+                .insert(h.trim_start_matches("hdr.").to_string(), false);
+            continue;
+        }
+        let (lhs, rhs) = stmt
+            .split_once(" = ")
+            .unwrap_or_else(|| panic!("statement {stmt}"));
+        let value = if let Some(f) = rhs.strip_prefix("(bit<32>)") {
+            md[f.trim_start_matches("md.")]
+        } else if let Some(f) = rhs.strip_prefix("md.") {
+            let (f, slice) = f.split_once('[').map_or((f, None), |(f, s)| (f, Some(s)));
+            let v = md[f];
+            if slice == Some("7:0]") {
+                v & 0xff
+            } else {
+                v
+            }
+        } else if rhs.starts_with("hdr.") {
+            pkt.fields.get(rhs).copied().unwrap_or(0)
+        } else if rhs == "ig_intr_md.ingress_port" {
+            ingress
+        } else if let Some(c) = consts.get(rhs) {
+            *c
+        } else if rhs.contains("++") {
+            // The recirculation port: not taken by the frames of this test.
+            panic!("recirculation in {name}")
+        } else {
+            parse_number(rhs)
+        };
+        match lhs {
+            "ig_tm_md.ucast_egress_port" => tm.ucast = Some(value),
+            "ig_tm_md.mcast_grp_a" => tm.mcast = Some(value),
+            "ig_tm_md.level2_exclusion_id" => tm.l2_xid = Some(value),
+            "ig_tm_md.bypass_egress" => {}
+            "ig_dprsr_md.drop_ctl" => tm.drop = value == 1,
+            "hdr.bridge.op" => tm.bridge_op = value,
+            l if l.starts_with("hdr.bridge.") => {}
+            l => {
+                pkt.fields.insert(l.to_string(), value);
+            }
+        }
+    }
+    tm
+}
+
+fn ipv4_checksum(pkt: &mut Pkt) {
+    let mut header = Pkt {
+        layouts: pkt
+            .layouts
+            .iter()
+            .filter(|(i, _)| i == "ipv4")
+            .cloned()
+            .collect(),
+        valid: [("ipv4".to_string(), true)].into_iter().collect(),
+        fields: pkt.fields.clone(),
+        rest: Vec::new(),
+    };
+    header.fields.insert("hdr.ipv4.hdr_checksum".into(), 0);
+    let bytes = header.deparse();
+    let sum = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    pkt.fields
+        .insert("hdr.ipv4.hdr_checksum".into(), u64::from(!sum as u16));
+}
+
+const FLOOD_MGRP: u64 = 100;
+
+proptest! {
+    #[test]
+    fn replies_are_the_frame_models(choices in proptest::collection::vec(any::<[u8; 26]>(), 1..30)) {
+        let program = tna::program();
+        let check = table_entries(&program, "ina_check");
+        let reply = table_entries(&program, "ina_reply");
+        let mut sw = frame_switch();
+        let mut out = Outputs::new();
+        for c in &choices {
+            let (ingress, f) = frame(c);
+            let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
+            let (action, args) = check_action(&check, ingress, &f);
+            let op = match action.as_str() {
+                "check_data" | "check_query" => continue,
+                "check_drop" => 0,
+                "check_l2_port" => 1,
+                "check_l2_flood" => 2,
+                "check_arp" => 3,
+                "check_probe" => 4,
+                "check_reject" => 5,
+                a => panic!("{a}"),
+            };
+            let mut pkt = Pkt::parse(&program, &f);
+            let dst: [u8; 6] = f[..6].try_into().expect("mac");
+            let l2_port = L2.iter().find(|(m, _)| *m == dst).map_or(0, |(_, p)| u64::from(*p));
+            let md: BTreeMap<&str, u64> = [
+                ("sm", u64::from_be_bytes([0, 0, SM[0], SM[1], SM[2], SM[3], SM[4], SM[5]])),
+                ("sip", u64::from(u32::from_be_bytes(SIP))),
+                ("job_epoch", u64::from(EPOCH)),
+                ("workers", 3),
+                ("elems", E as u64),
+                ("slot_base", u64::from(BASE)),
+                ("slot_count", 3),
+                ("reason", args.first().copied().unwrap_or(0)),
+                ("l2_port", l2_port),
+                ("l2_mgrp", FLOOD_MGRP),
+            ]
+            .into_iter()
+            .collect();
+            let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0)])
+                .map_or("drop_frame".to_string(), |e| e.action.clone());
+            let tm = run_action(&program, &name, &mut pkt, &md, u64::from(ingress));
+            // Egress: the copies, the flood's pruning, the checksum of the switch's replies.
+            let ports: Vec<u64> = if tm.drop {
+                Vec::new()
+            } else if let Some(g) = tm.mcast {
+                prop_assert_eq!(g, FLOOD_MGRP);
+                prop_assert_eq!(tm.l2_xid, Some(u64::from(ingress)));
+                (1..=4).filter(|p| *p != u64::from(ingress)).collect()
+            } else {
+                tm.ucast.into_iter().collect()
+            };
+            if tm.bridge_op == 3 {
+                ipv4_checksum(&mut pkt);
+            }
+            let sent = pkt.deparse();
+            let expected: Vec<(u16, Vec<u8>)> = out.iter().map(|(p, b)| (p, b.to_vec())).collect();
+            prop_assert_eq!(
+                ports.iter().map(|p| *p as u16).collect::<Vec<_>>(),
+                expected.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+                "ports for {:?} ({})", event, name
+            );
+            for (_, bytes) in &expected {
+                // The frame model's frame; the program's is as long as the frame that came in
+                // (or longer, by the headers it added), its IPv4 packet the same.
+                let ip_end = if bytes.len() >= 34 && u16::from_be_bytes([bytes[12], bytes[13]]) == 0x0800 {
+                    (14 + usize::from(u16::from_be_bytes([bytes[16], bytes[17]]))).min(bytes.len())
+                } else {
+                    bytes.len()
+                };
+                prop_assert_eq!(&sent[..ip_end], &bytes[..ip_end], "{:?} ({})", event, name);
+            }
+        }
+    }
+}
