@@ -531,6 +531,8 @@ struct TnaModel<'t> {
     tables: &'t Tables,
     slots: Vec<ModelSlot>,
     workers: u32,
+    /// The last packet's reply action, `md.exp_x`, `md.pend` and the values of its set.
+    last: Option<(String, u32, u32, Vec<i32>)>,
 }
 
 impl TnaModel<'_> {
@@ -673,6 +675,7 @@ impl TnaModel<'_> {
             h
         };
         let values = s.values[x].clone();
+        self.last = Some((action.to_string(), exp_x, pend, values.clone()));
         match action {
             "drop_frame" => match event {
                 Event::DataFirst | Event::DataAdded => Sent::Absorbed,
@@ -780,7 +783,10 @@ fn run_execution(
             16
         ],
         workers: u32::from(workers),
+        last: None,
     };
+    let mut sw = frame_switch_of(workers, w);
+    let mut frames = Outputs::new();
     let mut sims: Vec<SimWorker> = (0..workers)
         .map(|_| SimWorker {
             next: w,
@@ -847,6 +853,19 @@ fn run_execution(
                     Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
                 };
                 assert_eq!(got, expected, "packet {:?}", &pkt[..16]);
+                let (action, exp_x, pend, values) = model.last.take().expect("a reply action");
+                check_frames(
+                    &program,
+                    &mut sw,
+                    &mut frames,
+                    rank,
+                    &pkt,
+                    workers,
+                    &action,
+                    exp_x,
+                    pend,
+                    &values,
+                );
                 kinds.insert(match &got {
                     Sent::Dropped(e) => e.name().to_string(),
                     Sent::Absorbed => "absorbed".to_string(),
@@ -1360,6 +1379,12 @@ impl Pkt {
 
     /// The program's parser on a frame from a front port.
     fn parse(p: &str, f: &[u8]) -> Pkt {
+        Pkt::parse_pass(p, f, false)
+    }
+
+    /// The program's parser; `second`: on the second pass of a result (from the recirculation
+    /// port, the bridged header taken off already).
+    fn parse_pass(p: &str, f: &[u8], second: bool) -> Pkt {
         let mut pkt = Pkt {
             layouts: layouts(p),
             valid: BTreeMap::new(),
@@ -1368,7 +1393,11 @@ impl Pkt {
         };
         let mut at = 0;
         let get = |pkt: &Pkt, k: &str| pkt.fields.get(k).copied().unwrap_or(0);
-        if pkt.extract(f, &mut at, "ethernet") {
+        if second {
+            for h in ["ethernet", "ipv4", "udp", "ina", "payload"] {
+                assert!(pkt.extract(f, &mut at, h), "second pass: no {h}");
+            }
+        } else if pkt.extract(f, &mut at, "ethernet") {
             match get(&pkt, "hdr.ethernet.ether_type") {
                 0x0806 => {
                     pkt.extract(f, &mut at, "arp");
@@ -1438,7 +1467,7 @@ struct Tm {
 /// Executes action `name` of the generated text on `pkt`, with metadata `md`.
 fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingress: u64) -> Tm {
     let start = p
-        .find(&format!("    action {name}() {{"))
+        .find(&format!("    action {name}("))
         .unwrap_or_else(|| panic!("action {name}"));
     let body = &p[start..];
     let body = &body[body.find('{').expect("body") + 1..body.find("\n    }").expect("end")];
@@ -1478,15 +1507,17 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
             } else {
                 v
             }
+        } else if rhs == "ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE" {
+            ingress >> 7 << 7 | 68
         } else if rhs.starts_with("hdr.") {
             pkt.fields.get(rhs).copied().unwrap_or(0)
         } else if rhs == "ig_intr_md.ingress_port" {
             ingress
         } else if let Some(c) = consts.get(rhs) {
             *c
-        } else if rhs.contains("++") {
-            // The recirculation port: not taken by the frames of this test.
-            panic!("recirculation in {name}")
+        } else if let Some(v) = md.get(rhs) {
+            // An action parameter.
+            *v
         } else {
             parse_number(rhs)
         };
@@ -1496,8 +1527,10 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
             "ig_tm_md.level2_exclusion_id" => tm.l2_xid = Some(value),
             "ig_tm_md.bypass_egress" => {}
             "ig_dprsr_md.drop_ctl" => tm.drop = value == 1,
-            "hdr.bridge.op" => tm.bridge_op = value,
-            l if l.starts_with("hdr.bridge.") => {}
+            "hdr.bridge.op" => {
+                tm.bridge_op = value;
+                pkt.fields.insert(lhs.to_string(), value);
+            }
             l => {
                 pkt.fields.insert(l.to_string(), value);
             }
@@ -1605,5 +1638,172 @@ proptest! {
                 prop_assert_eq!(&sent[..ip_end], &bytes[..ip_end], "{:?} ({})", event, name);
             }
         }
+    }
+}
+
+/// The frame switch of a job of `workers` ranks at `endpoint(r)` on slots `BASE..BASE+w`.
+fn frame_switch_of(workers: u8, w: u32) -> FrameSwitch {
+    let mut sw = FrameSwitch::new(FrameSwitchConfig {
+        mac: SM,
+        ip: SIP,
+        ports: vec![1, 2, 3, 4],
+        l2: L2.to_vec(),
+        pipeline: PipelineConfig {
+            pool_slots: 16,
+            max_elems: E as u16,
+        },
+    })
+    .expect("switch");
+    sw.add_job(FrameJob {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: BASE,
+        slot_count: w as u16,
+        elems_per_packet: E as u16,
+        ranks: (0..workers).map(endpoint).collect(),
+    })
+    .expect("job");
+    sw
+}
+
+/// The frame rank `rank` sends with `ina` as its UDP payload.
+fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
+    let ep = endpoint(rank);
+    let udp_len = 8 + ina.len() as u16;
+    let mut f = Vec::new();
+    f.extend_from_slice(&SM);
+    f.extend_from_slice(&ep.mac);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+    f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&ep.ip);
+    f.extend_from_slice(&SIP);
+    f.extend_from_slice(&ep.udp_port.to_be_bytes());
+    f.extend_from_slice(&UDP_PORT_INA.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(ina);
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    f
+}
+
+const JOB_MGRP: u64 = 7;
+
+/// Sends the frame of `ina` from `rank` through the frame model and through the program's
+/// reply action (`action`, with the model's `exp_x`, `pend` and register `values`), its
+/// egress (the per-rank rewrite of a multicast copy, the checksum) and deparser; the frames and
+/// ports must agree up to the end of the IPv4 packet.
+#[allow(clippy::too_many_arguments)]
+fn check_frames(
+    program: &str,
+    sw: &mut FrameSwitch,
+    out: &mut Outputs,
+    rank: u8,
+    ina: &[u8],
+    workers: u8,
+    action: &str,
+    exp_x: u32,
+    pend: u32,
+    values: &[i32],
+) {
+    let f = wrap(rank, ina);
+    let ingress = endpoint(rank).port;
+    sw.process(ingress, &f, ina_proto::Instant::ZERO, out);
+    let mut pkt = Pkt::parse(program, &f);
+    let mac = |m: [u8; 6]| u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+    let md: BTreeMap<&str, u64> = [
+        ("sm", mac(SM)),
+        ("sip", u64::from(u32::from_be_bytes(SIP))),
+        ("job_epoch", u64::from(EPOCH)),
+        ("mgrp", JOB_MGRP),
+        ("exp_x", u64::from(exp_x)),
+        ("pend", u64::from(pend)),
+    ]
+    .into_iter()
+    .collect();
+    if ina[0] & 0x0f == 7 && action == "answer_result_harvest" {
+        // Stage 3 gave the Query a payload to fill.
+        run_action(
+            program,
+            "select_values_for_query",
+            &mut pkt,
+            &md,
+            u64::from(ingress),
+        );
+    }
+    let mut tm = run_action(program, action, &mut pkt, &md, u64::from(ingress));
+    if action.ends_with("_harvest") {
+        // Out of the pipe's recirculation port, and in again: the second pass parses the Result
+        // with its payload, which the value registers fill (high halves on the first pass, low
+        // halves on this one), and sends it on.
+        assert_eq!(
+            tm.ucast,
+            Some(u64::from(ingress) >> 7 << 7 | 68),
+            "{action}"
+        );
+        let bridge: Vec<(String, u64)> = pkt
+            .fields
+            .iter()
+            .filter(|(k, _)| k.starts_with("hdr.bridge."))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        pkt = Pkt::parse_pass(program, &pkt.deparse(), true);
+        assert_eq!(
+            pkt.valid.get("payload"),
+            Some(&true),
+            "second pass of {action}"
+        );
+        pkt.fields.extend(bridge);
+        for (k, v) in values.iter().enumerate() {
+            pkt.fields
+                .insert(format!("hdr.payload.e{k}"), u64::from(*v as u32));
+        }
+        let second = if tm.bridge_op == 5 {
+            "send_harvest_unicast"
+        } else {
+            "send_harvest_multicast"
+        };
+        tm = run_action(program, second, &mut pkt, &md, 68);
+    }
+    let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
+    if !tm.drop {
+        if tm.bridge_op == 4 || tm.bridge_op == 6 {
+            for r in 0..workers {
+                let ep = endpoint(r);
+                let mut copy = Pkt {
+                    layouts: pkt.layouts.clone(),
+                    valid: pkt.valid.clone(),
+                    fields: pkt.fields.clone(),
+                    rest: pkt.rest.clone(),
+                };
+                let params: BTreeMap<&str, u64> = [
+                    ("mac", mac(ep.mac)),
+                    ("ip", u64::from(u32::from_be_bytes(ep.ip))),
+                    ("udp_port", u64::from(ep.udp_port)),
+                ]
+                .into_iter()
+                .collect();
+                run_action(program, "rewrite_dst", &mut copy, &params, 0);
+                ipv4_checksum(&mut copy);
+                sent.push((ep.port, copy.deparse()));
+            }
+        } else {
+            ipv4_checksum(&mut pkt);
+            sent.push((tm.ucast.expect("unicast port") as u16, pkt.deparse()));
+        }
+    }
+    let mut expected: Vec<(u16, Vec<u8>)> = out.iter().map(|(p, b)| (p, b.to_vec())).collect();
+    sent.sort();
+    expected.sort();
+    assert_eq!(
+        sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        expected.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        "ports of {action}"
+    );
+    for ((_, got), (_, want)) in sent.iter().zip(&expected) {
+        let ip_end = (14 + usize::from(u16::from_be_bytes([want[16], want[17]]))).min(want.len());
+        assert_eq!(&got[..ip_end], &want[..ip_end], "frame of {action}");
     }
 }
