@@ -750,11 +750,17 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         }}
     }}
 
-    // The second pass of a result: the bridged header the first pass put in front.
+    // The second pass of a result: the bridged header the first pass put in front, then the
+    // Result the first pass wrote, already addressed (so not necessarily to the ina port).
     state parse_bridge {{
         pkt.extract(hdr.bridge);
         md.pass2 = 1;
-        transition parse_ethernet;
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.ina);
+        pkt.extract(hdr.payload);
+        transition accept;
     }}
 
     state parse_ethernet {{

@@ -483,8 +483,8 @@ struct Tables {
     bitmap: Vec<TableEntry>,
     exp: Vec<TableEntry>,
     select: Vec<TableEntry>,
-    value0: Vec<TableEntry>,
-    value_later: Vec<TableEntry>,
+    /// `value_j` for every value register `j`.
+    values: Vec<Vec<TableEntry>>,
     seen: Vec<TableEntry>,
     outcome: Vec<TableEntry>,
     reply: Vec<TableEntry>,
@@ -496,8 +496,9 @@ impl Tables {
             bitmap: table_entries(p, "bitmap_access"),
             exp: table_entries(p, "exp_access"),
             select: table_entries(p, "value_select"),
-            value0: table_entries(p, "value_0"),
-            value_later: table_entries(p, "value_31"),
+            values: (0..tna::VALUE_REGISTERS)
+                .map(|j| table_entries(p, &format!("value_{j}")))
+                .collect(),
             seen: table_entries(p, "seen_check"),
             outcome: table_entries(p, "ina_outcome"),
             reply: table_entries(p, "ina_reply"),
@@ -609,28 +610,43 @@ impl TnaModel<'_> {
             Some(e) => panic!("value_select action {}", e.action),
             None => 0,
         };
-        // Stage 4 on: the value registers (the operation value_0 chose; the later tables key on
-        // it).
-        let v = lookup(&t.value0, &[vop_c, u64::from(bm_old), u64::from(rank)]);
-        let vop = match v.map(|e| e.action.as_str()) {
-            Some("do_value_write_0") => 1,
-            Some("do_value_add_0") => 5,
-            Some("do_value_read_hi_0") => 3,
-            Some("do_value_read_lo_0") => 4,
-            Some(a) => panic!("value_0 action {a}"),
-            None => 0,
-        };
-        let later = lookup(&t.value_later, &[vop]).map(|e| e.action.replace("_31", ""));
-        let first = v.map(|e| e.action.replace("_0", ""));
-        assert_eq!(later, first, "value_31 does what value_0 chose");
-        match vop {
-            1 => s.values[x].copy_from_slice(&payload),
-            5 => {
-                for (c, p) in s.values[x].iter_mut().zip(&payload) {
-                    *c = c.wrapping_add(*p);
+        // Stage 4 on: the value registers. The tables of stage 4 see the bitmap; `value_0`
+        // records the operation it chose, which the tables of the later stages match.
+        let mut vop = 0;
+        for (j, table) in t.values.iter().enumerate() {
+            let stage = tna::VALUE_FIRST_STAGE + j / tna::ALUS_PER_STAGE;
+            let key = if stage == tna::VALUE_FIRST_STAGE {
+                vec![vop_c, u64::from(bm_old), u64::from(rank)]
+            } else {
+                vec![vop]
+            };
+            let Some(e) = lookup(table, &key) else {
+                continue;
+            };
+            let op = e
+                .action
+                .strip_suffix(&format!("_{j}"))
+                .unwrap_or_else(|| panic!("value_{j} runs {}", e.action));
+            let (lo, hi) = (2 * j, 2 * j + 1);
+            let cell = &mut s.values[x];
+            let code = match op {
+                "do_value_write" => {
+                    cell[lo] = payload[lo];
+                    cell[hi] = payload[hi];
+                    1
                 }
+                "do_value_add" => {
+                    cell[lo] = cell[lo].wrapping_add(payload[lo]);
+                    cell[hi] = cell[hi].wrapping_add(payload[hi]);
+                    5
+                }
+                "do_value_read_hi" => 3,
+                "do_value_read_lo" => 4,
+                a => panic!("value_{j} action {a}"),
+            };
+            if j == 0 {
+                vop = code;
             }
-            _ => {}
         }
         let seen = u64::from(lookup(&t.seen, &[u64::from(bm_old), u64::from(rank)]).is_some());
         let bm_new = bm_old | bit;
