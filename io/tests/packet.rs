@@ -23,7 +23,7 @@ fn ip(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A network namespace with a veth pair `a`/`b`, both up; removed on drop.
+/// A network namespace with a veth pair `rawa`/`rawb`, both up; removed on drop.
 struct Netns(String);
 
 impl Netns {
@@ -34,9 +34,9 @@ impl Netns {
         }
         let ns = Netns(name.to_string());
         let ok = ip(&[
-            "-n", name, "link", "add", "a", "type", "veth", "peer", "name", "b",
-        ]) && ip(&["-n", name, "link", "set", "a", "up"])
-            && ip(&["-n", name, "link", "set", "b", "up"]);
+            "-n", name, "link", "add", "rawa", "type", "veth", "peer", "name", "rawb",
+        ]) && ip(&["-n", name, "link", "set", "rawa", "up"])
+            && ip(&["-n", name, "link", "set", "rawb", "up"]);
         ok.then_some(ns)
     }
 
@@ -87,8 +87,8 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
         return skip("cannot create a network namespace with a veth pair (ip netns)");
     };
     let (got, a_counters, b_counters, echo) = ns.run(|| {
-        let mut a = RawPort::open("a", RawConfig::default()).unwrap();
-        let mut b = RawPort::open("b", RawConfig::for_mtu(9000)).unwrap();
+        let mut a = RawPort::open("rawa", RawConfig::default()).unwrap();
+        let mut b = RawPort::open("rawb", RawConfig::for_mtu(9000)).unwrap();
         assert!(matches!(
             RawPort::open("nonexistent0", RawConfig::default()),
             Err(ina_io::packet::RawError::NoInterface(_))

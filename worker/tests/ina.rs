@@ -192,11 +192,15 @@ fn results_through_a_multicast_group() {
         p.results_unicast > 0,
         "lost results were asked for again: {p:?}"
     );
-    // One datagram per finished slot use plus the unicast answers (and probe replies), not
-    // one per worker.
+    // One datagram per finished slot use plus the unicast answers (results, Pending answers,
+    // probe replies), not one per worker.
     let sent = stats.total.io.tx_datagrams;
     assert!(
-        sent <= p.results_multicast + p.results_unicast + p.probes_answered + p.rejects_sent,
+        sent <= p.results_multicast
+            + p.results_unicast
+            + p.pending_sent
+            + p.probes_answered
+            + p.rejects_sent,
         "{sent} datagrams sent for {p:?}"
     );
     sw.stop();

@@ -1,0 +1,1825 @@
+//! The Tofino program: the committed `tna/ina.p4` is what `ina_switch_p4::tna::program` writes,
+//! it passes p4c's front and mid end against TNA, and its structure keeps Tofino 1's limits.
+
+use ina_proto::event::Event;
+use ina_proto::pipeline::{JobConfig, PortId};
+use ina_switch_p4::tna::{self, TnaJobError};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+fn committed_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tna/ina.p4")
+}
+
+/// Whether a test that needs an external tool must fail instead of skipping.
+fn required() -> bool {
+    std::env::var("INA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+}
+
+/// The tool on PATH or in the toolchain's default prefix.
+fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/opt/ina-p4tools/bin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn skip_or_fail(reason: &str) {
+    assert!(!required(), "INA_REQUIRE_PRIVILEGED=1: {reason}");
+    eprintln!("skipped: {reason}");
+}
+
+#[test]
+fn committed_program_is_current() {
+    let generated = tna::program();
+    let path = committed_path();
+    if std::env::var("INA_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &generated).expect("write tna/ina.p4");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is stale: regenerate with INA_BLESS=1 cargo test -p ina-switch-p4 --test tna",
+        path.display()
+    );
+}
+
+#[test]
+fn passes_tna_check() {
+    let Some(tool) = find_tool("p4tools-tna-check") else {
+        skip_or_fail("p4tools-tna-check is not installed");
+        return;
+    };
+    let include = Path::new("/opt/ina-p4tools/share/p4c");
+    let started = Instant::now();
+    let mut cmd = Command::new(&tool);
+    cmd.arg(committed_path()).arg("tofino");
+    if std::env::var_os("P4TOOLS_TNA_INCLUDE").is_none() && include.is_dir() {
+        cmd.env("P4TOOLS_TNA_INCLUDE", include.join("tna-include"));
+        cmd.env("P4C_16_INCLUDE_PATH", include.join("p4include"));
+    }
+    let out = cmd.output().expect("run p4tools-tna-check");
+    eprintln!(
+        "p4tools-tna-check took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        out.status.success(),
+        "p4tools-tna-check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn builds_with_the_tofino_back_end() {
+    let Some(tool) = find_tool("p4tools-tna-build") else {
+        // The Tofino back end is not part of the toolchain here: nothing to require.
+        eprintln!("skipped: p4tools-tna-build is not installed (no Tofino back end)");
+        return;
+    };
+    for target in ["tofino", "tofino2"] {
+        let dir =
+            std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
+        let out = Command::new(&tool)
+            .arg(committed_path())
+            .arg(&dir)
+            .arg(target)
+            .output()
+            .expect("run p4tools-tna-build");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "p4tools-tna-build {target} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The register every `RegisterAction` of the program belongs to, by action name.
+fn register_actions(p: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for line in p.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("RegisterAction<") else {
+            continue;
+        };
+        let reg = rest.split(">(").nth(1).and_then(|r| r.split(')').next());
+        let name = rest.split(") ").nth(1).and_then(|r| r.split(' ').next());
+        if let (Some(reg), Some(name)) = (reg, name) {
+            m.insert(name.to_string(), reg.to_string());
+        }
+    }
+    m
+}
+
+/// Each table with its stage pragma and the register actions its actions execute.
+fn tables(p: &str) -> Vec<(String, Option<usize>, Vec<String>)> {
+    // Action name -> the register actions it executes.
+    let mut actions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in p.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("action ") {
+            let name = rest.split('(').next().unwrap_or_default().to_string();
+            let execs = rest
+                .split(".execute(")
+                .filter_map(|s| s.rsplit([' ', '=']).next())
+                .map(str::to_string)
+                .collect::<Vec<_>>();
+            // Every split piece but the last ends with a register action's name.
+            let n = execs.len().saturating_sub(1);
+            actions.insert(name, execs.into_iter().take(n).collect());
+        }
+    }
+    let mut out = Vec::new();
+    let mut stage = None;
+    let mut current: Option<(String, Option<usize>, Vec<String>)> = None;
+    let mut in_actions = false;
+    for line in p.lines() {
+        let line = line.trim();
+        if let Some(s) = line.strip_prefix("@stage(") {
+            stage = s.trim_end_matches(')').parse().ok();
+        } else if let Some(rest) = line.strip_prefix("table ") {
+            let name = rest.trim_end_matches(" {").to_string();
+            current = Some((name, stage.take(), Vec::new()));
+        } else if line == "actions = {" {
+            in_actions = true;
+        } else if in_actions && line == "}" {
+            in_actions = false;
+        } else if in_actions {
+            if let Some(t) = current.as_mut() {
+                let a = line.trim_end_matches(';');
+                t.2.extend(actions.get(a).cloned().unwrap_or_default());
+            }
+        } else if line.starts_with("const default_action") || line.starts_with("default_action") {
+            if let Some(t) = current.take() {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn registers_keep_tofino_limits() {
+    let p = tna::program();
+    let ra = register_actions(&p);
+    let tables = tables(&p);
+    // Which tables reach each register, and in which stage.
+    let mut reg_tables: BTreeMap<String, Vec<(String, Option<usize>)>> = BTreeMap::new();
+    for (name, stage, execs) in &tables {
+        let mut regs: Vec<&String> = execs.iter().filter_map(|a| ra.get(a)).collect();
+        regs.sort();
+        regs.dedup();
+        assert!(
+            regs.len() <= 1,
+            "table {name} drives several registers: {regs:?}"
+        );
+        for r in regs {
+            reg_tables
+                .entry(r.clone())
+                .or_default()
+                .push((name.clone(), *stage));
+        }
+    }
+    let mut per_stage: BTreeMap<usize, usize> = BTreeMap::new();
+    for (reg, ts) in &reg_tables {
+        // One table per register: one access per pass.
+        assert_eq!(ts.len(), 1, "register {reg} is accessed from {ts:?}");
+        let stage = ts[0]
+            .1
+            .unwrap_or_else(|| panic!("register {reg}: its table has no stage"));
+        assert!(stage < tna::INGRESS_STAGES, "{reg} in stage {stage}");
+        *per_stage.entry(stage).or_default() += 1;
+    }
+    for (stage, n) in &per_stage {
+        assert!(
+            *n <= tna::ALUS_PER_STAGE,
+            "stage {stage} has {n} stateful ALUs"
+        );
+    }
+    for j in 0..tna::VALUE_REGISTERS {
+        let reg = format!("reg_value_{j}");
+        let stage = reg_tables[&reg][0].1;
+        assert_eq!(stage, Some(tna::VALUE_FIRST_STAGE + j / 4), "{reg}");
+    }
+    // The control registers precede the values that depend on them.
+    let stage_of = |r: &str| reg_tables[r][0].1.unwrap_or(usize::MAX);
+    assert!(stage_of("reg_seq") < stage_of("reg_bitmap"));
+    assert!(stage_of("reg_seq_order") < stage_of("reg_bitmap"));
+    assert!(stage_of("reg_bitmap") < stage_of("reg_value_0"));
+    assert!(stage_of("reg_seq") < stage_of("reg_exp"));
+    assert_eq!(reg_tables.len(), 4 + tna::VALUE_REGISTERS);
+}
+
+#[test]
+fn control_registers_are_the_programs() {
+    let p = tna::program();
+    let declared: Vec<String> = p
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("Register<pair_t, slot_index_t>(POOL_SLOTS) ")
+        })
+        .map(|r| r.trim_end_matches(';').to_string())
+        .collect();
+    assert_eq!(declared, tna::CONTROL_REGISTERS);
+    assert!(!p.contains("reg_count"));
+}
+
+#[test]
+fn registers_name_their_rust_twins() {
+    let p = tna::program();
+    let lines: Vec<&str> = p.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("Register<") {
+            let before = lines[i.saturating_sub(3)..i].join("\n");
+            assert!(
+                before.contains("Twin: SlotRegisters::")
+                    || before.contains("Twin: Registers::values"),
+                "register without its twin: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn program_uses_the_contract_and_the_wire_constants() {
+    let p = tna::program();
+    for name in [
+        "control InaIngress(",
+        "control InaEgress(",
+        "table switch_addr",
+        "action set_switch_addr(bit<48> mac, bit<32> ip)",
+        "table l2_forward",
+        "hdr.ethernet.dst_addr : exact;",
+        "action l2_to_port(PortId_t port)",
+        "action l2_flood(bit<16> mgrp)",
+        "table ina_job",
+        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,\n                   bit<8> workers, bit<16> mgrp)",
+        "table ina_rank",
+        "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port)",
+        "table ina_rank_addr",
+        "eg_intr_md.egress_rid : exact;",
+        "action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port)",
+        "reg_seq;",
+        "reg_bitmap;",
+        "reg_exp;",
+        "ina_events;",
+        "ina_multicast;",
+        "const bit<16> INA_UDP_PORT = 18766;",
+        "const bit<4> INA_PENDING = 6;",
+        "const bit<4> INA_RESULT = 2;",
+    ] {
+        assert!(p.contains(name), "missing: {name}");
+    }
+    for j in 0..tna::VALUE_REGISTERS {
+        assert!(p.contains(&format!(" reg_value_{j};")), "reg_value_{j}");
+    }
+    assert!(!p.contains(&format!(" reg_value_{};", tna::VALUE_REGISTERS)));
+    assert!(p.contains(&format!("const bit<32> EVENT_COUNT = {};", Event::COUNT)));
+    // Every event the program counts on its own is the Rust event's index.
+    for (event, action) in [
+        (Event::ArpReplied, "md.event = "),
+        (Event::ProbeAnswered, "md.event = "),
+    ] {
+        assert!(
+            p.contains(&format!("{action}{};", event.index())),
+            "{event:?}"
+        );
+    }
+    for event in [
+        Event::L2Unknown,
+        Event::NotIna,
+        Event::Malformed,
+        Event::UnexpectedType,
+        Event::UnknownJob,
+        Event::UnknownRank,
+        Event::WrongPort,
+    ] {
+        assert!(
+            p.contains(&format!("check_drop({})", event.index())),
+            "{event:?}"
+        );
+    }
+    for event in [
+        Event::StaleSeq,
+        Event::Duplicate,
+        Event::DataFirst,
+        Event::DataAdded,
+        Event::ResultUnicast,
+    ] {
+        assert!(p.contains(&format!(", {})", event.index())), "{event:?}");
+    }
+}
+
+fn job(elems: u16, ports: &[u16]) -> JobConfig {
+    JobConfig {
+        job: 7,
+        epoch: 1,
+        slot_base: 100,
+        slot_count: 64,
+        elems_per_packet: elems,
+        ranks: ports.iter().map(|&p| PortId(p)).collect(),
+    }
+}
+
+#[test]
+fn control_plane_refuses_what_the_program_cannot_do() {
+    assert_eq!(tna::check_job(&job(64, &[0, 4, 8])), Ok(()));
+    assert_eq!(
+        tna::check_job(&job(256, &[0, 4])),
+        Err(TnaJobError::ElemsPerPacket { elems: 256 })
+    );
+    assert_eq!(
+        tna::check_job(&job(64, &[0, 130])),
+        Err(TnaJobError::Pipe {
+            rank: 1,
+            port: 130,
+            pipe: 1,
+            first: 0
+        })
+    );
+    assert_eq!(
+        tna::check_job(&job(64, &[68])),
+        Err(TnaJobError::RecirculationPort { rank: 0, port: 68 })
+    );
+    assert_eq!(
+        tna::check_job(&job(64, &[600])),
+        Err(TnaJobError::PortNumber { rank: 0, port: 600 })
+    );
+    assert_eq!(
+        tna::check_job(&job(64, &[])),
+        Err(TnaJobError::Workers { workers: 0 })
+    );
+    let mut big = job(64, &[1]);
+    big.slot_base = 8190;
+    big.slot_count = 3;
+    assert_eq!(
+        tna::check_job(&big),
+        Err(TnaJobError::SlotRange {
+            base: 8190,
+            end: 8193
+        })
+    );
+}
+
+proptest! {
+    #[test]
+    fn check_job_accepts_exactly_one_pipe_of_front_ports(
+        elems in prop_oneof![Just(64u16), Just(256u16), 1u16..1024],
+        ports in proptest::collection::vec(0u16..600, 0..40),
+        base in 0u16..9000,
+        count in 0u16..200,
+    ) {
+        let mut j = job(elems, &ports);
+        j.slot_base = base;
+        j.slot_count = count;
+        let ok = elems == 64
+            && (1..=32).contains(&ports.len())
+            && count > 0
+            && u32::from(base) + u32::from(count) <= tna::POOL_SLOTS
+            && ports.iter().all(|p| *p < 512 && p & 0x7f != 68)
+            && ports.iter().all(|p| p >> 7 == ports[0] >> 7);
+        prop_assert_eq!(tna::check_job(&j).is_ok(), ok);
+    }
+}
+
+// ---- The program's decision tables against the Rust model ----
+//
+// `TnaModel` executes the generated program's stage 2-7 tables for accepted Data and Query
+// packets: it computes each table's key as the program does, looks the key up in the table's
+// const entries as they stand in the generated text (first match wins), and applies the
+// register action the matched action names. The register actions' bodies are mirrored by hand.
+// Random executions of workers that follow the protocol (self-clocking, retransmissions,
+// Queries; the network loses, duplicates and reorders) must get the same answers from it as
+// from `ina_proto::pipeline::Pipeline`, and leave the same registers.
+
+use ina_proto::pipeline::{DropReason, Pipeline, PipelineConfig, Verdict};
+
+/// One const entry: key patterns (value, mask; mask 0 = any) and the action with its arguments.
+#[derive(Debug, Clone)]
+struct TableEntry {
+    keys: Vec<(u64, u64)>,
+    action: String,
+    args: Vec<u64>,
+}
+
+fn parse_number(s: &str) -> u64 {
+    let s = s.trim();
+    let s = s.split_once('w').map_or(s, |(_, v)| v);
+    if s == "true" {
+        1
+    } else if s == "false" {
+        0
+    } else if let Some(h) = s.strip_prefix("0x") {
+        u64::from_str_radix(h, 16).expect("hex")
+    } else if let Some(b) = s.strip_prefix("0b") {
+        u64::from_str_radix(b, 2).expect("binary")
+    } else {
+        s.parse().expect("decimal")
+    }
+}
+
+/// The const entries of table `name` in the program text.
+fn table_entries(p: &str, name: &str) -> Vec<TableEntry> {
+    let start = p
+        .find(&format!("table {name} {{"))
+        .unwrap_or_else(|| panic!("table {name}"));
+    let body = &p[start..];
+    let body = &body[..body.find("default_action").expect("end of table")];
+    let Some(entries) = body.split("const entries = {").nth(1) else {
+        return Vec::new();
+    };
+    entries
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('('))
+        .map(|l| {
+            let (keys, action) = l.rsplit_once(") : ").expect("entry");
+            let keys = keys
+                .trim_start_matches('(')
+                .split(", ")
+                .map(|k| match k {
+                    "_" => (0, 0),
+                    k => match k.split_once(" &&& ") {
+                        Some((v, m)) => (parse_number(v), parse_number(m)),
+                        None => (parse_number(k), u64::MAX),
+                    },
+                })
+                .collect();
+            let action = action.trim_end_matches(';');
+            let (name, args) = action.split_once('(').expect("action call");
+            let args = args
+                .trim_end_matches(')')
+                .split(", ")
+                .filter(|a| !a.is_empty())
+                .map(parse_number)
+                .collect();
+            TableEntry {
+                keys,
+                action: name.to_string(),
+                args,
+            }
+        })
+        .collect()
+}
+
+/// The first entry that matches `key`, if any.
+fn lookup<'t>(t: &'t [TableEntry], key: &[u64]) -> Option<&'t TableEntry> {
+    t.iter().find(|e| {
+        assert_eq!(e.keys.len(), key.len());
+        e.keys.iter().zip(key).all(|((v, m), k)| k & m == v & m)
+    })
+}
+
+struct Tables {
+    bitmap: Vec<TableEntry>,
+    exp: Vec<TableEntry>,
+    select: Vec<TableEntry>,
+    /// `value_j` for every value register `j`.
+    values: Vec<Vec<TableEntry>>,
+    seen: Vec<TableEntry>,
+    outcome: Vec<TableEntry>,
+    reply: Vec<TableEntry>,
+}
+
+impl Tables {
+    fn new(p: &str) -> Tables {
+        Tables {
+            bitmap: table_entries(p, "bitmap_access"),
+            exp: table_entries(p, "exp_access"),
+            select: table_entries(p, "value_select"),
+            values: (0..tna::VALUE_REGISTERS)
+                .map(|j| table_entries(p, &format!("value_{j}")))
+                .collect(),
+            seen: table_entries(p, "seen_check"),
+            outcome: table_entries(p, "ina_outcome"),
+            reply: table_entries(p, "ina_reply"),
+        }
+    }
+}
+
+const OP_DATA: u64 = 6;
+const OP_QUERY: u64 = 7;
+const E: usize = 64;
+
+#[derive(Debug, Clone, Default)]
+struct ModelSlot {
+    seq: [u32; 2],
+    seq_order: [u32; 2],
+    bitmap: [u32; 2],
+    exp: [u32; 2],
+    values: [Vec<i32>; 2],
+}
+
+/// What the model sends for one packet.
+#[derive(Debug, PartialEq, Eq)]
+enum Sent {
+    Dropped(Event),
+    Absorbed,
+    Unicast(Vec<u8>),
+    Multicast(Vec<u8>),
+}
+
+struct TnaModel<'t> {
+    tables: &'t Tables,
+    slots: Vec<ModelSlot>,
+    workers: u32,
+    /// The last packet's reply action, `md.exp_x`, `md.pend` and the values of its set.
+    last: Option<(String, u32, u32, Vec<i32>)>,
+}
+
+impl TnaModel<'_> {
+    /// One accepted Data or Query packet (`pkt`: header and payload).
+    fn process(&mut self, pkt: &[u8]) -> Sent {
+        let t = self.tables;
+        let kind = pkt[0] & 0x0f;
+        let op = if kind == 1 { OP_DATA } else { OP_QUERY };
+        let x = usize::from(pkt[1] & 1);
+        let rank = u32::from(pkt[6]);
+        let exponent = u32::from(pkt[7]);
+        let slot = usize::from(u16::from_be_bytes([pkt[8], pkt[9]]));
+        let count = u64::from(u16::from_be_bytes([pkt[10], pkt[11]]));
+        let seq = u32::from_be_bytes([pkt[12], pkt[13], pkt[14], pkt[15]]);
+        let payload: Vec<i32> = pkt[16..]
+            .chunks_exact(4)
+            .map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let bit = 1u32 << rank;
+        let mask = if self.workers == 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.workers) - 1
+        };
+        let s = &mut self.slots[slot];
+        // Stage 2: reg_seq and reg_seq_order, as their RegisterActions.
+        let newer = (seq.wrapping_sub(s.seq[x]) as i32) > 0;
+        let same = seq == s.seq[x];
+        let other_newer = (s.seq_order[1 - x].wrapping_sub(seq) as i32) > 0;
+        let predicate = |lo: bool, hi: bool| 1u64 << (u32::from(lo) + 2 * u32::from(hi));
+        let seq_pred = predicate(newer, same);
+        let order_pred = predicate(newer, other_newer);
+        if op == OP_DATA && newer {
+            s.seq[x] = seq;
+            s.seq_order[x] = seq;
+        }
+        // Stage 3.
+        let key = [op, x as u64, seq_pred, order_pred];
+        let mut bm_old = 0u32;
+        if let Some(e) = lookup(&t.bitmap, &key) {
+            bm_old = s.bitmap[x];
+            match e.action.rsplit_once('_').map(|(a, _)| a) {
+                Some("do_bitmap_new") => {
+                    s.bitmap[x] = bit;
+                    s.bitmap[1 - x] &= !bit;
+                }
+                Some("do_bitmap_add") => {
+                    s.bitmap[x] |= bit;
+                    s.bitmap[1 - x] &= !bit;
+                }
+                Some("do_bitmap_read") => {}
+                other => panic!("bitmap action {other:?}"),
+            }
+            assert!(e.action.ends_with(&format!("_{x}")), "{}", e.action);
+        }
+        let mut exp_x = 0u32;
+        if let Some(e) = lookup(&t.exp, &key) {
+            match e.action.rsplit_once('_').map(|(a, _)| a) {
+                Some("do_exp_write") => s.exp[x] = exponent,
+                Some("do_exp_max") => s.exp[x] = s.exp[x].max(exponent),
+                Some("do_exp_read") => {}
+                other => panic!("exp action {other:?}"),
+            }
+            assert!(e.action.ends_with(&format!("_{x}")), "{}", e.action);
+            exp_x = s.exp[x];
+        }
+        let sel = lookup(
+            &t.select,
+            &[op, seq_pred, order_pred, count, u64::from(exponent)],
+        );
+        let vop_c = match sel {
+            Some(e) if e.action == "select_values" => e.args[0],
+            Some(e) if e.action == "select_values_for_query" => 3,
+            Some(e) => panic!("value_select action {}", e.action),
+            None => 0,
+        };
+        // Stage 4 on: the value registers. The tables of stage 4 see the bitmap; `value_0`
+        // records the operation it chose, which the tables of the later stages match.
+        let mut vop = 0;
+        for (j, table) in t.values.iter().enumerate() {
+            let stage = tna::VALUE_FIRST_STAGE + j / tna::ALUS_PER_STAGE;
+            let key = if stage == tna::VALUE_FIRST_STAGE {
+                vec![vop_c, u64::from(bm_old), u64::from(rank)]
+            } else {
+                vec![vop]
+            };
+            let Some(e) = lookup(table, &key) else {
+                continue;
+            };
+            let op = e
+                .action
+                .strip_suffix(&format!("_{j}"))
+                .unwrap_or_else(|| panic!("value_{j} runs {}", e.action));
+            let (lo, hi) = (2 * j, 2 * j + 1);
+            let cell = &mut s.values[x];
+            let code = match op {
+                "do_value_write" => {
+                    cell[lo] = payload[lo];
+                    cell[hi] = payload[hi];
+                    1
+                }
+                "do_value_add" => {
+                    cell[lo] = cell[lo].wrapping_add(payload[lo]);
+                    cell[hi] = cell[hi].wrapping_add(payload[hi]);
+                    5
+                }
+                "do_value_read_hi" => 3,
+                "do_value_read_lo" => 4,
+                a => panic!("value_{j} action {a}"),
+            };
+            if j == 0 {
+                vop = code;
+            }
+        }
+        let seen = u64::from(lookup(&t.seen, &[u64::from(bm_old), u64::from(rank)]).is_some());
+        let bm_new = bm_old | bit;
+        let old_x = bm_old ^ mask;
+        let new_x = bm_new ^ mask;
+        // Stage 6.
+        let okey = [
+            op,
+            seq_pred,
+            order_pred,
+            seen,
+            u64::from(old_x),
+            u64::from(new_x),
+            u64::from(self.workers),
+            count,
+            u64::from(exponent),
+        ];
+        let o = lookup(&t.outcome, &okey)
+            .unwrap_or_else(|| panic!("no outcome for the accepted packet's key {okey:?}"));
+        let (outcome, event, pend) = match o.action.as_str() {
+            "outcome" | "outcome_multicast" => (o.args[0], o.args[1], 0),
+            "outcome_pending" => (5, o.args[0], bm_old),
+            "outcome_pending_empty" => (5, o.args[0], 0),
+            a => panic!("outcome action {a}"),
+        };
+        let event = Event::ALL[event as usize];
+        // Stage 7.
+        let r = lookup(&t.reply, &[op, outcome, 0, count]);
+        let action = r.map_or("drop_frame", |e| e.action.as_str());
+        let header = |kind: u8, exp: u8, count: u16| {
+            let mut h = pkt[..16].to_vec();
+            h[0] = 0x10 | kind;
+            h[1] = x as u8;
+            h[7] = exp;
+            h[10..12].copy_from_slice(&count.to_be_bytes());
+            h
+        };
+        let with_values = |mut h: Vec<u8>, vals: &[i32]| {
+            for v in vals {
+                h.extend_from_slice(&v.to_be_bytes());
+            }
+            h
+        };
+        let values = s.values[x].clone();
+        self.last = Some((action.to_string(), exp_x, pend, values.clone()));
+        match action {
+            "drop_frame" => match event {
+                Event::DataFirst | Event::DataAdded => Sent::Absorbed,
+                e => Sent::Dropped(e),
+            },
+            "answer_pending" => Sent::Unicast(with_values(header(6, 0, 1), &[pend as i32])),
+            "answer_result" => Sent::Unicast(header(2, exp_x as u8, 0)),
+            "answer_result_harvest" => {
+                Sent::Unicast(with_values(header(2, exp_x as u8, E as u16), &values))
+            }
+            "multicast_result_empty" => Sent::Multicast(header(2, exp_x as u8, 0)),
+            // The one-worker first arrival: the payload is the sum.
+            "multicast_result" => {
+                Sent::Multicast(with_values(header(2, exp_x as u8, E as u16), &payload))
+            }
+            "multicast_result_harvest" => {
+                Sent::Multicast(with_values(header(2, exp_x as u8, E as u16), &values))
+            }
+            a => panic!("reply action {a}"),
+        }
+    }
+}
+
+/// A worker of the simulated job: positions from `w` on, lane of `w` slots.
+#[derive(Debug, Default)]
+struct SimWorker {
+    next: u32,
+    sent: std::collections::BTreeSet<u32>,
+    done: std::collections::BTreeSet<u32>,
+}
+
+const JOB: u16 = 3;
+const EPOCH: u16 = 9;
+const BASE: u16 = 4;
+
+fn elements(rank: u8, g: u32) -> Vec<i32> {
+    (0..E as u32)
+        .map(|k| (u32::from(rank) * 7919 + g * 104_729 + k * 31).wrapping_mul(2_654_435_761) as i32)
+        .collect()
+}
+
+fn count_of(g: u32) -> u16 {
+    if g.is_multiple_of(4) {
+        0
+    } else {
+        E as u16
+    }
+}
+
+/// The packet of `rank` at position `g` of a lane of `w` slots: Data, or a Query of it.
+fn packet(rank: u8, g: u32, w: u32, query: bool) -> Vec<u8> {
+    let count = count_of(g);
+    let slot = BASE + (g % w) as u16;
+    let set = ((g / w) % 2) as u8;
+    let kind = if query { 7 } else { 1 };
+    let exponent = if query {
+        u8::from(count != 0)
+    } else {
+        100 + ((u32::from(rank) + g) % 50) as u8
+    };
+    let mut p = vec![0x10 | kind, set];
+    p.extend_from_slice(&JOB.to_be_bytes());
+    p.extend_from_slice(&EPOCH.to_be_bytes());
+    p.extend_from_slice(&[rank, exponent]);
+    p.extend_from_slice(&slot.to_be_bytes());
+    p.extend_from_slice(&if query { 0 } else { count }.to_be_bytes());
+    p.extend_from_slice(&g.to_be_bytes());
+    if !query && count != 0 {
+        for v in elements(rank, g) {
+            p.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+    p
+}
+
+/// Runs the execution `steps` describes; returns what the switch sent, as kinds of answer.
+fn run_execution(
+    workers: u8,
+    w: u32,
+    steps: &[(u8, u16, u16)],
+) -> std::collections::BTreeSet<String> {
+    let mut kinds = std::collections::BTreeSet::new();
+    let program = tna::program();
+    let tables = Tables::new(&program);
+    let mut pipe = Pipeline::new(PipelineConfig {
+        pool_slots: 16,
+        max_elems: E as u16,
+    });
+    pipe.add_job(JobConfig {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: BASE,
+        slot_count: w as u16,
+        elems_per_packet: E as u16,
+        ranks: (0..workers).map(|r| PortId(10 + u16::from(r))).collect(),
+    })
+    .expect("job");
+    let mut model = TnaModel {
+        tables: &tables,
+        slots: vec![
+            ModelSlot {
+                values: [vec![0; E], vec![0; E]],
+                ..ModelSlot::default()
+            };
+            16
+        ],
+        workers: u32::from(workers),
+        last: None,
+    };
+    let mut sw = frame_switch_of(workers, w);
+    let mut frames = Outputs::new();
+    let mut sims: Vec<SimWorker> = (0..workers)
+        .map(|_| SimWorker {
+            next: w,
+            ..SimWorker::default()
+        })
+        .collect();
+    // The network: packets in flight, with their rank.
+    let mut bag: Vec<(u8, Vec<u8>)> = Vec::new();
+    let mut out = vec![0u8; 16 + 4 * E];
+    for &(what, a, b) in steps {
+        let r = (a % u16::from(workers)) as u8;
+        let sim = &mut sims[usize::from(r)];
+        match what % 6 {
+            // A new position, when self-clocking allows it.
+            0 | 1 => {
+                let g = sim.next;
+                if g < 2 * w || sim.done.contains(&(g - w)) {
+                    sim.next += 1;
+                    sim.sent.insert(g);
+                    bag.push((r, packet(r, g, w, false)));
+                }
+            }
+            // A retransmission or a Query of an outstanding position.
+            2 => {
+                let outstanding: Vec<u32> = sim.sent.difference(&sim.done).copied().collect();
+                if !outstanding.is_empty() {
+                    let g = outstanding[usize::from(b) % outstanding.len()];
+                    bag.push((r, packet(r, g, w, b % 2 == 0)));
+                }
+            }
+            // Loss.
+            3 => {
+                if !bag.is_empty() {
+                    bag.swap_remove(usize::from(b) % bag.len());
+                }
+            }
+            // Delivery, sometimes of a copy (duplication).
+            _ => {
+                if bag.is_empty() {
+                    continue;
+                }
+                let i = usize::from(b) % bag.len();
+                let (rank, pkt) = if b % 5 == 0 {
+                    bag[i].clone()
+                } else {
+                    bag.swap_remove(i)
+                };
+                let expected = model.process(&pkt);
+                let verdict = pipe.process(
+                    PortId(10 + u16::from(rank)),
+                    &pkt,
+                    ina_proto::Instant::ZERO,
+                    &mut out,
+                );
+                let got = match verdict {
+                    Verdict::Drop(DropReason::StaleSeq) => Sent::Dropped(Event::StaleSeq),
+                    Verdict::Drop(DropReason::Duplicate) => Sent::Dropped(Event::Duplicate),
+                    Verdict::Drop(other) => panic!("unexpected drop {other:?}"),
+                    Verdict::Absorbed => Sent::Absorbed,
+                    Verdict::Unicast { port, len } => {
+                        assert_eq!(port, PortId(10 + u16::from(rank)));
+                        Sent::Unicast(out[..len].to_vec())
+                    }
+                    Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
+                };
+                assert_eq!(got, expected, "packet {:?}", &pkt[..16]);
+                let (action, exp_x, pend, values) = model.last.take().expect("a reply action");
+                check_frames(
+                    &program,
+                    &mut sw,
+                    &mut frames,
+                    rank,
+                    &pkt,
+                    workers,
+                    &action,
+                    exp_x,
+                    pend,
+                    &values,
+                );
+                kinds.insert(match &got {
+                    Sent::Dropped(e) => e.name().to_string(),
+                    Sent::Absorbed => "absorbed".to_string(),
+                    Sent::Unicast(a) | Sent::Multicast(a) => format!(
+                        "{} type {} count {}",
+                        if matches!(got, Sent::Unicast(_)) {
+                            "unicast"
+                        } else {
+                            "multicast"
+                        },
+                        a[0] & 0x0f,
+                        u16::from_be_bytes([a[10], a[11]])
+                    ),
+                });
+                // Answers reach the workers (results of outstanding positions complete them).
+                let deliver = |sim: &mut SimWorker, answer: &[u8]| {
+                    if answer[0] & 0x0f == 2 {
+                        let g =
+                            u32::from_be_bytes([answer[12], answer[13], answer[14], answer[15]]);
+                        if sim.sent.contains(&g) {
+                            sim.done.insert(g);
+                        }
+                    }
+                };
+                match &got {
+                    Sent::Unicast(a) if b % 7 != 0 => deliver(&mut sims[usize::from(rank)], a),
+                    Sent::Multicast(a) => {
+                        for (i, sim) in sims.iter_mut().enumerate() {
+                            if (usize::from(b) + i) % 7 != 0 {
+                                deliver(sim, a);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                // The registers agree (the Rust model's count has no twin here).
+                let regs = pipe.registers();
+                for slot in usize::from(BASE)..usize::from(BASE) + w as usize {
+                    let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
+                    assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
+                    assert_eq!(ms.seq_order, ms.seq, "seq order copy of slot {slot}");
+                    assert_eq!(rs.bitmap, ms.bitmap, "bitmap of slot {slot}");
+                    assert_eq!(rs.exp, ms.exp, "exp of slot {slot}");
+                    for set in 0..2 {
+                        assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
+                    }
+                }
+            }
+        }
+    }
+    kinds
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn decision_tables_agree_with_the_rust_pipeline(
+        workers in 1u8..=4,
+        w in 1u32..=3,
+        steps in proptest::collection::vec((0u8..6, 0u16..64, 0u16..1000), 0..400),
+    ) {
+        run_execution(workers, w, &steps);
+    }
+}
+
+#[test]
+fn executions_reach_every_decision() {
+    // A long execution from a fixed pseudo-random sequence, per job shape.
+    let mut all = std::collections::BTreeSet::new();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
+        let steps: Vec<(u8, u16, u16)> = (0..4000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (
+                    (state % 6) as u8,
+                    (state >> 8) as u16 % 64,
+                    (state >> 24) as u16 % 1000,
+                )
+            })
+            .collect();
+        all.extend(run_execution(workers, w, &steps));
+    }
+    for kind in [
+        "stale_seq",
+        "duplicate",
+        "absorbed",
+        "unicast type 2 count 0",
+        "unicast type 2 count 64",
+        "unicast type 6 count 1",
+        "multicast type 2 count 0",
+        "multicast type 2 count 64",
+    ] {
+        assert!(all.contains(kind), "no {kind} in {all:?}");
+    }
+}
+
+// ---- The check table (stage 2) against the frame model ----
+//
+// Random frames, from well-formed `ina` datagrams with one field changed to ordinary traffic
+// and ARP: the keys of `ina_check` computed as the parser and stages 0 and 1 compute them, the
+// const entries of the generated table looked up, and the result compared with the event of
+// `ina_proto::l2::FrameSwitch` for the same frame. An accepted Data or Query must be one the
+// frame model runs through the decision tables.
+
+use ina_proto::l2::{Endpoint, FrameJob, FrameSwitch, FrameSwitchConfig, Outputs};
+
+const SM: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+const SIP: [u8; 4] = [198, 18, 0, 1];
+const L2: [([u8; 6], u16); 3] = [
+    ([0x02, 0, 0, 0, 1, 1], 1),
+    ([0x02, 0, 0, 0, 1, 2], 2),
+    ([0x02, 0, 0, 0, 1, 3], 3),
+];
+
+fn endpoint(rank: u8) -> Endpoint {
+    Endpoint {
+        port: 1 + u16::from(rank),
+        mac: [0x02, 0, 0, 0, 1, 1 + rank],
+        ip: [198, 18, 1, 1 + rank],
+        udp_port: 5000 + u16::from(rank),
+    }
+}
+
+/// A frame built from the choices in `c` (each byte picks one variant of one field).
+fn frame(c: &[u8; 26]) -> (u16, Vec<u8>) {
+    let pick = |i: usize, n: u8| c[i] % n;
+    let rank = pick(0, 5);
+    let ep = endpoint(rank.min(3));
+    let ingress = if pick(1, 8) == 0 { 4 } else { ep.port };
+    let dst_mac = match pick(2, 6) {
+        0 => [0xff; 6],
+        1 => L2[0].0,
+        2 => [0x02, 0, 0, 0, 9, 9],
+        _ => SM,
+    };
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst_mac);
+    f.extend_from_slice(&ep.mac);
+    match pick(3, 10) {
+        0 | 1 => {
+            // ARP.
+            f.extend_from_slice(&[0x08, 0x06]);
+            f.extend_from_slice(&(if pick(4, 6) == 0 { 2u16 } else { 1 }).to_be_bytes());
+            f.extend_from_slice(&[0x08, 0x00, 6, 4]);
+            f.extend_from_slice(&(if pick(5, 5) == 0 { 2u16 } else { 1 }).to_be_bytes());
+            f.extend_from_slice(&ep.mac);
+            f.extend_from_slice(&ep.ip);
+            f.extend_from_slice(&[0; 6]);
+            f.extend_from_slice(if pick(6, 3) == 0 {
+                &[198, 18, 0, 9]
+            } else {
+                &SIP
+            });
+        }
+        2 => f.extend_from_slice(&[0x86, 0xdd, 1, 2, 3, 4]),
+        _ => {
+            // IPv4 / UDP / ina.
+            let version = [1u8, 1, 1, 1, 2, 0][usize::from(pick(7, 6))];
+            let kind = [1u8, 1, 1, 7, 7, 4, 2, 3, 5, 6, 0, 9][usize::from(pick(8, 12))];
+            let job = if pick(9, 8) == 0 { JOB + 1 } else { JOB };
+            let epoch = if pick(10, 8) == 0 { EPOCH + 1 } else { EPOCH };
+            let slot = match pick(11, 8) {
+                0 => BASE - 1,
+                1 => BASE + 3,
+                _ => BASE + u16::from(pick(12, 3)),
+            };
+            let count: u16 = [0, 0, 64, 64, 1, 4, 256][usize::from(pick(13, 7))];
+            let mut udp_len = 24 + 4 * count;
+            if pick(14, 8) == 0 {
+                udp_len += 4;
+            }
+            if pick(14, 8) == 1 {
+                udp_len -= 4;
+            }
+            let mut ina = vec![version << 4 | kind, pick(15, 2)];
+            ina.extend_from_slice(&job.to_be_bytes());
+            ina.extend_from_slice(&epoch.to_be_bytes());
+            ina.extend_from_slice(&[rank, [100, 1, 2, 3, 0][usize::from(pick(24, 5))]]);
+            ina.extend_from_slice(&slot.to_be_bytes());
+            ina.extend_from_slice(&count.to_be_bytes());
+            ina.extend_from_slice(&u32::from(c[16]).to_be_bytes());
+            ina.resize(usize::from(udp_len) - 8, 0x5a);
+            let src_ip = if pick(17, 8) == 0 {
+                [198, 18, 9, 9]
+            } else {
+                ep.ip
+            };
+            let src_port = if pick(18, 8) == 0 { 9999 } else { ep.udp_port };
+            let dst_ip = if pick(19, 6) == 0 {
+                [198, 18, 1, 1]
+            } else {
+                SIP
+            };
+            let dst_port = if pick(20, 8) == 0 { 53 } else { UDP_PORT_INA };
+            let proto = if pick(21, 10) == 0 { 6 } else { 17 };
+            let flags: u8 = if pick(22, 10) == 0 { 0x20 } else { 0x40 };
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+            f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+            f.extend_from_slice(&[0, 0, flags, 0, 64, proto, 0, 0]);
+            f.extend_from_slice(&src_ip);
+            f.extend_from_slice(&dst_ip);
+            f.extend_from_slice(&src_port.to_be_bytes());
+            f.extend_from_slice(&dst_port.to_be_bytes());
+            f.extend_from_slice(&udp_len.to_be_bytes());
+            f.extend_from_slice(&[0, 0]);
+            f.extend_from_slice(&ina);
+            // A frame cut short inside the 64-element payload the parser extracts (shorter
+            // frames the ingress pipeline cannot see: docs/P4-RESOURCES.md).
+            if (kind == 1 || kind == 2) && version == 1 && udp_len == 280 && pick(23, 6) == 0 {
+                f.truncate(f.len() - 8);
+            }
+        }
+    }
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    (ingress, f)
+}
+
+const UDP_PORT_INA: u16 = 18766;
+
+fn be16(f: &[u8], at: usize) -> u64 {
+    u64::from(u16::from_be_bytes([f[at], f[at + 1]]))
+}
+
+fn be32(f: &[u8], at: usize) -> u64 {
+    u64::from(u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]))
+}
+
+/// The key of `ina_check` for `frame` on `ingress`, as the parser and stages 0 and 1 compute
+/// it (a job of 3 ranks at `endpoint(r)`, slots `BASE..BASE+3`, 64 elements).
+fn check_key(ingress: u16, f: &[u8]) -> Vec<u64> {
+    let sip = u64::from(u32::from_be_bytes(SIP));
+    let mut perr = 0u64;
+    let ethertype = be16(f, 12);
+    let arp_valid = ethertype == 0x0806 && f.len() >= 42;
+    let arp_req = u64::from(
+        arp_valid
+            && be16(f, 14) == 1
+            && be16(f, 16) == 0x0800
+            && f[18] == 6
+            && f[19] == 4
+            && be16(f, 20) == 1,
+    );
+    let arp_x = if arp_valid { be32(f, 38) ^ sip } else { 0 };
+    let ipv4 = ethertype == 0x0800;
+    let dst_x = if ipv4 { be32(f, 30) ^ sip } else { 0 };
+    let udp = ipv4
+        && f[14] & 0x0f == 5
+        && f[20] & 0x20 == 0
+        && (be16(f, 20) & 0x1fff) == 0
+        && f[23] == 17;
+    let ina_expected = udp && be16(f, 36) == u64::from(UDP_PORT_INA);
+    let mut ina_valid = false;
+    let (mut version, mut kind, mut count, mut len_x) = (0, 0, 0, 0);
+    let (mut job, mut epoch, mut rank, mut slot) = (0, 0, 0, 0);
+    if ina_expected {
+        if f.len() < 58 {
+            perr = 1;
+        } else {
+            ina_valid = true;
+            version = u64::from(f[42] >> 4);
+            kind = u64::from(f[42] & 0x0f);
+            job = be16(f, 44);
+            epoch = be16(f, 46);
+            rank = u64::from(f[48]);
+            slot = be16(f, 50);
+            count = be16(f, 52);
+            let udp_len = be16(f, 38);
+            let ulen = (udp_len as u32).wrapping_sub(24);
+            len_x = u64::from(ulen ^ ((count as u32) << 2));
+            let payload = version == 1 && (kind == 1 || kind == 2) && count == 64 && udp_len == 280;
+            if payload && f.len() < 58 + 256 {
+                perr = 1;
+            }
+        }
+    }
+    let job_hit = ina_valid && job == u64::from(JOB);
+    let rank_hit = job_hit && rank < 3;
+    let ep = endpoint(rank.min(3) as u8);
+    let port_x = u64::from(ingress ^ ep.port);
+    let ip_x = be32(f, 26) ^ u64::from(u32::from_be_bytes(ep.ip));
+    let udp_x = be16(f, 34) ^ u64::from(ep.udp_port);
+    let epoch_x = epoch ^ u64::from(EPOCH);
+    let slot_off = (slot as u16).wrapping_sub(BASE);
+    let room = (u32::from(slot_off).wrapping_sub(3) >> 16) & 1;
+    let count_x = count ^ 64;
+    let dst_mac: [u8; 6] = f[..6].try_into().expect("six bytes");
+    let (l2_kind, l2_port) = if dst_mac == [0xff; 6] {
+        (2, 0)
+    } else {
+        L2.iter()
+            .find(|(m, _)| *m == dst_mac)
+            .map_or((0, 0), |(_, p)| (1, *p))
+    };
+    let l2_port_x = u64::from(l2_port ^ ingress);
+    // In the order of CHECK_KEYS.
+    vec![
+        0,
+        arp_req,
+        u64::from(arp_valid),
+        arp_x,
+        u64::from(ipv4),
+        dst_x,
+        u64::from(ina_expected),
+        perr,
+        u64::from(ina_valid),
+        version,
+        kind,
+        len_x,
+        u64::from(job_hit),
+        u64::from(rank_hit),
+        if rank_hit { port_x } else { 0 },
+        if rank_hit { ip_x } else { 0 },
+        if rank_hit { udp_x } else { 0 },
+        if job_hit { epoch_x } else { 0 },
+        if job_hit { u64::from(room) } else { 0 },
+        count,
+        if job_hit { count_x } else { 0 },
+        l2_kind,
+        l2_port_x,
+        if ina_valid { u64::from(f[49]) } else { 0 },
+    ]
+}
+
+fn frame_switch() -> FrameSwitch {
+    let mut sw = FrameSwitch::new(FrameSwitchConfig {
+        mac: SM,
+        ip: SIP,
+        ports: vec![1, 2, 3, 4],
+        l2: L2.to_vec(),
+        pipeline: PipelineConfig {
+            pool_slots: 16,
+            max_elems: E as u16,
+        },
+    })
+    .expect("switch");
+    sw.add_job(FrameJob {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: BASE,
+        slot_count: 3,
+        elems_per_packet: E as u16,
+        ranks: (0..3).map(endpoint).collect(),
+    })
+    .expect("job");
+    sw
+}
+
+/// `ina_check`'s answer for a frame: the matched action and its arguments.
+fn check_action(check: &[TableEntry], ingress: u16, f: &[u8]) -> (String, Vec<u64>) {
+    lookup(check, &check_key(ingress, f)).map_or(
+        (
+            "check_drop".to_string(),
+            vec![Event::L2Unknown.index() as u64],
+        ),
+        |e| (e.action.clone(), e.args.clone()),
+    )
+}
+
+#[test]
+fn random_frames_reach_every_check_row() {
+    let program = tna::program();
+    let check = table_entries(&program, "ina_check");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rows = std::collections::BTreeSet::new();
+    for _ in 0..200_000 {
+        let mut c = [0u8; 26];
+        for b in &mut c {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = (state >> 32) as u8;
+        }
+        let (ingress, f) = frame(&c);
+        let key = check_key(ingress, &f);
+        if let Some(i) = check
+            .iter()
+            .position(|e| e.keys.iter().zip(&key).all(|((v, m), k)| k & m == v & m))
+        {
+            rows.insert(i);
+        }
+    }
+    // Every row but the second pass's (row 0) is reached by some frame.
+    let missed: Vec<_> = (1..check.len()).filter(|i| !rows.contains(i)).collect();
+    assert!(missed.is_empty(), "rows never matched: {missed:?}");
+}
+
+proptest! {
+    #[test]
+    fn check_table_agrees_with_the_frame_model(choices in proptest::collection::vec(any::<[u8; 26]>(), 1..40)) {
+        let program = tna::program();
+        let check = table_entries(&program, "ina_check");
+        let mut sw = frame_switch();
+        let mut out = Outputs::new();
+        for c in &choices {
+            let (ingress, f) = frame(c);
+            let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
+            let (action, args) = check_action(&check, ingress, &f);
+            let decided = [
+                Event::DataFirst,
+                Event::DataAdded,
+                Event::ResultUnicast,
+                Event::PendingSent,
+                Event::StaleSeq,
+                Event::Duplicate,
+            ];
+            match action.as_str() {
+                "check_drop" => prop_assert_eq!(event.index() as u64, args[0], "frame {:02x?}", f),
+                "check_reject" => prop_assert_eq!(event.index() as u64, args[1], "frame {:02x?}", f),
+                "check_arp" => prop_assert_eq!(event, Event::ArpReplied),
+                "check_probe" => prop_assert_eq!(event, Event::ProbeAnswered),
+                "check_l2_port" | "check_l2_flood" => prop_assert_eq!(event, Event::L2Forwarded),
+                "check_data" | "check_query" => {
+                    prop_assert!(decided.contains(&event), "{:?} for an accepted packet", event)
+                }
+                a => prop_assert!(false, "action {}", a),
+            }
+        }
+    }
+}
+
+// ---- The frames the program sends, against the frame model ----
+//
+// For every frame whose answer does not depend on the aggregation registers (ARP, Probe,
+// Reject, ordinary traffic, drops), the generated program is interpreted: its parser (as
+// `check_key` mirrors it), the reply table's action (its statements read from the generated
+// text and executed in order), the egress (flood pruning, checksum) and its deparser (the
+// header declarations read from the text). The frames and ports must be those
+// `ina_proto::l2::FrameSwitch` sends, up to the end of the IPv4 packet (the program keeps the
+// bytes it did not parse behind the headers; docs/P4-RESOURCES.md).
+
+/// A parsed packet: each header instance's validity and fields, and the bytes not parsed.
+struct Pkt {
+    layouts: Vec<(String, Vec<(String, u32)>)>,
+    valid: BTreeMap<String, bool>,
+    fields: BTreeMap<String, u64>,
+    rest: Vec<u8>,
+}
+
+/// The header instances of `headers_t` with their fields and widths, from the program text.
+fn layouts(p: &str) -> Vec<(String, Vec<(String, u32)>)> {
+    let block = |start: &str| -> Vec<(String, String)> {
+        let body = &p[p.find(start).unwrap_or_else(|| panic!("{start}")) + start.len()..];
+        body[..body.find("\n}").expect("end")]
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//"))
+            .map(|l| {
+                let (t, n) = l.trim_end_matches(';').rsplit_once(' ').expect("field");
+                (t.to_string(), n.to_string())
+            })
+            .collect()
+    };
+    block("struct headers_t {")
+        .into_iter()
+        .map(|(ty, inst)| {
+            let fields = block(&format!("header {ty} {{"))
+                .into_iter()
+                .map(|(t, n)| {
+                    let w = match t.as_str() {
+                        "PortId_t" => 9,
+                        t => t
+                            .trim_start_matches("bit<")
+                            .trim_end_matches('>')
+                            .parse()
+                            .expect("width"),
+                    };
+                    (n, w)
+                })
+                .collect();
+            (inst, fields)
+        })
+        .collect()
+}
+
+fn read_bits(bytes: &[u8], bit: usize, width: u32) -> u64 {
+    (0..width as usize).fold(0u64, |v, i| {
+        let b = bit + i;
+        v << 1 | u64::from(bytes[b / 8] >> (7 - b % 8) & 1)
+    })
+}
+
+impl Pkt {
+    /// Extracts `inst` at `*at` if the frame holds it.
+    fn extract(&mut self, f: &[u8], at: &mut usize, inst: &str) -> bool {
+        let fields = self
+            .layouts
+            .iter()
+            .find(|(i, _)| i == inst)
+            .map(|(_, f)| f.clone())
+            .expect("instance");
+        let len: u32 = fields.iter().map(|(_, w)| w).sum();
+        let len = len as usize / 8;
+        if f.len() < *at + len {
+            return false;
+        }
+        let mut bit = *at * 8;
+        for (name, w) in fields {
+            self.fields
+                .insert(format!("hdr.{inst}.{name}"), read_bits(f, bit, w));
+            bit += w as usize;
+        }
+        self.valid.insert(inst.to_string(), true);
+        *at += len;
+        true
+    }
+
+    /// The program's parser on a frame from a front port.
+    fn parse(p: &str, f: &[u8]) -> Pkt {
+        Pkt::parse_pass(p, f, false)
+    }
+
+    /// The program's parser; `second`: on the second pass of a result (from the recirculation
+    /// port, the bridged header taken off already).
+    fn parse_pass(p: &str, f: &[u8], second: bool) -> Pkt {
+        let mut pkt = Pkt {
+            layouts: layouts(p),
+            valid: BTreeMap::new(),
+            fields: BTreeMap::new(),
+            rest: Vec::new(),
+        };
+        let mut at = 0;
+        let get = |pkt: &Pkt, k: &str| pkt.fields.get(k).copied().unwrap_or(0);
+        if second {
+            for h in ["ethernet", "ipv4", "udp", "ina", "payload"] {
+                assert!(pkt.extract(f, &mut at, h), "second pass: no {h}");
+            }
+        } else if pkt.extract(f, &mut at, "ethernet") {
+            match get(&pkt, "hdr.ethernet.ether_type") {
+                0x0806 => {
+                    pkt.extract(f, &mut at, "arp");
+                }
+                0x0800 if pkt.extract(f, &mut at, "ipv4") => {
+                    let udp = get(&pkt, "hdr.ipv4.ihl") == 5
+                        && get(&pkt, "hdr.ipv4.flags") & 1 == 0
+                        && get(&pkt, "hdr.ipv4.frag_offset") == 0
+                        && get(&pkt, "hdr.ipv4.protocol") == 17;
+                    if udp
+                        && pkt.extract(f, &mut at, "udp")
+                        && get(&pkt, "hdr.udp.dst_port") == u64::from(UDP_PORT_INA)
+                        && pkt.extract(f, &mut at, "ina")
+                    {
+                        let full = get(&pkt, "hdr.ina.version") == 1
+                            && matches!(get(&pkt, "hdr.ina.msg_type"), 1 | 2)
+                            && get(&pkt, "hdr.ina.count") == 64
+                            && get(&pkt, "hdr.udp.length") == 280;
+                        if full {
+                            pkt.extract(f, &mut at, "payload");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        pkt.rest = f[at.min(f.len())..].to_vec();
+        pkt
+    }
+
+    fn deparse(&self) -> Vec<u8> {
+        let mut bits: Vec<u8> = Vec::new();
+        for (inst, fields) in &self.layouts {
+            if inst == "bridge" || !self.valid.get(inst).copied().unwrap_or(false) {
+                continue;
+            }
+            for (name, w) in fields {
+                let v = self
+                    .fields
+                    .get(&format!("hdr.{inst}.{name}"))
+                    .copied()
+                    .unwrap_or(0);
+                for i in (0..*w).rev() {
+                    bits.push((v >> i & 1) as u8);
+                }
+            }
+        }
+        let mut out: Vec<u8> = bits
+            .chunks(8)
+            .map(|c| c.iter().fold(0u8, |b, x| b << 1 | x))
+            .collect();
+        out.extend_from_slice(&self.rest);
+        out
+    }
+}
+
+/// Where the frame goes after the reply table: unicast port, multicast group, or dropped.
+#[derive(Debug, Default)]
+struct Tm {
+    ucast: Option<u64>,
+    mcast: Option<u64>,
+    l2_xid: Option<u64>,
+    drop: bool,
+    bridge_op: u64,
+}
+
+/// Executes action `name` of the generated text on `pkt`, with metadata `md`.
+fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingress: u64) -> Tm {
+    let start = p
+        .find(&format!("    action {name}("))
+        .unwrap_or_else(|| panic!("action {name}"));
+    let body = &p[start..];
+    let body = &body[body.find('{').expect("body") + 1..body.find("\n    }").expect("end")];
+    let mut tm = Tm::default();
+    let consts: BTreeMap<&str, u64> = [
+        ("IP_PROTO_UDP", 17),
+        ("INA_UDP_PORT", u64::from(UDP_PORT_INA)),
+        ("INA_RESULT", 2),
+        ("INA_REJECT", 3),
+        ("INA_PROBE_REPLY", 5),
+        ("INA_PENDING", 6),
+    ]
+    .into_iter()
+    .collect();
+    for stmt in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let stmt = stmt.trim_end_matches(';');
+        if let Some(h) = stmt.strip_suffix(".setValid()") {
+            pkt.valid
+                .insert(h.trim_start_matches("hdr.").to_string(), true);
+            continue;
+        }
+        if let Some(h) = stmt.strip_suffix(".setInvalid()") {
+            pkt.valid
+                .insert(h.trim_start_matches("hdr.").to_string(), false);
+            continue;
+        }
+        let (lhs, rhs) = stmt
+            .split_once(" = ")
+            .unwrap_or_else(|| panic!("statement {stmt}"));
+        let value = if let Some(f) = rhs.strip_prefix("(bit<32>)") {
+            md[f.trim_start_matches("md.")]
+        } else if let Some(f) = rhs.strip_prefix("md.") {
+            let (f, slice) = f.split_once('[').map_or((f, None), |(f, s)| (f, Some(s)));
+            let v = md[f];
+            if slice == Some("7:0]") {
+                v & 0xff
+            } else {
+                v
+            }
+        } else if rhs == "ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE" {
+            ingress >> 7 << 7 | 68
+        } else if rhs.starts_with("hdr.") {
+            pkt.fields.get(rhs).copied().unwrap_or(0)
+        } else if rhs == "ig_intr_md.ingress_port" {
+            ingress
+        } else if let Some(c) = consts.get(rhs) {
+            *c
+        } else if let Some(v) = md.get(rhs) {
+            // An action parameter.
+            *v
+        } else {
+            parse_number(rhs)
+        };
+        match lhs {
+            "ig_tm_md.ucast_egress_port" => tm.ucast = Some(value),
+            "ig_tm_md.mcast_grp_a" => tm.mcast = Some(value),
+            "ig_tm_md.level2_exclusion_id" => tm.l2_xid = Some(value),
+            "ig_tm_md.bypass_egress" => {}
+            "ig_dprsr_md.drop_ctl" => tm.drop = value == 1,
+            "hdr.bridge.op" => {
+                tm.bridge_op = value;
+                pkt.fields.insert(lhs.to_string(), value);
+            }
+            l => {
+                pkt.fields.insert(l.to_string(), value);
+            }
+        }
+    }
+    tm
+}
+
+fn ipv4_checksum(pkt: &mut Pkt) {
+    let mut header = Pkt {
+        layouts: pkt
+            .layouts
+            .iter()
+            .filter(|(i, _)| i == "ipv4")
+            .cloned()
+            .collect(),
+        valid: [("ipv4".to_string(), true)].into_iter().collect(),
+        fields: pkt.fields.clone(),
+        rest: Vec::new(),
+    };
+    header.fields.insert("hdr.ipv4.hdr_checksum".into(), 0);
+    let bytes = header.deparse();
+    let sum = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    pkt.fields
+        .insert("hdr.ipv4.hdr_checksum".into(), u64::from(!sum as u16));
+}
+
+const FLOOD_MGRP: u64 = 100;
+
+proptest! {
+    #[test]
+    fn replies_are_the_frame_models(choices in proptest::collection::vec(any::<[u8; 26]>(), 1..30)) {
+        let program = tna::program();
+        let check = table_entries(&program, "ina_check");
+        let reply = table_entries(&program, "ina_reply");
+        let mut sw = frame_switch();
+        let mut out = Outputs::new();
+        for c in &choices {
+            let (ingress, f) = frame(c);
+            let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
+            let (action, args) = check_action(&check, ingress, &f);
+            let op = match action.as_str() {
+                "check_data" | "check_query" => continue,
+                "check_drop" => 0,
+                "check_l2_port" => 1,
+                "check_l2_flood" => 2,
+                "check_arp" => 3,
+                "check_probe" => 4,
+                "check_reject" => 5,
+                a => panic!("{a}"),
+            };
+            let mut pkt = Pkt::parse(&program, &f);
+            let dst: [u8; 6] = f[..6].try_into().expect("mac");
+            let l2_port = L2.iter().find(|(m, _)| *m == dst).map_or(0, |(_, p)| u64::from(*p));
+            let md: BTreeMap<&str, u64> = [
+                ("sm", u64::from_be_bytes([0, 0, SM[0], SM[1], SM[2], SM[3], SM[4], SM[5]])),
+                ("sip", u64::from(u32::from_be_bytes(SIP))),
+                ("job_epoch", u64::from(EPOCH)),
+                ("workers", 3),
+                ("elems", E as u64),
+                ("slot_base", u64::from(BASE)),
+                ("slot_count", 3),
+                ("reason", args.first().copied().unwrap_or(0)),
+                ("l2_port", l2_port),
+                ("l2_mgrp", FLOOD_MGRP),
+            ]
+            .into_iter()
+            .collect();
+            let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0)])
+                .map_or("drop_frame".to_string(), |e| e.action.clone());
+            let tm = run_action(&program, &name, &mut pkt, &md, u64::from(ingress));
+            // Egress: the copies, the flood's pruning, the checksum of the switch's replies.
+            let ports: Vec<u64> = if tm.drop {
+                Vec::new()
+            } else if let Some(g) = tm.mcast {
+                prop_assert_eq!(g, FLOOD_MGRP);
+                prop_assert_eq!(tm.l2_xid, Some(u64::from(ingress)));
+                (1..=4).filter(|p| *p != u64::from(ingress)).collect()
+            } else {
+                tm.ucast.into_iter().collect()
+            };
+            if tm.bridge_op == 3 {
+                ipv4_checksum(&mut pkt);
+            }
+            let sent = pkt.deparse();
+            let expected: Vec<(u16, Vec<u8>)> = out.iter().map(|(p, b)| (p, b.to_vec())).collect();
+            prop_assert_eq!(
+                ports.iter().map(|p| *p as u16).collect::<Vec<_>>(),
+                expected.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+                "ports for {:?} ({})", event, name
+            );
+            for (_, bytes) in &expected {
+                // The frame model's frame; the program's is as long as the frame that came in
+                // (or longer, by the headers it added), its IPv4 packet the same.
+                let ip_end = if bytes.len() >= 34 && u16::from_be_bytes([bytes[12], bytes[13]]) == 0x0800 {
+                    (14 + usize::from(u16::from_be_bytes([bytes[16], bytes[17]]))).min(bytes.len())
+                } else {
+                    bytes.len()
+                };
+                prop_assert_eq!(&sent[..ip_end], &bytes[..ip_end], "{:?} ({})", event, name);
+            }
+        }
+    }
+}
+
+/// The frame switch of a job of `workers` ranks at `endpoint(r)` on slots `BASE..BASE+w`.
+fn frame_switch_of(workers: u8, w: u32) -> FrameSwitch {
+    let mut sw = FrameSwitch::new(FrameSwitchConfig {
+        mac: SM,
+        ip: SIP,
+        ports: vec![1, 2, 3, 4],
+        l2: L2.to_vec(),
+        pipeline: PipelineConfig {
+            pool_slots: 16,
+            max_elems: E as u16,
+        },
+    })
+    .expect("switch");
+    sw.add_job(FrameJob {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: BASE,
+        slot_count: w as u16,
+        elems_per_packet: E as u16,
+        ranks: (0..workers).map(endpoint).collect(),
+    })
+    .expect("job");
+    sw
+}
+
+/// The frame rank `rank` sends with `ina` as its UDP payload.
+fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
+    let ep = endpoint(rank);
+    let udp_len = 8 + ina.len() as u16;
+    let mut f = Vec::new();
+    f.extend_from_slice(&SM);
+    f.extend_from_slice(&ep.mac);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+    f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&ep.ip);
+    f.extend_from_slice(&SIP);
+    f.extend_from_slice(&ep.udp_port.to_be_bytes());
+    f.extend_from_slice(&UDP_PORT_INA.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(ina);
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    f
+}
+
+const JOB_MGRP: u64 = 7;
+
+/// Sends the frame of `ina` from `rank` through the frame model and through the program's
+/// reply action (`action`, with the model's `exp_x`, `pend` and register `values`), its
+/// egress (the per-rank rewrite of a multicast copy, the checksum) and deparser; the frames and
+/// ports must agree up to the end of the IPv4 packet.
+#[allow(clippy::too_many_arguments)]
+fn check_frames(
+    program: &str,
+    sw: &mut FrameSwitch,
+    out: &mut Outputs,
+    rank: u8,
+    ina: &[u8],
+    workers: u8,
+    action: &str,
+    exp_x: u32,
+    pend: u32,
+    values: &[i32],
+) {
+    let f = wrap(rank, ina);
+    let ingress = endpoint(rank).port;
+    sw.process(ingress, &f, ina_proto::Instant::ZERO, out);
+    let mut pkt = Pkt::parse(program, &f);
+    let mac = |m: [u8; 6]| u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
+    let md: BTreeMap<&str, u64> = [
+        ("sm", mac(SM)),
+        ("sip", u64::from(u32::from_be_bytes(SIP))),
+        ("job_epoch", u64::from(EPOCH)),
+        ("mgrp", JOB_MGRP),
+        ("exp_x", u64::from(exp_x)),
+        ("pend", u64::from(pend)),
+    ]
+    .into_iter()
+    .collect();
+    if ina[0] & 0x0f == 7 && action == "answer_result_harvest" {
+        // Stage 3 gave the Query a payload to fill.
+        run_action(
+            program,
+            "select_values_for_query",
+            &mut pkt,
+            &md,
+            u64::from(ingress),
+        );
+    }
+    let mut tm = run_action(program, action, &mut pkt, &md, u64::from(ingress));
+    if action.ends_with("_harvest") {
+        // Out of the pipe's recirculation port, and in again: the second pass parses the Result
+        // with its payload, which the value registers fill (high halves on the first pass, low
+        // halves on this one), and sends it on.
+        assert_eq!(
+            tm.ucast,
+            Some(u64::from(ingress) >> 7 << 7 | 68),
+            "{action}"
+        );
+        let bridge: Vec<(String, u64)> = pkt
+            .fields
+            .iter()
+            .filter(|(k, _)| k.starts_with("hdr.bridge."))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        pkt = Pkt::parse_pass(program, &pkt.deparse(), true);
+        assert_eq!(
+            pkt.valid.get("payload"),
+            Some(&true),
+            "second pass of {action}"
+        );
+        pkt.fields.extend(bridge);
+        for (k, v) in values.iter().enumerate() {
+            pkt.fields
+                .insert(format!("hdr.payload.e{k}"), u64::from(*v as u32));
+        }
+        let second = if tm.bridge_op == 5 {
+            "send_harvest_unicast"
+        } else {
+            "send_harvest_multicast"
+        };
+        tm = run_action(program, second, &mut pkt, &md, 68);
+    }
+    let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
+    if !tm.drop {
+        if tm.bridge_op == 4 || tm.bridge_op == 6 {
+            for r in 0..workers {
+                let ep = endpoint(r);
+                let mut copy = Pkt {
+                    layouts: pkt.layouts.clone(),
+                    valid: pkt.valid.clone(),
+                    fields: pkt.fields.clone(),
+                    rest: pkt.rest.clone(),
+                };
+                let params: BTreeMap<&str, u64> = [
+                    ("mac", mac(ep.mac)),
+                    ("ip", u64::from(u32::from_be_bytes(ep.ip))),
+                    ("udp_port", u64::from(ep.udp_port)),
+                ]
+                .into_iter()
+                .collect();
+                run_action(program, "rewrite_dst", &mut copy, &params, 0);
+                ipv4_checksum(&mut copy);
+                sent.push((ep.port, copy.deparse()));
+            }
+        } else {
+            ipv4_checksum(&mut pkt);
+            sent.push((tm.ucast.expect("unicast port") as u16, pkt.deparse()));
+        }
+    }
+    let mut expected: Vec<(u16, Vec<u8>)> = out.iter().map(|(p, b)| (p, b.to_vec())).collect();
+    sent.sort();
+    expected.sort();
+    assert_eq!(
+        sent.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        expected.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        "ports of {action}"
+    );
+    for ((_, got), (_, want)) in sent.iter().zip(&expected) {
+        let ip_end = (14 + usize::from(u16::from_be_bytes([want[16], want[17]]))).min(want.len());
+        assert_eq!(&got[..ip_end], &want[..ip_end], "frame of {action}");
+    }
+}
