@@ -15,7 +15,7 @@
 //! `InaIngress.ina_rank`, `InaEgress.ina_rank_addr`; registers `reg_seq`, `reg_bitmap`,
 //! `reg_count`, `reg_exp`, `reg_value_j`; counters `ina_events`, `ina_multicast`.
 
-use crate::v1model;
+use crate::{tna, v1model};
 use core::fmt;
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
 use ina_proto::pipeline::{JobConfig, PipelineConfig};
@@ -209,13 +209,14 @@ pub const V1MODEL: TargetLimits = TargetLimits {
     control_registers: &CONTROL_REGISTERS,
 };
 
-/// The Tofino (TNA) program: one pass of 64 elements, 8192 slots, and its control registers
-/// (the sequence register there has a companion order register and no count register).
+/// The Tofino (TNA) program (`crate::tna`): one pass of 64 elements, its pool, and its control
+/// registers (the sequence register there has a companion order register and no count
+/// register).
 pub const TOFINO: TargetLimits = TargetLimits {
     name: "the Tofino program",
-    pool_slots: 8192,
-    elems: &[64],
-    control_registers: &["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"],
+    pool_slots: tna::POOL_SLOTS,
+    elems: &[tna::ELEMS],
+    control_registers: &tna::CONTROL_REGISTERS,
 };
 
 /// Checks a switch and its jobs for the v1model program.
