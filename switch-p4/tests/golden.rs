@@ -117,3 +117,82 @@ fn descriptions_read_from_toml() {
     assert_eq!(sw.l2[0].mac, MacAddr([2, 0, 0, 0, 9, 1]));
     assert!(toml::from_str::<SwitchDesc>(&text.replace("09:01", "09")).is_err());
 }
+
+/// The parameters of `action name(...)` in a program's text, if it has that action.
+fn action_params(program: &str, name: &str) -> Option<Vec<String>> {
+    let at = program.find(&format!("action {name}("))?;
+    let rest = &program[at + name.len() + 8..];
+    let params = &rest[..rest.find(')')?];
+    Some(
+        params
+            .split(',')
+            .filter_map(|p| p.split_whitespace().last().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// Every table, action, action parameter and register the BfRt entries name exists in the
+/// Tofino program (and the register pairs have the `lo`/`hi` fields named).
+#[test]
+fn bfrt_entries_name_what_the_tofino_program_has() {
+    let (sw, mut jobs) = example();
+    jobs[1].elems = 64;
+    let v = bfrt_entries(&sw, &jobs).expect("valid example");
+    let program = ina_switch_p4::tna::program();
+    assert!(program.contains("bit<32> lo;") && program.contains("bit<32> hi;"));
+    let entries = v["entries"].as_array().expect("entries");
+    for e in entries {
+        let table = e["table"].as_str().expect("table");
+        if table.starts_with("$pre.") {
+            continue;
+        }
+        let name = table
+            .strip_prefix("pipe.")
+            .and_then(|t| t.split('.').nth(1))
+            .expect("pipe.<control>.<name>");
+        if name.starts_with("reg_") {
+            assert!(
+                program.contains(&format!(") {name};")),
+                "register {name} is not in the Tofino program"
+            );
+            continue;
+        }
+        assert!(
+            program.contains(&format!("table {name} {{")),
+            "table {name} is not in the Tofino program"
+        );
+        let action = e["action"].as_str().expect("action");
+        let short = action.split('.').nth(1).expect("<control>.<action>");
+        let params = action_params(&program, short)
+            .unwrap_or_else(|| panic!("action {short} is not in the Tofino program"));
+        for field in e["data"].as_object().expect("data").keys() {
+            assert!(
+                params.contains(field),
+                "{short} has no parameter {field}: {params:?}"
+            );
+        }
+    }
+}
+
+/// The same for the bmv2 commands and the v1model program.
+#[test]
+fn bmv2_commands_name_what_the_v1model_program_has() {
+    let (sw, jobs) = example();
+    let program = ina_switch_p4::v1model::program();
+    for c in bmv2_commands(&sw, &jobs).expect("valid example") {
+        let words: Vec<&str> = c.split_whitespace().collect();
+        match words.first().copied() {
+            Some("table_add") | Some("table_set_default") => {
+                let table = words[1].split('.').nth(1).expect("control.table");
+                let action = words[2].split('.').nth(1).expect("control.action");
+                assert!(program.contains(&format!("table {table} {{")), "{c}");
+                assert!(action_params(&program, action).is_some(), "{c}");
+            }
+            Some("register_reset") | Some("register_write") => {
+                let reg = words[1].split('.').nth(1).expect("control.register");
+                assert!(program.contains(&format!(") {reg};")), "{c}");
+            }
+            _ => {}
+        }
+    }
+}
