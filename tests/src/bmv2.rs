@@ -1,7 +1,7 @@
 //! bmv2's `simple_switch` running the generated v1model program, as a target.
 //!
-//! [`Bmv2Target::new`] compiles `ina_switch_p4::v1model::program()` with `p4c-bm2-ss` into a
-//! temporary directory and sets up a [`TestNet`] (a network namespace with a veth pair per
+//! [`Bmv2Target::new`] compiles the committed `switch-p4/v1model/ina.p4` with `p4c-bm2-ss`
+//! into a temporary directory and sets up a [`TestNet`] (a network namespace with a veth pair per
 //! port). Each [`Target::configure`] starts a fresh `simple_switch` on the `swP` interfaces
 //! (no logging; `INA_BMV2_LOG=1` keeps a packet log in the scratch directory) and pipes the
 //! runtime module's commands into `simple_switch_CLI`; counters are read with
@@ -92,8 +92,10 @@ impl Bmv2Target {
             net.keep_dir();
         }
         let json = net.dir().join("ina.json");
-        let src = net.dir().join("ina.p4");
-        std::fs::write(&src, ina_switch_p4::v1model::program())?;
+        // The committed program (the v1model crate's tests keep it equal to the generated one).
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../switch-p4")
+            .join(ina_switch_p4::v1model::COMMITTED_PATH);
         run(Command::new(&tools.p4c)
             .args([
                 "--std", "p4-16", "--target", "bmv2", "--arch", "v1model", "-o",
