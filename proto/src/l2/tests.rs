@@ -495,3 +495,114 @@ proptest! {
         }
     }
 }
+
+/// Counts the allocations of the current thread (for the test below; every other test runs
+/// with it as well, which only costs them a thread-local increment).
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    thread_local! {
+        pub static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged.
+    #[allow(unsafe_code)]
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: the caller's contract is the system allocator's.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    pub fn count() -> u64 {
+        ALLOCATIONS.with(|c| c.get())
+    }
+}
+
+/// Once its output buffers have grown to their working size, the switch allocates nothing per
+/// frame: aggregation with multicast, retransmissions, Pending, Rejects, Probes, ARP,
+/// forwarding and flooding, malformed frames.
+#[test]
+fn the_per_frame_path_does_not_allocate() {
+    let mut s = switch(3, 64);
+    let mut out = Outputs::new();
+    let round = |seq: u32| -> Vec<(u16, Vec<u8>)> {
+        let mut frames = Vec::new();
+        for r in 0..3 {
+            let ep = endpoint(r);
+            frames.push((ep.port, ina_frame(&ep, &data(r, 64, seq), &[7; 64])));
+        }
+        let ep = endpoint(0);
+        frames.push((ep.port, ina_frame(&ep, &data(0, 64, seq), &[7; 64])));
+        frames.push((ep.port, ina_frame(&ep, &data(0, 64, seq + 1), &[7; 64])));
+        frames.push((ep.port, ina_frame(&ep, &data(0, 64, seq + 1), &[7; 64])));
+        frames.push((
+            ep.port,
+            ina_frame(
+                &ep,
+                &AggRepr {
+                    epoch: 9,
+                    ..data(0, 64, seq)
+                },
+                &[],
+            ),
+        ));
+        frames.push((
+            ep.port,
+            ina_frame(
+                &ep,
+                &AggRepr {
+                    kind: MessageType::Probe,
+                    count: 0,
+                    ..data(0, 0, seq)
+                },
+                &[],
+            ),
+        ));
+        frames.push((1, arp_request([2, 0, 0, 0, 5, 5], [198, 18, 0, 5], SIP)));
+        let mut eth = vec![0u8; 64];
+        eth[0..6].copy_from_slice(&[2, 0, 0, 0, 9, 3]);
+        frames.push((0, eth.clone()));
+        eth[0..6].copy_from_slice(&BROADCAST);
+        frames.push((0, eth));
+        frames.push((0, vec![1, 2, 3]));
+        frames
+    };
+    // Two rounds grow the buffers; the frames of a third are made before counting.
+    for seq in [10, 20] {
+        for (p, f) in round(seq) {
+            s.process(p, &f, Instant::ZERO, &mut out);
+        }
+    }
+    let frames = round(30);
+    let mut events = Vec::with_capacity(frames.len());
+    let mut allocations = Vec::with_capacity(frames.len());
+    for (p, f) in &frames {
+        let before = counting::count();
+        let e = s.process(*p, f, Instant::ZERO, &mut out);
+        allocations.push(counting::count() - before);
+        events.push(e);
+    }
+    assert!(
+        allocations.iter().all(|&a| a == 0),
+        "allocations per frame {allocations:?} for {events:?}"
+    );
+    assert!(events.contains(&Event::PendingSent) && events.contains(&Event::ResultUnicast));
+    assert_eq!(s.results_multicast(), 3);
+}
