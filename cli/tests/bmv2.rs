@@ -40,6 +40,7 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
         thrift_port: 9090,
         netns: Some(rack.hub()),
         log_file: dir.join("simple_switch.log"),
+        packet_log: None,
     })
     .unwrap();
     let desc = SwitchDesc {

@@ -74,13 +74,17 @@ pub fn compile_v1model(dir: &Path) -> Result<PathBuf, Bmv2Error> {
     let src = dir.join("ina.p4");
     std::fs::write(&src, crate::v1model::program())
         .map_err(io_err(format!("writing {}", src.display())))?;
-    let json = dir.join("ina.json");
+    compile(&src, &dir.join("ina.json"))
+}
+
+/// Compiles the v1model program `src` into bmv2's JSON `json`; returns `json`.
+pub fn compile(src: &Path, json: &Path) -> Result<PathBuf, Bmv2Error> {
     let out = Command::new(tool("p4c-bm2-ss")?)
         .args([
             "--std", "p4-16", "--target", "bmv2", "--arch", "v1model", "-o",
         ])
-        .arg(&json)
-        .arg(&src)
+        .arg(json)
+        .arg(src)
         .output()
         .map_err(io_err("running p4c-bm2-ss"))?;
     if !out.status.success() {
@@ -90,7 +94,7 @@ pub fn compile_v1model(dir: &Path) -> Result<PathBuf, Bmv2Error> {
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    Ok(json)
+    Ok(json.to_path_buf())
 }
 
 /// How to start `simple_switch`.
@@ -104,8 +108,12 @@ pub struct Bmv2Config {
     pub thrift_port: u16,
     /// The network namespace to run in (`None`: this one).
     pub netns: Option<String>,
-    /// Where simple_switch's output goes.
+    /// Where simple_switch's output goes. Its notification socket is made next to it (the
+    /// default, in /tmp, is shared by every bmv2 on the machine whatever its namespace, so a
+    /// second one would not start).
     pub log_file: PathBuf,
+    /// Where to log every packet's path through the program, if anywhere (slow).
+    pub packet_log: Option<PathBuf>,
 }
 
 /// A running `simple_switch`, killed on drop.
@@ -138,10 +146,15 @@ impl Bmv2 {
         for (n, ifname) in &cfg.ports {
             cmd.arg("-i").arg(format!("{n}@{ifname}"));
         }
+        let notifications = cfg.log_file.with_extension("notifications.ipc");
+        cmd.arg("--notifications-addr")
+            .arg(format!("ipc://{}", notifications.display()));
+        match &cfg.packet_log {
+            Some(path) => cmd.arg("--log-file").arg(path).arg("--log-flush"),
+            None => cmd.arg("--log-level").arg("off"),
+        };
         cmd.arg("--thrift-port")
             .arg(cfg.thrift_port.to_string())
-            .arg("--log-level")
-            .arg("off")
             .arg(&cfg.program)
             .stdin(Stdio::null())
             .stdout(log)
@@ -157,7 +170,7 @@ impl Bmv2 {
                     log: sw.log(),
                 });
             }
-            if sw.cli(&["show_ports".to_string()]).is_ok() {
+            if sw.thrift_listening() {
                 return Ok(sw);
             }
             if Instant::now() > deadline {
@@ -167,7 +180,25 @@ impl Bmv2 {
                     log: sw.log(),
                 });
             }
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the thrift server accepts connections (from inside the switch's namespace).
+    fn thrift_listening(&self) -> bool {
+        let port = self.cfg.thrift_port;
+        let probe = move || {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        };
+        match &self.cfg.netns {
+            None => probe(),
+            Some(ns) => {
+                let path = format!("/run/netns/{ns}");
+                std::thread::spawn(move || enter_netns(&path) && probe())
+                    .join()
+                    .unwrap_or(false)
+            }
         }
     }
 
@@ -201,16 +232,23 @@ impl Bmv2 {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let failed = !out.status.success()
-            || text.lines().any(|l| {
-                let l = l.trim_start_matches("RuntimeCmd: ");
-                l.starts_with("Error")
+        // (It exits 0 after most errors: they are in its output.)
+        let errors: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.contains("Error")
                     || l.contains("Invalid")
                     || l.contains("Could not connect")
                     || l.contains("Traceback")
-            });
-        if failed {
-            return Err(Bmv2Error::Cli(text));
+                    || l.contains("error:")
+            })
+            .collect();
+        if !out.status.success() || !errors.is_empty() {
+            return Err(Bmv2Error::Cli(if errors.is_empty() {
+                text
+            } else {
+                errors.join("; ")
+            }));
         }
         Ok(text)
     }
@@ -223,26 +261,91 @@ impl Bmv2 {
     /// Every event counter (packets), by [`Event::index`], and the multicast results.
     pub fn counters(&self) -> Result<([u64; Event::COUNT], u64), Bmv2Error> {
         let text = self.cli(&bmv2_counter_commands())?;
-        let packets: Vec<u64> = text
-            .lines()
-            .filter_map(|l| {
-                // `RuntimeCmd: InaIngress.ina_events[4]= (210 bytes, 3 packets)`
-                let head = &l[..l.find(" packets)")?];
-                head.rsplit(' ').next()?.parse().ok()
-            })
-            .collect();
-        if packets.len() != Event::COUNT + 1 {
-            return Err(Bmv2Error::Counter(text));
-        }
-        let mut events = [0; Event::COUNT];
-        events.copy_from_slice(&packets[..Event::COUNT]);
-        Ok((events, packets[Event::COUNT]))
+        parse_counters(&text)
     }
+}
+
+/// Parses `simple_switch_CLI`'s answers to [`bmv2_counter_commands`]: lines such as
+/// `RuntimeCmd: InaIngress.ina_events[4]= (210 bytes, 3 packets)`.
+pub fn parse_counters(text: &str) -> Result<([u64; Event::COUNT], u64), Bmv2Error> {
+    let mut events = [0; Event::COUNT];
+    let mut multicast = 0;
+    let mut seen = 0;
+    for line in text.lines() {
+        let Some(end) = line.find(" packets)") else {
+            continue;
+        };
+        let value: u64 = line[..end]
+            .rsplit(' ')
+            .next()
+            .and_then(|d| d.parse().ok())
+            .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
+        if let Some(i) = line.find("ina_events[") {
+            let index: usize = line[i + "ina_events[".len()..]
+                .split(']')
+                .next()
+                .and_then(|d| d.parse().ok())
+                .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
+            let slot = events
+                .get_mut(index)
+                .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
+            *slot = value;
+            seen += 1;
+        } else if line.contains("ina_multicast") {
+            multicast = value;
+            seen += 1;
+        }
+    }
+    if seen != Event::COUNT + 1 {
+        return Err(Bmv2Error::Counter(format!(
+            "read {seen} of {} counters in:\n{text}",
+            Event::COUNT + 1
+        )));
+    }
+    Ok((events, multicast))
+}
+
+/// Moves the calling thread into the network namespace whose file is `path`.
+#[allow(unsafe_code)]
+fn enter_netns(path: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: setns with a namespace file kept open for the call; it moves only this thread.
+    unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
 }
 
 impl Drop for Bmv2 {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_parse_by_index_and_refuse_partial_output() {
+        let mut text = String::from("Obtaining JSON from switch...\nDone\n");
+        for i in (0..Event::COUNT).rev() {
+            text += &format!(
+                "RuntimeCmd: InaIngress.ina_events[{i}]= ({} bytes, {} packets)\n",
+                i * 100,
+                i * 2
+            );
+        }
+        text += "RuntimeCmd: InaIngress.ina_multicast[0]= (840 bytes, 7 packets)\n";
+        let (events, multicast) = parse_counters(&text).unwrap();
+        assert_eq!(multicast, 7);
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(*e, 2 * i as u64);
+        }
+        let cut: String = text.lines().skip(3).collect::<Vec<_>>().join("\n");
+        assert!(matches!(parse_counters(&cut), Err(Bmv2Error::Counter(_))));
+        let bad = text.replace("ina_events[3]", "ina_events[99]");
+        assert!(parse_counters(&bad).is_err());
     }
 }

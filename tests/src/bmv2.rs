@@ -7,41 +7,16 @@
 //! runtime module's commands into `simple_switch_CLI`; counters are read with
 //! `counter_read`. Dropping the target stops the switch it started and deletes the namespace.
 
-use crate::netns::{in_netns, run, TestNet};
+use crate::netns::TestNet;
 use crate::scenario::Counts;
 use crate::{Target, TargetError};
-use ina_proto::event::Event;
-use ina_switch_p4::runtime::{bmv2_commands, bmv2_counter_commands, JobDesc, SwitchDesc};
-use std::fs::File;
-use std::io::Write as _;
+use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
+use ina_switch_p4::runtime::{JobDesc, SwitchDesc};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The thrift port of `simple_switch` inside the namespace.
 const THRIFT_PORT: u16 = 9090;
-
-/// The P4 tools the target needs.
-#[derive(Debug, Clone)]
-pub struct Tools {
-    pub p4c: PathBuf,
-    pub simple_switch: PathBuf,
-    pub cli: PathBuf,
-}
-
-/// Where a tool is: on the `PATH`, else in the toolchain bundle's default prefix.
-pub fn tool(name: &str) -> Option<PathBuf> {
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let c = dir.join(name);
-            if c.is_file() {
-                return Some(c);
-            }
-        }
-    }
-    let bundled = Path::new("/opt/ina-p4tools/bin").join(name);
-    bundled.is_file().then_some(bundled)
-}
 
 /// Whether this machine can make network namespaces (root and `ip`); else why not.
 pub fn namespaces() -> Result<(), String> {
@@ -51,21 +26,23 @@ pub fn namespaces() -> Result<(), String> {
     if euid != 0 {
         return Err("not root (network namespaces and raw sockets need it)".into());
     }
-    if tool("ip").is_none() {
+    let has_ip = std::process::Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_ip {
         return Err("the `ip` command (iproute2) is missing".into());
     }
     Ok(())
 }
 
-/// The tools, if this machine can run the target (root, `ip`, and the P4 tools); else why not.
-pub fn environment() -> Result<Tools, String> {
+/// Whether this machine can run the target (root, `ip`, and the P4 tools); else why not.
+pub fn environment() -> Result<(), String> {
     namespaces()?;
-    let find = |n: &str| tool(n).ok_or(format!("{n} not found (see README.md: P4 toolchain)"));
-    Ok(Tools {
-        p4c: find("p4c-bm2-ss")?,
-        simple_switch: find("simple_switch")?,
-        cli: find("simple_switch_CLI")?,
-    })
+    if !bmv2::available() {
+        return Err("p4c-bm2-ss, simple_switch or simple_switch_CLI not found (see README.md: P4 toolchain)".into());
+    }
+    Ok(())
 }
 
 /// bmv2 in a network namespace of its own.
@@ -74,15 +51,14 @@ pub struct Bmv2Target {
     // (Dropped after the switch: see Drop.)
     net: TestNet,
     json: PathBuf,
-    tools: Tools,
-    child: Option<Child>,
+    switch: Option<Bmv2>,
     /// Time spent starting switches and configuring them.
     pub setup_time: Duration,
 }
 
 impl Bmv2Target {
     /// Compiles the program and sets up the namespace with ports `0..ports`.
-    pub fn new(tools: Tools, ports: u16) -> Result<Bmv2Target, TargetError> {
+    pub fn new(ports: u16) -> Result<Bmv2Target, TargetError> {
         let quiet_ms = std::env::var("INA_BMV2_QUIET_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -91,22 +67,16 @@ impl Bmv2Target {
         if std::env::var_os("INA_BMV2_LOG").is_some() {
             net.keep_dir();
         }
-        let json = net.dir().join("ina.json");
         // The committed program (the v1model crate's tests keep it equal to the generated one).
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../switch-p4")
             .join(ina_switch_p4::v1model::COMMITTED_PATH);
-        run(Command::new(&tools.p4c)
-            .args([
-                "--std", "p4-16", "--target", "bmv2", "--arch", "v1model", "-o",
-            ])
-            .arg(&json)
-            .arg(&src))?;
+        let json = bmv2::compile(&src, &net.dir().join("ina.json"))
+            .map_err(|e| TargetError::Setup(e.to_string()))?;
         Ok(Bmv2Target {
             net,
             json,
-            tools,
-            child: None,
+            switch: None,
             setup_time: Duration::ZERO,
         })
     }
@@ -115,55 +85,13 @@ impl Bmv2Target {
     pub fn set_quiet(&mut self, quiet: Duration) {
         self.net.set_quiet(quiet);
     }
-
-    fn stop_switch(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn cli(&self, commands: &[String]) -> Result<String, TargetError> {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", self.net.ns()])
-            .arg(&self.tools.cli)
-            .args(["--thrift-port", &THRIFT_PORT.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all((commands.join("\n") + "\n").as_bytes())?;
-        }
-        let out = child.wait_with_output()?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(TargetError::Setup(format!(
-                "simple_switch_CLI failed: {text}"
-            )));
-        }
-        Ok(text)
-    }
 }
 
 impl Drop for Bmv2Target {
     fn drop(&mut self) {
         // The switch goes before its namespace.
-        self.stop_switch();
+        self.switch = None;
     }
-}
-
-/// Errors `simple_switch_CLI` reports in its output (it exits 0 after most of them).
-fn cli_errors(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|l| {
-            l.contains("Error")
-                || l.contains("Invalid")
-                || l.contains("Traceback")
-                || l.contains("error:")
-        })
-        .collect()
 }
 
 impl Target for Bmv2Target {
@@ -173,63 +101,27 @@ impl Target for Bmv2Target {
 
     fn configure(&mut self, switch: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), TargetError> {
         let started = Instant::now();
-        let commands =
-            bmv2_commands(switch, jobs).map_err(|e| TargetError::Setup(e.to_string()))?;
-        self.stop_switch();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", self.net.ns()])
-            .arg(&self.tools.simple_switch);
-        for p in &switch.ports {
-            if !self.net.has_port(*p) {
-                return Err(TargetError::Setup(format!("port {p} has no veth pair")));
-            }
-            cmd.args(["-i", &format!("{p}@sw{p}")]);
+        // A fresh switch per configuration: the commands count multicast nodes from 0.
+        self.switch = None;
+        if let Some(p) = switch.ports.iter().find(|p| !self.net.has_port(**p)) {
+            return Err(TargetError::Setup(format!("port {p} has no veth pair")));
         }
-        // (The notification socket's default path in /tmp is shared by every bmv2 on the
-        // machine, whatever its namespace.)
-        let notifications = format!(
-            "ipc://{}",
-            self.net.dir().join("notifications.ipc").display()
-        );
-        cmd.args(["--notifications-addr", &notifications]);
-        if std::env::var_os("INA_BMV2_LOG").is_some() {
-            cmd.arg("--log-file")
-                .arg(self.net.dir().join("packets"))
-                .arg("--log-flush");
-        }
-        let log_path = self.net.dir().join("simple_switch.log");
-        let log = File::create(&log_path)?;
-        cmd.args(["--thrift-port", &THRIFT_PORT.to_string()])
-            .arg(&self.json)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        self.child = Some(cmd.spawn()?);
-        // Wait for the thrift server.
-        in_netns(self.net.ns(), move || {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], THRIFT_PORT));
-                if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                    return Ok(());
-                }
-                if Instant::now() > deadline {
-                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                    return Err(TargetError::Setup(format!(
-                        "simple_switch did not start; its output:\n{log}"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })?;
-        let text = self.cli(&commands)?;
-        let errors = cli_errors(&text);
-        if !errors.is_empty() {
-            return Err(TargetError::Setup(format!(
-                "simple_switch_CLI reported: {}",
-                errors.join("; ")
-            )));
-        }
+        let setup = |e: bmv2::Bmv2Error| TargetError::Setup(e.to_string());
+        let sw = Bmv2::start(Bmv2Config {
+            program: self.json.clone(),
+            ports: switch
+                .ports
+                .iter()
+                .map(|p| (*p, format!("sw{p}")))
+                .collect(),
+            thrift_port: THRIFT_PORT,
+            netns: Some(self.net.ns().to_string()),
+            log_file: self.net.dir().join("simple_switch.log"),
+            packet_log: std::env::var_os("INA_BMV2_LOG").map(|_| self.net.dir().join("packets")),
+        })
+        .map_err(setup)?;
+        sw.configure(switch, jobs).map_err(setup)?;
+        self.switch = Some(sw);
         self.net.drain();
         self.setup_time += started.elapsed();
         Ok(())
@@ -248,42 +140,13 @@ impl Target for Bmv2Target {
     }
 
     fn counters(&mut self) -> Result<Counts, TargetError> {
-        let text = self.cli(&bmv2_counter_commands())?;
-        let mut c = Counts::default();
-        let mut seen = 0;
-        for line in text.lines() {
-            // `InaIngress.ina_events[3]= (120 bytes, 2 packets)`
-            let Some(end) = line.find(" packets)") else {
-                continue;
-            };
-            let head = &line[..end];
-            let digits = head.rsplit(' ').next().unwrap_or_default();
-            let value: u64 = digits
-                .parse()
-                .map_err(|_| TargetError::Setup(format!("counter line {line:?}")))?;
-            if let Some(i) = line.find("ina_events[") {
-                let idx: String = line[i + 11..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect();
-                let idx: usize = idx
-                    .parse()
-                    .map_err(|_| TargetError::Setup(format!("counter line {line:?}")))?;
-                if let Some(slot) = c.events.get_mut(idx) {
-                    *slot = value;
-                    seen += 1;
-                }
-            } else if line.contains("ina_multicast") {
-                c.multicast = value;
-                seen += 1;
-            }
-        }
-        if seen != Event::COUNT + 1 {
-            return Err(TargetError::Setup(format!(
-                "read {seen} counters of {}: {text}",
-                Event::COUNT + 1
-            )));
-        }
-        Ok(c)
+        let sw = self
+            .switch
+            .as_ref()
+            .ok_or_else(|| TargetError::Setup("not running".into()))?;
+        let (events, multicast) = sw
+            .counters()
+            .map_err(|e| TargetError::Setup(e.to_string()))?;
+        Ok(Counts { events, multicast })
     }
 }

@@ -118,6 +118,7 @@ impl HubSwitch {
                     thrift_port: 9090,
                     netns: Some(f.rack.hub()),
                     log_file: f.scratch.join("simple_switch.log"),
+                    packet_log: None,
                 })?;
                 let desc = SwitchDesc {
                     mac: MacAddr(SWITCH_MAC_BYTES),
