@@ -81,14 +81,23 @@ struct FileConfig {
     job: Vec<JobSpec>,
 }
 
-/// Parses the `--job` syntax.
-pub fn parse_job(s: &str) -> Result<JobSpec, String> {
-    let mut id = None;
-    let mut slots = None;
-    let mut elems = None;
-    let mut workers = None;
-    let mut epoch = None;
-    let mut group = None;
+/// The keys of a `--job` value common to the UDP and the raw-port switch; `workers` and
+/// `group` are left as text for each to read.
+#[derive(Debug, Default)]
+pub struct JobKeys<'a> {
+    pub id: u16,
+    pub epoch: Option<u16>,
+    /// (first slot, slot count)
+    pub slots: (u16, u16),
+    pub elems: u16,
+    pub workers: &'a str,
+    pub group: Option<&'a str>,
+}
+
+/// Splits `id=1;slots=0..64;elems=256;workers=...` into its keys, checking the common ones.
+pub fn parse_job_keys(s: &str) -> Result<JobKeys<'_>, String> {
+    let (mut id, mut slots, mut elems, mut workers) = (None, None, None, None);
+    let mut keys = JobKeys::default();
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, value) = part
             .split_once('=')
@@ -96,7 +105,7 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
         let value = value.trim();
         match key.trim() {
             "id" | "job" => id = Some(value.parse::<u16>().map_err(|e| format!("id: {e}"))?),
-            "epoch" => epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
+            "epoch" => keys.epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
             "slots" => {
                 let (a, b) = value
                     .split_once("..")
@@ -111,29 +120,40 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
             "elems" => {
                 elems = Some(value.parse::<u16>().map_err(|e| format!("elems: {e}"))?);
             }
-            "workers" => {
-                let list: Result<Vec<SocketAddr>, _> =
-                    value.split(',').map(|a| a.trim().parse()).collect();
-                workers = Some(list.map_err(|e| format!("workers: {e}"))?);
-            }
-            "group" => {
-                let g: SocketAddrV4 = value.parse().map_err(|e| format!("group: {e}"))?;
-                if !g.ip().is_multicast() {
-                    return Err(format!("group `{value}` is not a multicast address"));
-                }
-                group = Some(g);
-            }
+            "workers" => workers = Some(value),
+            "group" => keys.group = Some(value),
             other => return Err(format!("unknown key `{other}`")),
         }
     }
-    let (slot_base, slot_count) = slots.ok_or("missing slots=START..END")?;
+    keys.slots = slots.ok_or("missing slots=START..END")?;
+    keys.id = id.ok_or("missing id=")?;
+    keys.elems = elems.unwrap_or(256);
+    keys.workers = workers.ok_or("missing workers=")?;
+    Ok(keys)
+}
+
+/// Parses the `--job` syntax of the UDP switch.
+pub fn parse_job(s: &str) -> Result<JobSpec, String> {
+    let keys = parse_job_keys(s)?;
+    let workers: Result<Vec<SocketAddr>, _> =
+        keys.workers.split(',').map(|a| a.trim().parse()).collect();
+    let group = match keys.group {
+        None => None,
+        Some(value) => {
+            let g: SocketAddrV4 = value.parse().map_err(|e| format!("group: {e}"))?;
+            if !g.ip().is_multicast() {
+                return Err(format!("group `{value}` is not a multicast address"));
+            }
+            Some(g)
+        }
+    };
     Ok(JobSpec {
-        job: id.ok_or("missing id=")?,
-        epoch,
-        slot_base,
-        slot_count,
-        elems_per_packet: elems.unwrap_or(256),
-        workers: workers.ok_or("missing workers=")?,
+        job: keys.id,
+        epoch: keys.epoch,
+        slot_base: keys.slots.0,
+        slot_count: keys.slots.1,
+        elems_per_packet: keys.elems,
+        workers: workers.map_err(|e| format!("workers: {e}"))?,
         group,
     })
 }

@@ -53,59 +53,37 @@ fn port_index(ports: &[String], name: &str) -> Result<u16, String> {
 /// `id=1;slots=0..64;elems=64;workers=IF/MAC/IP:UDP,...` (rank r is the r-th worker), with an
 /// optional `epoch=`.
 pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, String> {
-    let (mut id, mut slots, mut elems, mut ranks, mut epoch) = (None, None, None, None, None);
-    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("`{part}` is not key=value"))?;
-        let value = value.trim();
-        match key.trim() {
-            "id" | "job" => id = Some(value.parse::<u16>().map_err(|e| format!("id: {e}"))?),
-            "epoch" => epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
-            "slots" => {
-                let (a, b) = value
-                    .split_once("..")
-                    .ok_or_else(|| format!("slots `{value}` is not START..END"))?;
-                let a: u16 = a.parse().map_err(|e| format!("slots start: {e}"))?;
-                let b: u16 = b.parse().map_err(|e| format!("slots end: {e}"))?;
-                if b <= a {
-                    return Err(format!("slots `{value}` is empty"));
-                }
-                slots = Some((a, b - a));
-            }
-            "elems" => elems = Some(value.parse::<u16>().map_err(|e| format!("elems: {e}"))?),
-            "workers" => {
-                let mut list = Vec::new();
-                for w in value.split(',').map(str::trim) {
-                    let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
-                        return Err(format!("worker `{w}` is not INTERFACE/MAC/IP:UDP_PORT"));
-                    };
-                    let addr: SocketAddrV4 = addr
-                        .parse()
-                        .map_err(|e| format!("worker `{w}`: address: {e}"))?;
-                    list.push(Endpoint {
-                        port: port_index(ports, ifname)?,
-                        mac: parse_mac(mac)?,
-                        ip: addr.ip().octets(),
-                        udp_port: addr.port(),
-                    });
-                }
-                ranks = Some(list);
-            }
-            other => return Err(format!("unknown key `{other}`")),
-        }
+    let keys = crate::cmd_switch::parse_job_keys(s)?;
+    if keys.group.is_some() {
+        return Err(
+            "group= is for the UDP switch: on raw ports every result leaves once per rank's port"
+                .into(),
+        );
     }
-    let (slot_base, slot_count) = slots.ok_or("missing slots=START..END")?;
-    let id = id.ok_or("missing id=")?;
+    let mut ranks = Vec::new();
+    for w in keys.workers.split(',').map(str::trim) {
+        let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
+            return Err(format!("worker `{w}` is not INTERFACE/MAC/IP:UDP_PORT"));
+        };
+        let addr: SocketAddrV4 = addr
+            .parse()
+            .map_err(|e| format!("worker `{w}`: address: {e}"))?;
+        ranks.push(Endpoint {
+            port: port_index(ports, ifname)?,
+            mac: parse_mac(mac)?,
+            ip: addr.ip().octets(),
+            udp_port: addr.port(),
+        });
+    }
     Ok(FrameJob {
-        job: id,
+        job: keys.id,
         // Different on every start unless given, as on the UDP switch: a restarted switch
         // refuses the old run's packets instead of adding them into cleared registers.
-        epoch: epoch.unwrap_or_else(|| boot_epoch(id)),
-        slot_base,
-        slot_count,
-        elems_per_packet: elems.unwrap_or(256),
-        ranks: ranks.ok_or("missing workers=")?,
+        epoch: keys.epoch.unwrap_or_else(|| boot_epoch(keys.id)),
+        slot_base: keys.slots.0,
+        slot_count: keys.slots.1,
+        elems_per_packet: keys.elems,
+        ranks,
     })
 }
 
@@ -226,6 +204,7 @@ mod tests {
             "id=2;slots=8..16;workers=p0/198.18.0.1:9000",
             "id=2;slots=8..8;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
             "id=2;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
+            "id=2;slots=0..8;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000;group=239.1.1.1:5000",
         ];
         for b in bad {
             assert!(parse_frame_job(b, &ports).is_err(), "{b}");

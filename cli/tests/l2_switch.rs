@@ -86,24 +86,11 @@ fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
             .map(|p| Outcome::collect(p, after(Duration::from_secs(60))))
             .collect();
         let stats = stop(&mut sw);
-        let mut prints = Vec::new();
-        for o in &outcomes {
-            assert!(
-                matches!(o.end, End::Done(_)),
-                "{} ({elems} elements): {:?}\n{}\nswitch: {stats}",
-                o.name,
-                o.end,
-                o.stderr
-            );
-            assert_eq!(o.violations(), vec![0; run.total()], "{}", o.name);
-            prints.push(
-                o.iterations
-                    .iter()
-                    .map(|l| l.value["fingerprint"].clone())
-                    .collect::<Vec<_>>(),
-            );
-        }
-        assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
+        assert_all_exact(
+            &outcomes,
+            run.total(),
+            &format!("({elems} elements) switch: {stats}"),
+        );
         // Every packet was one of the job's; each worker resolved the switch by ARP (in the
         // first round: the second finds it in its cache).
         // Each tensor is B blocks plus the lookahead's min(window, B) header-only packets.

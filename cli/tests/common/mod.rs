@@ -675,3 +675,27 @@ pub fn fingerprint(v: &[f32]) -> u64 {
     }
     h
 }
+
+/// Asserts that every worker finished all `iterations` (warm-up included) with every element
+/// within its bound, and that all of them hold the same bits in every iteration. `context`
+/// (the switch's counters, say) is printed with a failure.
+pub fn assert_all_exact(outcomes: &[Outcome], iterations: usize, context: &dyn std::fmt::Display) {
+    let mut prints = Vec::new();
+    for o in outcomes {
+        assert!(
+            matches!(o.end, End::Done(_)),
+            "{}: {:?}\n{}\n{context}",
+            o.name,
+            o.end,
+            o.stderr
+        );
+        assert_eq!(o.violations(), vec![0; iterations], "{}", o.name);
+        prints.push(
+            o.iterations
+                .iter()
+                .map(|l| l.value["fingerprint"].clone())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
+}
