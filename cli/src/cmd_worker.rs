@@ -70,6 +70,8 @@ pub struct WorkerArgs {
     #[arg(long)]
     no_verify: bool,
     /// The multicast group the switch sends the job's results to (ina; the job's `group`).
+    /// Without it the worker joins the group the switch names for the job, if any; a group
+    /// other than the job's fails the worker with `job_mismatch`.
     #[arg(long)]
     group: Option<std::net::SocketAddrV4>,
 }
@@ -107,6 +109,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             cfg.give_up = Duration::from_millis(args.give_up_ms);
             cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
             cfg.expect_workers = u8::try_from(args.workers).ok();
+            cfg.group = args.group;
             let comm = match Communicator::with_port(port, cfg) {
                 Ok(c) => c,
                 Err(e) => fail(e.kind(), e.to_string()),
@@ -116,6 +119,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             emit(serde_json::json!({
                 "event": "joined", "epoch": job.epoch, "window": job.window,
                 "elems_per_packet": job.info.elems_per_packet, "workers": job.info.workers,
+                "group": job.group.map(|g| g.to_string()),
             }));
             Box::new(InaReducer(comm))
         }

@@ -4,7 +4,8 @@ use crate::loss::Loss;
 use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
 use ina_proto::pipeline::{Burst, Counters, JobConfig, Pipeline, PortId, Verdict};
 use ina_proto::Instant;
-use ina_wire::{AggPacket, AggRepr, MessageType};
+use ina_wire::agg::{ProbeGroup, ProbeInfo};
+use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
@@ -342,6 +343,39 @@ struct Egress<'s> {
     max_reply: usize,
 }
 
+/// A ProbeReply for a job whose results go to a multicast group names the group (PROTOCOL.md
+/// §3): a worker that has not joined it would get every result only as the answer to a
+/// retransmission. Returns the reply's new length (`len` for any other reply).
+fn name_group(groups: &[(u16, SocketAddrV4)], buf: &mut [u8], len: usize) -> usize {
+    if groups.is_empty() || len != HEADER_LEN + 4 * usize::from(ProbeInfo::COUNT) {
+        return len;
+    }
+    let Some(Ok(pkt)) = buf.get(..len).map(AggPacket::new_checked) else {
+        return len;
+    };
+    if pkt.msg_type_raw() != MessageType::ProbeReply as u8 {
+        return len;
+    }
+    let job = pkt.job();
+    let Some(&(_, group)) = groups.iter().find(|(j, _)| *j == job) else {
+        return len;
+    };
+    let Some(tail) = buf.get_mut(len..) else {
+        return len;
+    };
+    if (ProbeGroup { group }).emit(tail).is_err() {
+        return len;
+    }
+    let longer = len + 4 * usize::from(ProbeGroup::COUNT);
+    match buf.get_mut(..longer) {
+        Some(reply) => {
+            AggPacket::new_unchecked(reply).set_count(ProbeInfo::COUNT_WITH_GROUP);
+            longer
+        }
+        None => len,
+    }
+}
+
 impl Egress<'_> {
     /// Runs one datagram through the pipeline and queues its reply, if any.
     #[inline(always)]
@@ -364,6 +398,7 @@ impl Egress<'_> {
         // datagram per destination without further copies.
         let ports = &mut *self.ports;
         ports.clear();
+        let groups = self.groups;
         let mut multicast = false;
         // (Inlined, like `write_in_place`, so that the pipeline's fast path is compiled into
         // the burst's loop.)
@@ -373,7 +408,7 @@ impl Egress<'_> {
             |buf| match pipe.process(ingress, data, now, buf) {
                 Verdict::Unicast { port, len } => {
                     ports.push(port);
-                    len
+                    name_group(groups, buf, len)
                 }
                 Verdict::Multicast { ports: to, len } => {
                     multicast = true;

@@ -392,10 +392,16 @@ impl ProbeInfo {
         Ok(())
     }
 
-    /// Decodes a ProbeReply payload.
+    /// Payload elements of a ProbeReply that also names the job's multicast group
+    /// ([`ProbeGroup`]).
+    pub const COUNT_WITH_GROUP: u16 = Self::COUNT + ProbeGroup::COUNT;
+
+    /// Decodes a ProbeReply payload: its first four elements. The payload is 4 elements long,
+    /// or 6 when it names the job's multicast group (read by [`ProbeGroup::parse`]).
     pub fn parse(payload: &[u8]) -> Result<ProbeInfo> {
         let mut w = [0i32; 4];
-        if crate::payload::decode_into(payload, &mut w) != 4 || payload.len() != 16 {
+        let whole = payload.len() == 16 || payload.len() == 24;
+        if crate::payload::decode_into(payload, &mut w) != 4 || !whole {
             return Err(Error::LengthMismatch {
                 count: Self::COUNT,
                 expected: 16,
@@ -415,6 +421,66 @@ impl ProbeInfo {
             slot_base: field(w[2], 0xffff)? as u16,
             slot_count: field(w[3], 0xffff)? as u16,
         })
+    }
+}
+
+/// The tail of a ProbeReply from a switch that sends the job's finished results once to a
+/// multicast group instead of to every worker's own address: two more payload elements, the
+/// group's IPv4 address (its four bytes as one big-endian element) and UDP port. A worker
+/// that has not joined the group would get every result only as the answer to a
+/// retransmission; with this it joins the group, or refuses to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProbeGroup {
+    pub group: core::net::SocketAddrV4,
+}
+
+impl ProbeGroup {
+    /// Payload elements the group adds to a ProbeReply.
+    pub const COUNT: u16 = 2;
+
+    /// Encodes the two elements into `tail` (at least 8 bytes; the bytes after the four
+    /// elements of [`ProbeInfo`]).
+    pub fn emit(&self, tail: &mut [u8]) -> Result<()> {
+        let Some(words) = tail.first_chunk_mut::<8>() else {
+            return Err(Error::BufferTooSmall {
+                need: 8,
+                have: tail.len(),
+            });
+        };
+        words[..4].copy_from_slice(&self.group.ip().octets());
+        words[4..].copy_from_slice(&u32::from(self.group.port()).to_be_bytes());
+        Ok(())
+    }
+
+    /// The group a whole ProbeReply payload names: `None` for the four-element form, an error
+    /// for any length but 16 and 24 bytes, an address that is not multicast, or port 0.
+    pub fn parse(payload: &[u8]) -> Result<Option<ProbeGroup>> {
+        match payload.len() {
+            16 => return Ok(None),
+            24 => {}
+            actual => {
+                return Err(Error::LengthMismatch {
+                    count: ProbeInfo::COUNT_WITH_GROUP,
+                    expected: 24,
+                    actual,
+                })
+            }
+        }
+        let (Some(ip), Some(port)) = (payload.get(16..20), payload.get(20..24)) else {
+            return Err(Error::Frame("probe reply group truncated"));
+        };
+        let ip = core::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]);
+        let port = u32::from_be_bytes([port[0], port[1], port[2], port[3]]);
+        let port = match u16::try_from(port) {
+            Ok(p) if p != 0 => p,
+            _ => return Err(Error::Frame("probe reply group port out of range")),
+        };
+        if !ip.is_multicast() {
+            return Err(Error::Frame("probe reply group is not a multicast address"));
+        }
+        Ok(Some(ProbeGroup {
+            group: core::net::SocketAddrV4::new(ip, port),
+        }))
     }
 }
 
@@ -528,6 +594,7 @@ mod tests {
         fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = AggRepr::parse_bytes(&bytes);
             let _ = ProbeInfo::parse(&bytes);
+            let _ = ProbeGroup::parse(&bytes);
             let _ = PendingInfo::parse(&bytes);
         }
 
@@ -549,6 +616,42 @@ mod tests {
             let mut buf = [0u8; 16];
             info.emit(&mut buf).unwrap();
             prop_assert_eq!(ProbeInfo::parse(&buf).unwrap(), info);
+            prop_assert_eq!(ProbeGroup::parse(&buf).unwrap(), None);
+        }
+
+        #[test]
+        fn probe_info_with_group_round_trip(
+            workers in 0u8..=32, e in any::<u16>(), b in any::<u16>(), c in any::<u16>(),
+            ip in 0xe000_0000u32..=0xefff_ffff, port in 1u16..,
+        ) {
+            let info = ProbeInfo { workers, elems_per_packet: e, slot_base: b, slot_count: c };
+            let group = ProbeGroup {
+                group: core::net::SocketAddrV4::new(ip.into(), port),
+            };
+            let mut buf = [0u8; 24];
+            info.emit(&mut buf).unwrap();
+            group.emit(&mut buf[16..]).unwrap();
+            prop_assert_eq!(ProbeInfo::parse(&buf).unwrap(), info);
+            prop_assert_eq!(ProbeGroup::parse(&buf).unwrap(), Some(group));
+            // Every other length is refused, by both.
+            for len in [0, 4, 12, 20, 28] {
+                let mut longer = [0u8; 28];
+                longer[..24].copy_from_slice(&buf);
+                prop_assert!(ProbeInfo::parse(&longer[..len]).is_err());
+                prop_assert!(ProbeGroup::parse(&longer[..len]).is_err());
+            }
+            prop_assert!(group.emit(&mut buf[..7]).is_err());
+        }
+
+        #[test]
+        fn probe_group_refuses_unicast_addresses_and_port_zero(
+            ip in any::<u32>(), port in any::<u32>(),
+        ) {
+            let mut buf = [0u8; 24];
+            buf[16..20].copy_from_slice(&ip.to_be_bytes());
+            buf[20..].copy_from_slice(&port.to_be_bytes());
+            let valid = core::net::Ipv4Addr::from(ip).is_multicast() && (1..=0xffff).contains(&port);
+            prop_assert_eq!(ProbeGroup::parse(&buf).is_ok(), valid);
         }
     }
 

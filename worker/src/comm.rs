@@ -4,7 +4,7 @@ use ina_io::{IoError, Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::Instant;
-use ina_wire::agg::ProbeInfo;
+use ina_wire::agg::{ProbeGroup, ProbeInfo};
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -40,7 +40,11 @@ pub struct WorkerConfig {
     /// Socket settings.
     pub udp: UdpConfig,
     /// The multicast group the switch sends this job's results to, if it does (the job's
-    /// `group`): [`Communicator::connect`] joins it on the interface of `bind`.
+    /// `group`): [`Communicator::connect`] joins it on the interface of `bind`. With `None`,
+    /// [`Communicator::connect`] joins the group the switch names in its probe reply, if any;
+    /// a group that differs from the switch's, or one for a job without a group, fails the
+    /// connection with [`WorkerError::JobMismatch`]. For [`Communicator::with_port`] it says
+    /// which group the port joined.
     pub group: Option<SocketAddrV4>,
 }
 
@@ -155,6 +159,8 @@ pub struct OpStats {
 pub struct JobInfo {
     pub epoch: u16,
     pub info: ProbeInfo,
+    /// The multicast group the switch sends the job's results to (joined by this worker).
+    pub group: Option<SocketAddrV4>,
     pub window: u16,
     pub lanes: u16,
 }
@@ -191,22 +197,62 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     /// Identifies this communicator to the switch in its probes: a rank probing with a new
     /// nonce is a new worker, and the switch gives the job a new epoch before answering it.
     nonce: u32,
+    /// The multicast group the port receives.
+    joined: Option<SocketAddrV4>,
+    /// Joins the port to a group the switch names: set for UDP ports.
+    join: Option<JoinGroup<P>>,
 }
+
+/// How a communicator joins its port to a multicast group.
+type JoinGroup<P> = fn(&mut P, SocketAddrV4) -> Result<(), IoError>;
 
 impl Communicator<UdpPort> {
     /// Binds the UDP socket and asks the switch for the job.
     pub fn connect(cfg: WorkerConfig) -> Result<Self, WorkerError> {
-        let mut port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
-        if let Some(group) = cfg.group {
-            port.join_group(group)?;
-        }
+        let port = UdpPort::bind_with(cfg.bind, &cfg.udp)?;
         Communicator::with_port(port, cfg)
+    }
+}
+
+/// Joins a [`UdpPort`] (the only port type [`Communicator::with_port`] hands this to) to a
+/// multicast group.
+fn join_udp<P: 'static>(port: &mut P, group: SocketAddrV4) -> Result<(), IoError> {
+    match (port as &mut dyn std::any::Any).downcast_mut::<UdpPort>() {
+        Some(udp) => udp.join_group(group),
+        None => Ok(()),
     }
 }
 
 impl<P: Port<Addr = SocketAddr>> Communicator<P> {
     /// Uses an open port and asks the switch for the job.
-    pub fn with_port(port: P, cfg: WorkerConfig) -> Result<Self, WorkerError> {
+    ///
+    /// A [`UdpPort`] joins `cfg.group` if set, and otherwise the group the switch names for
+    /// the job, if any (a port that joined a group already is taken as is). Any other port
+    /// must already receive the job's group, and `cfg.group` name it. A switch that names
+    /// another group than the port's, or none while the port has one, fails the connection
+    /// with [`WorkerError::JobMismatch`].
+    pub fn with_port(mut port: P, cfg: WorkerConfig) -> Result<Self, WorkerError>
+    where
+        P: 'static,
+    {
+        let mut join = None;
+        let mut joined = cfg.group;
+        if let Some(udp) = (&mut port as &mut dyn std::any::Any).downcast_mut::<UdpPort>() {
+            if let Some(group) = cfg.group.filter(|g| udp.group() != Some(*g)) {
+                udp.join_group(group)?;
+            }
+            joined = udp.group();
+            join = Some(join_udp::<P> as JoinGroup<P>);
+        }
+        Communicator::start(port, cfg, joined, join)
+    }
+
+    fn start(
+        port: P,
+        cfg: WorkerConfig,
+        joined: Option<SocketAddrV4>,
+        join: Option<JoinGroup<P>>,
+    ) -> Result<Self, WorkerError> {
         if cfg.lanes == 0 {
             return Err(WorkerError::Config("lanes must be at least 1".into()));
         }
@@ -220,6 +266,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     slot_base: 0,
                     slot_count: 0,
                 },
+                group: None,
                 window: 0,
                 lanes: 0,
             },
@@ -233,6 +280,8 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             broken: None,
             counters: CommCounters::default(),
             nonce: fresh_nonce(),
+            joined,
+            join,
             cfg,
         };
         comm.probe()?;
@@ -303,10 +352,12 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     {
                         continue;
                     }
-                    let Ok(info) = ProbeInfo::parse(payload) else {
+                    let (Ok(info), Ok(group)) =
+                        (ProbeInfo::parse(payload), ProbeGroup::parse(payload))
+                    else {
                         continue;
                     };
-                    return self.adopt(h.epoch, info);
+                    return self.adopt(h.epoch, info, group.map(|g| g.group));
                 }
             }
             if start.elapsed() >= self.cfg.probe_timeout {
@@ -321,7 +372,45 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         }
     }
 
-    fn adopt(&mut self, epoch: u16, info: ProbeInfo) -> Result<(), WorkerError> {
+    /// Makes the port receive the multicast group the switch sends the job's results to
+    /// (`group`, from the probe reply), or fails: a worker outside the job's group would get
+    /// every result only as the answer to a retransmission, and a worker in a group the job
+    /// does not use was configured for another job.
+    fn follow_group(&mut self, group: Option<SocketAddrV4>) -> Result<(), WorkerError> {
+        let job = self.cfg.job;
+        match (group, self.joined) {
+            (None, None) => Ok(()),
+            (Some(want), Some(have)) if want == have => Ok(()),
+            (Some(want), None) => match self.join {
+                Some(join) => {
+                    join(&mut self.port, want).map_err(|e| {
+                        WorkerError::Io(format!(
+                            "joining multicast group {want}, to which the switch sends job {job}'s results: {e}"
+                        ))
+                    })?;
+                    tracing::info!(job, group = %want, "joined the job's multicast group, as the switch named it");
+                    self.joined = Some(want);
+                    Ok(())
+                }
+                None => Err(WorkerError::JobMismatch(format!(
+                    "the switch sends job {job}'s results to multicast group {want}, which this worker did not join (set the group: --group {want})"
+                ))),
+            },
+            (Some(want), Some(have)) => Err(WorkerError::JobMismatch(format!(
+                "this worker joined multicast group {have}, but the switch sends job {job}'s results to group {want} (set the group: --group {want})"
+            ))),
+            (None, Some(have)) => Err(WorkerError::JobMismatch(format!(
+                "this worker joined multicast group {have}, but the switch sends job {job}'s results to each worker's own address (the job has no group: drop --group)"
+            ))),
+        }
+    }
+
+    fn adopt(
+        &mut self,
+        epoch: u16,
+        info: ProbeInfo,
+        group: Option<SocketAddrV4>,
+    ) -> Result<(), WorkerError> {
         if let Some(n) = self.cfg.expect_workers {
             if n != info.workers {
                 return Err(WorkerError::JobMismatch(format!(
@@ -347,9 +436,11 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 info.slot_count
             )));
         }
+        self.follow_group(group)?;
         self.job = JobInfo {
             epoch,
             info,
+            group,
             window,
             lanes,
         };
