@@ -4,6 +4,10 @@
 //! all-reduce (and measures the switch against a plain UDP reflector); `ina switch` runs the
 //! software switch daemon; `ina worker` runs one worker process; `ina sim` runs the
 //! deterministic simulator. The subcommands only parse flags and drive the libraries.
+//!
+//! A command that fails prints `error: ` and the chain of causes on one line to stderr, never
+//! a backtrace (whatever `RUST_BACKTRACE` says: these are configuration and usage errors, not
+//! bugs), and exits with status 2, as clap does for flags it cannot parse.
 
 mod bench;
 mod cmd_sim;
@@ -44,8 +48,18 @@ fn init_tracing(default: &str) {
         .try_init();
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(args) => {
             init_tracing("warn");
