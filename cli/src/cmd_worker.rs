@@ -66,6 +66,10 @@ pub struct WorkerArgs {
     /// Wait this long for the switch to answer the job probe.
     #[arg(long, default_value_t = 20_000)]
     probe_timeout_ms: u64,
+    /// Ring: how long to keep trying to connect to the next peer (and to wait for the
+    /// previous one) before failing.
+    #[arg(long, default_value_t = 30_000)]
+    connect_timeout_ms: u64,
     /// Skip checking results against the exact sums.
     #[arg(long)]
     no_verify: bool,
@@ -144,7 +148,12 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             if peers.len() != args.workers {
                 anyhow::bail!("{} peers for {} workers", peers.len(), args.workers);
             }
-            let opts = RingOptions::default().with_job_id(u64::from(args.job));
+            if args.connect_timeout_ms == 0 {
+                anyhow::bail!("--connect-timeout-ms must be at least 1");
+            }
+            let opts = RingOptions::default()
+                .with_job_id(u64::from(args.job))
+                .with_connect_timeout(Duration::from_millis(args.connect_timeout_ms));
             match RingComm::connect_with_listener(rank, listener, &peers, opts) {
                 Ok(c) => Box::new(RingReducer(c)),
                 Err(e) => fail("ring", e.to_string()),

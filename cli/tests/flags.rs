@@ -1,0 +1,149 @@
+//! What `ina` says when it is given flags it cannot work with: plain messages that name the
+//! flag at fault, no backtraces, and timeouts the user can set.
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn ina() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ina"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `ina` with `args` and RUST_BACKTRACE=1; returns the output and its stderr.
+fn run_failing(args: &[&str]) -> (Output, String) {
+    let out = ina()
+        .env("RUST_BACKTRACE", "1")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "ina {args:?} succeeded: {stderr}");
+    (out, stderr)
+}
+
+/// A configuration error is one plain line, with its causes, and exit status 2, even with
+/// RUST_BACKTRACE set.
+#[test]
+fn configuration_errors_print_no_backtrace() {
+    let worker = format!("127.0.0.1:{}", free_port());
+    let cases: [(Vec<String>, &str); 3] = [
+        (
+            vec![
+                "switch".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--job".into(),
+                format!("id=1;slots=0..8;colour=blue;workers={worker}"),
+            ],
+            "unknown key `colour`",
+        ),
+        (
+            ["worker", "--rank", "3", "--workers", "2"]
+                .map(String::from)
+                .to_vec(),
+            "--rank 3 but only 2 workers",
+        ),
+        (
+            vec![
+                "switch".into(),
+                "--config".into(),
+                "/nonexistent/ina-switch.toml".into(),
+            ],
+            "reading /nonexistent/ina-switch.toml: No such file",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (out, stderr) = run_failing(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        for noise in ["backtrace", "Caused by", "Stack", "panicked"] {
+            assert!(!stderr.contains(noise), "{args:?}: {noise} in {stderr}");
+        }
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
+/// `--connect-timeout-ms` bounds how long a ring worker waits for a peer that never comes.
+#[test]
+fn ring_connect_timeout_is_a_flag() {
+    let help = ina().args(["worker", "--help"]).output().unwrap();
+    let help = text(&help.stdout);
+    assert!(help.contains("--connect-timeout-ms"), "{help}");
+    assert!(help.contains("[default: 30000]"), "{help}");
+
+    let me = format!("127.0.0.1:{}", free_tcp_port());
+    let absent = format!("127.0.0.1:{}", free_tcp_port());
+    let peers = format!("{me},{absent}");
+    let give_up_after = |ms: &str| {
+        let started = Instant::now();
+        let out = ina()
+            .args([
+                "worker",
+                "--algorithm",
+                "ring",
+                "--rank",
+                "0",
+                "--workers",
+                "2",
+            ])
+            .args(["--bind", &me, "--peers", &peers, "--connect-timeout-ms", ms])
+            .args(["--elements", "16", "--iterations", "1", "--warmup", "0"])
+            .output()
+            .unwrap();
+        let waited = started.elapsed();
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+        assert!(
+            stdout.contains(r#""event":"error""#) && stdout.contains(r#""kind":"ring""#),
+            "{stdout}"
+        );
+        waited
+    };
+    let short = give_up_after("300");
+    assert!(short < Duration::from_secs(5), "failed after {short:?}");
+    let long = give_up_after("2500");
+    assert!(
+        long >= Duration::from_millis(1500) && long < Duration::from_secs(10),
+        "failed after {long:?}, not after about 2.5 s"
+    );
+
+    let (out, stderr) = run_failing(&[
+        "worker",
+        "--algorithm",
+        "ring",
+        "--rank",
+        "0",
+        "--workers",
+        "2",
+        "--peers",
+        &peers,
+        "--connect-timeout-ms",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("--connect-timeout-ms"), "{stderr}");
+}
