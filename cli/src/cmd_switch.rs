@@ -52,7 +52,8 @@ pub struct SwitchArgs {
     /// Aggregation slots in the register pool.
     #[arg(long)]
     pool_slots: Option<u16>,
-    /// Largest elements per packet a job may use.
+    /// Largest elements per packet a job may use (the register pool holds this many values
+    /// per slot and set) [default: 256, or the largest `elems` of the jobs given at start].
     #[arg(long)]
     max_elems: Option<u16>,
     /// Drop each datagram with this probability on the way in, and again on the way out.
@@ -158,6 +159,31 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
     })
 }
 
+/// The largest elements per packet the switch takes: `given` (by --max-elems or the config
+/// file), which must cover every job given at start, or else 256 raised to the largest job's.
+/// `jobs` are `(where the job was given, its elements per packet)`.
+pub fn size_max_elems(given: Option<u16>, jobs: &[(String, u16)]) -> anyhow::Result<u16> {
+    let largest = jobs.iter().max_by_key(|(_, e)| *e);
+    let max = match (given, largest) {
+        (Some(m), Some((job, e))) if *e > m => bail!(
+            "--max-elems {m} is below the {e} elements per packet of {job}: pass --max-elems {e} or more (or drop it: it defaults to the largest job's)"
+        ),
+        (Some(m), _) => m,
+        (None, Some((_, e))) => (*e).max(DEFAULT_MAX_ELEMS),
+        (None, None) => DEFAULT_MAX_ELEMS,
+    };
+    if usize::from(max) > crate::bench::MAX_UDP_ELEMS {
+        bail!(
+            "--max-elems {max} does not fit a UDP datagram (at most {})",
+            crate::bench::MAX_UDP_ELEMS
+        );
+    }
+    Ok(max)
+}
+
+/// `--max-elems` when neither it nor any job says otherwise.
+const DEFAULT_MAX_ELEMS: u16 = 256;
+
 pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     if let Some(ports) = args.ports {
         if args.listen.is_some() || args.shards.is_some() || args.control.is_some() {
@@ -166,6 +192,12 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         if args.config.is_some() || args.loss.is_some() {
             bail!("--ports takes its jobs from --job flags; --config and --loss are for the UDP switch");
         }
+        let mut sizes = Vec::new();
+        for j in &args.jobs {
+            let keys = parse_job_keys(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+            sizes.push((format!("--job `{j}`"), keys.elems));
+        }
+        let max_elems = Some(size_max_elems(args.max_elems, &sizes)?);
         return crate::cmd_switch_ports::run(crate::cmd_switch_ports::PortsArgs {
             ports,
             mac: args.mac,
@@ -173,7 +205,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
             l2: args.l2,
             jobs: args.jobs,
             pool_slots: args.pool_slots,
-            max_elems: args.max_elems,
+            max_elems,
             mtu: args.mtu,
             stats_every: args.stats_every,
         });
@@ -197,15 +229,6 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     if let Some(p) = args.pool_slots.or(file.pool_slots) {
         cfg.pipeline.pool_slots = p;
     }
-    if let Some(m) = args.max_elems.or(file.max_elems) {
-        if usize::from(m) > crate::bench::MAX_UDP_ELEMS {
-            bail!(
-                "--max-elems {m} does not fit a UDP datagram (at most {})",
-                crate::bench::MAX_UDP_ELEMS
-            );
-        }
-        cfg.pipeline.max_elems = m;
-    }
     if let Some(l) = args.loss.or(file.loss) {
         if !(0.0..1.0).contains(&l) {
             bail!("--loss must be in [0, 1), got {l}");
@@ -215,11 +238,18 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     if let Some(s) = args.seed.or(file.seed) {
         cfg.seed = s;
     }
+    let mut sizes: Vec<(String, u16)> = file
+        .job
+        .iter()
+        .map(|j| (format!("job {} of --config", j.job), j.elems_per_packet))
+        .collect();
     cfg.jobs = file.job;
     for j in &args.jobs {
-        cfg.jobs
-            .push(parse_job(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?);
+        let job = parse_job(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+        sizes.push((format!("--job `{j}`"), job.elems_per_packet));
+        cfg.jobs.push(job);
     }
+    cfg.pipeline.max_elems = size_max_elems(args.max_elems.or(file.max_elems), &sizes)?;
     let control_addr = args.control.or(file.control);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -324,6 +354,28 @@ mod tests {
         assert_eq!(g.group, Some("239.1.2.3:4000".parse().unwrap()));
         assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=10.1.2.3:4000").is_err());
         assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3").is_err());
+    }
+
+    #[test]
+    fn max_elems_covers_every_job_or_names_the_flag() {
+        let jobs = |e: &[u16]| -> Vec<(String, u16)> {
+            e.iter().map(|e| (format!("job of {e}"), *e)).collect()
+        };
+        assert_eq!(size_max_elems(None, &[]).unwrap(), 256);
+        assert_eq!(size_max_elems(None, &jobs(&[64])).unwrap(), 256);
+        assert_eq!(
+            size_max_elems(None, &jobs(&[64, 2048, 1024])).unwrap(),
+            2048
+        );
+        assert_eq!(size_max_elems(Some(64), &jobs(&[64])).unwrap(), 64);
+        let e = size_max_elems(Some(256), &jobs(&[64, 2048]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--max-elems 256"), "{e}");
+        assert!(e.contains("job of 2048"), "{e}");
+        assert!(e.contains("--max-elems 2048 or more"), "{e}");
+        assert!(size_max_elems(Some(u16::MAX), &[]).is_err());
+        assert!(size_max_elems(None, &jobs(&[u16::MAX])).is_err());
     }
 
     #[test]

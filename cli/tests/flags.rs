@@ -147,3 +147,51 @@ fn ring_connect_timeout_is_a_flag() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("--connect-timeout-ms"), "{stderr}");
 }
+
+/// A job with more elements per packet than `--max-elems` stops the switch with a message
+/// that names the flag and the value needed; without the flag the switch sizes itself for
+/// its jobs; `--help` shows the default.
+#[test]
+fn max_elems_is_named_and_sized_from_the_jobs() {
+    let help = text(&ina().args(["switch", "--help"]).output().unwrap().stdout);
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--max-elems"))
+        .take(4)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(line.contains("default: 256"), "{help}");
+
+    let job = format!(
+        "id=1;slots=0..8;elems=2048;workers=127.0.0.1:{}",
+        free_port()
+    );
+    let (out, stderr) = run_failing(&[
+        "switch",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-elems",
+        "256",
+        "--job",
+        &job,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-elems 256"), "{stderr}");
+    assert!(stderr.contains("--max-elems 2048 or more"), "{stderr}");
+
+    // Without --max-elems the switch takes the job.
+    let mut child = ina()
+        .args(["switch", "--listen", "127.0.0.1:0", "--job", &job])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let stdout = child.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let ready: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(ready["event"], "ready", "{first}");
+    assert_eq!(ready["jobs"][0]["elems_per_packet"], 2048, "{first}");
+}

@@ -113,6 +113,13 @@ impl SwitchHandle {
                 e
             }
         };
+        let max_elems = st.scratch.config().max_elems;
+        if spec.elems_per_packet > max_elems {
+            return Err(ControlError::Job(format!(
+                "job {}: {} elements per packet is more than the switch's max_elems of {max_elems} (start it with --max-elems {} or more)",
+                spec.job, spec.elems_per_packet, spec.elems_per_packet
+            )));
+        }
         spec.epoch = Some(epoch);
         let mut new_ports = Vec::new();
         let mut ranks = Vec::new();
