@@ -297,6 +297,8 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
                     tracing::info!(
                         packets = t.pipeline.packets_in,
                         results = t.pipeline.results_multicast,
+                        results_to_workers = t.results_to_workers,
+                        results_to_group = t.results_to_group,
                         drops = t.pipeline.drops_total(),
                         unknown_source = t.unknown_source,
                         busy_slots = t.busy_slots,

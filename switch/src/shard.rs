@@ -97,6 +97,13 @@ pub struct ShardStats {
     /// Probes left unanswered while their job is reinstalled for a new worker.
     #[serde(default)]
     pub probes_held: u64,
+    /// Results of finished uses (the pipeline's `results_multicast`) sent to a worker's own
+    /// address: one per worker and use for a job without a multicast group.
+    #[serde(default)]
+    pub results_to_workers: u64,
+    /// Results of finished uses sent once to the job's multicast group.
+    #[serde(default)]
+    pub results_to_group: u64,
 }
 
 /// The whole switch: the sum over shards, and each shard.
@@ -121,6 +128,8 @@ impl SwitchStats {
             total.forwarded_out += s.forwarded_out;
             total.forwarded_in += s.forwarded_in;
             total.probes_held += s.probes_held;
+            total.results_to_workers += s.results_to_workers;
+            total.results_to_group += s.results_to_group;
         }
         total.shard = shards.len();
         SwitchStats { total, shards }
@@ -427,6 +436,7 @@ impl Egress<'_> {
                     self.stats.injected_drops_out += 1;
                 } else {
                     tx.push_extent(SocketAddr::V4(group), reply);
+                    self.stats.results_to_group += 1;
                 }
                 return;
             }
@@ -446,6 +456,9 @@ impl Egress<'_> {
                 self.stats.injected_drops_out += 1;
             } else if let Some(Some(addr)) = self.addr_of.get(usize::from(p.0)) {
                 tx.push_extent(*addr, reply);
+                if multicast {
+                    self.stats.results_to_workers += 1;
+                }
             }
         }
     }
@@ -701,6 +714,8 @@ impl Shard {
         tracing::info!(
             packets = s.pipeline.packets_in,
             results = s.pipeline.results_multicast,
+            results_to_workers = s.results_to_workers,
+            results_to_group = s.results_to_group,
             drops = s.pipeline.drops_total(),
             "shard stopped"
         );
