@@ -4,7 +4,9 @@
 //! - `{"event":"bound","udp":ADDR}` or `{"event":"bound","ring":ADDR}` once its socket is bound
 //!   (a ring worker given `--peers -` then reads the peers' addresses, a JSON array, from stdin);
 //! - `{"event":"joined",...}` once the switch answered its probe;
-//! - `{"event":"iteration",...}` per all-reduce;
+//! - `{"event":"iteration",...}` per all-reduce (`retransmissions` counts packets sent again
+//!   to repair a loss, `fast_retransmissions` those of them found by later answers;
+//!   `stall_probes`, sent on no evidence of loss, are counted apart);
 //! - `{"event":"done",...}` or `{"event":"error","kind":...,"message":...}` at the end.
 //!
 //! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result

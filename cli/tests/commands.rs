@@ -96,12 +96,12 @@ fn bench_in_processes_with_loss_verifies() {
     assert_eq!(ina["verified"], true, "{ina}");
     assert_eq!(ina["processes"], true);
     assert!(ina["retransmissions"].as_u64().unwrap() > 0, "{ina}");
-    // The kinds of retransmission, carried over from the worker processes, add up to at most
-    // all of them (the rest were sent by timers).
-    let kinds =
-        ina["fast_retransmissions"].as_u64().unwrap() + ina["stall_probes"].as_u64().unwrap();
-    assert!(kinds <= ina["retransmissions"].as_u64().unwrap(), "{ina}");
-    assert!(kinds > 0, "{ina}");
+    // The kinds of resend, carried over from the worker processes: fast retransmissions are
+    // among the retransmissions (the rest were sent by timers or on Pending answers); stall
+    // probes are counted apart.
+    let fast = ina["fast_retransmissions"].as_u64().unwrap();
+    assert!(fast <= ina["retransmissions"].as_u64().unwrap(), "{ina}");
+    assert!(fast + ina["stall_probes"].as_u64().unwrap() > 0, "{ina}");
     assert!(
         ina["switch"]["injected_drops"].as_u64().unwrap() > 0,
         "{ina}"

@@ -170,11 +170,15 @@ impl StreamConfig {
 pub enum StreamError {
     #[error("invalid stream configuration: {0}")]
     Config(&'static str),
-    #[error("no result for packet seq {seq} after {retries} retransmissions and {waited:?}: a worker or the switch is gone")]
+    #[error("no result for packet seq {seq} after {retries} retransmissions and {waited:?}: {}", missing_ranks(.missing))]
     GaveUp {
         seq: u32,
         retries: u32,
         waited: Duration,
+        /// The ranks whose data the switch lacked, from the contributor bitmap of the latest
+        /// Pending answer for this packet's use of its slot, or else for the oldest unanswered
+        /// packet that got one; `None` when no Pending answer came.
+        missing: Option<Vec<u8>>,
     },
     #[error("the switch runs epoch {switch} of the job, this stream was started for epoch {ours}: the switch restarted or the job was reinstalled")]
     SwitchRestarted { ours: u16, switch: u16 },
@@ -188,20 +192,39 @@ pub enum StreamError {
     BufferTooSmall { need: usize, have: usize },
 }
 
+/// The reason a stream gave up, in words: which workers are gone, when known.
+fn missing_ranks(missing: &Option<Vec<u8>>) -> String {
+    match missing.as_deref() {
+        None => "missing ranks unknown (the switch never answered with what it held): a worker or the switch is gone".into(),
+        Some([]) => "the switch held every rank's data but its result never arrived: the switch or the way back is gone".into(),
+        Some(ranks) => {
+            let list: Vec<String> = ranks.iter().map(u8::to_string).collect();
+            format!(
+                "missing ranks {} (the switch never got their data for this use): those workers or their links are gone",
+                list.join(", ")
+            )
+        }
+    }
+}
+
 /// What happened during a stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StreamStats {
     pub packets: u64,
     pub packets_sent: u64,
+    /// Packets sent again to repair a loss: found lost by later answers, by their timer, or
+    /// by a Pending answer. Stall probes are not among them (see `stall_probes`): on a
+    /// lossless network this stays 0 unless a timer expired.
     pub retransmissions: u64,
     /// Retransmissions sent before the packet's timer expired, because results of packets
     /// sent well after it had come back (included in `retransmissions`).
     pub fast_retransmissions: u64,
-    /// Retransmissions sent as stall probes: nothing had come back and nothing new had been
-    /// sent for two round trips (included in `retransmissions`).
+    /// Packets sent again as stall probes: nothing had come back and nothing new had been
+    /// sent for two round trips. Not counted in `retransmissions`: a probe is sent on no
+    /// evidence of loss, and on a lossless network it is what a slow worker costs the others.
     pub stall_probes: u64,
-    /// Retransmissions sent as a header-only Query instead of the data (included in
-    /// `retransmissions`): the switch holds the data, or may.
+    /// Packets sent again as a header-only Query instead of the data (retransmissions or stall
+    /// probes): the switch holds the data, or may.
     pub queries: u64,
     /// Pending answers received: the use of a slot was still collecting.
     pub pending_answers: u64,
@@ -216,6 +239,13 @@ pub struct StreamStats {
     pub bytes_sent: u64,
     pub srtt: Option<Duration>,
     pub min_rtt: Option<Duration>,
+}
+
+impl StreamStats {
+    /// Every packet sent again, for whatever reason: retransmissions and stall probes.
+    pub fn resent(&self) -> u64 {
+        self.retransmissions + self.stall_probes
+    }
 }
 
 /// Why a packet is sent again.
@@ -259,6 +289,8 @@ struct Outstanding {
     last_was_query: bool,
     /// What the switch holds of its data.
     held: Held,
+    /// The contributor bitmap of the latest Pending answer for this use, if any.
+    contributors: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -480,12 +512,17 @@ impl<'a> Stream<'a> {
                 ..out
             });
             self.timers.push(Reverse((deadline, index)));
-            self.stats.retransmissions += 1;
             match why {
-                Retransmit::Detected => self.stats.fast_retransmissions += 1,
+                Retransmit::Detected => {
+                    self.stats.retransmissions += 1;
+                    self.stats.fast_retransmissions += 1;
+                }
                 Retransmit::StallProbe => self.stats.stall_probes += 1,
-                Retransmit::Missing => self.stats.resent_missing += 1,
-                Retransmit::Timer => {}
+                Retransmit::Missing => {
+                    self.stats.retransmissions += 1;
+                    self.stats.resent_missing += 1;
+                }
+                Retransmit::Timer => self.stats.retransmissions += 1,
             }
             if query {
                 self.stats.queries += 1;
@@ -519,6 +556,7 @@ impl<'a> Stream<'a> {
             last_sent: now,
             last_was_query: false,
             held: Held::Unknown,
+            contributors: None,
         });
         self.timers.push(Reverse((deadline, index)));
         self.sent_new += 1;
@@ -699,6 +737,11 @@ impl<'a> Stream<'a> {
             return;
         };
         self.stats.pending_answers += 1;
+        let out = Outstanding {
+            contributors: Some(info.bitmap),
+            ..out
+        };
+        self.slots[slot].outstanding = Some(out);
         if info.has(self.cfg.rank) {
             self.slots[slot].outstanding = Some(Outstanding {
                 held: Held::Yes,
@@ -1011,10 +1054,20 @@ impl<'a> Stream<'a> {
         if out.retries < self.cfg.max_retries && waited < self.cfg.give_up {
             return false;
         }
+        let workers = self.cfg.workers;
+        let contributors = out.contributors.or_else(|| {
+            self.slots
+                .iter()
+                .filter_map(|s| s.outstanding)
+                .filter_map(|o| Some((o.index, o.contributors?)))
+                .min_by_key(|(index, _)| *index)
+                .map(|(_, bits)| bits)
+        });
         self.failed = Some(StreamError::GaveUp {
             seq: (self.cfg.lane.next_position + out.index) as u32,
             retries: out.retries,
             waited,
+            missing: contributors.map(|bits| (0..workers).filter(|r| bits >> r & 1 == 0).collect()),
         });
         true
     }

@@ -170,7 +170,11 @@ pub struct JobInfo {
 pub struct CommCounters {
     pub operations: u64,
     pub packets_sent: u64,
+    /// Packets sent again to repair a loss (see [`StreamStats::retransmissions`]).
     pub retransmissions: u64,
+    /// Packets sent again as stall probes, on no evidence of loss (see
+    /// [`StreamStats::stall_probes`]).
+    pub stall_probes: u64,
     pub datagrams_received: u64,
     /// Datagrams that were not from the switch, or not `ina` packets of this job.
     pub foreign: u64,
@@ -642,6 +646,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 let stats = a.stream.stats();
                 self.counters.packets_sent += stats.packets_sent;
                 self.counters.retransmissions += stats.retransmissions;
+                self.counters.stall_probes += stats.stall_probes;
                 let result = match outcome {
                     Ok(stream) => Ok(OpStats {
                         elements: a.elements,
