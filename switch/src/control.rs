@@ -120,6 +120,7 @@ impl SwitchHandle {
                 spec.job, spec.elems_per_packet, spec.elems_per_packet
             )));
         }
+        self.check_mtu(&spec)?;
         spec.epoch = Some(epoch);
         let mut new_ports = Vec::new();
         let mut ranks = Vec::new();
@@ -183,6 +184,43 @@ impl SwitchHandle {
         self.await_replies(replies)?;
         tracing::info!(job = spec.job, epoch, slots = ?(spec.slot_base..spec.slot_base + spec.slot_count), workers = spec.workers.len(), "job added");
         Ok(spec)
+    }
+
+    /// Refuses a job whose packets do not fit the path MTU to one of its workers (or its
+    /// group): every datagram would be fragmented. A path the kernel cannot tell is not
+    /// checked.
+    fn check_mtu(&self, spec: &JobSpec) -> Result<(), ControlError> {
+        let to = spec
+            .workers
+            .iter()
+            .copied()
+            .enumerate()
+            .map(|(r, a)| (format!("rank {r} at {a}"), a))
+            .chain(
+                spec.group
+                    .map(|g| (format!("group {g}"), SocketAddr::V4(g))),
+            );
+        for (who, addr) in to {
+            let mtu = match crate::mtu::path_mtu(self.local.ip(), addr) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(job = spec.job, %addr, error = %e, "cannot find the path MTU; not checked");
+                    continue;
+                }
+            };
+            let ipv6 = addr.is_ipv6();
+            let packet = ina_wire::agg::ip_packet_len(spec.elems_per_packet, ipv6);
+            if packet > mtu {
+                return Err(ControlError::Job(format!(
+                    "job {}: {} elements per packet make {packet}-byte IP packets, but the path MTU to {who} is {mtu} bytes, which fits at most {} elements: every datagram would be fragmented (use elems={} or fewer, or raise the links' MTU)",
+                    spec.job,
+                    spec.elems_per_packet,
+                    ina_wire::agg::max_elems_for_mtu(mtu, ipv6),
+                    ina_wire::agg::max_elems_for_mtu(mtu, ipv6),
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Waits for the shards to apply a command, if they are running.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod frames;
 mod loss;
+mod mtu;
 mod shard;
 mod steer;
 

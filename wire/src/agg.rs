@@ -356,6 +356,26 @@ impl AggRepr {
     }
 }
 
+/// Bytes the IP and UDP headers add to an `ina` packet: 28 over IPv4, 48 over IPv6.
+pub const fn ip_udp_overhead(ipv6: bool) -> usize {
+    if ipv6 {
+        48
+    } else {
+        28
+    }
+}
+
+/// The IP packet that carries a Data or Result packet of `elems` elements: it must fit the
+/// path MTU, or every datagram is fragmented (or dropped where fragments are).
+pub const fn ip_packet_len(elems: u16, ipv6: bool) -> usize {
+    ip_udp_overhead(ipv6) + HEADER_LEN + 4 * elems as usize
+}
+
+/// The most elements per packet whose IP packets fit an MTU of `mtu` bytes.
+pub const fn max_elems_for_mtu(mtu: usize, ipv6: bool) -> usize {
+    mtu.saturating_sub(ip_udp_overhead(ipv6) + HEADER_LEN) / 4
+}
+
 /// A job's configuration as the switch reports it in a ProbeReply payload (four elements:
 /// workers, elements per packet, first slot, slot count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -652,6 +672,25 @@ mod tests {
             buf[20..].copy_from_slice(&port.to_be_bytes());
             let valid = core::net::Ipv4Addr::from(ip).is_multicast() && (1..=0xffff).contains(&port);
             prop_assert_eq!(ProbeGroup::parse(&buf).is_ok(), valid);
+        }
+    }
+
+    #[test]
+    fn ip_packets_of_a_job_against_the_mtu() {
+        // 256 elements fit a 1500-byte link, 2048 need jumbo frames.
+        assert_eq!(ip_packet_len(256, false), 1068);
+        assert_eq!(ip_packet_len(2048, false), 8236);
+        assert_eq!(ip_packet_len(256, true), 1088);
+        assert_eq!(max_elems_for_mtu(1500, false), 364);
+        assert_eq!(max_elems_for_mtu(9000, false), 2239);
+        assert_eq!(max_elems_for_mtu(1500, true), 359);
+        assert_eq!(max_elems_for_mtu(20, false), 0);
+        for mtu in [68, 576, 1280, 1500, 9000, 65535] {
+            for ipv6 in [false, true] {
+                let e = max_elems_for_mtu(mtu, ipv6) as u16;
+                assert!(ip_packet_len(e, ipv6) <= mtu);
+                assert!(ip_packet_len(e + 1, ipv6) > mtu);
+            }
         }
     }
 

@@ -46,6 +46,10 @@ pub struct WorkerConfig {
     /// connection with [`WorkerError::JobMismatch`]. For [`Communicator::with_port`] it says
     /// which group the port joined.
     pub group: Option<SocketAddrV4>,
+    /// The MTU of the path to the switch. `None` asks the kernel (the MTU of the route from
+    /// `bind` to `switch`). A job whose packets do not fit fails the connection with
+    /// [`WorkerError::PathMtu`] instead of having every datagram fragmented.
+    pub mtu: Option<usize>,
 }
 
 impl WorkerConfig {
@@ -71,6 +75,7 @@ impl WorkerConfig {
             expect_workers: None,
             udp: UdpConfig::default(),
             group: None,
+            mtu: None,
         }
     }
 }
@@ -89,6 +94,15 @@ pub enum WorkerError {
     },
     #[error("job mismatch: {0}")]
     JobMismatch(String),
+    #[error("job {job} sends {elems} elements per packet, {packet}-byte IP packets, but the path MTU to the switch at {switch} is {mtu} bytes, which fits at most {fits} elements: every datagram would be fragmented. Install the job with elems={fits} or fewer, or raise the links' MTU")]
+    PathMtu {
+        job: u16,
+        switch: SocketAddr,
+        elems: u16,
+        packet: usize,
+        mtu: usize,
+        fits: usize,
+    },
     #[error("timed out: {0}")]
     Timeout(StreamError),
     #[error("the switch restarted or reinstalled the job (epoch {ours} -> {switch}): the in-flight sums are lost; the next call starts afresh")]
@@ -114,6 +128,7 @@ impl WorkerError {
             WorkerError::Io(_) => "io",
             WorkerError::SwitchUnreachable { .. } => "switch_unreachable",
             WorkerError::JobMismatch(_) => "job_mismatch",
+            WorkerError::PathMtu { .. } => "path_mtu",
             WorkerError::Timeout(_) => "timeout",
             WorkerError::SwitchRestarted { .. } => "switch_restarted",
             WorkerError::Rejected(_) => "rejected",
@@ -409,6 +424,34 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         }
     }
 
+    /// Fails if the job's packets do not fit the path to the switch.
+    fn check_mtu(&self, elems: u16) -> Result<(), WorkerError> {
+        let switch = self.cfg.switch;
+        let mtu = match self.cfg.mtu {
+            Some(m) => m,
+            None => match crate::mtu::path_mtu(self.cfg.bind.ip(), switch) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(%switch, error = %e, "cannot find the path MTU to the switch; not checked");
+                    return Ok(());
+                }
+            },
+        };
+        let ipv6 = switch.is_ipv6();
+        let packet = ina_wire::agg::ip_packet_len(elems, ipv6);
+        if packet <= mtu {
+            return Ok(());
+        }
+        Err(WorkerError::PathMtu {
+            job: self.cfg.job,
+            switch,
+            elems,
+            packet,
+            mtu,
+            fits: ina_wire::agg::max_elems_for_mtu(mtu, ipv6),
+        })
+    }
+
     fn adopt(
         &mut self,
         epoch: u16,
@@ -440,6 +483,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 info.slot_count
             )));
         }
+        self.check_mtu(info.elems_per_packet)?;
         self.follow_group(group)?;
         self.job = JobInfo {
             epoch,
