@@ -100,7 +100,8 @@ pub struct RackConfig {
     pub hub: Hub,
     /// Rate limit of each link direction, bits per second.
     pub rate_bps: Option<u64>,
-    /// Bucket size of the rate limit, bytes (default: 10 ms at the rate, at least 64 KiB).
+    /// Bucket size of the rate limit, bytes (default: 1 ms at the rate, at least two frames
+    /// and 16 KiB).
     pub burst_bytes: Option<u64>,
     /// IP MTU of every link.
     pub mtu: u32,
@@ -133,10 +134,11 @@ impl RackConfig {
     /// The rate limit's bucket, bytes.
     pub fn burst(&self) -> Option<u64> {
         let rate = self.rate_bps?;
+        let frame = u64::from(self.mtu) + 14;
         Some(
             self.burst_bytes
-                .unwrap_or((rate / 8 / 100).max(64 * 1024))
-                .max(u64::from(self.mtu) + 14),
+                .unwrap_or((rate / 8 / 1000).max(2 * frame).max(16 * 1024))
+                .max(frame),
         )
     }
 
@@ -242,7 +244,15 @@ impl Rack {
                 ip(&["-n", &hub, "link", "set", &port, "master", "br0"])?;
             }
             ip(&["-n", &hub, "link", "set", &port, "up"])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "address", &Rack::worker_mac(r)])?;
+            ip(&[
+                "-n",
+                &ns,
+                "link",
+                "set",
+                "eth0",
+                "address",
+                &Rack::worker_mac(r),
+            ])?;
             ip(&["-n", &ns, "link", "set", "eth0", "mtu", &mtu])?;
             if !cfg.offloads {
                 ip(&["-n", &ns, "link", "set", "eth0", "gso_max_segs", "1"])?;
@@ -281,9 +291,8 @@ impl Rack {
                      }}\n"
                 );
                 let file = std::env::temp_dir().join(format!("{ns}.nft"));
-                std::fs::write(&file, rules).map_err(|e| {
-                    RackError::Command(format!("writing {}: {e}", file.display()))
-                })?;
+                std::fs::write(&file, rules)
+                    .map_err(|e| RackError::Command(format!("writing {}: {e}", file.display())))?;
                 let loaded = run_in(&ns, "nft", &["-f", &file.to_string_lossy()]);
                 let _ = std::fs::remove_file(&file);
                 loaded?;
@@ -355,7 +364,14 @@ impl Rack {
     /// Packets the loss rules dropped so far, in and out of every worker namespace.
     pub fn dropped(&self) -> u64 {
         (0..self.workers)
-            .filter_map(|r| run_in(&self.worker_ns(r), "nft", &["list", "table", "inet", "inaloss"]).ok())
+            .filter_map(|r| {
+                run_in(
+                    &self.worker_ns(r),
+                    "nft",
+                    &["list", "table", "inet", "inaloss"],
+                )
+                .ok()
+            })
             .map(|text| nft_packets(&text))
             .sum()
     }
@@ -440,10 +456,7 @@ mod tests {
             },
         ];
         for c in cases {
-            assert!(
-                matches!(c.validate(), Err(RackError::Config(_))),
-                "{c:?}"
-            );
+            assert!(matches!(c.validate(), Err(RackError::Config(_))), "{c:?}");
         }
         let limited = RackConfig {
             rate_bps: Some(1_000_000_000),
@@ -452,7 +465,7 @@ mod tests {
             ..good
         };
         assert_eq!(limited.loss_per_mille(), 1);
-        assert_eq!(limited.burst(), Some(1_250_000));
+        assert_eq!(limited.burst(), Some(125_000));
         assert!(RackConfig::new("t", 4).burst().is_none());
     }
 
