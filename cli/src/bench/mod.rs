@@ -221,10 +221,12 @@ pub struct AlgoResult {
     pub loss: f64,
     /// Per timed iteration: the slowest worker's time.
     pub seconds: Vec<f64>,
-    /// In-process runs, per timed iteration: CPU time of every thread of the bench process
-    /// (switch, workers, helpers) during the slowest worker's all-reduce.
+    /// Per timed iteration: in-process runs, the CPU time of every thread of the bench process
+    /// (switch, workers, helpers) during the slowest worker's all-reduce; runs on a testbed,
+    /// the CPU time of every worker process during its all-reduce, added up (the hosts' cost,
+    /// the switch not included).
     pub cpu_seconds: Vec<f64>,
-    /// Median of `cpu_seconds` (in-process runs only).
+    /// Median of `cpu_seconds`.
     pub median_cpu_s: Option<f64>,
     pub median_s: f64,
     pub min_s: f64,
@@ -427,6 +429,12 @@ pub(crate) fn summarize(
                 // The slowest worker's window covers everyone's work.
                 let slowest = recs.iter().max_by(|a, b| a.seconds.total_cmp(&b.seconds));
                 if let Some(cpu) = slowest.and_then(|r| r.process_cpu_seconds) {
+                    cpu_seconds.push(cpu);
+                }
+            } else if args.testbed {
+                // Each worker is a process of its own: the hosts' CPU is their sum.
+                let all: Option<f64> = recs.iter().map(|r| r.process_cpu_seconds).sum();
+                if let Some(cpu) = all {
                     cpu_seconds.push(cpu);
                 }
             }
@@ -786,7 +794,12 @@ fn print_report(r: &BenchReport) {
         .collect();
     if !cpu.is_empty() {
         println!(
-            "CPU per all-reduce (median, every thread of this process): {}",
+            "CPU per all-reduce (median; {}): {}",
+            if r.testbed.is_some() {
+                "every worker process, added up"
+            } else {
+                "every thread of this process"
+            },
             cpu.join(", ")
         );
     }

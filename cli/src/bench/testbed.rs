@@ -419,8 +419,12 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
             .map_or(String::new(), |p| {
                 format!(", switch took in {p:.0} packets/s")
             });
+        let cpu = x.median_cpu_s.map_or(String::new(), |c| {
+            let gbit = x.bytes as f64 * 8.0 / 1e9;
+            format!(", hosts' CPU {:.2} s per Gbit all-reduced", c / gbit)
+        });
         println!(
-            "  {name:<5} algbw {:.3} Gbit/s, busbw {:.3} Gbit/s{bound}{rate}",
+            "  {name:<5} algbw {:.3} Gbit/s, busbw {:.3} Gbit/s{bound}{rate}{cpu}",
             x.algbw_gbit_per_s, x.busbw_gbit_per_s
         );
     }
