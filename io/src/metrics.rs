@@ -47,7 +47,10 @@ impl Exposition {
                 if i > 0 {
                     self.text.push(',');
                 }
-                let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let v = v
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
                 let _ = write!(self.text, "{k}=\"{v}\"");
             }
             self.text.push('}');

@@ -183,20 +183,7 @@ pub(crate) fn switch_summary(
     peak_rss_kib: Option<u64>,
 ) -> SwitchSummary {
     let c = &s.pipeline;
-    let reasons = [
-        ("malformed", c.malformed),
-        ("not_ina", c.not_ina),
-        ("unexpected_type", c.unexpected_type),
-        ("unknown_job", c.unknown_job),
-        ("unknown_rank", c.unknown_rank),
-        ("wrong_port", c.wrong_port),
-        ("stale_epoch", c.stale_epoch),
-        ("slot_out_of_range", c.slot_out_of_range),
-        ("bad_count", c.bad_count),
-        ("stale_seq", c.stale_seq),
-        ("duplicate", c.duplicate),
-        ("output_too_small", c.output_too_small),
-    ];
+    let reasons = c.drops_by_reason();
     SwitchSummary {
         packets_in: c.packets_in,
         results_multicast: c.results_multicast,
