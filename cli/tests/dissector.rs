@@ -502,6 +502,25 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     d[16].expect("_ws.expert.message", "");
     assert!(!d[16].info.contains("job="), "{:#?}", d[16]);
 
+    // Installed by copying the one file into the personal plugins folder, no option needed.
+    let home = scratch.path("home");
+    let plugins = home.join(".local/lib/wireshark/plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(script(), plugins.join("ina.lua")).unwrap();
+    let out = Command::new("tshark")
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .args(["-n", "-r", file.to_str().unwrap(), "-Y", "ina.bitmap"])
+        .args(["-T", "fields", "-e", "ina.pending.ranks"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "0,2,31\n\n",
+        "{out:?}"
+    );
+
     // The expert summary counts the warnings.
     let experts = tshark(&["-r", file.to_str().unwrap(), "-q", "-z", "expert,warn"]);
     for m in [

@@ -6,8 +6,9 @@
 -- Help > About > Folders), or load it for one run: `tshark -X lua_script:ina.lua ...`.
 --
 -- Dissects UDP port 18766 (0x494E) in both directions: requests go to the port, replies come
--- from it. A heuristic also picks up ina packets on that port when another dissector holds
--- the worker's port. Display filter prefix: `ina` (ina.type, ina.job, ina.seq, ...).
+-- from it. A heuristic for that port is registered too, for UDP's "try heuristic
+-- sub-dissectors first" when another dissector holds the worker's port. Display filter
+-- prefix: `ina` (ina.type, ina.job, ina.seq, ...).
 
 local INA_PORT = 18766
 local HEADER_LEN = 16
