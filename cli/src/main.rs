@@ -3,12 +3,13 @@
 //! `ina bench` compares in-network aggregation through the software switch against a ring
 //! all-reduce (and measures the switch against a plain UDP reflector); `ina switch` runs the
 //! software switch daemon; `ina worker` runs one worker process; `ina sim` runs the
-//! deterministic simulator. The subcommands only parse flags and drive the libraries.
+//! deterministic simulator; `ina testbed` builds an emulated rack of network namespaces. The subcommands only parse flags and drive the libraries.
 
 mod bench;
 mod cmd_sim;
 mod cmd_switch;
 mod cmd_switch_ports;
+mod cmd_testbed;
 mod cmd_worker;
 mod data;
 mod mem;
@@ -33,6 +34,8 @@ enum Command {
     Worker(cmd_worker::WorkerArgs),
     /// Run a scenario in the deterministic simulator.
     Sim(cmd_sim::SimArgs),
+    /// Build, inspect or remove an emulated rack of network namespaces (root).
+    Testbed(cmd_testbed::TestbedArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -62,6 +65,10 @@ fn main() -> anyhow::Result<()> {
         Command::Sim(args) => {
             init_tracing("warn");
             cmd_sim::run(args)
+        }
+        Command::Testbed(args) => {
+            init_tracing("warn");
+            cmd_testbed::run(args)
         }
     }
 }
