@@ -636,9 +636,26 @@ impl Capture {
 
 impl Drop for Capture {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        // SIGTERM first: tshark then stops its capture process too.
+        let deadline = after(Duration::from_secs(5));
+        let mut termed = false;
+        while let Ok(None) = self.child.try_wait() {
+            if !termed {
+                if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+                    // SAFETY: kill(2) on our own child, not reaped yet; no memory is involved.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        libc::kill(pid, libc::SIGTERM);
+                    }
+                }
+                termed = true;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
