@@ -234,13 +234,13 @@ const WORKER_PORT: u16 = 9000;
 
 /// Who sends a frame.
 #[derive(Clone, Copy)]
-enum From {
+enum Sender {
     Worker,
     Switch,
 }
 
 /// An Ethernet/IPv4/UDP frame between worker 0 of the rack and the switch carrying `udp`.
-fn frame(from: From, udp: &[u8]) -> Vec<u8> {
+fn frame(from: Sender, udp: &[u8]) -> Vec<u8> {
     let up = FrameAddrs {
         src_mac: Rack::worker_mac_bytes(0),
         dst_mac: SWITCH_MAC_BYTES,
@@ -250,8 +250,8 @@ fn frame(from: From, udp: &[u8]) -> Vec<u8> {
         dst_port: UDP_PORT,
     };
     let addrs = match from {
-        From::Worker => up,
-        From::Switch => up.reversed(),
+        Sender::Worker => up,
+        Sender::Switch => up.reversed(),
     };
     let mut buf = vec![0u8; FRAME_HEADER_LEN + udp.len()];
     let len = emit_headers(&mut buf, &addrs, udp.len()).unwrap();
@@ -369,28 +369,28 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     let short_reply = repr(ProbeReply, 0, 0, 0, 0, 3, 0);
 
     let frames = vec![
-        frame(From::Worker, &packet(&data, &data_values)),
-        frame(From::Switch, &packet(&result, &[10, -20])),
-        frame(From::Switch, &packet(&rejects[0], &[])),
-        frame(From::Switch, &packet(&rejects[1], &[])),
-        frame(From::Switch, &packet(&rejects[2], &[])),
-        frame(From::Worker, &packet(&probe, &[])),
-        frame(From::Switch, &packet(&probe_reply, &[5, 256, 16, 48])),
-        frame(From::Switch, &packet(&pending, &[0x8000_0005_u32 as i32])),
-        frame(From::Switch, &packet(&pending_none, &[0])),
-        frame(From::Worker, &packet(&query_header, &[])),
-        frame(From::Worker, &packet(&query_full, &[])),
-        frame(From::Worker, &packet(&short, &[1, 2, 3])),
-        frame(From::Worker, &bad_bits),
-        frame(From::Switch, &packet(&unknown_reason, &[])),
+        frame(Sender::Worker, &packet(&data, &data_values)),
+        frame(Sender::Switch, &packet(&result, &[10, -20])),
+        frame(Sender::Switch, &packet(&rejects[0], &[])),
+        frame(Sender::Switch, &packet(&rejects[1], &[])),
+        frame(Sender::Switch, &packet(&rejects[2], &[])),
+        frame(Sender::Worker, &packet(&probe, &[])),
+        frame(Sender::Switch, &packet(&probe_reply, &[5, 256, 16, 48])),
+        frame(Sender::Switch, &packet(&pending, &[0x8000_0005_u32 as i32])),
+        frame(Sender::Switch, &packet(&pending_none, &[0])),
+        frame(Sender::Worker, &packet(&query_header, &[])),
+        frame(Sender::Worker, &packet(&query_full, &[])),
+        frame(Sender::Worker, &packet(&short, &[1, 2, 3])),
+        frame(Sender::Worker, &bad_bits),
+        frame(Sender::Switch, &packet(&unknown_reason, &[])),
         frame(
-            From::Worker,
+            Sender::Worker,
             &[0x11, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00],
         ),
-        frame(From::Switch, &packet(&short_reply, &[5, 256, 16])),
+        frame(Sender::Switch, &packet(&short_reply, &[5, 256, 16])),
         // Not ina: UDP between two other ports.
         {
-            let mut f = frame(From::Worker, &packet(&probe, &[]));
+            let mut f = frame(Sender::Worker, &packet(&probe, &[]));
             f[FRAME_HEADER_LEN - 6..FRAME_HEADER_LEN - 4].copy_from_slice(&9001u16.to_be_bytes());
             f
         },
