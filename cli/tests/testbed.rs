@@ -157,3 +157,67 @@ fn wrong_settings_are_refused_with_their_names() {
         );
     }
 }
+
+#[test]
+fn a_sweep_runs_each_value_on_its_own_testbed_and_plots_them() {
+    let _guard = serial();
+    if skip_unless_root() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ina-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg) = (dir.join("sweep.json"), dir.join("sweep.svg"));
+    let out = ina(&[
+        "bench",
+        "--testbed",
+        "--rate=200mbit",
+        "--size=1MiB",
+        "--elems=256",
+        "--rounds=1",
+        "--warmup-rounds=0",
+        "--iterations=1",
+        "--sweep-workers=2,3",
+        "--sweep-link-loss=0.01",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let workers: Vec<u64> = report["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["report"]["workers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(workers, vec![2, 3]);
+    let lossy = &report["link_loss"][0]["report"];
+    assert_eq!(lossy["testbed"]["link_loss"], 0.01);
+    for p in report["workers"].as_array().unwrap() {
+        for r in p["report"]["results"].as_array().unwrap() {
+            assert_eq!(r["verified"], true);
+        }
+    }
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg"));
+    for text in [
+        "goodput against workers",
+        "goodput against loss per link direction",
+        "links&apos; bound",
+    ] {
+        assert!(
+            plot.contains(text) || plot.contains(&text.replace("&apos;", "'")),
+            "{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // --plot without a sweep says what is missing.
+    let lone = ina(&["bench", "--plot", "x.svg"]);
+    assert!(String::from_utf8_lossy(&lone.stderr).contains("--sweep-workers"));
+}

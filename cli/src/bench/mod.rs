@@ -6,6 +6,7 @@ mod procs;
 mod rate;
 pub mod runner;
 mod scenario;
+mod sweep;
 mod testbed;
 
 use crate::data::Reference;
@@ -92,6 +93,15 @@ pub struct BenchArgs {
     /// on the testbed unless it says `testbed = false`.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
+    /// With --testbed: run once per number of workers in this list (e.g. 2,4,8).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_workers: Vec<usize>,
+    /// With --testbed: run once per link loss in this list (e.g. 0,0.001,0.01).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_link_loss: Vec<f64>,
+    /// Draw the sweep's goodput of ina and the ring, with their bounds, into this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Drop this fraction of datagrams entering the switch, and of those leaving it.
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
@@ -499,6 +509,17 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
             println!("scenario {}: {d}", path.display());
         }
     }
+    if sweep::requested(&args) {
+        return sweep::run(args);
+    }
+    if args.plot.is_some() {
+        bail!("--plot draws a sweep: give --sweep-workers or --sweep-link-loss");
+    }
+    run_one(args).map(|_| ())
+}
+
+/// One bench run: prints its report, writes `--json`, and fails if a result was wrong.
+pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     // On a rack every worker is a process of its own.
     args.processes |= args.testbed;
     if args.workers == 0 || args.workers > 32 {
@@ -672,7 +693,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
     if !failed.is_empty() {
         bail!("results outside their bound or differing between workers: {failed:?}");
     }
-    Ok(())
+    Ok(report)
 }
 
 fn fmt_bytes(b: u64) -> String {
