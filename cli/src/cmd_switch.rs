@@ -62,6 +62,9 @@ pub struct SwitchArgs {
     /// Seed of the loss injection.
     #[arg(long)]
     seed: Option<u64>,
+    /// Serve the counters in Prometheus' text format at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// Log statistics every this many seconds (0: never).
     #[arg(long, default_value_t = 0.0)]
     stats_every: f64,
@@ -184,6 +187,98 @@ pub fn size_max_elems(given: Option<u16>, jobs: &[(String, u16)]) -> anyhow::Res
 /// `--max-elems` when neither it nor any job says otherwise.
 const DEFAULT_MAX_ELEMS: u16 = 256;
 
+/// The UDP switch's counters in Prometheus' text format.
+pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
+    let mut e = ina_io::metrics::Exposition::new();
+    let Some(s) = stats else {
+        return e.finish();
+    };
+    let t = &s.total;
+    let p = &t.pipeline;
+    e.counter(
+        "ina_switch_packets_total",
+        "Datagrams the pipeline took in.",
+        p.packets_in,
+    )
+    .counter(
+        "ina_switch_bytes_total",
+        "Bytes the pipeline took in.",
+        p.bytes_in,
+    )
+    .counter(
+        "ina_switch_data_first_total",
+        "First arrivals of a slot use.",
+        p.data_first,
+    )
+    .counter(
+        "ina_switch_data_added_total",
+        "Later arrivals added into a slot use.",
+        p.data_added,
+    )
+    .counter(
+        "ina_switch_results_multicast_total",
+        "Slot uses completed and their results sent to every rank.",
+        p.results_multicast,
+    )
+    .counter(
+        "ina_switch_results_unicast_total",
+        "Stored results sent again to one worker (retransmissions, queries).",
+        p.results_unicast,
+    )
+    .counter(
+        "ina_switch_results_to_workers_total",
+        "Results of completed slot uses sent to a worker's own address (one per worker).",
+        t.results_to_workers,
+    )
+    .counter(
+        "ina_switch_results_to_group_total",
+        "Results of completed slot uses sent once to the job's multicast group.",
+        t.results_to_group,
+    )
+    .counter(
+        "ina_switch_pending_total",
+        "Pending answers: retransmissions and queries of slot uses still collecting.",
+        p.pending_sent,
+    )
+    .counter(
+        "ina_switch_probes_total",
+        "Probes answered.",
+        p.probes_answered,
+    )
+    .counter(
+        "ina_switch_rejects_total",
+        "Packets refused with a Reject.",
+        p.rejects_sent,
+    )
+    .counters_by(
+        "ina_switch_drops_total",
+        "Packets dropped or refused, by reason.",
+        "reason",
+        p.drops_by_reason(),
+    )
+    .gauge(
+        "ina_switch_busy_slots",
+        "Slots with a use still collecting.",
+        t.busy_slots as f64,
+    )
+    .counter(
+        "ina_switch_rx_datagrams_total",
+        "Datagrams received by the sockets.",
+        t.io.rx_datagrams,
+    )
+    .counter(
+        "ina_switch_tx_datagrams_total",
+        "Datagrams sent by the sockets.",
+        t.io.tx_datagrams,
+    )
+    .counter(
+        "ina_switch_tx_errors_total",
+        "Datagrams the sockets failed to send.",
+        t.io.tx_errors,
+    );
+    e.finish()
+}
+
 pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     if let Some(ports) = args.ports {
         if args.listen.is_some() || args.shards.is_some() || args.control.is_some() {
@@ -208,6 +303,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
             max_elems,
             mtu: args.mtu,
             stats_every: args.stats_every,
+            metrics: args.metrics,
         });
     }
     let file: FileConfig = match &args.config {
@@ -270,8 +366,22 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let metrics = match args.metrics {
+        Some(addr) => {
+            let handle = handle.clone();
+            let server = ina_io::metrics::MetricsServer::spawn(
+                addr,
+                move || render_metrics(handle.stats().ok().as_ref()),
+                stop.clone(),
+            )?;
+            tracing::info!(addr = %server.local_addr, "metrics endpoint");
+            Some(server)
+        }
+        None => None,
+    };
     let ready = serde_json::json!({
         "event": "ready",
+        "metrics": metrics.as_ref().map(|m| m.local_addr.to_string()),
         "udp": switch.local_addr().to_string(),
         "control": control_local.map(|a| a.to_string()),
         "steered": switch.steered(),

@@ -3,7 +3,7 @@
 //! `ina bench` compares in-network aggregation through the software switch against a ring
 //! all-reduce (and measures the switch against a plain UDP reflector); `ina switch` runs the
 //! software switch daemon; `ina worker` runs one worker process; `ina sim` runs the
-//! deterministic simulator. The subcommands only parse flags and drive the libraries.
+//! deterministic simulator; `ina testbed` builds an emulated rack of network namespaces. The subcommands only parse flags and drive the libraries.
 //!
 //! A command that fails prints `error: ` and the chain of causes on one line to stderr, never
 //! a backtrace (whatever `RUST_BACKTRACE` says: these are configuration and usage errors, not
@@ -13,6 +13,7 @@ mod bench;
 mod cmd_sim;
 mod cmd_switch;
 mod cmd_switch_ports;
+mod cmd_testbed;
 mod cmd_worker;
 mod data;
 mod mem;
@@ -37,6 +38,8 @@ enum Command {
     Worker(cmd_worker::WorkerArgs),
     /// Run a scenario in the deterministic simulator.
     Sim(cmd_sim::SimArgs),
+    /// Build, inspect or remove an emulated rack of network namespaces (root).
+    Testbed(cmd_testbed::TestbedArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -76,6 +79,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sim(args) => {
             init_tracing("warn");
             cmd_sim::run(args)
+        }
+        Command::Testbed(args) => {
+            init_tracing("warn");
+            cmd_testbed::run(args)
         }
     }
 }

@@ -56,6 +56,7 @@ mod batch;
 mod counters;
 mod error;
 mod mem;
+pub mod metrics;
 #[cfg(target_os = "linux")]
 pub mod netns;
 #[cfg(target_os = "linux")]

@@ -1,11 +1,23 @@
 //! An emulated rack of network namespaces on one machine: a hub namespace with one veth port
-//! per worker (`sw0`, `sw1`, ...) and a namespace per worker (`eth0`, 198.18.0.{r+1}/24, MAC
-//! 02:00:00:00:01:{r}), for switches that sit on raw ports (the L2 software switch, bmv2) and
-//! workers that speak kernel UDP to them. Segmentation offload is off on the workers' links, so
-//! that every frame is one wire frame (a veth would otherwise carry GSO super-frames that no
-//! wire carries), and so is checksum offload (the sender computes every checksum, as a host
-//! behind a real NIC's wire would deliver it). Everything is removed on drop, and leftovers of
-//! a crashed run with the same name on creation. Needs root, iproute2's `ip` and `ethtool`.
+//! per worker (`sw0`, `sw1`, ...) and a namespace per worker (`eth0`, 198.18.1.{r+1}/16, MAC
+//! 02:00:00:00:01:{r}); the switch is 198.18.0.100.
+//!
+//! - **Hub.** With [`Hub::Raw`] the hub's ports carry no address: a switch on raw ports (the L2
+//!   software switch, bmv2) serves them. With [`Hub::Bridge`] they are enslaved to a kernel
+//!   bridge `br0` holding the switch's address, 198.18.0.100, for a switch on a UDP socket.
+//! - **Links.** Each worker link may be rate-limited (`tc tbf` on both ends, so both directions),
+//!   may drop packets at random (nftables `numgen random mod 1000 < N` in the worker's
+//!   namespace, on its input and its output: both directions), and has a configurable MTU
+//!   (jumbo frames included).
+//! - **Offloads.** Segmentation and checksum offload are off on the workers' links unless asked
+//!   for, so that every frame is one wire frame (a veth would otherwise carry GSO super-frames no
+//!   wire carries, and one drop would lose many packets) and carries the checksums a real NIC's
+//!   wire would deliver.
+//!
+//! [`Rack::new`] removes leftovers of a crashed run with the same name first; dropping the
+//! rack removes it, unless [`Rack::persist`] said to keep it (`ina testbed up`), in which case
+//! [`remove_prefix`] removes it later. Needs root, iproute2's `ip` and `tc`, `ethtool`, and
+//! `nft` for loss.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -16,6 +28,8 @@ pub const SWITCH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
 pub const SWITCH_MAC: &str = "02:00:00:00:00:64";
 /// [`SWITCH_MAC`] as bytes.
 pub const SWITCH_MAC_BYTES: [u8; 6] = [0x02, 0, 0, 0, 0, 0x64];
+/// The bridge's MAC address in a [`Hub::Bridge`] hub (the switch's, as on a raw hub).
+const BRIDGE_MAC: &str = SWITCH_MAC;
 
 /// Whether tests that need root must run (CI sets `INA_REQUIRE_PRIVILEGED=1`) rather than
 /// skip.
@@ -29,71 +43,207 @@ pub enum RackError {
     /// Not root.
     #[error("network namespaces need root")]
     NotRoot,
-    /// An `ip` command failed.
+    /// A command failed.
     #[error("{0}")]
-    Ip(String),
+    Command(String),
+    /// The configuration cannot be built.
+    #[error("invalid rack: {0}")]
+    Config(String),
 }
 
-fn ip(args: &[&str]) -> Result<(), RackError> {
-    let out = Command::new("ip").args(args).output().map_err(|e| {
-        RackError::Ip(format!(
-            "ip {}: {e} (is iproute2 installed?)",
+fn run(program: &str, args: &[&str]) -> Result<String, RackError> {
+    let out = Command::new(program).args(args).output().map_err(|e| {
+        RackError::Command(format!(
+            "{program} {}: {e} (is it installed?)",
             args.join(" ")
         ))
     })?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(RackError::Ip(format!(
-            "ip {}: {}",
+        Err(RackError::Command(format!(
+            "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
 }
 
+fn ip(args: &[&str]) -> Result<(), RackError> {
+    run("ip", args).map(|_| ())
+}
+
+/// `program args` inside namespace `ns`.
+fn run_in(ns: &str, program: &str, args: &[&str]) -> Result<String, RackError> {
+    let mut all = vec!["netns", "exec", ns, program];
+    all.extend_from_slice(args);
+    run("ip", &all)
+}
+
+/// What sits in the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hub {
+    /// Ports without addresses, for a switch on raw ports.
+    Raw,
+    /// A kernel bridge over the ports, with the switch's address, for a switch on UDP.
+    Bridge,
+}
+
+/// How to build a rack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RackConfig {
+    /// Name prefix of every namespace (`{prefix}-hub`, `{prefix}-w0`, ...).
+    pub prefix: String,
+    /// Worker namespaces (1 to 200).
+    pub workers: usize,
+    /// What sits in the hub.
+    pub hub: Hub,
+    /// Rate limit of each link direction, bits per second.
+    pub rate_bps: Option<u64>,
+    /// Bucket size of the rate limit, bytes (default: 1 ms at the rate, at least two frames
+    /// and 16 KiB).
+    pub burst_bytes: Option<u64>,
+    /// IP MTU of every link.
+    pub mtu: u32,
+    /// Probability that a link drops a packet, per direction (in steps of 1/1000).
+    pub loss: f64,
+    /// Leave segmentation and checksum offload on.
+    pub offloads: bool,
+}
+
+impl RackConfig {
+    /// `workers` workers behind a raw hub, no limits, MTU 1500, named `ina{tag}`.
+    pub fn new(tag: &str, workers: usize) -> RackConfig {
+        RackConfig {
+            prefix: format!("ina{tag}"),
+            workers,
+            hub: Hub::Raw,
+            rate_bps: None,
+            burst_bytes: None,
+            mtu: 1500,
+            loss: 0.0,
+            offloads: false,
+        }
+    }
+
+    /// The loss as nftables' per-mille threshold.
+    pub fn loss_per_mille(&self) -> u32 {
+        (self.loss * 1000.0).round() as u32
+    }
+
+    /// The rate limit's bucket, bytes.
+    pub fn burst(&self) -> Option<u64> {
+        let rate = self.rate_bps?;
+        let frame = u64::from(self.mtu) + 14;
+        Some(
+            self.burst_bytes
+                .unwrap_or((rate / 8 / 1000).max(2 * frame).max(16 * 1024))
+                .max(frame),
+        )
+    }
+
+    fn validate(&self) -> Result<(), RackError> {
+        let bad = |m: String| Err(RackError::Config(m));
+        if self.workers == 0 || self.workers > 200 {
+            return bad(format!("{} workers: 1 to 200", self.workers));
+        }
+        if self.prefix.is_empty()
+            || self.prefix.len() > 20
+            || !self.prefix.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            return bad(format!(
+                "name {:?}: 1 to 20 letters and digits",
+                self.prefix
+            ));
+        }
+        if !(68..=65_000).contains(&self.mtu) {
+            return bad(format!("MTU {}: 68 to 65000", self.mtu));
+        }
+        if !(0.0..=1.0).contains(&self.loss) {
+            return bad(format!("loss {}: a probability", self.loss));
+        }
+        if self.loss > 0.0 && self.loss_per_mille() == 0 {
+            return bad(format!(
+                "loss {} rounds to 0 per mille (nftables draws per mille)",
+                self.loss
+            ));
+        }
+        if self.rate_bps == Some(0) {
+            return bad("a rate of 0".into());
+        }
+        if self.hub == Hub::Raw && self.offloads {
+            return bad(
+                "a switch on raw ports needs offloads off (GSO super-frames are not wire frames)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The rack; see the module documentation.
 #[derive(Debug)]
 pub struct Rack {
-    prefix: String,
+    cfg: RackConfig,
     /// The number of worker namespaces.
     pub workers: usize,
+    keep: bool,
 }
 
 impl Rack {
-    /// Builds a rack of `workers` worker namespaces named `ina{tag}-...`, or says why it
-    /// cannot (not root, no `ip`).
+    /// Builds a rack of `workers` workers behind a raw hub, named `ina{tag}-...`.
     pub fn new(tag: &str, workers: usize) -> Result<Rack, RackError> {
+        Rack::build(RackConfig::new(tag, workers))
+    }
+
+    /// Builds a rack as `cfg` says, or says why it cannot (not root, a tool missing, a command
+    /// refused). What it built before a failure is removed.
+    pub fn build(cfg: RackConfig) -> Result<Rack, RackError> {
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         if unsafe { libc::geteuid() } != 0 {
             return Err(RackError::NotRoot);
         }
+        cfg.validate()?;
+        remove_prefix(&cfg.prefix);
         let rack = Rack {
-            prefix: format!("ina{tag}"),
-            workers,
+            workers: cfg.workers,
+            cfg,
+            keep: false,
         };
-        rack.remove();
-        ip(&["netns", "add", &rack.hub()])?;
-        ip(&["-n", &rack.hub(), "link", "set", "lo", "up"])?;
-        for r in 0..workers {
-            let ns = rack.worker_ns(r);
+        rack.set_up()?;
+        Ok(rack)
+    }
+
+    fn set_up(&self) -> Result<(), RackError> {
+        let cfg = &self.cfg;
+        let hub = self.hub();
+        let mtu = cfg.mtu.to_string();
+        ip(&["netns", "add", &hub])?;
+        ip(&["-n", &hub, "link", "set", "lo", "up"])?;
+        if cfg.hub == Hub::Bridge {
+            ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+            ip(&["-n", &hub, "link", "set", "br0", "address", BRIDGE_MAC])?;
+            ip(&["-n", &hub, "link", "set", "br0", "mtu", &mtu])?;
+            let addr = format!("{SWITCH_IP}/16");
+            ip(&["-n", &hub, "addr", "add", &addr, "dev", "br0"])?;
+            ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+            // Results to a multicast group leave through the bridge.
+            ip(&["-n", &hub, "route", "add", "224.0.0.0/4", "dev", "br0"])?;
+        }
+        for r in 0..cfg.workers {
+            let ns = self.worker_ns(r);
+            let port = Rack::port(r);
             ip(&["netns", "add", &ns])?;
             ip(&[
-                "link",
-                "add",
-                &Rack::port(r),
-                "netns",
-                &rack.hub(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &ns,
+                "link", "add", &port, "netns", &hub, "type", "veth", "peer", "name", "eth0",
+                "netns", &ns,
             ])?;
-            ip(&["-n", &rack.hub(), "link", "set", &Rack::port(r), "up"])?;
+            ip(&["-n", &hub, "link", "set", &port, "mtu", &mtu])?;
+            if cfg.hub == Hub::Bridge {
+                ip(&["-n", &hub, "link", "set", &port, "master", "br0"])?;
+            }
+            ip(&["-n", &hub, "link", "set", &port, "up"])?;
             ip(&[
                 "-n",
                 &ns,
@@ -103,37 +253,72 @@ impl Rack {
                 "address",
                 &Rack::worker_mac(r),
             ])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "gso_max_segs", "1"])?;
-            // Checksums computed by the sender, as on a wire: a switch that forwards frames
-            // unchanged (bmv2) cannot complete them for a NIC that is not there.
-            let out = Rack::command_in(&ns, "ethtool")
-                .args(["-K", "eth0", "tx", "off"])
-                .output()
-                .map_err(|e| {
-                    RackError::Ip(format!("ethtool: {e} (install the ethtool package)"))
-                })?;
-            if !out.status.success() {
-                return Err(RackError::Ip(format!(
-                    "ethtool -K eth0 tx off: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
+            ip(&["-n", &ns, "link", "set", "eth0", "mtu", &mtu])?;
+            if !cfg.offloads {
+                ip(&["-n", &ns, "link", "set", "eth0", "gso_max_segs", "1"])?;
+                // Checksums computed by the sender, as on a wire: a switch that forwards frames
+                // unchanged (bmv2) cannot complete them for a NIC that is not there.
+                for dev in [("eth0", ns.as_str()), (port.as_str(), hub.as_str())] {
+                    run_in(dev.1, "ethtool", &["-K", dev.0, "tx", "off", "gro", "off"])?;
+                }
             }
-            let addr = format!("{}/24", Rack::worker_ip(r));
+            let addr = format!("{}/16", Rack::worker_ip(r));
             ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            // Multicast groups are joined and sent on eth0.
+            ip(&["-n", &ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])?;
+            if let (Some(rate), Some(burst)) = (cfg.rate_bps, cfg.burst()) {
+                let rate = format!("{rate}bit");
+                let burst = burst.to_string();
+                for (dev, at) in [("eth0", ns.as_str()), (port.as_str(), hub.as_str())] {
+                    run_in(
+                        at,
+                        "tc",
+                        &[
+                            "qdisc", "replace", "dev", dev, "root", "tbf", "rate", &rate, "burst",
+                            &burst, "latency", "100ms",
+                        ],
+                    )?;
+                }
+            }
+            if cfg.loss > 0.0 {
+                let n = cfg.loss_per_mille();
+                let rules = format!(
+                    "table inet inaloss {{\n\
+                     chain input {{ type filter hook input priority 0; numgen random mod 1000 < {n} counter drop; }}\n\
+                     chain output {{ type filter hook output priority 0; numgen random mod 1000 < {n} counter drop; }}\n\
+                     }}\n"
+                );
+                let file = std::env::temp_dir().join(format!("{ns}.nft"));
+                std::fs::write(&file, rules)
+                    .map_err(|e| RackError::Command(format!("writing {}: {e}", file.display())))?;
+                let loaded = run_in(&ns, "nft", &["-f", &file.to_string_lossy()]);
+                let _ = std::fs::remove_file(&file);
+                loaded?;
+            }
         }
-        Ok(rack)
+        Ok(())
+    }
+
+    /// How the rack was built.
+    pub fn config(&self) -> &RackConfig {
+        &self.cfg
+    }
+
+    /// Keeps the rack when this value is dropped (remove it with [`remove_prefix`]).
+    pub fn persist(mut self) {
+        self.keep = true;
     }
 
     /// The hub's namespace.
     pub fn hub(&self) -> String {
-        format!("{}-hub", self.prefix)
+        format!("{}-hub", self.cfg.prefix)
     }
 
     /// Worker `r`'s namespace.
     pub fn worker_ns(&self, r: usize) -> String {
-        format!("{}-w{r}", self.prefix)
+        format!("{}-w{r}", self.cfg.prefix)
     }
 
     /// The hub's port towards worker `r`.
@@ -151,7 +336,7 @@ impl Rack {
 
     /// Worker `r`'s address.
     pub fn worker_ip(r: usize) -> Ipv4Addr {
-        Ipv4Addr::new(198, 18, 0, r as u8 + 1)
+        Ipv4Addr::new(198, 18, 1 + (r / 250) as u8, (r % 250) as u8 + 1)
     }
 
     /// Worker `r`'s MAC address.
@@ -176,16 +361,118 @@ impl Rack {
         c
     }
 
-    fn remove(&self) {
-        let _ = ip(&["netns", "del", &self.hub()]);
-        for r in 0..self.workers.max(32) {
-            let _ = ip(&["netns", "del", &self.worker_ns(r)]);
-        }
+    /// Packets the loss rules dropped so far, in and out of every worker namespace.
+    pub fn dropped(&self) -> u64 {
+        (0..self.workers)
+            .filter_map(|r| {
+                run_in(
+                    &self.worker_ns(r),
+                    "nft",
+                    &["list", "table", "inet", "inaloss"],
+                )
+                .ok()
+            })
+            .map(|text| nft_packets(&text))
+            .sum()
     }
+}
+
+/// The packet counts of every `counter` in nftables' listing.
+fn nft_packets(listing: &str) -> u64 {
+    listing
+        .split("counter packets ")
+        .skip(1)
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 impl Drop for Rack {
     fn drop(&mut self) {
-        self.remove();
+        if !self.keep {
+            remove_prefix(&self.cfg.prefix);
+        }
+    }
+}
+
+/// The namespaces named `{prefix}-...`.
+pub fn namespaces_of(prefix: &str) -> Vec<String> {
+    let Ok(list) = run("ip", &["netns", "list"]) else {
+        return Vec::new();
+    };
+    let head = format!("{prefix}-");
+    list.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&head))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Removes every namespace named `{prefix}-...` (and with it its links and rules); returns
+/// how many there were.
+pub fn remove_prefix(prefix: &str) -> usize {
+    let found = namespaces_of(prefix);
+    for ns in &found {
+        let _ = ip(&["netns", "del", ns]);
+    }
+    found.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_are_checked() {
+        let good = RackConfig::new("t", 4);
+        assert!(good.validate().is_ok());
+        let cases = [
+            RackConfig {
+                workers: 0,
+                ..good.clone()
+            },
+            RackConfig {
+                prefix: "a-b".into(),
+                ..good.clone()
+            },
+            RackConfig {
+                mtu: 40,
+                ..good.clone()
+            },
+            RackConfig {
+                loss: 0.0001,
+                ..good.clone()
+            },
+            RackConfig {
+                loss: 2.0,
+                ..good.clone()
+            },
+            RackConfig {
+                rate_bps: Some(0),
+                ..good.clone()
+            },
+            RackConfig {
+                offloads: true,
+                ..good.clone()
+            },
+        ];
+        for c in cases {
+            assert!(matches!(c.validate(), Err(RackError::Config(_))), "{c:?}");
+        }
+        let limited = RackConfig {
+            rate_bps: Some(1_000_000_000),
+            mtu: 9000,
+            loss: 0.001,
+            ..good
+        };
+        assert_eq!(limited.loss_per_mille(), 1);
+        assert_eq!(limited.burst(), Some(125_000));
+        assert!(RackConfig::new("t", 4).burst().is_none());
+    }
+
+    #[test]
+    fn nft_counters_are_summed() {
+        let listing = "table inet inaloss {\n chain input {\n type filter hook input priority filter; policy accept;\n numgen random mod 1000 < 10 counter packets 7 bytes 700 drop\n }\n chain output {\n numgen random mod 1000 < 10 counter packets 5 bytes 10 drop\n }\n}\n";
+        assert_eq!(nft_packets(listing), 12);
+        assert_eq!(nft_packets("nothing"), 0);
     }
 }

@@ -223,6 +223,24 @@ impl Counters {
         *copy.drop_counter(reason)
     }
 
+    /// Every drop reason's counter, by name.
+    pub fn drops_by_reason(&self) -> [(&'static str, u64); 12] {
+        [
+            ("malformed", self.malformed),
+            ("not_ina", self.not_ina),
+            ("unexpected_type", self.unexpected_type),
+            ("unknown_job", self.unknown_job),
+            ("unknown_rank", self.unknown_rank),
+            ("wrong_port", self.wrong_port),
+            ("stale_epoch", self.stale_epoch),
+            ("slot_out_of_range", self.slot_out_of_range),
+            ("bad_count", self.bad_count),
+            ("stale_seq", self.stale_seq),
+            ("duplicate", self.duplicate),
+            ("output_too_small", self.output_too_small),
+        ]
+    }
+
     /// All drops together.
     pub fn drops_total(&self) -> u64 {
         self.malformed

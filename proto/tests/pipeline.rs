@@ -464,6 +464,9 @@ fn a_result_that_does_not_fit_is_never_sent() {
     };
     assert_eq!((port, v), (PortId(10), vec![11, 22, 33, 44]));
     let c = *p.counters();
+    let by_reason: u64 = c.drops_by_reason().iter().map(|(_, n)| n).sum();
+    assert_eq!(by_reason, c.drops_total());
+    assert!(c.drops_by_reason().contains(&("output_too_small", 3)));
     assert_eq!((c.output_too_small, c.results_unicast), (3, 1));
     assert_eq!((c.drops_total(), c.pending_sent), (3, 1));
 }

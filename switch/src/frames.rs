@@ -12,6 +12,7 @@ use ina_proto::event::Event;
 use ina_proto::l2::{FrameJob, FrameSwitch, FrameSwitchConfig, L2Error, Outputs};
 use ina_proto::Instant;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Frames taken from one port's ring before the next port's turn.
@@ -116,6 +117,8 @@ pub struct FramesSwitch {
     oversize_reported: Vec<bool>,
     switch: FrameSwitch,
     origin: std::time::Instant,
+    /// The statistics as of the last publication (see [`Self::published`]).
+    published: Arc<Mutex<Option<FramesStats>>>,
 }
 
 impl FramesSwitch {
@@ -155,6 +158,7 @@ impl FramesSwitch {
             ports,
             switch,
             origin: std::time::Instant::now(),
+            published: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -179,6 +183,12 @@ impl FramesSwitch {
         }
     }
 
+    /// A copy of the statistics that [`Self::run`] refreshes about every 200 ms, for readers
+    /// on other threads (a metrics endpoint); `None` until the first refresh.
+    pub fn published(&self) -> Arc<Mutex<Option<FramesStats>>> {
+        self.published.clone()
+    }
+
     /// Serves frames until `shutdown` is set (checked at least every 100 ms), logging the
     /// counters every `stats_every` if given.
     pub fn run(
@@ -190,7 +200,15 @@ impl FramesSwitch {
         let mut out = Outputs::new();
         let mut tx = TxQueue::default();
         let mut logged = std::time::Instant::now();
+        let mut published = std::time::Instant::now() - Duration::from_secs(1);
         while !shutdown.load(Ordering::Relaxed) {
+            if published.elapsed() >= Duration::from_millis(200) {
+                published = std::time::Instant::now();
+                let s = self.stats();
+                if let Ok(mut slot) = self.published.lock() {
+                    *slot = Some(s);
+                }
+            }
             if stats_every.is_some_and(|every| logged.elapsed() >= every) {
                 logged = std::time::Instant::now();
                 let s = self.stats();

@@ -1,11 +1,13 @@
 //! `ina bench`: in-network aggregation against a ring all-reduce, and the switch's packet rate
 //! against a plain UDP reflector.
 
-mod fabric;
 mod inproc;
 mod procs;
 mod rate;
 pub mod runner;
+mod scenario;
+mod sweep;
+mod testbed;
 
 use crate::data::Reference;
 use crate::mem::{format_kib, peak_rss_kib};
@@ -76,11 +78,30 @@ pub struct BenchArgs {
     /// Run the switch and each worker in its own OS process (ina and ring).
     #[arg(long)]
     pub processes: bool,
-    /// Where the switch runs: `udp` on loopback; `l2` (the L2 software switch) or `bmv2`
-    /// (simple_switch with the v1model program) on the raw ports of an emulated rack of
-    /// network namespaces, each worker a process in its own (needs root; --elems 64 or 256).
-    #[arg(long, value_enum, default_value = "udp")]
-    pub fabric: fabric::Fabric,
+    /// Run on an emulated rack (root): the switch in a hub namespace, each worker a process
+    /// in a namespace of its own behind its own link (`--hub`, `--rate`, `--mtu`,
+    /// `--link-loss`); the ring runs over the same links.
+    #[arg(long)]
+    pub testbed: bool,
+    /// With --testbed: the switch in the hub (a kernel bridge with the UDP software switch, the
+    /// L2 software switch, or bmv2; the last two take --elems 64 or 256).
+    #[arg(long, value_enum, default_value = "bridge")]
+    pub hub: crate::cmd_testbed::HubKind,
+    #[command(flatten)]
+    pub links: crate::cmd_testbed::LinkArgs,
+    /// A scenario file (TOML; see `benches/`): its settings replace the flags', and it runs
+    /// on the testbed unless it says `testbed = false`.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
+    /// With --testbed: run once per number of workers in this list (e.g. 2,4,8).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_workers: Vec<usize>,
+    /// With --testbed: run once per link loss in this list (e.g. 0,0.001,0.01).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_link_loss: Vec<f64>,
+    /// Draw the sweep's goodput of ina and the ring, with their bounds, into this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Drop this fraction of datagrams entering the switch, and of those leaving it.
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
@@ -162,20 +183,7 @@ pub(crate) fn switch_summary(
     peak_rss_kib: Option<u64>,
 ) -> SwitchSummary {
     let c = &s.pipeline;
-    let reasons = [
-        ("malformed", c.malformed),
-        ("not_ina", c.not_ina),
-        ("unexpected_type", c.unexpected_type),
-        ("unknown_job", c.unknown_job),
-        ("unknown_rank", c.unknown_rank),
-        ("wrong_port", c.wrong_port),
-        ("stale_epoch", c.stale_epoch),
-        ("slot_out_of_range", c.slot_out_of_range),
-        ("bad_count", c.bad_count),
-        ("stale_seq", c.stale_seq),
-        ("duplicate", c.duplicate),
-        ("output_too_small", c.output_too_small),
-    ];
+    let reasons = c.drops_by_reason();
     SwitchSummary {
         packets_in: c.packets_in,
         results_multicast: c.results_multicast,
@@ -210,10 +218,12 @@ pub struct AlgoResult {
     pub loss: f64,
     /// Per timed iteration: the slowest worker's time.
     pub seconds: Vec<f64>,
-    /// In-process runs, per timed iteration: CPU time of every thread of the bench process
-    /// (switch, workers, helpers) during the slowest worker's all-reduce.
+    /// Per timed iteration: in-process runs, the CPU time of every thread of the bench process
+    /// (switch, workers, helpers) during the slowest worker's all-reduce; runs on a testbed,
+    /// the CPU time of every worker process during its all-reduce, added up (the hosts' cost,
+    /// the switch not included).
     pub cpu_seconds: Vec<f64>,
-    /// Median of `cpu_seconds` (in-process runs only).
+    /// Median of `cpu_seconds`.
     pub median_cpu_s: Option<f64>,
     pub median_s: f64,
     pub min_s: f64,
@@ -236,9 +246,18 @@ pub struct AlgoResult {
     /// The largest worker process's peak memory (in-process runs: the bench process's).
     pub worker_peak_rss_kib: Option<u64>,
     pub rate: Option<RateResult>,
-    /// `--fabric l2|bmv2`: frames the switch took in per second of all-reduce (warm-up
-    /// included), the packet rate the switch sustained.
+    /// `--testbed`: packets the switch took in per second of all-reduce (warm-up included),
+    /// the packet rate the switch sustained.
     pub switch_frames_per_s: Option<f64>,
+    /// Tensor bytes over the median time, Gbit/s (nccl-tests' algbw).
+    pub algbw_gbit_per_s: f64,
+    /// algbw times 2(n-1)/n (nccl-tests' busbw for all-reduce).
+    pub busbw_gbit_per_s: f64,
+    /// `--testbed` with `--rate`: the least time the links allow this algorithm, framing
+    /// included (S/B for ina, 2(n-1)/n S/B for the ring).
+    pub bound_s: Option<f64>,
+    /// `bound_s` over the median time.
+    pub of_bound: Option<f64>,
 }
 
 impl AlgoResult {
@@ -255,6 +274,8 @@ impl AlgoResult {
             self.min_s = sorted[0];
             self.max_s = sorted[sorted.len() - 1];
             self.goodput_gbit_per_s = self.elements as f64 * 32.0 / self.median_s / 1e9;
+            self.algbw_gbit_per_s = self.goodput_gbit_per_s;
+            self.busbw_gbit_per_s = self.goodput_gbit_per_s * ring_factor(self.workers);
             self.elements_per_s = self.elements as f64 / self.median_s;
         }
         let larger = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -310,8 +331,8 @@ impl AlgoResult {
 /// Everything `--json` writes.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
-    /// Where the switch ran (`udp` on loopback, or on a rack: `l2`, `bmv2`).
-    pub fabric: fabric::Fabric,
+    /// `--testbed`: the rack's hub and links.
+    pub testbed: Option<testbed::TestbedReport>,
     pub workers: usize,
     pub bytes: u64,
     pub elems_per_packet: u16,
@@ -407,6 +428,12 @@ pub(crate) fn summarize(
                 if let Some(cpu) = slowest.and_then(|r| r.process_cpu_seconds) {
                     cpu_seconds.push(cpu);
                 }
+            } else if args.testbed {
+                // Each worker is a process of its own: the hosts' CPU is their sum.
+                let all: Option<f64> = recs.iter().map(|r| r.process_cpu_seconds).sum();
+                if let Some(cpu) = all {
+                    cpu_seconds.push(cpu);
+                }
             }
             retransmissions += recs.iter().map(|r| r.retransmissions).sum::<u64>();
             fast_retransmissions += recs.iter().map(|r| r.fast_retransmissions).sum::<u64>();
@@ -445,12 +472,43 @@ pub(crate) fn summarize(
         worker_peak_rss_kib: None,
         rate: None,
         switch_frames_per_s: None,
+        algbw_gbit_per_s: ctx.elements as f64 * 32.0 / med / 1e9,
+        busbw_gbit_per_s: ctx.elements as f64 * 32.0 / med / 1e9 * ring_factor(args.workers),
+        bound_s: None,
+        of_bound: None,
     })
 }
 
+/// The window a worker streams with: `--window`, at most the job's `--slots`.
+pub(crate) fn window_of(args: &BenchArgs) -> u16 {
+    args.window.unwrap_or(args.slots).min(args.slots)
+}
+
+/// 2(n-1)/n: what a ring moves per link, in tensors; nccl-tests' busbw factor of all-reduce.
+pub(crate) fn ring_factor(workers: usize) -> f64 {
+    let n = workers as f64;
+    2.0 * (n - 1.0) / n
+}
+
 pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(path) = args.scenario.clone() {
+        if let Some(d) = scenario::apply(&path, &mut args)? {
+            println!("scenario {}: {d}", path.display());
+        }
+    }
+    if sweep::requested(&args) {
+        return sweep::run(args);
+    }
+    if args.plot.is_some() {
+        bail!("--plot draws a sweep: give --sweep-workers or --sweep-link-loss");
+    }
+    run_one(args).map(|_| ())
+}
+
+/// One bench run: prints its report, writes `--json`, and fails if a result was wrong.
+pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     // On a rack every worker is a process of its own.
-    args.processes |= args.fabric != fabric::Fabric::Udp;
+    args.processes |= args.testbed;
     if args.workers == 0 || args.workers > 32 {
         bail!("--workers must be 1..=32 (a switch slot tracks at most 32 workers)");
     }
@@ -475,23 +533,25 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
     if args.algorithms.is_empty() {
         bail!("no --algorithms given");
     }
-    let fabric = match args.fabric {
-        fabric::Fabric::Udp => None,
-        f => {
-            if args
-                .algorithms
-                .iter()
-                .any(|a| matches!(a, Algorithm::Switch | Algorithm::Reflector))
-            {
-                bail!("--fabric {f:?} runs the ina and ring algorithms; the packet-rate algorithms (switch, reflector) are for the UDP switch");
-            }
-            if args.loss > 0.0 {
-                bail!(
-                    "--loss is injected by the UDP switch; with --fabric the links are the rack's"
-                );
-            }
-            Some(fabric::FabricCtx::new(f, args.workers, args.elems)?)
+    let testbed = if args.testbed {
+        if args
+            .algorithms
+            .iter()
+            .any(|a| matches!(a, Algorithm::Switch | Algorithm::Reflector))
+        {
+            bail!("--testbed runs the ina and ring algorithms; the packet-rate algorithms (switch, reflector) are for loopback");
         }
+        if args.loss > 0.0 {
+            bail!("--loss is injected by the UDP switch on loopback; on --testbed the links drop packets (--link-loss)");
+        }
+        Some(testbed::TestbedCtx::new(
+            args.hub,
+            &args.links,
+            args.workers,
+            args.elems,
+        )?)
+    } else {
+        None
     };
     let elements = usize::try_from(args.size / 4).context("--size too large")?;
     let tensor_algos = args
@@ -544,11 +604,11 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
                 name
             });
             let r = match (algo, args.processes) {
-                (Algorithm::Ina, _) if fabric.is_some() => {
-                    fabric::ina(&ctx, fabric.as_ref().context("rack")?)
+                (Algorithm::Ina, _) if testbed.is_some() => {
+                    testbed::ina(&ctx, testbed.as_ref().context("rack")?)
                 }
-                (Algorithm::Ring, _) if fabric.is_some() => {
-                    fabric::ring(&ctx, fabric.as_ref().context("rack")?)
+                (Algorithm::Ring, _) if testbed.is_some() => {
+                    testbed::ring(&ctx, testbed.as_ref().context("rack")?)
                 }
                 (Algorithm::Ina, false) => inproc::ina(&ctx),
                 (Algorithm::Ring, false) => inproc::ring(&ctx),
@@ -581,7 +641,16 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let report = BenchReport {
-        fabric: args.fabric,
+        testbed: testbed.as_ref().map(|t| {
+            testbed::report(
+                t,
+                &mut results,
+                args.workers,
+                elements,
+                args.elems,
+                window_of(&args),
+            )
+        }),
         workers: args.workers,
         bytes: elements as u64 * 4,
         elems_per_packet: args.elems,
@@ -611,7 +680,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
     if !failed.is_empty() {
         bail!("results outside their bound or differing between workers: {failed:?}");
     }
-    Ok(())
+    Ok(report)
 }
 
 fn fmt_bytes(b: u64) -> String {
@@ -676,20 +745,8 @@ fn print_report(r: &BenchReport) {
             );
         }
     }
-    if r.fabric != fabric::Fabric::Udp {
-        println!(
-            "switch: {:?} on an emulated rack of {} namespaces (raw Ethernet ports)",
-            r.fabric, r.workers
-        );
-        for x in &r.results {
-            if let Some(rate) = x.switch_frames_per_s {
-                println!(
-                    "  during {}: {:.0} frames in per second",
-                    format!("{:?}", x.algorithm).to_lowercase(),
-                    rate
-                );
-            }
-        }
+    if let Some(t) = &r.testbed {
+        testbed::print(t, r);
     }
     let rates: Vec<&AlgoResult> = r.results.iter().filter(|x| x.rate.is_some()).collect();
     if !rates.is_empty() {
@@ -745,7 +802,12 @@ fn print_report(r: &BenchReport) {
         .collect();
     if !cpu.is_empty() {
         println!(
-            "CPU per all-reduce (median, every thread of this process): {}",
+            "CPU per all-reduce (median; {}): {}",
+            if r.testbed.is_some() {
+                "every worker process, added up"
+            } else {
+                "every thread of this process"
+            },
             cpu.join(", ")
         );
     }

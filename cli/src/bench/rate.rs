@@ -235,14 +235,15 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         worker_peak_rss_kib: None,
         rate: Some(rate),
         switch_frames_per_s: None,
+        algbw_gbit_per_s: 0.0,
+        busbw_gbit_per_s: 0.0,
+        bound_s: None,
+        of_bound: None,
     }
 }
 
 fn window(ctx: &Ctx) -> u16 {
-    ctx.args
-        .window
-        .unwrap_or(ctx.args.slots)
-        .min(ctx.args.slots)
+    super::window_of(&ctx.args)
 }
 
 pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {

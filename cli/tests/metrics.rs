@@ -1,0 +1,62 @@
+//! The switch's Prometheus endpoint (`ina switch --metrics ADDR`) as a scraper sees it: after
+//! two workers all-reduced through the switch, its counters say so.
+#![allow(clippy::unwrap_used)]
+
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: ina\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The value of the sample `line` (a metric name with its labels).
+fn value(text: &str, line: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{line}` in:\n{text}"))
+}
+
+#[test]
+fn the_switch_serves_its_counters_to_a_scraper() {
+    let _serial = serial();
+    let sw = SwitchProc::start(&["--metrics=127.0.0.1:0"]);
+    let metrics = sw.ready.addr("metrics");
+    let before = scrape(metrics);
+    assert!(before.starts_with("HTTP/1.0 200 OK"), "{before}");
+    assert_eq!(value(&before, "ina_switch_packets_total"), 0.0);
+    let run = Run::new(2, 10_000, 1);
+    let (mut workers, addrs) = run.ina_workers(sw.udp);
+    sw.add_job(job_spec(1, addrs));
+    for w in &mut workers {
+        let o = Outcome::collect(w, after(Duration::from_secs(60)));
+        assert!(matches!(o.end, End::Done(_)), "{}: {:?}", o.name, o.end);
+    }
+    let after_run = scrape(metrics);
+    assert!(value(&after_run, "ina_switch_packets_total") > 0.0);
+    assert!(value(&after_run, "ina_switch_results_multicast_total") > 0.0);
+    assert!(value(&after_run, "ina_switch_data_first_total") > 0.0);
+    assert_eq!(
+        value(&after_run, "ina_switch_drops_total{reason=\"malformed\"}"),
+        0.0
+    );
+    assert!(after_run.contains("# TYPE ina_switch_drops_total counter"));
+    let other = {
+        let mut s = TcpStream::connect(metrics).unwrap();
+        s.write_all(b"GET /other HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(other.starts_with("HTTP/1.0 404"));
+}
