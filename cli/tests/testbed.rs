@@ -43,6 +43,14 @@ fn ci_smoke_ina_and_ring_through_the_testbed() {
     if skip_unless_root() {
         return;
     }
+    let namespaces = || {
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = namespaces();
     let json = std::env::temp_dir().join(format!("ina-smoke-{}.json", std::process::id()));
     let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/../benches/ci-smoke.toml");
     let out = ina(&[
@@ -72,12 +80,9 @@ fn ci_smoke_ina_and_ring_through_the_testbed() {
     assert_eq!(t["rate_bps"], 200_000_000u64);
     assert!(t["speedup"].as_f64().is_some());
     assert!((t["speedup_ceiling"].as_f64().unwrap() - 4.0 / 3.0).abs() < 1e-9);
-    // Nothing is left behind.
-    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    assert!(
-        !String::from_utf8_lossy(&list.stdout).contains("inab"),
-        "namespaces left behind"
-    );
+    // Nothing is left behind (other runs on the machine may have namespaces of their own).
+    let left: Vec<_> = namespaces().difference(&before).cloned().collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }
 
 #[test]

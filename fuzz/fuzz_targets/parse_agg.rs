@@ -1,9 +1,9 @@
-//! `AggRepr::parse_bytes`, `AggRepr::parse_header` and `ProbeInfo::parse` on arbitrary bytes:
-//! never a panic, whatever parses emits back to the same bytes (up to the reserved flag bits,
+//! `AggRepr::parse_bytes`, `AggRepr::parse_header`, `ProbeInfo::parse` and
+//! `ProbeGroup::parse` on arbitrary bytes: never a panic, whatever parses emits back to the same bytes (up to the reserved flag bits,
 //! which are sent as 0), and the header alone parses as the whole packet does.
 #![no_main]
 
-use ina_wire::agg::ProbeInfo;
+use ina_wire::agg::{ProbeGroup, ProbeInfo};
 use ina_wire::{AggPacket, AggRepr, HEADER_LEN};
 use libfuzzer_sys::fuzz_target;
 
@@ -67,6 +67,16 @@ fuzz_target!(|data: &[u8]| {
         if let Err(e) = info.emit(&mut buf) {
             panic!("emit of a parsed probe info failed: {e}");
         }
-        assert_eq!(&buf[..], data);
+        // The first four elements; a 24-byte payload also names the job's multicast group.
+        assert_eq!(&buf[..], &data[..16]);
+        match ProbeGroup::parse(data) {
+            Ok(Some(g)) => {
+                let mut tail = [0u8; 8];
+                g.emit(&mut tail).expect("emit of a parsed group");
+                assert_eq!(&tail[..], &data[16..24]);
+            }
+            Ok(None) => assert_eq!(data.len(), 16),
+            Err(_) => {}
+        }
     }
 });

@@ -239,8 +239,8 @@ pub struct AlgoResult {
     pub retransmissions: u64,
     /// Of the retransmissions, those sent on evidence of loss before a timer expired.
     pub fast_retransmissions: u64,
-    /// Of the retransmissions, those sent as stall probes (nothing had come back for about
-    /// two round trips: a loss near the end, or a worker elsewhere not running).
+    /// Copies sent as stall probes, apart from `retransmissions` (nothing had come back for
+    /// about two round trips: a loss near the end, or a worker elsewhere not running).
     pub stall_probes: u64,
     pub switch: Option<SwitchSummary>,
     /// The largest worker process's peak memory (in-process runs: the bench process's).
@@ -770,16 +770,14 @@ fn print_report(r: &BenchReport) {
         }
     }
     for x in &r.results {
-        if x.rate.is_none() && x.retransmissions > 0 {
-            let timers = x
-                .retransmissions
-                .saturating_sub(x.fast_retransmissions + x.stall_probes);
+        if x.rate.is_none() && x.retransmissions + x.stall_probes > 0 {
+            let others = x.retransmissions.saturating_sub(x.fast_retransmissions);
             println!(
-                "{} retransmissions: {} on evidence of loss, {} stall probes, {} timers",
+                "{} retransmissions: {} on evidence of loss, {} on timers or Pending answers; and {} stall probes",
                 format!("{:?}", x.algorithm).to_lowercase(),
                 x.fast_retransmissions,
-                x.stall_probes,
-                timers
+                others,
+                x.stall_probes
             );
         }
     }

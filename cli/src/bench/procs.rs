@@ -80,6 +80,18 @@ impl Proc {
         }
     }
 
+    /// The next event if one is waiting; an error if the process ended.
+    fn try_next(&mut self) -> anyhow::Result<Option<Value>> {
+        match self.lines.try_recv() {
+            Ok(v) => Ok(Some(v)),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                let status = self.child.wait().ok();
+                bail!("{} exited ({status:?})", self.name)
+            }
+        }
+    }
+
     /// Waits for an event of the given name, failing on an `error` event.
     pub(super) fn expect(&mut self, event: &str, timeout: Duration) -> anyhow::Result<Value> {
         let deadline = Instant::now() + timeout;
@@ -136,43 +148,71 @@ pub(super) fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
     v
 }
 
-/// Collects every worker's iteration records until each is done.
+/// Collects every worker's iteration records until each is done, showing each worker's
+/// progress live on the progress bar's line (`w0 3/4 0.54s`: iterations done of all, and the
+/// latest one's time).
 pub(super) fn collect(
     ctx: &Ctx,
     workers: &mut [Proc],
 ) -> anyhow::Result<(Vec<Vec<IterRecord>>, u64)> {
     let total = ctx.args.warmup + ctx.args.iterations;
-    let mut records = Vec::new();
+    let mut records: Vec<Vec<IterRecord>> = workers.iter().map(|_| Vec::new()).collect();
+    let mut done = vec![false; workers.len()];
+    let mut heard = vec![Instant::now(); workers.len()];
     let mut peak = 0;
     // Generous: the first iteration includes building the reference in each worker.
     let patience = Duration::from_secs(120);
-    for (rank, w) in workers.iter_mut().enumerate() {
-        let mut mine = Vec::new();
-        loop {
-            let v = w.next(patience)?;
-            match v.get("event").and_then(Value::as_str) {
-                Some("iteration") => {
-                    let r: IterRecord = serde_json::from_value(v)?;
-                    if rank == 0 {
-                        ctx.progress.inc(1);
+    while done.iter().any(|d| !d) {
+        let mut moved = false;
+        for (rank, w) in workers.iter_mut().enumerate() {
+            if done[rank] {
+                continue;
+            }
+            while let Some(v) = w.try_next()? {
+                moved = true;
+                heard[rank] = Instant::now();
+                match v.get("event").and_then(Value::as_str) {
+                    Some("iteration") => {
+                        let r: IterRecord = serde_json::from_value(v)?;
+                        if rank == 0 {
+                            ctx.progress.inc(1);
+                        }
+                        records[rank].push(r);
                     }
-                    mine.push(r);
+                    Some("done") => {
+                        peak = peak.max(v.get("peak_rss_kib").and_then(Value::as_u64).unwrap_or(0));
+                        done[rank] = true;
+                        break;
+                    }
+                    Some("error") => bail!("worker {rank}: {v}"),
+                    _ => {}
                 }
-                Some("done") => {
-                    peak = peak.max(v.get("peak_rss_kib").and_then(Value::as_u64).unwrap_or(0));
-                    break;
-                }
-                Some("error") => bail!("worker {rank}: {v}"),
-                _ => {}
+            }
+            if !done[rank] && heard[rank].elapsed() > patience {
+                bail!("worker {rank} silent for {patience:?}");
             }
         }
+        if moved {
+            let line: Vec<String> = records
+                .iter()
+                .enumerate()
+                .map(|(rank, r)| match r.last() {
+                    Some(last) => format!("w{rank} {}/{total} {:.2}s", r.len(), last.seconds),
+                    None => format!("w{rank} 0/{total}"),
+                })
+                .collect();
+            ctx.progress.set_message(line.join("  "));
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for (rank, mine) in records.iter().enumerate() {
         if mine.len() != total {
             bail!(
                 "worker {rank} reported {} of {total} iterations",
                 mine.len()
             );
         }
-        records.push(mine);
     }
     Ok((records, peak))
 }
