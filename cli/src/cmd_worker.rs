@@ -12,7 +12,9 @@
 //! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result
 //! was outside its bound.
 
-use crate::bench::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer};
+use crate::bench::runner::{
+    run_iterations, InaReducer, IterRecord, Reducer, RingReducer, StreamTotals,
+};
 use crate::data::{generate, Reference};
 use anyhow::Context;
 use ina_io::{Port, UdpConfig, UdpPort};
@@ -72,6 +74,10 @@ pub struct WorkerArgs {
     /// previous one) before failing.
     #[arg(long, default_value_t = 30_000)]
     connect_timeout_ms: u64,
+    /// Ina: serve this worker's counters (packets, results, resends by cause, RTT) in
+    /// Prometheus' text format at http://ADDR/metrics, updated after every all-reduce.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// Skip checking results against the exact sums.
     #[arg(long)]
     no_verify: bool,
@@ -93,6 +99,90 @@ fn fail(kind: &str, message: String) -> ! {
     std::process::exit(2);
 }
 
+/// A worker's all-reduces in Prometheus' text format.
+pub fn render_metrics(t: &StreamTotals) -> String {
+    let mut e = ina_io::metrics::Exposition::new();
+    e.counter(
+        "ina_worker_allreduces_total",
+        "All-reduces finished.",
+        t.operations,
+    )
+    .counter(
+        "ina_worker_packets_total",
+        "Packets the streams carried (first transmissions).",
+        t.packets,
+    )
+    .counter(
+        "ina_worker_packets_sent_total",
+        "Packets sent, every copy included.",
+        t.packets_sent,
+    )
+    .counter(
+        "ina_worker_bytes_sent_total",
+        "Bytes of ina packets sent.",
+        t.bytes_sent,
+    )
+    .counter("ina_worker_results_total", "Results accepted.", t.results)
+    .counter(
+        "ina_worker_duplicate_results_total",
+        "Results that matched no outstanding packet.",
+        t.duplicate_results,
+    )
+    .counter(
+        "ina_worker_foreign_total",
+        "Datagrams that were not this job's results.",
+        t.foreign,
+    )
+    .counters_by(
+        "ina_worker_resends_total",
+        "Packets sent again, by cause.",
+        "cause",
+        [
+            ("loss_detected", t.fast_retransmissions),
+            (
+                "timer_or_pending",
+                t.retransmissions.saturating_sub(t.fast_retransmissions),
+            ),
+            ("stall_probe", t.stall_probes),
+        ],
+    )
+    .counter(
+        "ina_worker_queries_total",
+        "Retransmissions sent as 16-byte Queries (the switch held the data).",
+        t.queries,
+    )
+    .counter(
+        "ina_worker_pending_answers_total",
+        "Pending answers received.",
+        t.pending_answers,
+    )
+    .counter(
+        "ina_worker_resent_missing_total",
+        "Data sent again because a Pending answer showed it missing.",
+        t.resent_missing,
+    )
+    .gauge(
+        "ina_worker_window_slots",
+        "Slots the worker streams through.",
+        f64::from(t.window),
+    );
+    if let Some(rtt) = t.srtt {
+        e.gauge(
+            "ina_worker_srtt_seconds",
+            "Smoothed round trip to the switch.",
+            rtt.as_secs_f64(),
+        );
+    }
+    if let Some(rtt) = t.min_rtt {
+        e.gauge(
+            "ina_worker_min_rtt_seconds",
+            "Smallest round trip seen.",
+            rtt.as_secs_f64(),
+        );
+    }
+    e.finish()
+}
+
 pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let rank = usize::from(args.rank);
     if rank >= args.workers {
@@ -100,6 +190,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     }
     let input = generate(args.seed, rank, args.elements);
     let mut block_elems = 256;
+    // The metrics endpoint, served until the worker exits.
+    let mut metrics = None;
     let mut reducer: Box<dyn Reducer> = match args.algorithm {
         WorkerAlgorithm::Ina => {
             let switch = args.switch.context("--switch is required for ina")?;
@@ -127,7 +219,24 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 "elems_per_packet": job.info.elems_per_packet, "workers": job.info.workers,
                 "group": job.group.map(|g| g.to_string()),
             }));
-            Box::new(InaReducer(comm))
+            let mut reducer = InaReducer::new(comm);
+            if let Some(addr) = args.metrics {
+                let totals = std::sync::Arc::new(std::sync::Mutex::new(StreamTotals::default()));
+                reducer.totals = Some(totals.clone());
+                let server = ina_io::metrics::MetricsServer::spawn(
+                    addr,
+                    move || {
+                        let t = totals.lock().map(|t| *t).unwrap_or_default();
+                        render_metrics(&t)
+                    },
+                    std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                )?;
+                emit(
+                    serde_json::json!({"event": "metrics", "addr": server.local_addr.to_string()}),
+                );
+                metrics = Some(server);
+            }
+            Box::new(reducer)
         }
         WorkerAlgorithm::Ring => {
             let listener =
@@ -181,6 +290,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             emit(v);
         },
     );
+    let _metrics = metrics;
     match result {
         Ok(_) => {
             emit(serde_json::json!({

@@ -60,3 +60,41 @@ fn the_switch_serves_its_counters_to_a_scraper() {
     };
     assert!(other.starts_with("HTTP/1.0 404"));
 }
+
+#[test]
+fn a_worker_serves_its_counters_between_all_reduces() {
+    let _serial = serial();
+    let sw = SwitchProc::start(&[]);
+    let mut run = Run::new(2, 50_000, 30);
+    run.warmup = 0;
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|r| {
+            let mut args = run.common(r);
+            args.push("--algorithm=ina".into());
+            args.push(format!("--switch={}", sw.udp));
+            args.push(format!("--bind={any}"));
+            if r == 0 {
+                args.push("--metrics=127.0.0.1:0".into());
+            }
+            Proc::spawn(&format!("worker {r}"), &args)
+        })
+        .collect();
+    let addrs: Vec<SocketAddr> = procs
+        .iter_mut()
+        .map(|p| p.expect("bound", after(START)).addr("udp"))
+        .collect();
+    sw.add_job(job_spec(1, addrs));
+    let metrics = procs[0].expect("metrics", after(START)).addr("addr");
+    procs[0].expect("iteration", after(Duration::from_secs(60)));
+    let text = scrape(metrics);
+    assert!(value(&text, "ina_worker_allreduces_total") >= 1.0, "{text}");
+    assert!(value(&text, "ina_worker_results_total") >= 1.0);
+    assert!(value(&text, "ina_worker_srtt_seconds") > 0.0);
+    assert!(value(&text, "ina_worker_window_slots") >= 1.0);
+    assert!(text.contains("ina_worker_resends_total{cause=\"stall_probe\"}"));
+    for p in &mut procs {
+        let o = Outcome::collect(p, after(Duration::from_secs(120)));
+        assert!(matches!(o.end, End::Done(_)), "{}: {:?}", o.name, o.end);
+    }
+}

@@ -121,7 +121,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             let mut wc = WorkerConfig::new(switch_addr, addrs[rank], 1, rank as u8);
             wc.window = args.window;
             wc.give_up = Duration::from_millis(args.give_up_ms);
-            Ok(Box::new(InaReducer(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
+            Ok(Box::new(InaReducer::new(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
         })?;
         let stats = handle.stats().context("reading switch statistics")?;
         anyhow::Ok((records, stats))
