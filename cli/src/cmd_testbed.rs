@@ -274,16 +274,16 @@ fn status(name: &str) -> anyhow::Result<()> {
             for line in String::from_utf8_lossy(&q.stdout).lines() {
                 println!("  {}", line.trim());
             }
-            let n = Rack::command_in(ns, "nft")
-                .args(["list", "table", "inet", "inaloss"])
-                .output();
-            if let Some(n) = n.ok().filter(|n| n.status.success()) {
-                for line in String::from_utf8_lossy(&n.stdout)
-                    .lines()
-                    .filter(|l| l.contains("counter"))
-                {
-                    println!("  loss rule: {}", line.trim());
-                }
+        }
+        let n = Rack::command_in(ns, "nft")
+            .args(["list", "ruleset"])
+            .output();
+        if let Some(n) = n.ok().filter(|n| n.status.success()) {
+            for line in String::from_utf8_lossy(&n.stdout)
+                .lines()
+                .filter(|l| l.contains("counter"))
+            {
+                println!("  loss rule: {}", line.trim());
             }
         }
     }

@@ -6,8 +6,8 @@
 //!   software switch, bmv2) serves them. With [`Hub::Bridge`] they are enslaved to a kernel
 //!   bridge `br0` holding the switch's address, 198.18.0.100, for a switch on a UDP socket.
 //! - **Links.** Each worker link may be rate-limited (`tc tbf` on both ends, so both directions),
-//!   may drop packets at random (nftables `numgen random mod 1000 < N` in the worker's
-//!   namespace, on its input and its output: both directions), and has a configurable MTU
+//!   may drop frames at random (nftables `numgen random mod 1000 < N` on the netdev ingress hook
+//!   of both ends: both directions, one wire frame at a time), and has a configurable MTU
 //!   (jumbo frames included).
 //! - **Offloads.** Segmentation and checksum offload are off on the workers' links unless asked
 //!   for, so that every frame is one wire frame (a veth would otherwise carry GSO super-frames no
@@ -101,7 +101,7 @@ pub struct RackConfig {
     /// Rate limit of each link direction, bits per second.
     pub rate_bps: Option<u64>,
     /// Bucket size of the rate limit, bytes (default: 1 ms at the rate, at least two frames
-    /// and 16 KiB).
+    /// and 16 KiB, or 128 KiB with offloads on).
     pub burst_bytes: Option<u64>,
     /// IP MTU of every link.
     pub mtu: u32,
@@ -135,9 +135,12 @@ impl RackConfig {
     pub fn burst(&self) -> Option<u64> {
         let rate = self.rate_bps?;
         let frame = u64::from(self.mtu) + 14;
+        // With offloads on, a packet may be a 64 KiB GSO super-frame: a smaller bucket makes
+        // tbf cut each one up in software, which costs more CPU than the links carry.
+        let least = if self.offloads { 128 * 1024 } else { 16 * 1024 };
         Some(
             self.burst_bytes
-                .unwrap_or((rate / 8 / 1000).max(2 * frame).max(16 * 1024))
+                .unwrap_or((rate / 8 / 1000).max(2 * frame).max(least))
                 .max(frame),
         )
     }
@@ -240,6 +243,9 @@ impl Rack {
                 "netns", &ns,
             ])?;
             ip(&["-n", &hub, "link", "set", &port, "mtu", &mtu])?;
+            if !cfg.offloads {
+                ip(&["-n", &hub, "link", "set", &port, "gso_max_segs", "1"])?;
+            }
             if cfg.hub == Hub::Bridge {
                 ip(&["-n", &hub, "link", "set", &port, "master", "br0"])?;
             }
@@ -283,19 +289,25 @@ impl Rack {
                 }
             }
             if cfg.loss > 0.0 {
+                // Dropped where a frame arrives, as a wire drops it: at the worker's eth0 for
+                // the hub's frames, at the hub's port for the worker's (each already one wire
+                // frame; a sender's own output hook would see a GSO buffer as one packet, and
+                // would tell the sender with EPERM).
                 let n = cfg.loss_per_mille();
-                let rules = format!(
-                    "table inet inaloss {{\n\
-                     chain input {{ type filter hook input priority 0; numgen random mod 1000 < {n} counter drop; }}\n\
-                     chain output {{ type filter hook output priority 0; numgen random mod 1000 < {n} counter drop; }}\n\
-                     }}\n"
-                );
-                let file = std::env::temp_dir().join(format!("{ns}.nft"));
-                std::fs::write(&file, rules)
-                    .map_err(|e| RackError::Command(format!("writing {}: {e}", file.display())))?;
-                let loaded = run_in(&ns, "nft", &["-f", &file.to_string_lossy()]);
-                let _ = std::fs::remove_file(&file);
-                loaded?;
+                for (dev, at) in [("eth0", ns.as_str()), (port.as_str(), hub.as_str())] {
+                    let rules = format!(
+                        "table netdev inaloss_{dev} {{\n\
+                         chain ingress {{ type filter hook ingress device \"{dev}\" priority 0; numgen random mod 1000 < {n} counter drop; }}\n\
+                         }}\n"
+                    );
+                    let file = std::env::temp_dir().join(format!("{at}-{dev}.nft"));
+                    std::fs::write(&file, rules).map_err(|e| {
+                        RackError::Command(format!("writing {}: {e}", file.display()))
+                    })?;
+                    let loaded = run_in(at, "nft", &["-f", &file.to_string_lossy()]);
+                    let _ = std::fs::remove_file(&file);
+                    loaded?;
+                }
             }
         }
         Ok(())
@@ -361,17 +373,12 @@ impl Rack {
         c
     }
 
-    /// Packets the loss rules dropped so far, in and out of every worker namespace.
+    /// Packets the loss rules dropped so far, both directions of every link.
     pub fn dropped(&self) -> u64 {
-        (0..self.workers)
-            .filter_map(|r| {
-                run_in(
-                    &self.worker_ns(r),
-                    "nft",
-                    &["list", "table", "inet", "inaloss"],
-                )
-                .ok()
-            })
+        let mut all = vec![self.hub()];
+        all.extend((0..self.workers).map(|r| self.worker_ns(r)));
+        all.iter()
+            .filter_map(|ns| run_in(ns, "nft", &["list", "ruleset"]).ok())
             .map(|text| nft_packets(&text))
             .sum()
     }
@@ -467,6 +474,13 @@ mod tests {
         assert_eq!(limited.loss_per_mille(), 1);
         assert_eq!(limited.burst(), Some(125_000));
         assert!(RackConfig::new("t", 4).burst().is_none());
+        let offloaded = RackConfig {
+            rate_bps: Some(500_000_000),
+            hub: Hub::Bridge,
+            offloads: true,
+            ..RackConfig::new("t", 4)
+        };
+        assert_eq!(offloaded.burst(), Some(128 * 1024));
     }
 
     #[test]

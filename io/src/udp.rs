@@ -876,6 +876,14 @@ mod imp {
                             } else {
                                 tracing::debug!(%local, error = %e, "UDP GSO buffer refused; sending one by one");
                             }
+                        } else if e.raw_os_error() == Some(libc::EPERM) {
+                            // A firewall of this host (netfilter) dropped the datagram on
+                            // its way out: for the sender, a loss like one on the wire,
+                            // which the protocol repairs.
+                            tracing::trace!(%local, dest = ?batch.addr(i), "datagram dropped by a firewall");
+                            counters.tx_errors += 1;
+                            sent += 1;
+                            i += 1;
                         } else {
                             tracing::debug!(%local, dest = ?batch.addr(i), error = %e, "datagram refused");
                             counters.tx_errors += 1;

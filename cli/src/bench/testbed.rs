@@ -448,8 +448,13 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
                 .collect::<Vec<_>>();
             if !short.is_empty() {
                 println!(
-                    "  {} ran below 0.8 of the links' bound: something other than the links (CPU, the switch) limits it",
-                    short.join(" and ")
+                    "  {} ran below 0.8 of the links' bound: {}",
+                    short.join(" and "),
+                    if t.link_loss > 0.0 {
+                        "the losses and their repair, or something other than the links (CPU, the switch), limit it"
+                    } else {
+                        "something other than the links (CPU, the switch) limits it"
+                    }
                 );
             }
         }
