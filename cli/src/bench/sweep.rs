@@ -150,6 +150,7 @@ fn panel(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
