@@ -58,6 +58,8 @@ mod error;
 mod mem;
 pub mod metrics;
 #[cfg(target_os = "linux")]
+pub mod mtu;
+#[cfg(target_os = "linux")]
 pub mod netns;
 #[cfg(target_os = "linux")]
 pub mod packet;

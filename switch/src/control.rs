@@ -201,7 +201,7 @@ impl SwitchHandle {
                     .map(|g| (format!("group {g}"), SocketAddr::V4(g))),
             );
         for (who, addr) in to {
-            let mtu = match crate::mtu::path_mtu(self.local.ip(), addr) {
+            let mtu = match ina_io::mtu::path_mtu(self.local.ip(), addr) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!(job = spec.job, %addr, error = %e, "cannot find the path MTU; not checked");

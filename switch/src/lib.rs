@@ -15,7 +15,6 @@ pub mod config;
 pub mod control;
 pub mod frames;
 mod loss;
-mod mtu;
 mod shard;
 mod steer;
 

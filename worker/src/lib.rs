@@ -11,7 +11,6 @@
 //! implement protocol decisions of its own.
 
 pub mod comm;
-pub mod mtu;
 pub mod ring;
 
 pub use comm::{AsyncCommunicator, Communicator, OpStats, Pending, WorkerConfig, WorkerError};
