@@ -100,12 +100,13 @@ fn fail(kind: &str, message: String) -> ! {
 }
 
 /// A worker's all-reduces in Prometheus' text format.
-pub fn render_metrics(t: &StreamTotals) -> String {
+pub fn render_metrics(totals: &StreamTotals) -> String {
+    let t = &totals.streams;
     let mut e = ina_io::metrics::Exposition::new();
     e.counter(
         "ina_worker_allreduces_total",
         "All-reduces finished.",
-        t.operations,
+        totals.operations,
     )
     .counter(
         "ina_worker_packets_total",
@@ -164,7 +165,7 @@ pub fn render_metrics(t: &StreamTotals) -> String {
     .gauge(
         "ina_worker_window_slots",
         "Slots the worker streams through.",
-        f64::from(t.window),
+        f64::from(totals.window),
     );
     if let Some(rtt) = t.srtt {
         e.gauge(

@@ -243,6 +243,25 @@ pub struct StreamStats {
 
 impl StreamStats {
     /// Every packet sent again, for whatever reason: retransmissions and stall probes.
+    /// Adds another stream's counts to these (for a worker's running totals); the round-trip
+    /// figures become the other's where it has them.
+    pub fn accumulate(&mut self, o: &StreamStats) {
+        self.packets += o.packets;
+        self.packets_sent += o.packets_sent;
+        self.retransmissions += o.retransmissions;
+        self.fast_retransmissions += o.fast_retransmissions;
+        self.stall_probes += o.stall_probes;
+        self.queries += o.queries;
+        self.pending_answers += o.pending_answers;
+        self.resent_missing += o.resent_missing;
+        self.results += o.results;
+        self.duplicate_results += o.duplicate_results;
+        self.foreign += o.foreign;
+        self.bytes_sent += o.bytes_sent;
+        self.srtt = o.srtt.or(self.srtt);
+        self.min_rtt = o.min_rtt.or(self.min_rtt);
+    }
+
     pub fn resent(&self) -> u64 {
         self.retransmissions + self.stall_probes
     }

@@ -5,7 +5,6 @@ use crate::mem::process_cpu_seconds;
 use ina_worker::ring::RingComm;
 use ina_worker::{Communicator, WorkerError};
 use serde::Serialize;
-use std::time::Duration;
 use std::time::Instant;
 
 /// The retransmissions one all-reduce needed.
@@ -59,43 +58,10 @@ impl From<ina_worker::ring::RingError> for RunError {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StreamTotals {
     pub operations: u64,
-    pub packets: u64,
-    pub packets_sent: u64,
-    pub bytes_sent: u64,
-    pub retransmissions: u64,
-    pub fast_retransmissions: u64,
-    pub stall_probes: u64,
-    pub queries: u64,
-    pub pending_answers: u64,
-    pub resent_missing: u64,
-    pub results: u64,
-    pub duplicate_results: u64,
-    pub foreign: u64,
-    /// The smoothed round trip after the latest all-reduce.
-    pub srtt: Option<Duration>,
-    pub min_rtt: Option<Duration>,
+    /// Every all-reduce's stream statistics, added up.
+    pub streams: ina_proto::session::StreamStats,
     /// Slots the worker streams through (its window).
     pub window: u16,
-}
-
-impl StreamTotals {
-    fn add(&mut self, s: &ina_proto::session::StreamStats) {
-        self.operations += 1;
-        self.packets += s.packets;
-        self.packets_sent += s.packets_sent;
-        self.bytes_sent += s.bytes_sent;
-        self.retransmissions += s.retransmissions;
-        self.fast_retransmissions += s.fast_retransmissions;
-        self.stall_probes += s.stall_probes;
-        self.queries += s.queries;
-        self.pending_answers += s.pending_answers;
-        self.resent_missing += s.resent_missing;
-        self.results += s.results;
-        self.duplicate_results += s.duplicate_results;
-        self.foreign += s.foreign;
-        self.srtt = s.srtt.or(self.srtt);
-        self.min_rtt = s.min_rtt.or(self.min_rtt);
-    }
 }
 
 /// In-network aggregation through a switch.
@@ -117,7 +83,8 @@ impl Reducer for InaReducer {
         let s = self.comm.allreduce_f32(data)?;
         if let Some(t) = &self.totals {
             if let Ok(mut t) = t.lock() {
-                t.add(&s.stream);
+                t.operations += 1;
+                t.streams.accumulate(&s.stream);
                 t.window = self.comm.job().window;
             }
         }
