@@ -486,18 +486,32 @@ impl RawPort {
     }
 
     /// Waits until one of `ports` has a frame, or `timeout` passes. Returns whether any has.
-    pub fn wait(ports: &[&RawPort], timeout: Option<Duration>) -> Result<bool, RawError> {
+    /// (No allocation for up to 64 ports.)
+    pub fn wait(ports: &[RawPort], timeout: Option<Duration>) -> Result<bool, RawError> {
         if ports.iter().any(|p| p.has_frames()) {
             return Ok(true);
         }
-        let mut fds: Vec<libc::pollfd> = ports
-            .iter()
-            .map(|p| libc::pollfd {
+        const ON_STACK: usize = 64;
+        let idle = libc::pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0,
+        };
+        let mut stack = [idle; ON_STACK];
+        let mut heap = Vec::new();
+        let fds: &mut [libc::pollfd] = if ports.len() <= ON_STACK {
+            &mut stack[..ports.len()]
+        } else {
+            heap.resize(ports.len(), idle);
+            &mut heap
+        };
+        for (slot, p) in fds.iter_mut().zip(ports) {
+            *slot = libc::pollfd {
                 fd: p.fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
-            })
-            .collect();
+            };
+        }
         let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
         // SAFETY: `fds` is a valid array of pollfd of the length passed.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };

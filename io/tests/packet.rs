@@ -109,7 +109,7 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
         let mut got: Vec<Vec<u8>> = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(5);
         while got.len() < sent.len() && Instant::now() < deadline {
-            RawPort::wait(&[&b], Some(Duration::from_millis(100))).unwrap();
+            RawPort::wait(std::slice::from_ref(&b), Some(Duration::from_millis(100))).unwrap();
             b.recv(usize::MAX, |f, _| {
                 if f.get(12..14) == Some(&[0x88, 0xb5]) {
                     got.push(f.to_vec());

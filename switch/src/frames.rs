@@ -226,8 +226,7 @@ impl FramesSwitch {
                     "stats"
                 );
             }
-            let refs: Vec<&RawPort> = self.ports.iter().collect();
-            let ready = RawPort::wait(&refs, Some(Duration::from_millis(100)))
+            let ready = RawPort::wait(&self.ports, Some(Duration::from_millis(100)))
                 .map_err(FramesError::Wait)?;
             if !ready {
                 continue;
