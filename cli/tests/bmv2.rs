@@ -14,6 +14,7 @@ use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC_BYTES};
 use ina_proto::event::Event;
 use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
 use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 fn skip(reason: impl std::fmt::Display) {
@@ -74,15 +75,7 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     sw.configure(&desc, &[job]).unwrap();
     // 1 MiB of float32 per worker.
     let run = Run::new(WORKERS, 262_144, 2);
-    let mut procs: Vec<Proc> = (0..WORKERS)
-        .map(|r| {
-            let mut args = run.common(r);
-            args.push("--algorithm=ina".into());
-            args.push(format!("--switch={SWITCH_IP}:18766"));
-            args.push(format!("--bind={}:9000", Rack::worker_ip(r)));
-            Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("worker {r}"), &args)
-        })
-        .collect();
+    let mut procs = run.ina_workers_on(&rack, SocketAddr::from((SWITCH_IP, 18766)));
     let outcomes: Vec<Outcome> = procs
         .iter_mut()
         .map(|p| Outcome::collect(p, after(Duration::from_secs(300))))

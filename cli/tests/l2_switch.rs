@@ -11,6 +11,7 @@ mod common;
 use common::*;
 use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC};
 use serde_json::Value;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Says why a test is skipped, or fails it when privileged tests are required.
@@ -72,15 +73,7 @@ fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
     for elems in [64u16, 256] {
         let mut sw = start_switch(&rack, elems, &[]);
         let run = Run::new(4, 262_144, 2);
-        let mut procs: Vec<Proc> = (0..4)
-            .map(|r| {
-                let mut args = run.common(r);
-                args.push("--algorithm=ina".into());
-                args.push(format!("--switch={SWITCH_IP}:18766"));
-                args.push(format!("--bind={}:9000", Rack::worker_ip(r)));
-                Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("worker {r}"), &args)
-            })
-            .collect();
+        let mut procs = run.ina_workers_on(&rack, SocketAddr::from((SWITCH_IP, 18766)));
         let outcomes: Vec<Outcome> = procs
             .iter_mut()
             .map(|p| Outcome::collect(p, after(Duration::from_secs(60))))

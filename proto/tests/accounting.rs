@@ -2,21 +2,19 @@
 //! which ranks the switch was still waiting for.
 #![allow(clippy::unwrap_used)]
 
-use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
-use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, Tensor};
-use ina_proto::Instant;
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
+mod common;
+
+use common::{Net, Outcome};
+use ina_proto::rtt::RtoConfig;
+use ina_proto::session::StreamError;
 use std::time::Duration;
 
-/// Virtual time of one round: answers to one round's packets arrive in the next.
-const ROUND: Duration = Duration::from_micros(50);
-
-type Outcome = Option<Result<ina_proto::session::StreamStats, StreamError>>;
-
-/// Runs `workers` int32 streams of `packets` packets through the switch model. In a round
-/// where `asleep(rank, round)` holds, the worker neither reads nor sends (its answers wait
-/// for it); a worker in `dead` never sends at all; `drop_all` loses every packet on the way
-/// to the switch.
+/// Runs `workers` int32 streams of `packets` packets through the switch model, on a window
+/// of 8 slots. In a round where `asleep(rank, round)` holds, the worker neither reads nor
+/// sends (its answers wait for it); a worker in `dead` never sends at all; `drop_all` loses
+/// every packet on the way to the switch.
 fn run(
     workers: u8,
     packets: usize,
@@ -26,97 +24,17 @@ fn run(
     dead: &[usize],
     drop_all: bool,
 ) -> (Vec<Vec<i32>>, Vec<Outcome>) {
-    let elems = 4u16;
-    let window = 8u16;
-    let mut pipe = Pipeline::new(PipelineConfig {
-        pool_slots: 16,
-        max_elems: 16,
-    });
-    pipe.add_job(JobConfig {
-        job: 1,
-        epoch: 3,
-        slot_base: 0,
-        slot_count: window,
-        elems_per_packet: elems,
-        ranks: (0..workers).map(|r| PortId(u16::from(r))).collect(),
-    })
-    .unwrap();
-    let len = packets * usize::from(elems);
-    let mut tensors: Vec<Vec<i32>> = (0..workers)
-        .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
-        .collect();
-    let mut outcomes = Vec::new();
-    {
-        let mut streams: Vec<Stream<'_>> = tensors
-            .iter_mut()
-            .enumerate()
-            .map(|(r, t)| {
-                let cfg = StreamConfig {
-                    job: 1,
-                    epoch: 3,
-                    rank: r as u8,
-                    workers,
-                    elems_per_packet: elems,
-                    lane: Lane::new(0, window),
-                    max_retries: 1000,
-                    give_up,
-                };
-                Stream::new(cfg, Tensor::I32(t), RttEstimator::new(rto)).unwrap()
-            })
-            .collect();
-        let mut now = Instant::ZERO;
-        let (mut buf, mut out) = (vec![0u8; 256], vec![0u8; 256]);
-        let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
-        for round in 0..20_000 {
-            now = now + ROUND;
-            let mut later = Vec::new();
-            for (r, bytes) in std::mem::take(&mut inbox) {
-                if asleep(r, round) {
-                    later.push((r, bytes));
-                } else {
-                    streams[r].handle_datagram(now, &bytes);
-                }
-            }
-            inbox = later;
-            for (r, s) in streams.iter_mut().enumerate() {
-                if !asleep(r, round) && s.poll_timeout().is_some_and(|t| t <= now) {
-                    s.handle_timeout(now);
-                }
-            }
-            for (r, stream) in streams.iter_mut().enumerate() {
-                if asleep(r, round) || dead.contains(&r) {
-                    continue;
-                }
-                while let Some(n) = stream.poll_transmit(now, &mut buf).unwrap() {
-                    if drop_all {
-                        continue;
-                    }
-                    match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
-                        Verdict::Multicast { ports, len } => {
-                            for p in ports.iter().copied() {
-                                inbox.push((usize::from(p.0), out[..len].to_vec()));
-                            }
-                        }
-                        Verdict::Unicast { port, len } => {
-                            inbox.push((usize::from(port.0), out[..len].to_vec()));
-                        }
-                        Verdict::Absorbed | Verdict::Drop(_) => {}
-                    }
-                }
-            }
-            let live = streams
-                .iter()
-                .enumerate()
-                .filter(|(r, _)| !dead.contains(r));
-            if live.clone().all(|(_, s)| s.poll_outcome().is_some()) {
-                break;
-            }
-        }
-        for s in &streams {
-            outcomes.push(s.poll_outcome().map(|o| o.map(|_| s.stats())));
-        }
-    }
-    (tensors, outcomes)
+    let net = Net {
+        workers,
+        packets,
+        window: 8,
+        max_retries: 1000,
+        give_up,
+        rto,
+        rounds: 20_000,
+    };
+    let ran = common::run(&net, asleep, dead, |_, _| drop_all);
+    (ran.tensors, ran.outcomes)
 }
 
 /// The worker library's timer floor: a worker asleep for less than that costs the others

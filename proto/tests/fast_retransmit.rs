@@ -2,10 +2,13 @@
 //! as the stream stalls, without waiting for its timer; without loss nothing is retransmitted.
 #![allow(clippy::unwrap_used)]
 
-use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
-use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
-use ina_proto::Instant;
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
+mod common;
+
+use common::{Net, Outcome};
+use ina_proto::rtt::RtoConfig;
+use ina_proto::session::{StreamError, StreamStats};
 use std::time::Duration;
 
 /// Runs `workers` int32 streams with the switch model in rounds of virtual time, dropping the
@@ -23,8 +26,6 @@ fn run(
         .collect();
     (tensors, stats)
 }
-
-type Outcome = Option<Result<StreamStats, StreamError>>;
 
 /// [`run`], with each stream's outcome as it is.
 fn run_raw(
@@ -53,99 +54,24 @@ fn run_timed(
     window: u16,
     max_retries: u32,
     rto: RtoConfig,
-    mut drop: impl FnMut(usize, &[u8]) -> bool,
+    drop: impl FnMut(usize, &[u8]) -> bool,
 ) -> (Vec<Vec<i32>>, Vec<Outcome>, Duration) {
-    let elems = 4u16;
-    let mut pipe = Pipeline::new(PipelineConfig {
-        pool_slots: 64,
-        max_elems: 64,
-    });
-    pipe.add_job(JobConfig {
-        job: 1,
-        epoch: 2,
-        slot_base: 0,
-        slot_count: window,
-        elems_per_packet: elems,
-        ranks: (0..workers).map(|r| PortId(u16::from(r))).collect(),
-    })
-    .unwrap();
-    let len = packets * usize::from(elems);
-    let mut tensors: Vec<Vec<i32>> = (0..workers)
-        .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
-        .collect();
-    let mut outcomes = Vec::new();
-    let finished;
-    {
-        let mut streams: Vec<Stream<'_>> = tensors
-            .iter_mut()
-            .enumerate()
-            .map(|(r, t)| {
-                Stream::new(
-                    StreamConfig {
-                        job: 1,
-                        epoch: 2,
-                        rank: r as u8,
-                        workers,
-                        elems_per_packet: elems,
-                        lane: Lane::new(0, window),
-                        max_retries,
-                        give_up: Duration::from_secs(1),
-                    },
-                    Tensor::I32(t),
-                    RttEstimator::new(rto),
-                )
-                .unwrap()
-            })
-            .collect();
-        let mut now = Instant::ZERO;
-        let mut buf = vec![0u8; 2048];
-        let mut out = vec![0u8; 2048];
-        // Answers produced in one round arrive in the next.
-        let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
-        for _round in 0..ROUNDS {
-            now = now + ROUND;
-            for (r, bytes) in std::mem::take(&mut inbox) {
-                streams[r].handle_datagram(now, &bytes);
-            }
-            for s in &mut streams {
-                if s.poll_timeout().is_some_and(|t| t <= now) {
-                    s.handle_timeout(now);
-                }
-            }
-            for (r, stream) in streams.iter_mut().enumerate() {
-                while let Some(n) = stream.poll_transmit(now, &mut buf).unwrap() {
-                    if drop(r, &buf[..n]) {
-                        continue;
-                    }
-                    match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
-                        Verdict::Multicast { ports, len } => {
-                            for p in ports.iter().copied() {
-                                inbox.push((usize::from(p.0), out[..len].to_vec()));
-                            }
-                        }
-                        Verdict::Unicast { port, len } => {
-                            inbox.push((usize::from(port.0), out[..len].to_vec()));
-                        }
-                        Verdict::Absorbed | Verdict::Drop(_) => {}
-                    }
-                }
-            }
-            if streams.iter().all(|s| s.poll_outcome().is_some()) {
-                break;
-            }
-        }
-        for s in &streams {
-            outcomes.push(s.poll_outcome().map(|o| o.map(|_| s.stats())));
-        }
-        finished = now - Instant::ZERO;
-    }
-    (tensors, outcomes, finished)
+    let net = Net {
+        workers,
+        packets,
+        window,
+        max_retries,
+        give_up: Duration::from_secs(1),
+        rto,
+        rounds: ROUNDS,
+    };
+    let ran = common::run(&net, |_, _| false, &[], drop);
+    (ran.tensors, ran.outcomes, ran.finished)
 }
 
-/// Rounds the harness runs at most, and the virtual time of one (about a round trip: answers
-/// to one round's packets arrive in the next). Timers are at least 500 µs: 10 rounds.
+/// Rounds the harness runs at most (of [`common::ROUND`] each, about a round trip: answers to
+/// one round's packets arrive in the next). Timers are at least 500 µs: 10 rounds.
 const ROUNDS: usize = 2_000;
-const ROUND: Duration = Duration::from_micros(50);
 
 fn seq_of(packet: &[u8]) -> u32 {
     u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])

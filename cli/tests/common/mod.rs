@@ -419,6 +419,20 @@ impl Run {
         Proc::spawn(&format!("worker {rank}"), &args)
     }
 
+    /// Starts one ina worker in each worker namespace of `rack`, bound to its address and UDP
+    /// port 9000 (as the switch's job lists it), talking to the switch at `switch`.
+    pub fn ina_workers_on(&self, rack: &ina_io::netns::Rack, switch: SocketAddr) -> Vec<Proc> {
+        (0..self.workers)
+            .map(|r| {
+                let mut args = self.common(r);
+                args.push("--algorithm=ina".into());
+                args.push(format!("--switch={switch}"));
+                args.push(format!("--bind={}:9000", ina_io::netns::Rack::worker_ip(r)));
+                Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("worker {r}"), &args)
+            })
+            .collect()
+    }
+
     /// Starts all ina workers on ephemeral ports and returns them with their bound addresses.
     pub fn ina_workers(&self, switch: SocketAddr) -> (Vec<Proc>, Vec<SocketAddr>) {
         let any: SocketAddr = "127.0.0.1:0".parse().expect("address");

@@ -1,0 +1,142 @@
+//! The harness the stream tests share: `workers` int32 streams through the switch model, in
+//! rounds of virtual time, with answers produced in one round arriving in the next.
+
+use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
+use ina_proto::rtt::{RtoConfig, RttEstimator};
+use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::Instant;
+use std::time::Duration;
+
+/// Virtual time of one round (about a round trip).
+pub const ROUND: Duration = Duration::from_micros(50);
+
+/// How a stream ended: `None` if it had not by the last round.
+pub type Outcome = Option<Result<StreamStats, StreamError>>;
+
+/// The streams and the network of a run.
+#[derive(Debug, Clone)]
+pub struct Net {
+    pub workers: u8,
+    pub packets: usize,
+    pub window: u16,
+    pub max_retries: u32,
+    pub give_up: Duration,
+    pub rto: RtoConfig,
+    /// Rounds run at most.
+    pub rounds: usize,
+}
+
+/// What a run left: each worker's tensor and outcome, and the virtual time at which every
+/// live stream had its outcome (or the run stopped).
+#[derive(Debug)]
+pub struct Ran {
+    pub tensors: Vec<Vec<i32>>,
+    pub outcomes: Vec<Outcome>,
+    pub finished: Duration,
+}
+
+/// Runs the streams of `net`. In a round where `asleep(rank, round)` holds, the worker neither
+/// reads nor sends (its answers wait for it); a worker in `dead` never sends; a packet for
+/// which `drop(rank, packet)` holds is lost on its way to the switch. Element `i` of rank `w`'s
+/// tensor is `i * (w + 1)`.
+pub fn run(
+    net: &Net,
+    asleep: impl Fn(usize, usize) -> bool,
+    dead: &[usize],
+    mut drop: impl FnMut(usize, &[u8]) -> bool,
+) -> Ran {
+    let elems = 4u16;
+    let mut pipe = Pipeline::new(PipelineConfig {
+        pool_slots: 64,
+        max_elems: 64,
+    });
+    pipe.add_job(JobConfig {
+        job: 1,
+        epoch: 2,
+        slot_base: 0,
+        slot_count: net.window,
+        elems_per_packet: elems,
+        ranks: (0..net.workers).map(|r| PortId(u16::from(r))).collect(),
+    })
+    .unwrap();
+    let len = net.packets * usize::from(elems);
+    let mut tensors: Vec<Vec<i32>> = (0..net.workers)
+        .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
+        .collect();
+    let mut outcomes = Vec::new();
+    let mut now = Instant::ZERO;
+    {
+        let mut streams: Vec<Stream<'_>> = tensors
+            .iter_mut()
+            .enumerate()
+            .map(|(r, t)| {
+                let cfg = StreamConfig {
+                    job: 1,
+                    epoch: 2,
+                    rank: r as u8,
+                    workers: net.workers,
+                    elems_per_packet: elems,
+                    lane: Lane::new(0, net.window),
+                    max_retries: net.max_retries,
+                    give_up: net.give_up,
+                };
+                Stream::new(cfg, Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
+            })
+            .collect();
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
+        for round in 0..net.rounds {
+            now = now + ROUND;
+            let mut later = Vec::new();
+            for (r, bytes) in std::mem::take(&mut inbox) {
+                if asleep(r, round) {
+                    later.push((r, bytes));
+                } else {
+                    streams[r].handle_datagram(now, &bytes);
+                }
+            }
+            inbox = later;
+            for (r, s) in streams.iter_mut().enumerate() {
+                if !asleep(r, round) && s.poll_timeout().is_some_and(|t| t <= now) {
+                    s.handle_timeout(now);
+                }
+            }
+            for (r, stream) in streams.iter_mut().enumerate() {
+                if asleep(r, round) || dead.contains(&r) {
+                    continue;
+                }
+                while let Some(n) = stream.poll_transmit(now, &mut buf).unwrap() {
+                    if drop(r, &buf[..n]) {
+                        continue;
+                    }
+                    match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
+                        Verdict::Multicast { ports, len } => {
+                            for p in ports.iter().copied() {
+                                inbox.push((usize::from(p.0), out[..len].to_vec()));
+                            }
+                        }
+                        Verdict::Unicast { port, len } => {
+                            inbox.push((usize::from(port.0), out[..len].to_vec()));
+                        }
+                        Verdict::Absorbed | Verdict::Drop(_) => {}
+                    }
+                }
+            }
+            let mut live = streams
+                .iter()
+                .enumerate()
+                .filter(|(r, _)| !dead.contains(r));
+            if live.all(|(_, s)| s.poll_outcome().is_some()) {
+                break;
+            }
+        }
+        for s in &streams {
+            outcomes.push(s.poll_outcome().map(|o| o.map(|_| s.stats())));
+        }
+    }
+    Ran {
+        tensors,
+        outcomes,
+        finished: now - Instant::ZERO,
+    }
+}
