@@ -77,6 +77,12 @@ struct SimResult {
     /// Data sent again because a Pending answer showed it missing (included in
     /// `retransmissions`).
     resent_missing: u64,
+    /// Missing reports of the switch that named an unanswered packet.
+    missing_reports: u64,
+    /// Data sent again because a Missing report named it (included in `retransmissions`).
+    resent_reported: u64,
+    /// Packets the links lost, both directions.
+    packets_lost: u64,
     /// Bytes of `ina` packets the workers sent, retransmissions included.
     bytes_sent: u64,
     duplicate_results: u64,
@@ -149,21 +155,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             let mut within = true;
             let mut error = None;
             let mut ended = Duration::ZERO;
-            let (mut sent, mut retrans, mut fast, mut probes, mut dups) = (0, 0, 0, 0, 0);
-            let (mut queries, mut pendings, mut resent, mut bytes_sent) = (0, 0, 0, 0);
+            let mut t = ina_proto::session::StreamStats::default();
+            let mut lost = 0;
             for w in &job.workers {
+                lost += w.uplink.lost + w.downlink.lost;
                 match &w.outcome {
                     Some(Ok(stats)) => {
                         for s in stats {
-                            sent += s.packets_sent;
-                            retrans += s.retransmissions;
-                            fast += s.fast_retransmissions;
-                            probes += s.stall_probes;
-                            dups += s.duplicate_results;
-                            queries += s.queries;
-                            pendings += s.pending_answers;
-                            resent += s.resent_missing;
-                            bytes_sent += s.bytes_sent;
+                            t.accumulate(s);
                         }
                     }
                     Some(Err(e)) => error = Some(e.to_string()),
@@ -183,15 +182,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                 virtual_seconds: secs,
                 goodput_gbit_per_s: bytes * 8.0 / secs / 1e9,
                 ring_bound_seconds: ring_bound,
-                packets_sent: sent,
-                retransmissions: retrans,
-                fast_retransmissions: fast,
-                stall_probes: probes,
-                queries,
-                pending_answers: pendings,
-                resent_missing: resent,
-                bytes_sent,
-                duplicate_results: dups,
+                packets_sent: t.packets_sent,
+                retransmissions: t.retransmissions,
+                fast_retransmissions: t.fast_retransmissions,
+                stall_probes: t.stall_probes,
+                queries: t.queries,
+                pending_answers: t.pending_answers,
+                resent_missing: t.resent_missing,
+                missing_reports: t.missing_reports,
+                resent_reported: t.resent_reported,
+                packets_lost: lost,
+                bytes_sent: t.bytes_sent,
+                duplicate_results: t.duplicate_results,
                 identical,
                 within_bound: within,
                 error,

@@ -86,7 +86,10 @@ const FIELDS: &[&str] = &[
     "ina.type",
     "ina.flags",
     "ina.set",
+    "ina.gap",
+    "ina.gap_counter",
     "ina.reserved",
+    "ina.missing",
     "ina.job",
     "ina.epoch",
     "ina.rank",
@@ -288,6 +291,7 @@ fn repr(
     AggRepr {
         kind,
         set,
+        gap: None,
         job: 258,
         epoch: 48_879,
         rank,
@@ -363,7 +367,7 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     let short = repr(Data, 0, 1, 126, 23, 4, 103);
     let mut bad_bits = packet(&repr(Data, 1, 0, 0, 24, 0, 104), &[]);
     bad_bits[0] = 0x29; // version 2, type 9
-    bad_bits[1] = 0x83; // set 1 and reserved bits 1 and 7
+    bad_bits[1] = 0x81; // set 1, and bit 7 without the gap flag
     let unknown_reason = repr(Reject, 0, 0, 9, 25, 0, 105);
     // A well-formed length, but three elements where a ProbeReply has four.
     let short_reply = repr(ProbeReply, 0, 0, 0, 0, 3, 0);
@@ -475,13 +479,13 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     d[11].expect("ina.value", "1;2;3");
     d[12].expect("ina.version", 2);
     d[12].expect("ina.type", 9);
-    d[12].expect("ina.flags", "0x83");
+    d[12].expect("ina.flags", "0x81");
     d[12].expect("ina.set", 1);
-    d[12].expect("ina.reserved", "0x41");
+    d[12].expect("ina.reserved", "0x80");
     d[12].expect(
         "_ws.expert.message",
         "Unknown protocol version 2 (1 expected);Unknown message type 9;\
-         Reserved flag bits set: 0x82 (sent as 0)",
+         Reserved flag bits set: 0x80 (sent as 0)",
     );
     assert!(d[12].info.starts_with("Unknown type 9 "), "{:#?}", d[12]);
     assert_eq!(d[13].num("ina.reject_reason"), 9);
@@ -766,11 +770,14 @@ fn a_run_through_the_l2_switch_captured_on_the_hub_decodes() {
         d.expect("ina.version", 1);
         d.expect("ina.reserved", "0x00");
         d.expect("ina.job", JOB);
-        assert_eq!(
-            d.get("ina.flags"),
-            format!("0x{:02x}", d.num("ina.set")),
-            "{d:#?}"
-        );
+        // The flags: the set, and on first transmissions of Data (and on ProbeReply, which
+        // offers the Missing reports) the gap flag and counter.
+        let gap = d.get("ina.gap_counter");
+        let flags = match gap.as_str() {
+            "" => d.num("ina.set"),
+            _ => d.num("ina.set") | 2 | d.num("ina.gap_counter") << 2,
+        };
+        assert_eq!(d.get("ina.flags"), format!("0x{flags:02x}"), "{d:#?}");
         let name = match d.num("ina.type") {
             1 => "Data ",
             2 => "Result ",

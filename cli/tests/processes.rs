@@ -62,7 +62,10 @@ fn ina_sums_are_exact(shards: usize) {
     assert_eq!(sw.ready.value["steered"], Value::Bool(shards > 1));
     assert_eq!(sw.ready.value["jobs"], serde_json::json!([]));
     let (mut workers, addrs) = run.ina_workers(sw.udp);
-    let job = sw.add_job(job_spec(1, addrs.clone()));
+    let job = sw.add_job(JobSpec {
+        slot_count: 128,
+        ..job_spec(1, addrs.clone())
+    });
     let epoch = job.epoch.expect("the switch chose an epoch");
     assert_eq!(job.workers, addrs);
     let listed = sw.call(&Request::Jobs).jobs.expect("jobs");
@@ -73,7 +76,7 @@ fn ina_sums_are_exact(shards: usize) {
         assert_eq!(j.value["epoch"], serde_json::json!(epoch), "{}", j.value);
         assert_eq!(j.value["workers"], 3);
         assert_eq!(j.value["elems_per_packet"], 256);
-        assert_eq!(j.value["window"], 64);
+        assert_eq!(j.value["window"], 128);
     }
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(60)));
     for o in &outcomes {
@@ -85,7 +88,7 @@ fn ina_sums_are_exact(shards: usize) {
     let stats = sw.stats();
     let t = &stats.total.pipeline;
     assert!(t.packets_in > 0 && t.results_multicast > 0, "{t:?}");
-    let uses = run.total() as u64 * uses_per_iteration(run.elements, 256, 64);
+    let uses = run.total() as u64 * uses_per_iteration(run.elements, 256, 128);
     // Every use of a slot is completed and multicast exactly once, with one first arrival and
     // n - 1 later ones, however many shards share the work (datagrams a shard receives for
     // another shard's slots are handed over, not processed in the wrong registers).
@@ -281,6 +284,7 @@ fn packet(
     let repr = AggRepr {
         kind,
         set: 0,
+        gap: None,
         job,
         epoch,
         rank,
@@ -747,7 +751,7 @@ fn a_config_file_serves_workers_at_their_preset_addresses() {
     let quoted: Vec<String> = worker_addrs.iter().map(|a| format!("\"{a}\"")).collect();
     let toml = format!(
         "listen = \"{listen}\"\ncontrol = \"127.0.0.1:0\"\nshards = 2\n\n\
-         [[job]]\njob = 5\nslot_base = 128\nslot_count = 32\nelems_per_packet = 128\n\
+         [[job]]\njob = 5\nslot_base = 128\nslot_count = 128\nelems_per_packet = 128\n\
          workers = [{}]\n",
         quoted.join(", ")
     );
@@ -770,7 +774,7 @@ fn a_config_file_serves_workers_at_their_preset_addresses() {
             jobs[0].slot_count,
             jobs[0].elems_per_packet
         ),
-        (5, 128, 32, 128)
+        (5, 128, 128, 128)
     );
     assert_eq!(jobs[0].workers, worker_addrs);
 
@@ -787,7 +791,7 @@ fn a_config_file_serves_workers_at_their_preset_addresses() {
         assert_eq!(j.value["epoch"], serde_json::json!(jobs[0].epoch.unwrap()));
         assert_eq!(
             (&j.value["elems_per_packet"], &j.value["window"]),
-            (&128.into(), &32.into())
+            (&128.into(), &128.into())
         );
     }
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(60)));
@@ -798,7 +802,7 @@ fn a_config_file_serves_workers_at_their_preset_addresses() {
     assert_fingerprints(&outcomes, expected);
     // Two shards: a use may complete in both (see `ina_sums_are_exact`).
     let stats = sw.stats();
-    let uses = run.total() as u64 * uses_per_iteration(run.elements, 128, 32);
+    let uses = run.total() as u64 * uses_per_iteration(run.elements, 128, 128);
     assert!(stats.total.pipeline.results_multicast >= uses, "{stats:#?}");
     assert!(
         stats.shards.iter().all(|s| s.pipeline.packets_in > 0),

@@ -57,6 +57,7 @@ impl Round {
                 let repr = AggRepr {
                     kind: MessageType::Data,
                     set: 0,
+                    gap: None,
                     job: JOB,
                     epoch: EPOCH,
                     rank,

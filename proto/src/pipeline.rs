@@ -18,6 +18,12 @@
 //! | `exp[slot]`     | (max exponent byte set 0, set 1)       | `reg_exp`        |
 //! | `values`        | element pairs (2j, 2j+1) of `(slot, set)` at index `2*slot+set` | `reg_value_j` |
 //!
+//! One more array is indexed by block of [`GAP_BLOCK`] slots and rank, not by slot:
+//!
+//! | register        | cell                                   | P4 name          |
+//! |-----------------|----------------------------------------|------------------|
+//! | `gap[block*32 + rank]` | gap counter of `rank`'s latest Data to the block, plus 64 (0: none yet) | `reg_gap` |
+//!
 //! The four control registers of a slot are stored together, as one [`SlotRegisters`] record,
 //! so that a packet's lookups touch one cache line; each field is the slot's cell of that
 //! register array. `values` is stored flat, `(2*slot + set) * max_elems + k`, which is the same
@@ -26,7 +32,7 @@
 
 use crate::kernels::{self, Isa};
 use crate::Instant;
-use ina_wire::agg::{PendingInfo, ProbeInfo, MAX_RANK};
+use ina_wire::agg::{PendingInfo, ProbeInfo, GAP_BLOCK, GAP_COUNTER, MAX_RANK};
 use ina_wire::{
     frame, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
 };
@@ -167,6 +173,9 @@ pub struct Counters {
     /// Absent from counters serialized before it existed.
     #[cfg_attr(feature = "serde", serde(default))]
     pub output_too_small: u64,
+    /// Missing reports sent: a gap-reporting worker skipped positions within a block.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub missing_sent: u64,
 }
 
 impl Counters {
@@ -194,6 +203,7 @@ impl Counters {
         self.duplicate += o.duplicate;
         self.pending_sent += o.pending_sent;
         self.output_too_small += o.output_too_small;
+        self.missing_sent += o.missing_sent;
     }
 
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
@@ -292,6 +302,10 @@ fn cells_of(lines: &mut [CellLine]) -> &mut [i32] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registers {
     slots: Vec<SlotRegisters>,
+    /// `reg_gap`: per block of [`GAP_BLOCK`] slots and rank, the gap counter of the latest Data
+    /// packet that carried one, plus [`GAP_COUNTER`]; 0 before the first (PROTOCOL.md §5,
+    /// loss recovery).
+    gaps: Vec<u32>,
     /// The value cells: element `(2*slot + set) * max_elems + k` of [`cells_of`] them.
     values: Vec<CellLine>,
     /// (As configured, 16 bits: an offset computed from it and a 16-bit slot cannot overflow,
@@ -304,6 +318,7 @@ impl Registers {
         let slots = usize::from(cfg.pool_slots);
         Registers {
             slots: vec![SlotRegisters::default(); slots],
+            gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * (usize::from(MAX_RANK) + 1)],
             values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
             max_elems: cfg.max_elems,
         }
@@ -312,6 +327,12 @@ impl Registers {
     /// The control registers of every slot of the pool.
     pub fn slots(&self) -> &[SlotRegisters] {
         &self.slots
+    }
+
+    /// The gap register: cell `block * 32 + rank` for the block of slots
+    /// `block * GAP_BLOCK..(block + 1) * GAP_BLOCK`.
+    pub fn gaps(&self) -> &[u32] {
+        &self.gaps
     }
 
     /// The value cells of the whole pool, `(2*slot + set) * max_elems + k`.
@@ -330,6 +351,13 @@ impl Registers {
 
     fn clear_range(&mut self, base: usize, count: usize) {
         self.slots[base..base + count].fill(SlotRegisters::default());
+        // The gap cells of the blocks wholly inside the range (only those take reports).
+        let b = usize::from(GAP_BLOCK);
+        let ranks = usize::from(MAX_RANK) + 1;
+        let (first, end) = (base.div_ceil(b), (base + count) / b);
+        if first < end {
+            self.gaps[first * ranks..end * ranks].fill(0);
+        }
         let m = usize::from(self.max_elems);
         cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);
     }
@@ -388,6 +416,11 @@ pub struct Pipeline {
     regs: Registers,
     jobs: Vec<Job>,
     counters: Counters,
+    /// Whether Data with a gap counter updates `reg_gap` and is answered with Missing reports
+    /// (see [`Self::set_gap_reports`]).
+    gap_reports: bool,
+    /// The Missing report the latest packet caused, for [`Self::poll_report`].
+    report: Option<Report>,
     /// The widest vectors the CPU has (see `process_dispatch`), asked once, when the pipeline
     /// was made: a test of this field per packet takes fewer instructions than std's feature
     /// cache.
@@ -403,8 +436,25 @@ impl Pipeline {
             regs: Registers::new(cfg),
             jobs: Vec::new(),
             counters: Counters::default(),
+            gap_reports: false,
+            report: None,
             isa: Isa::detect(),
         }
+    }
+
+    /// Turns the gap register and its Missing reports on or off (off when made). The P4
+    /// programs keep no gap register yet: with reports off, this model is theirs register for
+    /// register, and a ProbeReply tells the workers that no reports come. A caller that turns
+    /// them on must send what [`Self::poll_report`] returns.
+    pub fn set_gap_reports(&mut self, on: bool) {
+        self.gap_reports = on;
+    }
+
+    /// The Missing report caused by the packet just processed, if any: a second packet to
+    /// send, besides the verdict's, to one port. A caller that never asks sends none, and the
+    /// workers recover the loss without it (more slowly). The next packet processed replaces it.
+    pub fn poll_report(&mut self) -> Option<Report> {
+        self.report.take()
     }
 
     /// The configuration.
@@ -505,6 +555,7 @@ impl Pipeline {
     /// Counts a packet or frame of `len` bytes in.
     #[inline(always)]
     fn count_arrival(&mut self, len: usize) {
+        self.report = None;
         self.counters.packets_in += 1;
         self.counters.bytes_in += len as u64;
     }
@@ -870,10 +921,23 @@ impl Pipeline {
             regs,
             jobs,
             counters,
+            report,
+            gap_reports,
             ..
         } = self;
         let job = &mut jobs[job_idx];
         job.last_activity = Some(now);
+        if let Some(counter) = view.gap().filter(|_| *gap_reports) {
+            note_counter(
+                &mut regs.gaps,
+                job,
+                view,
+                counter,
+                ingress,
+                counters,
+                report,
+            );
+        }
         let workers = job.workers;
         let slot = usize::from(view.slot());
         let x = usize::from(view.set());
@@ -990,6 +1054,7 @@ impl Pipeline {
     ) -> Verdict<'_> {
         let repr = AggRepr {
             kind: MessageType::Reject,
+            gap: None,
             epoch: self.jobs[job_idx].cfg.epoch,
             exponent: reason as u8,
             count: 0,
@@ -1027,6 +1092,8 @@ impl Pipeline {
         };
         let repr = AggRepr {
             kind: MessageType::ProbeReply,
+            // Whether this switch answers gaps with Missing reports.
+            gap: self.gap_reports.then_some(0),
             epoch: job.epoch,
             count: ProbeInfo::COUNT,
             ..hdr
@@ -1054,6 +1121,12 @@ pub struct Burst<'p> {
 }
 
 impl Burst<'_> {
+    /// [`Pipeline::poll_report`].
+    #[inline(always)]
+    pub fn poll_report(&mut self) -> Option<Report> {
+        self.pipe.report.take()
+    }
+
     /// [`Pipeline::process`] of one packet.
     #[inline(always)]
     pub fn process(
@@ -1106,6 +1179,64 @@ compile_for!(
     process_inner_avx512,
     burst_avx512
 );
+
+/// A Missing report: the header of the packet to send, and the port it goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub port: PortId,
+    pub header: [u8; HEADER_LEN],
+}
+
+/// The gap register's update for a Data packet with a gap counter (PROTOCOL.md §5, loss
+/// recovery): the cell of the sender and the packet's block takes the counter, and the numbers
+/// between the cell's previous counter and this one are reported missing. A block not wholly
+/// in the job's range keeps no cell: another job could share it.
+#[inline(always)]
+fn note_counter(
+    gaps: &mut [u32],
+    job: &Job,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    counter: u8,
+    ingress: PortId,
+    counters: &mut Counters,
+    report: &mut Option<Report>,
+) {
+    let slot = view.slot();
+    let block_start = slot - slot % GAP_BLOCK;
+    let block_end = u32::from(block_start) + u32::from(GAP_BLOCK);
+    if block_start < job.cfg.slot_base
+        || block_end > u32::from(job.cfg.slot_base) + u32::from(job.cfg.slot_count)
+    {
+        return;
+    }
+    let cell =
+        usize::from(slot / GAP_BLOCK) * (usize::from(MAX_RANK) + 1) + usize::from(view.rank() % 32);
+    let Some(latest) = gaps.get_mut(cell) else {
+        return;
+    };
+    let m = u32::from(GAP_COUNTER);
+    let previous = *latest;
+    *latest = m + u32::from(counter);
+    if previous == 0 {
+        return;
+    }
+    let skipped = (u32::from(counter) + 2 * m - previous - 1) % m;
+    if skipped == 0 {
+        return;
+    }
+    let mut header = *view.clone().into_inner();
+    let mut pkt = AggPacket::new_unchecked(&mut header);
+    let set = pkt.set();
+    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Missing);
+    pkt.set_flags(set, Some(((previous + 1) % m) as u8));
+    pkt.set_exponent(skipped as u8);
+    pkt.set_count(0);
+    counters.missing_sent += 1;
+    *report = Some(Report {
+        port: ingress,
+        header,
+    });
+}
 
 #[cold]
 fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static> {
@@ -1300,6 +1431,7 @@ mod tests {
                 MessageType::Data
             },
             set,
+            gap: None,
             job: if variant == 7 { 4 } else { job },
             epoch: if variant == 4 { epoch + 1 } else { epoch },
             rank,

@@ -32,7 +32,7 @@ use crate::rtt::{RtoConfig, RttEstimator};
 use crate::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
-use ina_wire::agg::{PendingInfo, MAX_RANK};
+use ina_wire::agg::{PendingInfo, GAP_BLOCK, GAP_COUNTER, MAX_RANK};
 use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -138,6 +138,10 @@ pub struct StreamConfig {
     pub max_retries: u32,
     /// How long one packet may go unanswered, retransmissions included, before giving up.
     pub give_up: Duration,
+    /// The switch answers skipped positions with Missing reports (its ProbeReply says so). A
+    /// stream whose lane covers whole blocks of [`GAP_BLOCK`] slots then asks for them, and
+    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, loss recovery).
+    pub gap_reports: bool,
 }
 
 impl StreamConfig {
@@ -230,6 +234,12 @@ pub struct StreamStats {
     pub pending_answers: u64,
     /// Data sent again because a Pending answer showed the switch lacked this worker's data.
     pub resent_missing: u64,
+    /// Missing reports received that named a packet still unanswered.
+    pub missing_reports: u64,
+    /// Data sent again because a Missing report named it (included in `retransmissions`).
+    pub resent_reported: u64,
+    /// Header-only answers to status Queries: the use was complete, its result lost.
+    pub completions_seen: u64,
     pub results: u64,
     /// Results that matched no outstanding packet (copies, or answers to retransmissions that
     /// crossed the original result).
@@ -254,6 +264,9 @@ impl StreamStats {
         self.queries += o.queries;
         self.pending_answers += o.pending_answers;
         self.resent_missing += o.resent_missing;
+        self.missing_reports += o.missing_reports;
+        self.resent_reported += o.resent_reported;
+        self.completions_seen += o.completions_seen;
         self.results += o.results;
         self.duplicate_results += o.duplicate_results;
         self.foreign += o.foreign;
@@ -278,6 +291,11 @@ enum Retransmit {
     StallProbe,
     /// A Pending answer showed that the switch lacks this worker's data.
     Missing,
+    /// A Missing report named it: its data never reached the switch.
+    Reported,
+    /// Its data is held by the switch, and its use has waited long enough to ask again (no
+    /// evidence of loss: counted with the stall probes).
+    Recheck,
 }
 
 /// What the switch is known to hold of an outstanding packet's data (from Pending answers).
@@ -302,6 +320,9 @@ struct Outstanding {
     retries: u32,
     /// Transmission number of its latest transmission (see `Stream::transmissions`).
     last_tx: u64,
+    /// Its first transmission's number among the first transmissions to its block (see
+    /// [`BlockTx`]).
+    block_ordinal: u64,
     /// When its latest transmission was sent.
     last_sent: Instant,
     /// Whether its latest transmission was a Query.
@@ -310,6 +331,12 @@ struct Outstanding {
     held: Held,
     /// The contributor bitmap of the latest Pending answer for this use, if any.
     contributors: Option<u32>,
+    /// Pending answers that showed the switch holding its data: each spaces the next Query
+    /// further (see [`Stream::recheck_after`]).
+    rechecks: u32,
+    /// The switch said the use is complete (a header-only answer to a status Query) and its
+    /// result has not come: the next Query asks for the result itself.
+    complete_seen: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -317,6 +344,18 @@ struct SlotState {
     outstanding: Option<Outstanding>,
     /// Index of the last packet on this slot whose result arrived.
     done_upto: Option<u64>,
+}
+
+/// The first transmissions to one block of [`GAP_BLOCK`] slots of a stream's lane, for the
+/// switch's Missing reports: each carries its number modulo [`GAP_COUNTER`], counted over the
+/// lane's life (a new stream continues where the one before it stopped, as the switch's
+/// register does).
+#[derive(Debug, Clone)]
+struct BlockTx {
+    /// First transmissions to the block so far, on the lane.
+    sent: u64,
+    /// The packet index sent with each counter value, latest first transmission per value.
+    by_counter: [u64; GAP_COUNTER as usize],
 }
 
 /// One all-reduce of one tensor.
@@ -359,6 +398,10 @@ pub struct Stream<'a> {
     /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
     stall_scratch: Vec<(u64, u64)>,
     exps: Vec<u8>,
+    /// Whether this stream's data asks for Missing reports (see [`StreamConfig::gap_reports`]).
+    reports: bool,
+    /// Per gap-tracking block of the lane, its first transmissions (empty without reports).
+    gap_blocks: Vec<BlockTx>,
     received: u64,
     poisoned: Option<u64>,
     failed: Option<StreamError>,
@@ -384,7 +427,26 @@ impl<'a> Stream<'a> {
             (0, blocks)
         };
         let first = packets.min(window);
+        let block = u64::from(GAP_BLOCK);
+        let reports =
+            cfg.gap_reports && u64::from(cfg.lane.slot_base) % block == 0 && window % block == 0;
+        let gap_blocks = if reports {
+            // The counters continue the lane's earlier streams: every position of the lane
+            // so far was sent once for the first time, in its block.
+            let used = cfg.lane.next_position.saturating_sub(window);
+            let (cycles, rest) = (used / window, used % window);
+            (0..window / block)
+                .map(|b| BlockTx {
+                    sent: cycles * block + rest.saturating_sub(b * block).min(block),
+                    by_counter: [u64::MAX; GAP_COUNTER as usize],
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Stream {
+            reports,
+            gap_blocks,
             ready: (0..first).map(Reverse).collect(),
             parked: std::collections::BTreeSet::new(),
             slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
@@ -518,9 +580,15 @@ impl<'a> Stream<'a> {
             let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
                 continue;
             };
-            let deadline = now + self.rtt.backed_off(out.retries);
-            let last_tx = self.next_transmission(index);
             let query = self.retransmits_as_query(&out);
+            // A Query is answered at once, with the result or Pending: its answer is due a
+            // round trip later. Data waits for the other workers' data.
+            let deadline = if query && self.reports {
+                now + self.query_timeout()
+            } else {
+                now + self.rtt.backed_off(out.retries)
+            };
+            let last_tx = self.next_transmission(index);
             self.slots[slot].outstanding = Some(Outstanding {
                 deadline,
                 last_tx,
@@ -536,18 +604,24 @@ impl<'a> Stream<'a> {
                     self.stats.retransmissions += 1;
                     self.stats.fast_retransmissions += 1;
                 }
-                Retransmit::StallProbe => self.stats.stall_probes += 1,
+                Retransmit::StallProbe | Retransmit::Recheck => self.stats.stall_probes += 1,
                 Retransmit::Missing => {
                     self.stats.retransmissions += 1;
                     self.stats.resent_missing += 1;
+                }
+                Retransmit::Reported => {
+                    self.stats.retransmissions += 1;
+                    self.stats.resent_reported += 1;
                 }
                 Retransmit::Timer => self.stats.retransmissions += 1,
             }
             if query {
                 self.stats.queries += 1;
-                return Ok(Some(self.write_query(index, buf)));
+                // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
+                let fetch = out.complete_seen || !self.reports;
+                return Ok(Some(self.write_query(index, fetch, buf)));
             }
-            return Ok(Some(self.write_packet(index, buf)));
+            return Ok(Some(self.write_packet(index, None, buf)));
         }
         // The smallest packet whose slot is free: a slot waiting for a lost packet's repair
         // holds back only its own next packet, not the packets of the other slots.
@@ -566,21 +640,35 @@ impl<'a> Stream<'a> {
         let slot = self.slot_of(index);
         let deadline = now + self.rtt.rto();
         let last_tx = self.next_transmission(index);
+        // Its number among the block's first transmissions, for the switch's gap counter.
+        let (block_ordinal, gap) = match self.gap_blocks.get_mut(slot / usize::from(GAP_BLOCK)) {
+            Some(b) => {
+                let ordinal = b.sent;
+                let counter = (ordinal % u64::from(GAP_COUNTER)) as u8;
+                b.sent += 1;
+                b.by_counter[usize::from(counter)] = index;
+                (ordinal, Some(counter))
+            }
+            None => (0, None),
+        };
         self.slots[slot].outstanding = Some(Outstanding {
             index,
             first_sent: now,
             deadline,
             retries: 0,
             last_tx,
+            block_ordinal,
             last_sent: now,
             last_was_query: false,
             held: Held::Unknown,
             contributors: None,
+            rechecks: 0,
+            complete_seen: false,
         });
         self.timers.push(Reverse((deadline, index)));
         self.sent_new += 1;
         self.progress_at = Some(now);
-        Ok(Some(self.write_packet(index, buf)))
+        Ok(Some(self.write_packet(index, gap, buf)))
     }
 
     /// Numbers a transmission of packet `index` and records it for loss detection.
@@ -597,12 +685,28 @@ impl<'a> Stream<'a> {
     /// (16 bytes) is answered with the stored result, or with Pending, whose bitmap says
     /// whether this worker's data must go again. Alone in its job, a worker's data completes
     /// the use by itself, so it is sent again at once.
+    ///
+    /// With Missing reports, the switch tells the worker whose data was lost, about a round
+    /// trip after the loss: every other worker's repair of an unanswered packet starts with a
+    /// Query. Only a loss the switch cannot report goes again as data at once: the first
+    /// transmission of a packet whose next position was not sent after it in the same block
+    /// (the last slot of a block, or the stream's end). A lost report, or a lost data
+    /// retransmission, is found by the Query's Pending answer.
     fn retransmits_as_query(&self, out: &Outstanding) -> bool {
         match out.held {
             Held::Yes => true,
             Held::No => false,
-            Held::Unknown => false,
+            Held::Unknown => self.reports && (out.retries > 1 || self.loss_reportable(out)),
         }
+    }
+
+    /// Whether the switch would have reported the loss of `out`'s first transmission: a later
+    /// first transmission to the same block has been sent.
+    fn loss_reportable(&self, out: &Outstanding) -> bool {
+        let block = self.slot_of(out.index) / usize::from(GAP_BLOCK);
+        self.gap_blocks
+            .get(block)
+            .is_some_and(|b| b.sent > out.block_ordinal + 1)
     }
 
     /// The header of packet `index` (its slot, set, sequence number), as `kind`.
@@ -612,6 +716,7 @@ impl<'a> Stream<'a> {
         AggRepr {
             kind,
             set: ((position / window) & 1) as u8,
+            gap: None,
             job: self.cfg.job,
             epoch: self.cfg.epoch,
             rank: self.cfg.rank,
@@ -632,11 +737,17 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// Writes a Query of packet `index`'s use of its slot.
-    fn write_query(&mut self, index: u64, buf: &mut [u8]) -> usize {
+    /// Writes a Query of packet `index`'s use of its slot: a status Query (a complete use is
+    /// answered with the result's header alone), or with `fetch` one that asks for the result.
+    ///
+    /// The status Query keeps copies of results off the way back: most Queries are sent
+    /// while another worker's repair completes the use, and cross its result. Its answer
+    /// travels behind the result on the same path, so an answer "complete" without the
+    /// result means the result was lost: the fetching Query follows at once.
+    fn write_query(&mut self, index: u64, fetch: bool, buf: &mut [u8]) -> usize {
         let repr = AggRepr {
             // The size of the result wanted: with the data's elements, or none.
-            exponent: u8::from(self.count_of(index) != 0),
+            exponent: u8::from(fetch && self.count_of(index) != 0),
             ..self.header_of(index, MessageType::Query)
         };
         if repr.emit_into(buf).is_err() {
@@ -648,7 +759,8 @@ impl<'a> Stream<'a> {
         HEADER_LEN
     }
 
-    fn write_packet(&mut self, index: u64, buf: &mut [u8]) -> usize {
+    /// Writes the Data packet `index`; `gap` is the gap counter of a first transmission.
+    fn write_packet(&mut self, index: u64, gap: Option<u8>, buf: &mut [u8]) -> usize {
         let data_block = self.data_block(index).filter(|b| *b < self.blocks);
         let e = usize::from(self.cfg.elems_per_packet);
         let exponent = match self.tensor.elements() {
@@ -661,6 +773,7 @@ impl<'a> Stream<'a> {
         let repr = AggRepr {
             exponent,
             count: self.count_of(index),
+            gap,
             ..self.header_of(index, MessageType::Data)
         };
         let len = repr.buffer_len();
@@ -701,6 +814,7 @@ impl<'a> Stream<'a> {
         match hdr.kind {
             MessageType::Result => self.handle_result(now, &hdr, payload),
             MessageType::Pending => self.handle_pending(now, &hdr, payload),
+            MessageType::Missing => self.handle_missing(now, &hdr),
             MessageType::Reject => {
                 // Only a refusal of a packet this stream has outstanding counts: a copy of an
                 // old refusal, or one provoked by someone else's packet, changes nothing.
@@ -762,10 +876,23 @@ impl<'a> Stream<'a> {
         };
         self.slots[slot].outstanding = Some(out);
         if info.has(self.cfg.rank) {
+            // The use waits for other workers' data: ask again later, in case its result to
+            // this worker is lost.
+            let queued = out.deadline == Instant::from_nanos(u64::MAX) || !self.reports;
+            let deadline = if queued {
+                out.deadline
+            } else {
+                now + self.recheck_after(out.rechecks)
+            };
             self.slots[slot].outstanding = Some(Outstanding {
                 held: Held::Yes,
+                deadline,
+                rechecks: out.rechecks + 1,
                 ..out
             });
+            if !queued {
+                self.timers.push(Reverse((deadline, out.index)));
+            }
             return;
         }
         if !out.last_was_query {
@@ -793,6 +920,59 @@ impl<'a> Stream<'a> {
         self.retransmit.push_back((out.index, Retransmit::Missing));
     }
 
+    /// A Missing report: the switch never got `hdr.exponent` first transmissions to the block
+    /// of `hdr.slot`, numbered from the report's gap counter on. Each of them still unanswered,
+    /// whose data is not known held and has not gone again since its first transmission, goes
+    /// again now.
+    fn handle_missing(&mut self, now: Instant, hdr: &AggRepr) {
+        let block = hdr
+            .slot
+            .checked_sub(self.cfg.lane.slot_base)
+            .map(|s| usize::from(s / GAP_BLOCK));
+        let (Some(first), Some(b)) = (hdr.gap, block.and_then(|b| self.gap_blocks.get(b))) else {
+            self.stats.foreign += 1;
+            return;
+        };
+        if hdr.epoch != self.cfg.epoch || hdr.count != 0 {
+            self.stats.foreign += 1;
+            return;
+        }
+        let by_counter = b.by_counter;
+        for k in 0..hdr.exponent.min(GAP_COUNTER - 1) {
+            let index = by_counter[usize::from((first + k) % GAP_COUNTER)];
+            if index >= self.packets {
+                continue;
+            }
+            let slot = self.slot_of(index);
+            let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
+                continue;
+            };
+            self.stats.missing_reports += 1;
+            if out.held == Held::Yes || (out.retries > 0 && !out.last_was_query) {
+                continue;
+            }
+            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            if queued {
+                // The retransmission already queued carries the data.
+                self.slots[slot].outstanding = Some(Outstanding {
+                    held: Held::No,
+                    ..out
+                });
+                continue;
+            }
+            if self.give_up_if_spent(now, &out) {
+                return;
+            }
+            self.slots[slot].outstanding = Some(Outstanding {
+                held: Held::No,
+                retries: out.retries + 1,
+                deadline: Instant::from_nanos(u64::MAX),
+                ..out
+            });
+            self.retransmit.push_back((out.index, Retransmit::Reported));
+        }
+    }
+
     fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {
         let base = self.cfg.lane.slot_base;
         let in_lane =
@@ -814,11 +994,16 @@ impl<'a> Stream<'a> {
         } else {
             0
         };
-        if hdr.seq != position as u32
-            || hdr.set != ((position / window) & 1) as u8
-            || hdr.count != want_count
-        {
+        if hdr.seq != position as u32 || hdr.set != ((position / window) & 1) as u8 {
             self.stats.duplicate_results += 1;
+            return;
+        }
+        if hdr.count != want_count {
+            if hdr.count == 0 {
+                self.handle_complete(now, slot, out);
+            } else {
+                self.stats.duplicate_results += 1;
+            }
             return;
         }
         // Accepted: the packet's use of the slot is complete.
@@ -872,6 +1057,31 @@ impl<'a> Stream<'a> {
         }
     }
 
+    /// The header-only answer to a status Query: the use of `out` is complete, and its result,
+    /// which travelled ahead of this answer, was lost. The result is fetched now.
+    fn handle_complete(&mut self, now: Instant, slot: usize, out: Outstanding) {
+        self.stats.completions_seen += 1;
+        let queued = out.deadline == Instant::from_nanos(u64::MAX);
+        if out.complete_seen || queued {
+            self.slots[slot].outstanding = Some(Outstanding {
+                complete_seen: true,
+                ..out
+            });
+            return;
+        }
+        if self.give_up_if_spent(now, &out) {
+            return;
+        }
+        self.slots[slot].outstanding = Some(Outstanding {
+            held: Held::Yes,
+            complete_seen: true,
+            retries: out.retries + 1,
+            deadline: Instant::from_nanos(u64::MAX),
+            ..out
+        });
+        self.retransmit.push_back((out.index, Retransmit::Detected));
+    }
+
     /// The earliest instant at which [`Self::handle_timeout`] has work.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         if self.is_over() {
@@ -890,10 +1100,26 @@ impl<'a> Stream<'a> {
                 }
             }
         }
-        match (timer, self.stall_probe_at()) {
-            (Some(t), Some(p)) => Some(t.min(p)),
-            (t, p) => t.or(p),
+        [timer, self.stall_probe_at(), self.redetect_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// When the earliest retransmission waiting in `deferred` may be judged lost again
+    /// (without waiting for another answer to come).
+    fn redetect_at(&self) -> Option<Instant> {
+        if !self.reports {
+            return None;
         }
+        self.deferred
+            .iter()
+            .filter_map(|&(tx, index)| {
+                let out = self.slots[self.slot_of(index)].outstanding?;
+                (out.index == index && out.last_tx == tx)
+                    .then(|| out.last_sent + self.redetect_after(out.retries))
+            })
+            .min()
     }
 
     /// The probe timeout: the retransmission timeout without its floor,
@@ -999,7 +1225,24 @@ impl<'a> Stream<'a> {
             .srtt()
             .unwrap_or(Duration::ZERO)
             .max(self.rtt.config().granularity);
-        rtt.saturating_mul(1 << retries.saturating_sub(1).min(16))
+        let cap = if self.reports { 2 } else { 16 };
+        rtt.saturating_mul(1 << retries.saturating_sub(1).min(cap))
+    }
+
+    /// How long an answer to a Query may take: the probe timeout (about two round trips, see
+    /// [`probe_timeout`](Self::probe_timeout)), or the retransmission timeout before the
+    /// first round-trip sample. The switch answers a Query at once, so no floor for a slow
+    /// peer is needed.
+    fn query_timeout(&self) -> Duration {
+        self.probe_timeout().unwrap_or_else(|| self.rtt.rto())
+    }
+
+    /// When to ask again about a packet whose data the switch holds, after `rechecks` Pending
+    /// answers that said so: the query timeout, doubled per answer up to eight times. A loss
+    /// elsewhere is repaired within a few round trips; a slower worker is waited for with
+    /// sparser Queries.
+    fn recheck_after(&self, rechecks: u32) -> Duration {
+        self.query_timeout().saturating_mul(1 << rechecks.min(3))
     }
 
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)
@@ -1068,9 +1311,14 @@ impl<'a> Stream<'a> {
     }
 
     /// Fails the stream if `out` has used up its retransmissions or its give-up time.
+    ///
+    /// A packet whose data the switch is known to hold is waiting for other workers, and its
+    /// Queries are cheap: only the give-up time counts for it.
     fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
         let waited = now - out.first_sent;
-        if out.retries < self.cfg.max_retries && waited < self.cfg.give_up {
+        let retries_left =
+            out.retries < self.cfg.max_retries || (self.reports && out.held == Held::Yes);
+        if retries_left && waited < self.cfg.give_up {
             return false;
         }
         let workers = self.cfg.workers;
@@ -1123,22 +1371,37 @@ impl<'a> Stream<'a> {
         }
         if self.failed.is_none() && !expired.is_empty() {
             // The path may be slower than the estimate: back the estimate off (RFC 6298) until
-            // an answer to a packet sent once brings a sample.
-            self.rtt.on_timeout();
+            // an answer to a packet sent once brings a sample. Only data's timers say so: a
+            // Query's, or a recheck of data the switch holds, expire by design.
+            let data_expired = expired.iter().any(|&index| {
+                self.slots[self.slot_of(index)]
+                    .outstanding
+                    .is_some_and(|o| !self.reports || (!o.last_was_query && o.held != Held::Yes))
+            });
+            if data_expired {
+                self.rtt.on_timeout();
+            }
             for &index in &expired {
                 let slot = self.slot_of(index);
                 let Some(out) = self.slots[slot].outstanding else {
                     continue;
                 };
-                let lost =
-                    Some(index) == probe || self.highest_answered.is_some_and(|h| h > out.last_tx);
+                // A Query's answer was due; a recheck of held data is due.
+                let lost = Some(index) == probe
+                    || (self.reports && (out.last_was_query || out.held == Held::Yes))
+                    || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     self.slots[slot].outstanding = Some(Outstanding {
                         retries: out.retries + 1,
                         deadline: Instant::from_nanos(u64::MAX),
                         ..out
                     });
-                    self.retransmit.push_back((index, Retransmit::Timer));
+                    let why = if self.reports && out.held == Held::Yes {
+                        Retransmit::Recheck
+                    } else {
+                        Retransmit::Timer
+                    };
+                    self.retransmit.push_back((index, why));
                 } else {
                     let deadline = now + self.rtt.backed_off(out.retries + 1);
                     self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
@@ -1147,6 +1410,9 @@ impl<'a> Stream<'a> {
             }
         }
         self.expired_scratch = expired;
+        if self.failed.is_none() && self.redetect_at().is_some_and(|t| t <= now) {
+            self.detect_losses(now);
+        }
         if self.failed.is_none() && self.stall_probe_at().is_some_and(|t| t <= now) {
             self.probe_stall(now);
         }

@@ -32,6 +32,7 @@ fn run(
         give_up,
         rto,
         rounds: 20_000,
+        gap_reports: false,
     };
     let ran = common::run(&net, asleep, dead, |_, _| drop_all);
     (ran.tensors, ran.outcomes)

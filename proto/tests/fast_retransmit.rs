@@ -64,6 +64,7 @@ fn run_timed(
         give_up: Duration::from_secs(1),
         rto,
         rounds: ROUNDS,
+        gap_reports: false,
     };
     let ran = common::run(&net, |_, _| false, &[], drop);
     (ran.tensors, ran.outcomes, ran.finished)

@@ -46,6 +46,7 @@ fn run(workers: u8, len: usize, window: u16, elems: u16) -> Vec<Vec<f32>> {
                         lane: Lane::new(10, window),
                         max_retries: 3,
                         give_up: Duration::from_secs(1),
+                        gap_reports: true,
                     },
                     Tensor::F32(t),
                     RttEstimator::new(RtoConfig::default()),

@@ -34,6 +34,7 @@ fn data(rank: u8, slot: u16, set: u8, seq: u32, exp: u8, values: &[i32]) -> Vec<
     let repr = AggRepr {
         kind: MessageType::Data,
         set,
+        gap: None,
         job: JOB,
         epoch: EPOCH,
         rank,
@@ -122,6 +123,7 @@ fn query(rank: u8, slot: u16, set: u8, seq: u32, wants_data: bool) -> Vec<u8> {
     let repr = AggRepr {
         kind: MessageType::Query,
         set,
+        gap: None,
         job: JOB,
         epoch: EPOCH,
         rank,
@@ -502,7 +504,7 @@ fn unauthenticated_and_malformed_packets_are_silently_dropped() {
     // reject with an unknown reason: malformed, whatever the type.
     let good = data(0, 8, 0, 5, 0, &[0; 4]);
     let mut malformed = Vec::new();
-    for (at, byte) in [(0, 0x21u8), (0, 0x18), (0, 0x01)] {
+    for (at, byte) in [(0, 0x21u8), (0, 0x19), (0, 0x01)] {
         let mut b = good.clone();
         b[at] = byte;
         malformed.push(b);
@@ -732,4 +734,112 @@ proptest! {
         prop_assert_eq!(multicasts, 1);
         prop_assert_eq!(p.registers().values_of(11, 1)[..4].to_vec(), expect);
     }
+}
+
+/// A pipeline with one job of `workers` ranks on slots `base..base + count`, ranks on ports
+/// 10.., with the gap register and its reports on.
+fn with_gaps(workers: u16, base: u16, count: u16) -> Pipeline {
+    let mut p = Pipeline::new(PipelineConfig {
+        pool_slots: 256,
+        max_elems: 64,
+    });
+    p.set_gap_reports(true);
+    p.add_job(JobConfig {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: base,
+        slot_count: count,
+        elems_per_packet: E,
+        ranks: (0..workers).map(|r| PortId(10 + r)).collect(),
+    })
+    .unwrap();
+    p
+}
+
+fn counted(rank: u8, slot: u16, seq: u32, counter: u8) -> Vec<u8> {
+    let mut b = data(rank, slot, 0, seq, 0, &[1; E as usize]);
+    b[1] = 0x02 | counter << 2;
+    b
+}
+
+/// The gap register: skipped counters of a rank's first transmissions to a block are reported
+/// to that rank (first skipped counter, how many), per block and rank, across the counter's
+/// wrap; a block not wholly in the job's range, or reports turned off, report nothing.
+#[test]
+fn skipped_gap_counters_are_reported_to_their_sender() {
+    let mut p = with_gaps(2, 64, 128);
+    assert_eq!(send(&mut p, 10, &counted(0, 64, 100, 0)), Out::Absorbed);
+    assert_eq!(p.poll_report(), None);
+    assert_eq!(send(&mut p, 10, &counted(0, 65, 101, 1)), Out::Absorbed);
+    assert_eq!(p.poll_report(), None);
+    // Counters 2, 3 and 4 never arrived.
+    assert_eq!(send(&mut p, 10, &counted(0, 69, 105, 5)), Out::Absorbed);
+    let r = p.poll_report().expect("a report");
+    assert_eq!(r.port, PortId(10));
+    let (h, _) = AggRepr::parse_bytes(&r.header).unwrap();
+    assert_eq!(
+        (h.kind, h.gap, h.exponent, h.slot, h.seq, h.rank, h.count),
+        (MessageType::Missing, Some(2), 3, 69, 105, 0, 0)
+    );
+    // Another rank and another block keep their own cells.
+    assert!(matches!(
+        send(&mut p, 11, &counted(1, 64, 100, 7)),
+        Out::Multicast(..)
+    ));
+    assert_eq!(p.poll_report(), None);
+    assert_eq!(send(&mut p, 10, &counted(0, 128, 200, 9)), Out::Absorbed);
+    assert_eq!(p.poll_report(), None);
+    assert_eq!(send(&mut p, 10, &counted(0, 130, 202, 11)), Out::Absorbed);
+    assert_eq!(report_of(&mut p), Some((10, 1)));
+    // Across the wrap of the 6-bit counter: 6..=62 skipped, then 0.
+    send(&mut p, 10, &counted(0, 70, 106, 63));
+    assert_eq!(report_of(&mut p), Some((6, 57)));
+    send(&mut p, 10, &counted(0, 72, 108, 1));
+    assert_eq!(report_of(&mut p), Some((0, 1)));
+    // A retransmission (no counter) changes nothing.
+    send(&mut p, 10, &data(0, 69, 0, 105, 0, &[1; E as usize]));
+    assert_eq!(p.poll_report(), None);
+    send(&mut p, 10, &counted(0, 73, 109, 2));
+    assert_eq!(p.poll_report(), None);
+    assert_eq!(p.counters().missing_sent, 4);
+
+    // Slots 128..164: block 2 is not wholly the job's.
+    let mut q = with_gaps(1, 64, 100);
+    send(&mut q, 10, &counted(0, 130, 5, 0));
+    send(&mut q, 10, &counted(0, 140, 9, 5));
+    assert_eq!(q.poll_report(), None);
+    // Reports off: the register is not used, and a ProbeReply says so.
+    let mut off = pipe(2);
+    send(&mut off, 10, &counted(0, 8, 5, 0));
+    send(&mut off, 10, &counted(0, 9, 9, 5));
+    assert_eq!(off.poll_report(), None);
+    assert_eq!(off.counters().missing_sent, 0);
+    for (pipe, want) in [(&mut off, None), (&mut p, Some(0))] {
+        let probe = AggRepr {
+            kind: MessageType::Probe,
+            set: 0,
+            gap: None,
+            job: JOB,
+            epoch: 0,
+            rank: 0,
+            exponent: 0,
+            slot: 0,
+            count: 0,
+            seq: 1,
+        };
+        let mut b = [0u8; 16];
+        probe.emit_into(&mut b).unwrap();
+        let Out::Unicast(_, h, _) = send(pipe, 10, &b) else {
+            panic!("no ProbeReply");
+        };
+        assert_eq!((h.kind, h.gap), (MessageType::ProbeReply, want));
+    }
+}
+
+/// The first skipped counter and how many, of the pipeline's pending Missing report.
+fn report_of(p: &mut Pipeline) -> Option<(u8, u8)> {
+    let r = p.poll_report()?;
+    let (h, _) = AggRepr::parse_bytes(&r.header).ok()?;
+    assert_eq!(h.kind, MessageType::Missing);
+    Some((h.gap?, h.exponent))
 }

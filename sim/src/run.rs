@@ -91,6 +91,8 @@ pub struct Scenario {
     /// At this time the switch loses all state and comes back with the jobs reinstalled under
     /// new epochs (old epoch + 1).
     pub switch_restart_at: Option<Duration>,
+    /// Whether the switch sends its Missing reports (and the workers ask for them).
+    pub gap_reports: bool,
 }
 
 impl Scenario {
@@ -115,6 +117,7 @@ impl Scenario {
             time_limit: Duration::from_secs(120),
             injections: Vec::new(),
             switch_restart_at: None,
+            gap_reports: true,
         }
     }
 }
@@ -207,6 +210,7 @@ impl WorkerState<'_> {
 pub fn run(scenario: &Scenario) -> Report {
     let mut rng = Rng::new(scenario.seed);
     let mut pipe = Pipeline::new(scenario.pipeline);
+    pipe.set_gap_reports(scenario.gap_reports);
     let mut tensors: Vec<Vec<Data>> = Vec::new();
     let mut port = 1u16;
     let mut job_ports = Vec::new();
@@ -246,6 +250,7 @@ pub fn run(scenario: &Scenario) -> Report {
                     lane,
                     max_retries: scenario.max_retries,
                     give_up: scenario.give_up,
+                    gap_reports: scenario.gap_reports,
                 },
                 start_at: Instant::ZERO + w.start_at,
                 dies_at: w.dies_at.map(|d| Instant::ZERO + d),
@@ -328,6 +333,7 @@ pub fn run(scenario: &Scenario) -> Report {
         if restart_at.is_some_and(|r| r <= now) {
             restart_at = None;
             pipe = Pipeline::new(scenario.pipeline);
+            pipe.set_gap_reports(scenario.gap_reports);
             for (j, job) in scenario.jobs.iter().enumerate() {
                 install(&mut pipe, job, job.epoch.wrapping_add(1), &job_ports[j]);
             }
@@ -361,6 +367,11 @@ pub fn run(scenario: &Scenario) -> Report {
                             }
                         }
                         Verdict::Drop(_) | Verdict::Absorbed => {}
+                    }
+                    if let Some(report) = pipe.poll_report().filter(|_| scenario.gap_reports) {
+                        if let Some(i) = port_to_worker(report.port) {
+                            deliver(&mut workers[i], i, now, &report.header, &mut rng, &mut q);
+                        }
                     }
                 }
             }
@@ -484,7 +495,8 @@ fn pump(w: &mut WorkerState<'_>, now: Instant, buf: &mut [u8], rng: &mut Rng, q:
         loop {
             match stream.poll_transmit(now, buf) {
                 Ok(Some(len)) => {
-                    for at in w.up.transmit(now, len, rng) {
+                    let arr = w.up.transmit(now, len, rng);
+                    for at in arr {
                         q.push(
                             at,
                             Event::ToSwitch {

@@ -177,6 +177,7 @@ fn data_packet(job: u16, epoch: u16, rank: u8, slot: u16, count: u16, seq: u32) 
     let repr = AggRepr {
         kind: MessageType::Data,
         set: 0,
+        gap: None,
         job,
         epoch,
         rank,

@@ -1,7 +1,7 @@
 //! The `ina` software switch: the `proto` pipeline model served over UDP.
 //!
 //! A [`Switch`] binds one UDP socket per shard to the same address (`SO_REUSEPORT`) and has the
-//! kernel steer each datagram to the shard that owns its slot (`slot mod shards`, a classic BPF
+//! kernel steer each datagram to the shard that owns its slot (`(slot / 64) mod shards`, a classic BPF
 //! program on the reuseport group). Each shard thread owns a [`Pipeline`] and its registers: no
 //! lock is taken on the per-packet path. Jobs are installed through a [`SwitchHandle`], from
 //! flags, a config file, or the TCP [`control`] endpoint.
@@ -197,7 +197,12 @@ impl Switch {
                 mesh,
                 shard::Joins::new(requests.clone()),
                 port,
-                Pipeline::new(self.cfg.pipeline),
+                {
+                    let mut pipe = Pipeline::new(self.cfg.pipeline);
+                    // The software switch sends the Missing reports (PROTOCOL.md §5).
+                    pipe.set_gap_reports(true);
+                    pipe
+                },
                 commands,
                 (self.cfg.loss, self.cfg.seed.wrapping_add(i as u64)),
             );

@@ -2,9 +2,9 @@
 
 use crate::loss::Loss;
 use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
-use ina_proto::pipeline::{Burst, Counters, JobConfig, Pipeline, PortId, Verdict};
+use ina_proto::pipeline::{Burst, Counters, JobConfig, Pipeline, PortId, Report, Verdict};
 use ina_proto::Instant;
-use ina_wire::agg::{ProbeGroup, ProbeInfo};
+use ina_wire::agg::{ProbeGroup, ProbeInfo, GAP_BLOCK};
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -333,7 +333,7 @@ impl Mesh {
     /// The shard owning the slot of a datagram, as the steering program computes it.
     fn owner(&self, data: &[u8]) -> Option<usize> {
         let slot = data.get(8..10)?;
-        Some(usize::from(u16::from_be_bytes([slot[0], slot[1]])) % self.shards)
+        Some(usize::from(u16::from_be_bytes([slot[0], slot[1]]) / GAP_BLOCK) % self.shards)
     }
 }
 
@@ -427,6 +427,9 @@ impl Egress<'_> {
                 Verdict::Drop(_) | Verdict::Absorbed => 0,
             },
         );
+        if let Some(report) = pipe.poll_report() {
+            send_report(self.addr_of, self.loss_out, self.stats, report, tx);
+        }
         let Some(reply) = reply else { return };
         if multicast && !self.groups.is_empty() {
             let job = AggPacket::new_checked(data).map(|p| p.job());
@@ -461,6 +464,36 @@ impl Egress<'_> {
                 }
             }
         }
+    }
+}
+
+/// Sends a Missing report of the pipeline to the worker it names.
+#[cold]
+fn send_report(
+    addr_of: &[Option<SocketAddr>],
+    loss_out: &mut Loss,
+    stats: &mut ShardStats,
+    report: Report,
+    tx: &mut SendBatch,
+) {
+    let Some(Some(addr)) = addr_of.get(usize::from(report.port.0)) else {
+        return;
+    };
+    if loss_out.drop_now() {
+        stats.injected_drops_out += 1;
+        return;
+    }
+    let written = tx.write_in_place(report.header.len(), |buf| {
+        match buf.get_mut(..report.header.len()) {
+            Some(b) => {
+                b.copy_from_slice(&report.header);
+                b.len()
+            }
+            None => 0,
+        }
+    });
+    if let Some(extent) = written {
+        tx.push_extent(*addr, extent);
     }
 }
 

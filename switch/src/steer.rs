@@ -1,5 +1,6 @@
 //! Kernel steering of datagrams to shards by slot: a classic BPF program on the `SO_REUSEPORT`
-//! group returns `slot mod shards` as the index of the socket that receives the datagram.
+//! group returns `(slot / GAP_BLOCK) mod shards` as the index of the socket that receives the
+//! datagram. Whole blocks of slots go to one shard, which keeps their gap register cells.
 #![allow(unsafe_code)]
 
 use ina_io::UdpPort;
@@ -11,7 +12,7 @@ const SLOT_OFFSET: u32 = 8;
 /// Attaches the steering program to the reuseport group of `port`.
 pub(crate) fn attach_slot_steering(port: &UdpPort, shards: usize) -> std::io::Result<()> {
     let shards = u32::try_from(shards).map_err(|_| std::io::Error::other("too many shards"))?;
-    // ldh [8]; mod #shards; ret a. A datagram too short to hold the field aborts the program
+    // ldh [8]; rsh #log2(GAP_BLOCK); mod #shards; ret a. A datagram too short to hold the field aborts the program
     // with 0, which sends it to shard 0, where it is counted as malformed.
     let mut program = [
         libc::sock_filter {
@@ -19,6 +20,12 @@ pub(crate) fn attach_slot_steering(port: &UdpPort, shards: usize) -> std::io::Re
             jt: 0,
             jf: 0,
             k: SLOT_OFFSET,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: ina_wire::agg::GAP_BLOCK.trailing_zeros(),
         },
         libc::sock_filter {
             code: (libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K) as u16,

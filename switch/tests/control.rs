@@ -168,6 +168,7 @@ fn hostile_datagrams_are_counted_and_the_switch_keeps_answering() {
             let h = AggRepr {
                 kind: MessageType::Data,
                 set: 0,
+                gap: None,
                 job: 999,
                 epoch: 1,
                 rank: 0,
@@ -186,6 +187,7 @@ fn hostile_datagrams_are_counted_and_the_switch_keeps_answering() {
     let probe = AggRepr {
         kind: MessageType::Probe,
         set: 0,
+        gap: None,
         job: 3,
         epoch: 0,
         rank: 0,
@@ -342,6 +344,7 @@ fn probe(from: &UdpSocket, to: SocketAddr, job: u16, rank: u8) {
     let h = AggRepr {
         kind: MessageType::Probe,
         set: 0,
+        gap: None,
         job,
         epoch: 0,
         rank,

@@ -42,6 +42,7 @@ fn contribute(from: &std::net::UdpSocket, to: SocketAddr, job: u16, rank: u8, sl
     let repr = ina_wire::AggRepr {
         kind: ina_wire::MessageType::Data,
         set: 0,
+        gap: None,
         job,
         epoch: 5,
         rank,

@@ -315,6 +315,7 @@ impl Context<'_> {
         let repr = AggRepr {
             kind: MessageType::Data,
             set: 0,
+            gap: None,
             job: i.job,
             epoch,
             rank: i.rank,

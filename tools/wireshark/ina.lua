@@ -25,6 +25,7 @@ local TYPE_NAMES = {
     [5] = "ProbeReply",
     [6] = "Pending",
     [7] = "Query",
+    [8] = "Missing",
 }
 
 local REJECT_REASONS = {
@@ -38,7 +39,10 @@ local f = {
     type = ProtoField.uint8("ina.type", "Type", base.DEC, TYPE_NAMES, 0x0F),
     flags = ProtoField.uint8("ina.flags", "Flags", base.HEX),
     set = ProtoField.uint8("ina.set", "Set", base.DEC, nil, 0x01),
-    reserved = ProtoField.uint8("ina.reserved", "Reserved", base.HEX, nil, 0xFE),
+    gap = ProtoField.bool("ina.gap", "Gap counter present", 8, nil, 0x02),
+    gap_counter = ProtoField.uint8("ina.gap_counter", "Gap counter", base.DEC),
+    reserved = ProtoField.uint8("ina.reserved", "Reserved", base.HEX),
+    missing = ProtoField.uint8("ina.missing", "Missing first transmissions", base.DEC),
     job = ProtoField.uint16("ina.job", "Job", base.DEC),
     epoch = ProtoField.uint16("ina.epoch", "Epoch", base.DEC),
     rank = ProtoField.uint8("ina.rank", "Rank", base.DEC),
@@ -60,7 +64,7 @@ local f = {
     pending_rank = ProtoField.uint8("ina.pending.rank", "Contributor", base.DEC),
 }
 ina.fields = {
-    f.version, f.type, f.flags, f.set, f.reserved, f.job, f.epoch, f.rank, f.exponent,
+    f.version, f.type, f.flags, f.set, f.gap, f.gap_counter, f.reserved, f.missing, f.job, f.epoch, f.rank, f.exponent,
     f.reject_reason, f.query_wants, f.slot, f.count, f.seq, f.payload, f.elements, f.value,
     f.probe_workers, f.probe_elems, f.probe_slot_base, f.probe_slot_count, f.bitmap, f.ranks,
     f.pending_rank,
@@ -101,7 +105,7 @@ local function bitmap_ranks(bitmap)
 end
 
 -- Payload elements per message type that the protocol fixes (nil: any).
-local FIXED_COUNT = { [3] = 0, [4] = 0, [5] = 4, [6] = 1, [7] = 0 }
+local FIXED_COUNT = { [3] = 0, [4] = 0, [5] = 4, [6] = 1, [7] = 0, [8] = 0 }
 
 local function add_values(tree, tvb, first, n)
     local shown = math.min(n, SHOWN_VALUES)
@@ -150,10 +154,19 @@ local function dissect(tvb, pinfo, root)
     end
     local fitem = tree:add(f.flags, tvb(1, 1))
     fitem:add(f.set, tvb(1, 1))
-    local ritem = fitem:add(f.reserved, tvb(1, 1))
-    if flags >= 2 then
-        ritem:add_proto_expert_info(e.reserved,
-            string.format("Reserved flag bits set: 0x%02x (sent as 0)", flags - set))
+    -- Bit 1 says whether bits 2-7 hold a gap counter; without it they are reserved.
+    local gapflag = math.floor(flags / 2) % 2
+    local high = math.floor(flags / 4)
+    fitem:add(f.gap, tvb(1, 1))
+    if gapflag == 1 then
+        fitem:add(f.gap_counter, tvb(1, 1), high)
+        fitem:add(f.reserved, tvb(1, 1), 0)
+    else
+        local ritem = fitem:add(f.reserved, tvb(1, 1), high * 4)
+        if high ~= 0 then
+            ritem:add_proto_expert_info(e.reserved,
+                string.format("Reserved flag bits set: 0x%02x (sent as 0)", high * 4))
+        end
     end
     tree:add(f.job, tvb(2, 2))
     tree:add(f.epoch, tvb(4, 2))
@@ -167,6 +180,8 @@ local function dissect(tvb, pinfo, root)
         end
     elseif mtype == 7 then
         xitem:add(f.query_wants, tvb(7, 1), exponent ~= 0)
+    elseif mtype == 8 then
+        xitem:add(f.missing, tvb(7, 1), exponent)
     end
     tree:add(f.slot, tvb(8, 2))
     local citem = tree:add(f.count, tvb(10, 2))
@@ -224,6 +239,11 @@ local function dissect(tvb, pinfo, root)
         info = info .. " reason=" .. (REJECT_REASONS[exponent] or tostring(exponent))
     elseif mtype == 7 then
         info = info .. (exponent ~= 0 and " wants=E" or " wants=0")
+    elseif mtype == 8 then
+        info = info .. string.format(" missing=%d", exponent)
+    end
+    if gapflag == 1 then
+        info = info .. string.format(" gap=%d", high)
     end
     pinfo.cols.info = info
     tree:append_text(string.format(", %s", name))

@@ -3,7 +3,8 @@
 //! ```text
 //!  offset  size  field      meaning
 //!  0       1     ver_type   version (high nibble, = 1) | message type (low nibble)
-//!  1       1     flags      bit 0: shadow set of the slot (0 or 1); bits 1-7 reserved, sent as 0
+//!  1       1     flags      bit 0: shadow set of the slot (0 or 1); bit 1: gap tracking, and
+//!                            bits 2-7 its 6-bit counter (see `AggRepr::gap`); else 0
 //!  2       2     job        job id; the switch drops packets of jobs it does not hold
 //!  4       2     epoch      generation of the job on the switch; changes when the switch restarts
 //!  6       1     rank       worker rank within the job, 0..=31
@@ -41,6 +42,16 @@ mod field {
 }
 
 const FLAG_SET: u8 = 0x01;
+const FLAG_GAP: u8 = 0x02;
+const GAP_SHIFT: u8 = 2;
+
+/// Slots per gap-tracking block. A worker numbers its first transmissions of Data to each
+/// block modulo [`GAP_COUNTER`]; the switch keeps, per block and rank, the counter of the latest
+/// one it received, and reports the numbers it skipped (PROTOCOL.md §5, loss recovery). A lane
+/// whose slots cover whole blocks may ask for reports.
+pub const GAP_BLOCK: u16 = 64;
+/// The modulus of the gap counter (6 bits).
+pub const GAP_COUNTER: u8 = 64;
 
 /// What a packet is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,6 +74,11 @@ pub enum MessageType {
     /// Worker to switch: asks, without contributing, for the state of one use of a slot
     /// (header only). Answered with the stored Result when the use is complete, else Pending.
     Query = 7,
+    /// Switch to worker: first transmissions of this worker's Data to a block never arrived
+    /// (header only). The header is that of the Data packet whose arrival showed it (slot,
+    /// set, seq); its gap counter ([`AggRepr::gap`]) is the first missing one, and the exponent
+    /// byte holds how many consecutive counters are missing (1..=63).
+    Missing = 8,
 }
 
 impl TryFrom<u8> for MessageType {
@@ -76,6 +92,7 @@ impl TryFrom<u8> for MessageType {
             5 => MessageType::ProbeReply,
             6 => MessageType::Pending,
             7 => MessageType::Query,
+            8 => MessageType::Missing,
             other => return Err(Error::MessageType(other)),
         })
     }
@@ -167,6 +184,11 @@ impl<T: AsRef<[u8]>> AggPacket<T> {
     pub fn set(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS] & FLAG_SET
     }
+    /// The gap counter, if the gap flag is set (see [`AggRepr::gap`]).
+    pub fn gap(&self) -> Option<u8> {
+        let flags = self.buffer.as_ref()[field::FLAGS];
+        (flags & FLAG_GAP != 0).then_some(flags >> GAP_SHIFT)
+    }
     /// The job id.
     pub fn job(&self) -> u16 {
         self.u16_at(field::JOB)
@@ -210,9 +232,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AggPacket<T> {
     pub fn set_version_type(&mut self, version: u8, kind: MessageType) {
         self.buffer.as_mut()[field::VER_TYPE] = (version << 4) | (kind as u8 & 0x0f);
     }
-    /// Sets the flags byte from the shadow set (reserved bits cleared).
+    /// Sets the flags byte from the shadow set (every other bit cleared).
     pub fn set_set(&mut self, set: u8) {
         self.buffer.as_mut()[field::FLAGS] = set & FLAG_SET;
+    }
+    /// Sets the flags byte from the shadow set and the gap counter (modulo [`GAP_COUNTER`]).
+    pub fn set_flags(&mut self, set: u8, gap: Option<u8>) {
+        let gap = match gap {
+            Some(c) => FLAG_GAP | (c % GAP_COUNTER) << GAP_SHIFT,
+            None => 0,
+        };
+        self.buffer.as_mut()[field::FLAGS] = set & FLAG_SET | gap;
     }
     /// Sets the job id.
     pub fn set_job(&mut self, v: u16) {
@@ -257,6 +287,12 @@ pub struct AggRepr {
     pub kind: MessageType,
     /// Shadow set, 0 or 1.
     pub set: u8,
+    /// The gap counter (flag bit 1, and bits 2-7), `0..GAP_COUNTER`. On Data: the number of this
+    /// first transmission among the sender's first transmissions to the slot's block of
+    /// [`GAP_BLOCK`] slots, modulo [`GAP_COUNTER`]; the switch answers skipped numbers with a
+    /// [`MessageType::Missing`] report. On Missing: the first skipped number. On ProbeReply:
+    /// `Some(0)` when the switch sends such reports. `None` on every other packet.
+    pub gap: Option<u8>,
     pub job: u16,
     pub epoch: u16,
     pub rank: u8,
@@ -298,6 +334,7 @@ impl AggRepr {
         Ok(AggRepr {
             kind,
             set: packet.set(),
+            gap: packet.gap(),
             job: packet.job(),
             epoch: packet.epoch(),
             rank: packet.rank(),
@@ -332,7 +369,7 @@ impl AggRepr {
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut AggPacket<T>) {
         packet.set_version_type(PROTOCOL_VERSION, self.kind);
-        packet.set_set(self.set);
+        packet.set_flags(self.set, self.gap);
         packet.set_job(self.job);
         packet.set_epoch(self.epoch);
         packet.set_rank(self.rank);
@@ -560,14 +597,16 @@ mod tests {
             Just(MessageType::ProbeReply),
             Just(MessageType::Pending),
             Just(MessageType::Query),
+            Just(MessageType::Missing),
         ]
     }
 
     prop_compose! {
-        fn repr()(kind in kind(), set in 0u8..2, job in any::<u16>(), epoch in any::<u16>(),
-                  rank in any::<u8>(), exponent in any::<u8>(), slot in any::<u16>(),
-                  count in 0u16..600, seq in any::<u32>()) -> AggRepr {
-            AggRepr { kind, set, job, epoch, rank, exponent, slot, count, seq }
+        fn repr()(kind in kind(), set in 0u8..2, gap in proptest::option::of(0u8..GAP_COUNTER),
+                  job in any::<u16>(), epoch in any::<u16>(), rank in any::<u8>(),
+                  exponent in any::<u8>(), slot in any::<u16>(), count in 0u16..600,
+                  seq in any::<u32>()) -> AggRepr {
+            AggRepr { kind, set, gap, job, epoch, rank, exponent, slot, count, seq }
         }
     }
 
@@ -699,6 +738,7 @@ mod tests {
         let r = AggRepr {
             kind: MessageType::Data,
             set: 1,
+            gap: None,
             job: 0x0102,
             epoch: 0x0304,
             rank: 5,
@@ -729,6 +769,7 @@ mod tests {
         let r = AggRepr {
             kind: MessageType::Data,
             set: 0,
+            gap: None,
             job: 1,
             epoch: 1,
             rank: 0,

@@ -4,7 +4,7 @@ use ina_io::{IoError, Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::Instant;
-use ina_wire::agg::{ProbeGroup, ProbeInfo};
+use ina_wire::agg::{ProbeGroup, ProbeInfo, GAP_BLOCK};
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -178,6 +178,8 @@ pub struct JobInfo {
     pub group: Option<SocketAddrV4>,
     pub window: u16,
     pub lanes: u16,
+    /// The switch answers skipped positions with Missing reports (its ProbeReply said so).
+    pub gap_reports: bool,
 }
 
 /// Counters of the communicator, over its lifetime.
@@ -193,6 +195,23 @@ pub struct CommCounters {
     pub datagrams_received: u64,
     /// Datagrams that were not from the switch, or not `ina` packets of this job.
     pub foreign: u64,
+}
+
+/// The window of a lane when the job's slots are split evenly: `even`, or rounded down to whole
+/// blocks of [`GAP_BLOCK`] slots when the switch sends Missing reports, the job's slots start on
+/// a block, and the rounding gives up at most an eighth of the window. Only a lane of whole
+/// blocks asks for reports (PROTOCOL.md §5).
+fn whole_blocks(slot_base: u16, even: u16, gap_reports: bool) -> u16 {
+    let rounded = even - even % GAP_BLOCK;
+    if gap_reports
+        && slot_base.is_multiple_of(GAP_BLOCK)
+        && rounded > 0
+        && even % GAP_BLOCK <= even / 8
+    {
+        rounded
+    } else {
+        even
+    }
 }
 
 /// A tensor handed to [`Communicator::allreduce_many`].
@@ -288,6 +307,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 group: None,
                 window: 0,
                 lanes: 0,
+                gap_reports: false,
             },
             lanes: Vec::new(),
             next_lane: 0,
@@ -336,6 +356,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         let probe = AggRepr {
             kind: MessageType::Probe,
             set: 0,
+            gap: None,
             job: self.cfg.job,
             epoch: 0,
             rank: self.cfg.rank,
@@ -376,7 +397,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     else {
                         continue;
                     };
-                    return self.adopt(h.epoch, info, group.map(|g| g.group));
+                    return self.adopt(h.epoch, info, group.map(|g| g.group), h.gap.is_some());
                 }
             }
             if start.elapsed() >= self.cfg.probe_timeout {
@@ -457,6 +478,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         epoch: u16,
         info: ProbeInfo,
         group: Option<SocketAddrV4>,
+        gap_reports: bool,
     ) -> Result<(), WorkerError> {
         if let Some(n) = self.cfg.expect_workers {
             if n != info.workers {
@@ -475,7 +497,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         let lanes = self.cfg.lanes;
         let window = match self.cfg.window {
             Some(w) => w,
-            None => info.slot_count / lanes,
+            None => whole_blocks(info.slot_base, info.slot_count / lanes, gap_reports),
         };
         if window == 0 || u32::from(window) * u32::from(lanes) > u32::from(info.slot_count) {
             return Err(WorkerError::JobMismatch(format!(
@@ -491,6 +513,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             group,
             window,
             lanes,
+            gap_reports,
         };
         self.lanes = (0..lanes)
             .map(|l| Lane::new(info.slot_base + l * window, window))
@@ -542,6 +565,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             lane,
             max_retries: self.cfg.max_retries,
             give_up: self.cfg.give_up,
+            gap_reports: self.job.gap_reports,
         }
     }
 

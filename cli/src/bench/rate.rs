@@ -35,6 +35,7 @@ fn header(cfg: &GenConfig, position: u64) -> AggRepr {
     AggRepr {
         kind: MessageType::Data,
         set: ((position / w) & 1) as u8,
+        gap: None,
         job: cfg.job,
         epoch: cfg.epoch,
         rank: cfg.rank,

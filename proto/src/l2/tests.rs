@@ -58,6 +58,7 @@ fn data(rank: u8, count: u16, seq: u32) -> AggRepr {
     AggRepr {
         kind: MessageType::Data,
         set: 0,
+        gap: None,
         job: 7,
         epoch: 3,
         rank,

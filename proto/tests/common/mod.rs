@@ -24,6 +24,8 @@ pub struct Net {
     pub rto: RtoConfig,
     /// Rounds run at most.
     pub rounds: usize,
+    /// Whether the switch sends Missing reports and the streams ask for them.
+    pub gap_reports: bool,
 }
 
 /// What a run left: each worker's tensor and outcome, and the virtual time at which every
@@ -50,6 +52,7 @@ pub fn run(
         pool_slots: 64,
         max_elems: 64,
     });
+    pipe.set_gap_reports(net.gap_reports);
     pipe.add_job(JobConfig {
         job: 1,
         epoch: 2,
@@ -79,6 +82,7 @@ pub fn run(
                     lane: Lane::new(0, net.window),
                     max_retries: net.max_retries,
                     give_up: net.give_up,
+                    gap_reports: net.gap_reports,
                 };
                 Stream::new(cfg, Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
             })
@@ -119,6 +123,9 @@ pub fn run(
                             inbox.push((usize::from(port.0), out[..len].to_vec()));
                         }
                         Verdict::Absorbed | Verdict::Drop(_) => {}
+                    }
+                    if let Some(report) = pipe.poll_report().filter(|_| net.gap_reports) {
+                        inbox.push((usize::from(report.port.0), report.header.to_vec()));
                     }
                 }
             }
