@@ -65,7 +65,8 @@ fn workers_sum_through_a_sharded_switch() {
             job: 1,
             epoch: None,
             slot_base: 0,
-            slot_count: 64,
+            // Two blocks of 64 slots: the shards own whole blocks.
+            slot_count: 128,
             elems_per_packet: 64,
             workers: workers.clone(),
             group: None,
