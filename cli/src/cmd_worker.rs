@@ -74,6 +74,10 @@ pub struct WorkerArgs {
     /// previous one) before failing.
     #[arg(long, default_value_t = 30_000)]
     connect_timeout_ms: u64,
+    /// Ring: the TCP congestion control of its connections (`cubic`, `bbr`, ...; default: the
+    /// system's, net.ipv4.tcp_congestion_control).
+    #[arg(long)]
+    tcp_congestion: Option<String>,
     /// Ina: serve this worker's counters (packets, results, resends by cause, RTT) in
     /// Prometheus' text format at http://ADDR/metrics, updated after every all-reduce.
     #[arg(long)]
@@ -265,7 +269,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             }
             let opts = RingOptions::default()
                 .with_job_id(u64::from(args.job))
-                .with_connect_timeout(Duration::from_millis(args.connect_timeout_ms));
+                .with_connect_timeout(Duration::from_millis(args.connect_timeout_ms))
+                .with_congestion(args.tcp_congestion.clone());
             match RingComm::connect_with_listener(rank, listener, &peers, opts) {
                 Ok(c) => Box::new(RingReducer(c)),
                 Err(e) => fail("ring", e.to_string()),

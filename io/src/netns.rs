@@ -382,6 +382,41 @@ impl Rack {
             .map(|text| nft_packets(&text))
             .sum()
     }
+
+    /// The TCP congestion control the workers' namespaces use by default (the ring's TCP
+    /// streams use it; under random loss, `cubic` backs off far more than `bbr`).
+    pub fn tcp_congestion_control(&self) -> Option<String> {
+        run_in(
+            &self.worker_ns(0),
+            "sysctl",
+            &["-n", "net.ipv4.tcp_congestion_control"],
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
+    }
+
+    /// Packets the links' rate limiters (tbf) dropped so far because their queue was full,
+    /// both directions of every link: a sender overrunning the link, not injected loss.
+    pub fn queue_drops(&self) -> u64 {
+        let mut all = vec![self.hub()];
+        all.extend((0..self.workers).map(|r| self.worker_ns(r)));
+        all.iter()
+            .filter_map(|ns| run_in(ns, "tc", &["-s", "qdisc", "show"]).ok())
+            .map(|text| qdisc_drops(&text))
+            .sum()
+    }
+}
+
+/// The `dropped` counts of every qdisc in `tc -s qdisc show`'s listing.
+fn qdisc_drops(listing: &str) -> u64 {
+    listing
+        .split("dropped ")
+        .skip(1)
+        .filter_map(|rest| {
+            let n = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+            n.parse::<u64>().ok()
+        })
+        .sum()
 }
 
 /// The packet counts of every `counter` in nftables' listing.
@@ -488,5 +523,9 @@ mod tests {
         let listing = "table inet inaloss {\n chain input {\n type filter hook input priority filter; policy accept;\n numgen random mod 1000 < 10 counter packets 7 bytes 700 drop\n }\n chain output {\n numgen random mod 1000 < 10 counter packets 5 bytes 10 drop\n }\n}\n";
         assert_eq!(nft_packets(listing), 12);
         assert_eq!(nft_packets("nothing"), 0);
+        let tc = "qdisc tbf 8001: root refcnt 2 rate 1Gbit burst 64Kb lat 100ms\n \
+                  Sent 1000 bytes 10 pkt (dropped 7, overlimits 3 requeues 0)\n\
+                  qdisc noqueue 0: dev lo root refcnt 2\n Sent 0 bytes 0 pkt (dropped 2, overlimits 0)";
+        assert_eq!(qdisc_drops(tc), 9);
     }
 }

@@ -90,6 +90,9 @@ pub struct RingOptions {
     pub io_timeout: Option<Duration>,
     /// Set `TCP_NODELAY` on both connections.
     pub nodelay: bool,
+    /// The TCP congestion control of both connections (`TCP_CONGESTION`, e.g. `cubic` or
+    /// `bbr`); `None` keeps the system's default.
+    pub congestion: Option<String>,
 }
 
 impl Default for RingOptions {
@@ -100,6 +103,7 @@ impl Default for RingOptions {
             connect_timeout: Duration::from_secs(30),
             io_timeout: Some(Duration::from_secs(30)),
             nodelay: true,
+            congestion: None,
         }
     }
 }
@@ -120,6 +124,12 @@ impl RingOptions {
     /// Sets [`RingOptions::connect_timeout`].
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`RingOptions::congestion`].
+    pub fn with_congestion(mut self, name: Option<String>) -> Self {
+        self.congestion = name;
         self
     }
 
@@ -613,7 +623,19 @@ fn configure(
     stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_nodelay(opts.nodelay))
-        .map_err(|e| io_error(e, peer, side, None))
+        .map_err(|e| io_error(e, peer, side, None))?;
+    if let Some(cc) = &opts.congestion {
+        socket2::SockRef::from(stream)
+            .set_tcp_congestion(cc.as_bytes())
+            .map_err(|e| {
+                let why = std::io::Error::new(
+                    e.kind(),
+                    format!("TCP congestion control `{cc}` (see /proc/sys/net/ipv4/tcp_available_congestion_control): {e}"),
+                );
+                io_error(why, peer, side, None)
+            })?;
+    }
+    Ok(())
 }
 
 fn set_timeouts(

@@ -467,3 +467,28 @@ fn ring_rejects_bad_arguments() {
     let err = RingComm::connect(0, &[], opts()).unwrap_err();
     assert!(matches!(err, RingError::NoPeers), "{err}");
 }
+
+/// The connections take the congestion control asked for (`reno` is always built in); a name
+/// the kernel does not have fails the connection with an error that names it.
+#[test]
+fn ring_sets_the_asked_congestion_control() {
+    check_f32(3, &[10_000], |_| {
+        opts().with_congestion(Some("reno".into()))
+    });
+    let errors = run_ring(
+        2,
+        |_| {
+            opts()
+                .with_congestion(Some("no-such-cc".into()))
+                .with_connect_timeout(Duration::from_millis(500))
+        },
+        |_, r| r.err().map(|e| e.to_string()),
+    );
+    assert!(
+        errors
+            .iter()
+            .flatten()
+            .any(|e| e.contains("TCP congestion control `no-such-cc`")),
+        "{errors:?}"
+    );
+}

@@ -305,6 +305,9 @@ pub(crate) fn ring(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     for rank in 0..a.workers {
         let mut args = worker_common(ctx, rank);
         args.push("--algorithm=ring".into());
+        if let Some(cc) = &ctx.args.ring_congestion {
+            args.push(format!("--tcp-congestion={cc}"));
+        }
         args.push("--peers=-".into());
         workers.push(Proc::spawn(format!("worker {rank}"), &args)?);
     }

@@ -44,6 +44,7 @@ struct Scenario {
     link_loss: Option<f64>,
     offloads: Option<bool>,
     give_up_ms: Option<u64>,
+    ring_congestion: Option<String>,
 }
 
 fn algorithm(name: &str) -> anyhow::Result<Algorithm> {
@@ -76,6 +77,9 @@ pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<
         elems,
         slots
     );
+    if let Some(cc) = &s.ring_congestion {
+        args.ring_congestion = Some(cc.clone());
+    }
     if let Some(v) = s.window {
         args.window = Some(v);
     }

@@ -268,6 +268,9 @@ pub(crate) fn ring(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
     for rank in 0..f.rack.workers {
         let mut args = worker_common(ctx, rank);
         args.push("--algorithm=ring".into());
+        if let Some(cc) = &ctx.args.ring_congestion {
+            args.push(format!("--tcp-congestion={cc}"));
+        }
         args.push(format!("--bind={}:{RING_PORT}", Rack::worker_ip(rank)));
         args.push("--peers=-".into());
         workers.push(Proc::spawn_in(
@@ -303,6 +306,12 @@ pub struct TestbedReport {
     pub link_loss: f64,
     /// Packets the links' loss rules dropped, both directions of every link.
     pub dropped_by_links: u64,
+    /// Packets the links' rate limiters dropped from a full queue (senders overrunning a link),
+    /// both directions of every link, over the whole run.
+    pub dropped_by_queues: u64,
+    /// The TCP congestion control of the ring's streams (`--ring-congestion`, else the
+    /// namespaces' default).
+    pub tcp_congestion_control: Option<String>,
     /// Bytes an `ina` packet of the run takes on a link per byte of tensor it carries.
     pub ina_framing: f64,
     /// The same for the ring's TCP segments (data frames and their acknowledgements).
@@ -377,6 +386,8 @@ pub(crate) fn report(
         mtu: t.links.mtu,
         link_loss: t.links.link_loss,
         dropped_by_links: t.rack.dropped(),
+        dropped_by_queues: t.rack.queue_drops(),
+        tcp_congestion_control: t.rack.tcp_congestion_control(),
         ina_framing,
         ring_framing,
         ina_bound_s,
@@ -407,6 +418,15 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
             String::new()
         }
     );
+    if let Some(cc) = &t.tcp_congestion_control {
+        println!("  the ring's TCP streams use congestion control {cc}");
+    }
+    if t.dropped_by_queues > 0 {
+        println!(
+            "  the links' queues dropped {} packets: a sender overran its link's rate limiter",
+            t.dropped_by_queues
+        );
+    }
     for x in &r.results {
         let name = format!("{:?}", x.algorithm).to_lowercase();
         let bound = match (x.bound_s, x.of_bound) {
