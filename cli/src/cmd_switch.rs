@@ -241,6 +241,11 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
         p.pending_sent,
     )
     .counter(
+        "ina_switch_missing_reports_total",
+        "Missing reports: first transmissions of a worker that never arrived, told to it.",
+        p.missing_sent,
+    )
+    .counter(
         "ina_switch_probes_total",
         "Probes answered.",
         p.probes_answered,

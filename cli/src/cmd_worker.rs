@@ -144,9 +144,14 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
         "cause",
         [
             ("loss_detected", t.fast_retransmissions),
+            ("missing_report", t.resent_reported),
+            ("pending_missing", t.resent_missing),
             (
-                "timer_or_pending",
-                t.retransmissions.saturating_sub(t.fast_retransmissions),
+                "timer",
+                t.retransmissions
+                    .saturating_sub(t.fast_retransmissions)
+                    .saturating_sub(t.resent_reported)
+                    .saturating_sub(t.resent_missing),
             ),
             ("stall_probe", t.stall_probes),
         ],
@@ -166,10 +171,25 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
         "Data sent again because a Pending answer showed it missing.",
         t.resent_missing,
     )
+    .counter(
+        "ina_worker_missing_reports_total",
+        "Missing reports of the switch that named an unanswered packet.",
+        t.missing_reports,
+    )
+    .counter(
+        "ina_worker_completions_seen_total",
+        "Status Queries answered 'complete' whose result had been lost.",
+        t.completions_seen,
+    )
     .gauge(
         "ina_worker_window_slots",
         "Slots the worker streams through.",
         f64::from(totals.window),
+    )
+    .gauge(
+        "ina_worker_slot_occupancy",
+        "Mean fraction of the window in flight while all-reducing, over the worker's life.",
+        occupancy(t.slot_ns, t.active_ns, totals.window),
     );
     if let Some(rtt) = t.srtt {
         e.gauge(
@@ -186,6 +206,15 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
         );
     }
     e.finish()
+}
+
+/// The mean fraction of a window of `window` slots in flight: `slot_ns` slot-nanoseconds over
+/// `active_ns` nanoseconds (0 before any).
+fn occupancy(slot_ns: u64, active_ns: u64, window: u16) -> f64 {
+    if active_ns == 0 || window == 0 {
+        return 0.0;
+    }
+    slot_ns as f64 / (active_ns as f64 * f64::from(window))
 }
 
 pub fn run(args: WorkerArgs) -> anyhow::Result<()> {

@@ -46,6 +46,7 @@ fn the_switch_serves_its_counters_to_a_scraper() {
     assert!(value(&after_run, "ina_switch_packets_total") > 0.0);
     assert!(value(&after_run, "ina_switch_results_multicast_total") > 0.0);
     assert!(value(&after_run, "ina_switch_data_first_total") > 0.0);
+    assert!(value(&after_run, "ina_switch_missing_reports_total") >= 0.0);
     assert_eq!(
         value(&after_run, "ina_switch_drops_total{reason=\"malformed\"}"),
         0.0
@@ -93,6 +94,10 @@ fn a_worker_serves_its_counters_between_all_reduces() {
     assert!(value(&text, "ina_worker_srtt_seconds") > 0.0);
     assert!(value(&text, "ina_worker_window_slots") >= 1.0);
     assert!(text.contains("ina_worker_resends_total{cause=\"stall_probe\"}"));
+    assert!(text.contains("ina_worker_resends_total{cause=\"missing_report\"}"));
+    // The window was in flight part of the time: a fraction of it, and more than nothing.
+    let occupancy = value(&text, "ina_worker_slot_occupancy");
+    assert!(occupancy > 0.0 && occupancy <= 1.0, "{occupancy}: {text}");
     for p in &mut procs {
         let o = Outcome::collect(p, after(Duration::from_secs(120)));
         assert!(matches!(o.end, End::Done(_)), "{}: {:?}", o.name, o.end);

@@ -249,6 +249,12 @@ pub struct StreamStats {
     pub bytes_sent: u64,
     pub srtt: Option<Duration>,
     pub min_rtt: Option<Duration>,
+    /// Slot-nanoseconds the stream held: the number of its packets in flight (sent and not
+    /// yet answered), integrated over time from its first transmission to its last result.
+    /// Divided by `window * active_ns` it is the window's mean occupancy.
+    pub slot_ns: u64,
+    /// Nanoseconds from the stream's first transmission to its last result.
+    pub active_ns: u64,
 }
 
 impl StreamStats {
@@ -273,6 +279,8 @@ impl StreamStats {
         self.bytes_sent += o.bytes_sent;
         self.srtt = o.srtt.or(self.srtt);
         self.min_rtt = o.min_rtt.or(self.min_rtt);
+        self.slot_ns += o.slot_ns;
+        self.active_ns += o.active_ns;
     }
 
     pub fn resent(&self) -> u64 {
@@ -398,6 +406,9 @@ pub struct Stream<'a> {
     /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
     stall_scratch: Vec<(u64, u64)>,
     exps: Vec<u8>,
+    /// When the count of packets in flight last changed (for `StreamStats::slot_ns`); `None`
+    /// before the first transmission.
+    occupancy_at: Option<Instant>,
     /// Whether this stream's data asks for Missing reports (see [`StreamConfig::gap_reports`]).
     reports: bool,
     /// Per gap-tracking block of the lane, its first transmissions (empty without reports).
@@ -445,6 +456,7 @@ impl<'a> Stream<'a> {
             Vec::new()
         };
         Ok(Stream {
+            occupancy_at: None,
             reports,
             gap_blocks,
             ready: (0..first).map(Reverse).collect(),
@@ -666,9 +678,22 @@ impl<'a> Stream<'a> {
             complete_seen: false,
         });
         self.timers.push(Reverse((deadline, index)));
+        self.note_occupancy(now);
         self.sent_new += 1;
         self.progress_at = Some(now);
         Ok(Some(self.write_packet(index, gap, buf)))
+    }
+
+    /// Adds the packets in flight since the last change to the occupancy integral; call just
+    /// before the count changes.
+    fn note_occupancy(&mut self, now: Instant) {
+        if let Some(at) = self.occupancy_at {
+            let dt = now.saturating_duration_since(at).as_nanos() as u64;
+            let in_flight = self.sent_new - self.received;
+            self.stats.slot_ns = self.stats.slot_ns.saturating_add(in_flight * dt);
+            self.stats.active_ns = self.stats.active_ns.saturating_add(dt);
+        }
+        self.occupancy_at = Some(now);
     }
 
     /// Numbers a transmission of packet `index` and records it for loss detection.
@@ -1020,6 +1045,7 @@ impl<'a> Stream<'a> {
         }
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
+        self.note_occupancy(now);
         self.received += 1;
         self.progress_at = Some(now);
         self.stall_rounds = 0;
