@@ -924,17 +924,29 @@ impl<'a> Stream<'a> {
             // The data went again after the Query that this answers: it is on its way.
             return;
         }
+        self.resend_data(now, slot, out, Retransmit::Missing);
+    }
+
+    /// Queues the data of `out` (on `slot`), which the switch lacks, to go again now: unless a
+    /// retransmission is already queued, which then carries the data. Returns false if the
+    /// stream gave up instead.
+    fn resend_data(
+        &mut self,
+        now: Instant,
+        slot: usize,
+        out: Outstanding,
+        why: Retransmit,
+    ) -> bool {
         let queued = out.deadline == Instant::from_nanos(u64::MAX);
         if queued {
-            // The retransmission already queued will carry the data.
             self.slots[slot].outstanding = Some(Outstanding {
                 held: Held::No,
                 ..out
             });
-            return;
+            return true;
         }
         if self.give_up_if_spent(now, &out) {
-            return;
+            return false;
         }
         self.slots[slot].outstanding = Some(Outstanding {
             held: Held::No,
@@ -942,7 +954,8 @@ impl<'a> Stream<'a> {
             deadline: Instant::from_nanos(u64::MAX),
             ..out
         });
-        self.retransmit.push_back((out.index, Retransmit::Missing));
+        self.retransmit.push_back((out.index, why));
+        true
     }
 
     /// A Missing report: the switch never got `hdr.exponent` first transmissions to the block
@@ -976,25 +989,9 @@ impl<'a> Stream<'a> {
             if out.held == Held::Yes || (out.retries > 0 && !out.last_was_query) {
                 continue;
             }
-            let queued = out.deadline == Instant::from_nanos(u64::MAX);
-            if queued {
-                // The retransmission already queued carries the data.
-                self.slots[slot].outstanding = Some(Outstanding {
-                    held: Held::No,
-                    ..out
-                });
-                continue;
-            }
-            if self.give_up_if_spent(now, &out) {
+            if !self.resend_data(now, slot, out, Retransmit::Reported) {
                 return;
             }
-            self.slots[slot].outstanding = Some(Outstanding {
-                held: Held::No,
-                retries: out.retries + 1,
-                deadline: Instant::from_nanos(u64::MAX),
-                ..out
-            });
-            self.retransmit.push_back((out.index, Retransmit::Reported));
         }
     }
 

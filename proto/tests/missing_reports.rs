@@ -8,6 +8,7 @@ mod common;
 
 use common::Net;
 use ina_proto::rtt::RtoConfig;
+use ina_proto::session::StreamStats;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -24,37 +25,47 @@ fn net(workers: u8, packets: usize, gap_reports: bool) -> Net {
     }
 }
 
-fn seq_of(packet: &[u8]) -> u32 {
-    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
-}
-
-/// Rank 1 loses the first transmission of every 10th packet: the switch reports each gap to
-/// rank 1, which resends exactly those; ranks 0 and 2 resend no data at all.
-#[test]
-fn only_the_worker_whose_data_was_lost_resends_it() {
-    let mut dropped = HashSet::new();
-    let ran = common::run(
-        &net(3, 640, true),
-        |_, _| false,
-        &[],
-        |rank, p| {
-            let data = p[0] & 0x0f == 1 && p.len() > 16;
-            let first = p[1] & 0x02 != 0;
-            let s = seq_of(p);
-            rank == 1 && data && first && s % 10 == 3 && dropped.insert(s)
-        },
-    );
+/// Every rank's tensor holds the exact sum (element `i` of rank `w` is `i * (w + 1)`, three
+/// ranks); returns each stream's statistics.
+fn exact_and_finished(ran: common::Ran) -> Vec<StreamStats> {
     for (r, t) in ran.tensors.iter().enumerate() {
         for (i, x) in t.iter().enumerate() {
             assert_eq!(*x, i as i32 * 6, "rank {r} element {i}");
         }
     }
-    let stats: Vec<_> = ran
-        .outcomes
+    ran.outcomes
         .into_iter()
         .map(|o| o.unwrap().unwrap())
-        .collect();
-    let lost = dropped.len() as u64;
+        .collect()
+}
+
+fn seq_of(packet: &[u8]) -> u32 {
+    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
+}
+
+/// Runs three ranks of 640 packets; rank 1 loses the first transmission of every 10th packet.
+/// Returns each stream's statistics and the number of packets lost.
+fn rank_1_loses_every_tenth(gap_reports: bool) -> (Vec<StreamStats>, u64) {
+    let mut dropped = HashSet::new();
+    let ran = common::run(
+        &net(3, 640, gap_reports),
+        |_, _| false,
+        &[],
+        |rank, p| {
+            let data = p[0] & 0x0f == 1 && p.len() > 16;
+            // (Only the first transmission: a copy of a lost packet finds `s` in the set.)
+            let s = seq_of(p);
+            rank == 1 && data && s % 10 == 3 && dropped.insert(s)
+        },
+    );
+    (exact_and_finished(ran), dropped.len() as u64)
+}
+
+/// The switch reports each of rank 1's losses to rank 1, which resends exactly those; ranks 0
+/// and 2 resend no data at all.
+#[test]
+fn only_the_worker_whose_data_was_lost_resends_it() {
+    let (stats, lost) = rank_1_loses_every_tenth(true);
     assert!(lost >= 60, "{lost}");
     // The reports named the losses (a loss in a block's last position, or with no later first
     // transmission to its block, is found by a Query instead).
@@ -75,27 +86,7 @@ fn only_the_worker_whose_data_was_lost_resends_it() {
 /// The same losses without reports: every worker repairs by resending data, as before.
 #[test]
 fn without_reports_every_worker_resends_data() {
-    let mut dropped = HashSet::new();
-    let ran = common::run(
-        &net(3, 640, false),
-        |_, _| false,
-        &[],
-        |rank, p| {
-            let data = p[0] & 0x0f == 1 && p.len() > 16;
-            let s = seq_of(p);
-            rank == 1 && data && s % 10 == 3 && dropped.insert(s)
-        },
-    );
-    let stats: Vec<_> = ran
-        .outcomes
-        .into_iter()
-        .map(|o| o.unwrap().unwrap())
-        .collect();
-    for (r, t) in ran.tensors.iter().enumerate() {
-        for (i, x) in t.iter().enumerate() {
-            assert_eq!(*x, i as i32 * 6, "rank {r} element {i}");
-        }
-    }
+    let (stats, _) = rank_1_loses_every_tenth(false);
     assert_eq!(stats[1].missing_reports, 0, "{:?}", stats[1]);
     assert!(stats[0].resent() > stats[0].queries, "{:?}", stats[0]);
 }
