@@ -66,6 +66,7 @@ fn templated(inp: &mut Input<'_>) -> Vec<u8> {
         MessageType::ProbeReply,
         MessageType::Query,
         MessageType::Pending,
+        MessageType::Missing,
     ];
     let k = inp.byte();
     let kind = kinds[usize::from(k) % kinds.len()];
@@ -85,9 +86,11 @@ fn templated(inp: &mut Input<'_>) -> Vec<u8> {
         _ => ELEMS,
     };
     let seq = u32::from(inp.byte() % 24);
+    let gap = inp.byte();
     let repr = AggRepr {
         kind,
         set: (sel >> 5) & 1,
+        gap: (gap & 0x80 != 0).then_some(gap % 64),
         job,
         epoch,
         rank,
@@ -126,6 +129,7 @@ fuzz_target!(|data: &[u8]| {
         pool_slots: 16,
         max_elems: MAX_ELEMS,
     });
+    pipe.set_gap_reports(true);
     let job = JobConfig {
         job: JOB,
         epoch: EPOCH,

@@ -53,7 +53,9 @@ fuzz_target!(|data: &[u8]| {
     let window = u16::from(c >> 3 & 3) + 1;
     let workers = (c >> 5) + 1;
     let rank = inp.byte() % workers;
-    let slot_base = 100;
+    // Every other run streams through a lane of one whole gap block, with Missing reports.
+    let reports = inp.byte() & 1 == 1;
+    let (slot_base, window) = if reports { (128, 64) } else { (100, window) };
     let cfg = StreamConfig {
         job: JOB,
         epoch: EPOCH,
@@ -63,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
         lane: Lane::new(slot_base, window),
         max_retries: u32::from(inp.byte() % 4),
         give_up: Duration::from_millis(200),
+        gap_reports: reports,
     };
     let values = inp.bytes(len * 4).to_vec();
     let tensor = if float {
@@ -103,7 +106,7 @@ fuzz_target!(|data: &[u8]| {
                     let pkt = &buf[..n];
                     match AggRepr::parse_bytes(pkt) {
                         Ok((h, _)) => {
-                            assert_eq!(h.kind, MessageType::Data);
+                            assert!(matches!(h.kind, MessageType::Data | MessageType::Query));
                             assert!(h.slot >= slot_base && h.slot < slot_base + window);
                         }
                         Err(e) => panic!("the stream sent an unparsable packet: {e}"),
@@ -132,7 +135,16 @@ fuzz_target!(|data: &[u8]| {
                     1 => u16::from(inp.byte() % 8),
                     _ => h.count,
                 };
-                let repr = if reject & 1 == 1 {
+                let repr = if reject & 4 == 4 {
+                    // A Missing report naming some of this block's first transmissions.
+                    AggRepr {
+                        kind: MessageType::Missing,
+                        gap: Some(exp % 64),
+                        exponent: reject >> 3,
+                        count: 0,
+                        ..h
+                    }
+                } else if reject & 1 == 1 {
                     AggRepr {
                         kind: MessageType::Reject,
                         exponent: reject % 4,

@@ -159,8 +159,8 @@ enum Event {
     ToSwitch { port: PortId, bytes: Vec<u8> },
     /// A packet reaches a worker.
     ToWorker { worker: usize, bytes: Vec<u8> },
-    /// A worker starts, or may have timers due.
-    Wake,
+    /// A worker starts or dies.
+    Wake { worker: usize },
 }
 
 struct Queue {
@@ -266,17 +266,26 @@ pub fn run(scenario: &Scenario) -> Report {
             });
         }
     }
-    let port_to_worker = |p: PortId| workers_index(&job_ports, p);
+    // Ports are numbered from 2 up: a table finds a port's worker at once.
+    let mut port_index: Vec<Option<usize>> = Vec::new();
+    for (i, p) in job_ports.iter().flatten().enumerate() {
+        let at = usize::from(p.0);
+        if port_index.len() <= at {
+            port_index.resize(at + 1, None);
+        }
+        port_index[at] = Some(i);
+    }
+    let port_to_worker = |p: PortId| port_index.get(usize::from(p.0)).copied().flatten();
 
     let mut q = Queue {
         heap: BinaryHeap::new(),
         events: std::collections::HashMap::new(),
         next: 0,
     };
-    for w in &workers {
-        q.push(w.start_at, Event::Wake);
+    for (i, w) in workers.iter().enumerate() {
+        q.push(w.start_at, Event::Wake { worker: i });
         if let Some(d) = w.dies_at {
-            q.push(d, Event::Wake);
+            q.push(d, Event::Wake { worker: i });
         }
     }
     for inj in &scenario.injections {
@@ -295,10 +304,40 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut now = Instant::ZERO;
     let mut events = 0u64;
 
+    // Only the workers something happened to run: those that got a datagram, whose timer
+    // expired, or that started or died. Each live worker's next timer sits in `timers`; an entry
+    // that no longer matches `armed` is stale and skipped.
+    let n = workers.len();
+    let mut dirty: Vec<usize> = (0..n).collect();
+    let mut is_dirty = vec![true; n];
+    let mut timers: BinaryHeap<Reverse<(Instant, usize)>> = BinaryHeap::new();
+    let mut armed: Vec<Option<Instant>> = vec![None; n];
+    let mark = |i: usize, dirty: &mut Vec<usize>, is_dirty: &mut [bool]| {
+        if !is_dirty[i] {
+            is_dirty[i] = true;
+            dirty.push(i);
+        }
+    };
+
     loop {
-        // Let every live worker send what it can and pick up finished streams.
-        for w in workers.iter_mut() {
+        // Let the workers something happened to send what they can and pick up finished
+        // streams, in rank order (as a switch port would see a burst).
+        dirty.sort_unstable();
+        for i in dirty.drain(..) {
+            is_dirty[i] = false;
+            let w = &mut workers[i];
             pump(w, now, &mut buf, &mut rng, &mut q);
+            let t = if w.alive(now) {
+                w.stream.as_mut().and_then(|s| s.poll_timeout())
+            } else {
+                None
+            };
+            if t != armed[i] {
+                armed[i] = t;
+                if let Some(t) = t {
+                    timers.push(Reverse((t, i)));
+                }
+            }
         }
         // Done when every worker ended and nothing is left in flight (late copies and injected
         // packets still reach the switch and its counters).
@@ -310,11 +349,13 @@ pub fn run(scenario: &Scenario) -> Report {
             break;
         }
         // The next thing to happen: an event or a worker timer.
-        let timer = workers
-            .iter_mut()
-            .filter(|w| w.alive(now) || now < w.start_at)
-            .filter_map(|w| w.stream.as_mut().and_then(|s| s.poll_timeout()))
-            .min();
+        while let Some(&Reverse((t, i))) = timers.peek() {
+            if armed[i] == Some(t) {
+                break;
+            }
+            timers.pop();
+        }
+        let timer = timers.peek().map(|Reverse((t, _))| *t);
         let next = match (q.peek_time(), timer) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) => a,
@@ -343,12 +384,13 @@ pub fn run(scenario: &Scenario) -> Report {
             let Some((_, ev)) = q.pop() else { break };
             events += 1;
             match ev {
-                Event::Wake => {}
+                Event::Wake { worker } => mark(worker, &mut dirty, &mut is_dirty),
                 Event::ToWorker { worker, bytes } => {
                     let w = &mut workers[worker];
                     if w.alive(now) {
                         if let Some(s) = w.stream.as_mut() {
                             s.handle_datagram(now, &bytes);
+                            mark(worker, &mut dirty, &mut is_dirty);
                         }
                     }
                 }
@@ -376,12 +418,23 @@ pub fn run(scenario: &Scenario) -> Report {
                 }
             }
         }
-        for w in workers.iter_mut() {
+        // Timers due now.
+        while let Some(&Reverse((t, i))) = timers.peek() {
+            if t > now {
+                break;
+            }
+            timers.pop();
+            if armed[i] != Some(t) {
+                continue;
+            }
+            armed[i] = None;
+            let w = &mut workers[i];
             if w.alive(now) {
                 if let Some(s) = w.stream.as_mut() {
                     s.handle_timeout(now);
                 }
             }
+            mark(i, &mut dirty, &mut is_dirty);
         }
     }
 
@@ -428,17 +481,6 @@ fn install(pipe: &mut Pipeline, job: &JobSpec, epoch: u16, ports: &[PortId]) {
     if let Err(e) = result {
         panic!("scenario job {} does not fit the switch: {e}", job.job);
     }
-}
-
-fn workers_index(job_ports: &[Vec<PortId>], p: PortId) -> Option<usize> {
-    let mut base = 0;
-    for ports in job_ports {
-        if let Some(i) = ports.iter().position(|x| *x == p) {
-            return Some(base + i);
-        }
-        base += ports.len();
-    }
-    None
 }
 
 fn deliver(
