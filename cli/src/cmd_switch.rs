@@ -17,7 +17,7 @@ pub struct SwitchArgs {
     /// UDP address to serve workers on.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Threads; slot `s` belongs to thread `s mod shards`.
+    /// Threads; the block of 64 slots `b` (slots `64b..64b+64`) belongs to thread `b mod shards`.
     #[arg(long)]
     shards: Option<usize>,
     /// TCP address of the control endpoint (JSON lines: add_job, remove_job, jobs, stats).

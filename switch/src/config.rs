@@ -29,7 +29,7 @@ pub struct JobSpec {
 pub struct SwitchConfig {
     /// The UDP address to serve on.
     pub listen: SocketAddr,
-    /// Threads, each owning the slots `s` with `s mod shards == its index`.
+    /// Threads, each owning the blocks of 64 slots `b` with `b mod shards == its index`.
     pub shards: usize,
     pub pipeline: PipelineConfig,
     pub udp: UdpConfig,
