@@ -152,7 +152,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
         scenario.pipeline.max_elems = args.elems;
+        let wall = std::time::Instant::now();
         let report = ina_sim::run(&scenario);
+        let wall = wall.elapsed().as_secs_f64();
         for job in &report.jobs {
             let mut prints = Vec::new();
             let mut within = true;
@@ -223,6 +225,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             }
             results.push(r);
         }
+        println!(
+            "       seed {seed}: {} events simulated in {wall:.2} s of wall time ({:.2} M events/s)",
+            report.events,
+            report.events as f64 / wall.max(1e-9) / 1e6
+        );
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&results)? + "\n")?;
