@@ -3,28 +3,10 @@
 
 use ina_proto::quant::{block_exponent, error_bound};
 
-/// splitmix64: a cheap, well-mixed hash of the element index.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Worker `rank`'s gradient: uniform values whose magnitude changes every 4096 elements
-/// (2^0 down to 2^-7), as the layers of a model differ in scale.
-pub fn generate(seed: u64, rank: usize, len: usize) -> Vec<f32> {
-    let key = mix(seed ^ ((rank as u64) << 40));
-    (0..len)
-        .map(|i| {
-            let r = mix(key ^ i as u64);
-            // 24 random bits: a float in [-1, 1).
-            let unit = ((r >> 40) as f32) * (1.0 / 8_388_608.0) - 1.0;
-            let scale = 1.0 / (1u32 << ((i / 4096) % 8)) as f32;
-            unit * scale
-        })
-        .collect()
-}
+/// (2^0 down to 2^-7), as the layers of a model differ in scale. (The simulator makes the same
+/// tensors element by element.)
+pub use ina_sim::data::generate;
 
 /// Result check of one worker's tensor.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

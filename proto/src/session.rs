@@ -37,13 +37,31 @@ use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
 use std::collections::{BinaryHeap, VecDeque};
 
 /// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
-/// by [`Stream::into_tensor`]). The result replaces it.
+/// by [`Stream::into_tensor`]), or never held whole ([`Source`]). The result replaces it.
 #[derive(Debug)]
 pub enum Tensor<'a> {
     F32(&'a mut [f32]),
     I32(&'a mut [i32]),
     F32Owned(Vec<f32>),
     I32Owned(Vec<i32>),
+    /// Float32 elements made on demand, block by block, and the result handed back the same
+    /// way: a simulation of many workers holds no tensor of any.
+    Generated(&'a mut (dyn Source + Send)),
+}
+
+/// A float32 tensor that is never held whole (see [`Tensor::Generated`]).
+pub trait Source: core::fmt::Debug {
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes input elements `start..start + out.len()` into `out`. Called as often as a block
+    /// is needed (for its exponent, then for its data): the same elements every time.
+    fn input(&mut self, start: usize, out: &mut [f32]);
+    /// Takes result elements `start..start + values.len()`, once per block, in any order.
+    fn result(&mut self, start: usize, values: &[f32]);
 }
 
 /// A read view of a tensor's elements.
@@ -64,8 +82,12 @@ impl Tensor<'_> {
     /// Number of elements.
     pub fn len(&self) -> usize {
         match self.elements() {
-            Elements::F32(t) => t.len(),
-            Elements::I32(t) => t.len(),
+            Some(Elements::F32(t)) => t.len(),
+            Some(Elements::I32(t)) => t.len(),
+            None => match self {
+                Tensor::Generated(g) => g.len(),
+                _ => 0,
+            },
         }
     }
 
@@ -76,27 +98,29 @@ impl Tensor<'_> {
 
     /// Whether the elements are float32 (and so use the exponent lookahead).
     pub fn is_float(&self) -> bool {
-        matches!(self.elements(), Elements::F32(_))
+        !matches!(self, Tensor::I32(_) | Tensor::I32Owned(_))
     }
 
-    /// The elements.
-    pub fn elements(&self) -> Elements<'_> {
-        match self {
+    /// The elements; `None` for a generated tensor, which has none in memory.
+    pub fn elements(&self) -> Option<Elements<'_>> {
+        Some(match self {
             Tensor::F32(t) => Elements::F32(t),
             Tensor::I32(t) => Elements::I32(t),
             Tensor::F32Owned(t) => Elements::F32(t),
             Tensor::I32Owned(t) => Elements::I32(t),
-        }
+            Tensor::Generated(_) => return None,
+        })
     }
 
-    /// The elements, writable.
-    pub fn elements_mut(&mut self) -> ElementsMut<'_> {
-        match self {
+    /// The elements, writable; `None` for a generated tensor.
+    pub fn elements_mut(&mut self) -> Option<ElementsMut<'_>> {
+        Some(match self {
             Tensor::F32(t) => ElementsMut::F32(t),
             Tensor::I32(t) => ElementsMut::I32(t),
             Tensor::F32Owned(t) => ElementsMut::F32(t),
             Tensor::I32Owned(t) => ElementsMut::I32(t),
-        }
+            Tensor::Generated(_) => return None,
+        })
     }
 }
 
@@ -406,6 +430,8 @@ pub struct Stream<'a> {
     /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
     stall_scratch: Vec<(u64, u64)>,
     exps: Vec<u8>,
+    /// One block of a generated tensor's elements (empty for the others).
+    scratch: Vec<f32>,
     /// When the count of packets in flight last changed (for `StreamStats::slot_ns`); `None`
     /// before the first transmission.
     occupancy_at: Option<Instant>,
@@ -455,7 +481,12 @@ impl<'a> Stream<'a> {
         } else {
             Vec::new()
         };
+        let scratch = match tensor {
+            Tensor::Generated(_) => vec![0.0; usize::from(cfg.elems_per_packet)],
+            _ => Vec::new(),
+        };
         Ok(Stream {
+            scratch,
             occupancy_at: None,
             reports,
             gap_blocks,
@@ -788,12 +819,21 @@ impl<'a> Stream<'a> {
     fn write_packet(&mut self, index: u64, gap: Option<u8>, buf: &mut [u8]) -> usize {
         let data_block = self.data_block(index).filter(|b| *b < self.blocks);
         let e = usize::from(self.cfg.elems_per_packet);
-        let exponent = match self.tensor.elements() {
-            Elements::F32(t) if index < self.blocks => {
-                let r = self.block_range(index);
-                quant::block_exponent(&t[r])
+        let exponent = if self.tensor.is_float() && index < self.blocks {
+            let r = self.block_range(index);
+            match &mut self.tensor {
+                Tensor::Generated(g) => {
+                    let x = &mut self.scratch[..r.len()];
+                    g.input(r.start, x);
+                    quant::block_exponent(x)
+                }
+                t => match t.elements() {
+                    Some(Elements::F32(t)) => quant::block_exponent(&t[r]),
+                    _ => 0,
+                },
             }
-            _ => 0,
+        } else {
+            0
         };
         let repr = AggRepr {
             exponent,
@@ -810,14 +850,22 @@ impl<'a> Stream<'a> {
             let r = self.block_range(b);
             let n = r.len();
             let payload = pkt.payload_mut();
-            match self.tensor.elements() {
-                Elements::F32(t) => {
-                    let agreed = self.exps[(b % self.lookahead) as usize];
-                    quant::quantize_be(&t[r], agreed, self.cfg.workers, payload);
+            let agreed = self.exps.get((b % self.lookahead.max(1)) as usize).copied();
+            match &mut self.tensor {
+                Tensor::Generated(g) => {
+                    let x = &mut self.scratch[..n];
+                    g.input(r.start, x);
+                    quant::quantize_be(x, agreed.unwrap_or(0), self.cfg.workers, payload);
                 }
-                Elements::I32(t) => {
-                    ina_wire::payload::encode_from(&t[r], payload);
-                }
+                t => match t.elements() {
+                    Some(Elements::F32(t)) => {
+                        quant::quantize_be(&t[r], agreed.unwrap_or(0), self.cfg.workers, payload);
+                    }
+                    Some(Elements::I32(t)) => {
+                        ina_wire::payload::encode_from(&t[r], payload);
+                    }
+                    None => {}
+                },
             }
             payload[n * 4..e * 4].fill(0);
         }
@@ -1060,16 +1108,26 @@ impl<'a> Stream<'a> {
         if let Some(b) = data_block {
             let r = self.block_range(b);
             let workers = self.cfg.workers;
-            match self.tensor.elements_mut() {
-                ElementsMut::F32(t) => {
-                    let agreed = self.exps[(b % self.lookahead) as usize];
-                    if agreed != NON_FINITE {
-                        quant::dequantize_be(payload, agreed, workers, &mut t[r]);
+            let agreed = self.exps.get((b % self.lookahead.max(1)) as usize).copied();
+            match &mut self.tensor {
+                Tensor::Generated(g) => {
+                    if let Some(agreed) = agreed.filter(|a| *a != NON_FINITE) {
+                        let x = &mut self.scratch[..r.len()];
+                        quant::dequantize_be(payload, agreed, workers, x);
+                        g.result(r.start, x);
                     }
                 }
-                ElementsMut::I32(t) => {
-                    ina_wire::payload::decode_into(payload, &mut t[r]);
-                }
+                t => match t.elements_mut() {
+                    Some(ElementsMut::F32(t)) => {
+                        if let Some(agreed) = agreed.filter(|a| *a != NON_FINITE) {
+                            quant::dequantize_be(payload, agreed, workers, &mut t[r]);
+                        }
+                    }
+                    Some(ElementsMut::I32(t)) => {
+                        ina_wire::payload::decode_into(payload, &mut t[r]);
+                    }
+                    None => {}
+                },
             }
         }
         if self.tensor.is_float() && out.index < self.blocks {

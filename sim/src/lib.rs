@@ -8,6 +8,7 @@
 //! seed replays exactly.
 #![forbid(unsafe_code)]
 
+pub mod data;
 pub mod link;
 pub mod rng;
 pub mod run;

@@ -15,6 +15,9 @@ use std::time::Duration;
 pub enum Data {
     F32(Vec<f32>),
     I32(Vec<i32>),
+    /// Made from a seed block by block, its results checked as they come: no memory per
+    /// element (see [`crate::data`]).
+    Generated(crate::data::Generated),
 }
 
 impl Data {
@@ -22,6 +25,7 @@ impl Data {
         match self {
             Data::F32(v) => Tensor::F32(v),
             Data::I32(v) => Tensor::I32(v),
+            Data::Generated(g) => Tensor::Generated(g),
         }
     }
 }

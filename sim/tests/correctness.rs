@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use ina_sim::data::Generated;
 use ina_sim::rng::Rng;
 use ina_sim::{run, Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
 use std::time::Duration;
@@ -17,16 +18,27 @@ struct Case {
     elems: u16,
     link: LinkConfig,
     ints: bool,
+    /// Tensors made from a seed (`ina_sim::data::Generated`) instead of held ones.
+    generated: bool,
 }
 
 fn scenario(seed: u64, case: &Case) -> (Scenario, Vec<Vec<Vec<Data>>>) {
     let mut rng = Rng::new(seed ^ 0x5eed);
     let inputs: Vec<Vec<Data>> = (0..case.workers)
-        .map(|_| {
+        .map(|rank| {
             case.lens
                 .iter()
                 .map(|&len| {
-                    if case.ints {
+                    if case.generated {
+                        Data::Generated(Generated::new(
+                            seed,
+                            rank,
+                            len,
+                            case.workers,
+                            usize::from(case.elems),
+                            rank == 0,
+                        ))
+                    } else if case.ints {
                         Data::I32((0..len).map(|_| rng.next_u64() as i32).collect())
                     } else {
                         Data::F32(float_tensor(&mut rng, len))
@@ -38,7 +50,8 @@ fn scenario(seed: u64, case: &Case) -> (Scenario, Vec<Vec<Vec<Data>>>) {
     let job = JobSpec {
         job: 3,
         epoch: 9,
-        slot_base: 100,
+        // A window of whole 64-slot blocks gets the switch's Missing reports.
+        slot_base: if case.window.is_multiple_of(64) { 128 } else { 100 },
         window: case.window,
         elems_per_packet: case.elems,
         workers: inputs.iter().cloned().map(WorkerSpec::new).collect(),
@@ -113,6 +126,7 @@ fn one_worker_clean_and_lossy() {
                 elems: 64,
                 link: lossy(loss, 0.05, 0.1),
                 ints: false,
+                generated: false,
             },
             30,
         );
@@ -130,6 +144,7 @@ fn two_and_three_workers_with_odd_tails() {
                 elems: 64,
                 link: lossy(loss, 0.02, 0.2),
                 ints: false,
+                generated: false,
             },
             40,
         );
@@ -146,6 +161,7 @@ fn eight_workers_duplication_and_reordering() {
             elems: 256,
             link: lossy(0.05, 0.1, 0.3),
             ints: false,
+            generated: false,
         },
         20,
     );
@@ -161,6 +177,7 @@ fn thirty_two_workers_heavy_loss() {
             elems: 64,
             link: lossy(0.2, 0.05, 0.2),
             ints: false,
+            generated: false,
         },
         10,
     );
@@ -176,6 +193,7 @@ fn int32_sums_are_exact_with_wraparound() {
             elems: 32,
             link: lossy(0.1, 0.1, 0.2),
             ints: true,
+            generated: false,
         },
         30,
     );
@@ -191,6 +209,7 @@ fn window_of_one_and_tensors_shorter_than_the_window() {
             elems: 8,
             link: lossy(0.1, 0.05, 0.1),
             ints: false,
+            generated: false,
         },
         20,
     );
@@ -202,6 +221,7 @@ fn window_of_one_and_tensors_shorter_than_the_window() {
             elems: 8,
             link: lossy(0.1, 0.05, 0.1),
             ints: false,
+            generated: false,
         },
         20,
     );
@@ -216,6 +236,7 @@ fn same_seed_replays_exactly() {
         elems: 64,
         link: lossy(0.1, 0.1, 0.3),
         ints: false,
+        generated: false,
     };
     let (s, _) = scenario(77, &case);
     let a = run(&s);
@@ -236,6 +257,7 @@ fn workers_learn_from_pending_answers_and_query_instead_of_resending() {
         elems: 64,
         link: lossy(0.03, 0.0, 0.0),
         ints: false,
+        generated: false,
     };
     for seed in common::seeds(5) {
         let (s, inputs) = scenario(seed, &case);
@@ -257,4 +279,52 @@ fn workers_learn_from_pending_answers_and_query_instead_of_resending() {
         // A query is answered like a retransmission: with the result, or Pending again.
         assert!(report.switch.results_unicast + report.switch.pending_sent > 0);
     }
+}
+
+#[test]
+fn eight_workers_with_missing_reports_under_loss_duplication_and_reordering() {
+    check(
+        Case {
+            workers: 8,
+            lens: vec![40_007, 5],
+            window: 64,
+            elems: 64,
+            link: lossy(0.05, 0.1, 0.3),
+            ints: false,
+            generated: false,
+        },
+        10,
+    );
+}
+
+#[test]
+fn thirty_two_workers_with_missing_reports_heavy_loss() {
+    check(
+        Case {
+            workers: 32,
+            lens: vec![8_193],
+            window: 64,
+            elems: 64,
+            link: lossy(0.2, 0.05, 0.2),
+            ints: false,
+            generated: false,
+        },
+        4,
+    );
+}
+
+#[test]
+fn generated_tensors_are_checked_as_they_come() {
+    check(
+        Case {
+            workers: 6,
+            lens: vec![20_000, 3],
+            window: 64,
+            elems: 128,
+            link: lossy(0.05, 0.05, 0.2),
+            ints: false,
+            generated: true,
+        },
+        6,
+    );
 }

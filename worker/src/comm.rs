@@ -822,6 +822,7 @@ fn reborrow<'s>(t: &'s mut Tensor<'_>) -> Tensor<'s> {
         Tensor::I32(x) => Tensor::I32(x),
         Tensor::F32Owned(x) => Tensor::F32(x),
         Tensor::I32Owned(x) => Tensor::I32(x),
+        Tensor::Generated(g) => Tensor::Generated(&mut **g),
     }
 }
 
