@@ -64,6 +64,147 @@ pub struct SimArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// A TOML file describing the run: any of the flags above by name (`workers`, `jobs`,
+    /// `elements`, `elems`, `window`, `gbps`, `latency_us`, `loss`, `duplicate`, `reorder`,
+    /// `rto_min_us`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses its
+    /// state and comes back with the jobs under new epochs), and `[[fault]]` tables that name
+    /// one worker (`job` from 1, `rank`) and change it: `starts_at_us`, `dies_at_us`, or its
+    /// link (`loss`, `duplicate`, `reorder`, `gbps`, `latency_us`). The file's values replace
+    /// the flags'.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+}
+
+/// A `--scenario` file (see [`SimArgs::scenario`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimFile {
+    #[serde(default)]
+    description: Option<String>,
+    workers: Option<usize>,
+    jobs: Option<usize>,
+    elements: Option<usize>,
+    elems: Option<u16>,
+    window: Option<u16>,
+    gbps: Option<f64>,
+    latency_us: Option<f64>,
+    loss: Option<f64>,
+    duplicate: Option<f64>,
+    reorder: Option<f64>,
+    rto_min_us: Option<f64>,
+    generated: Option<bool>,
+    seed: Option<u64>,
+    seeds: Option<u64>,
+    switch_restart_us: Option<f64>,
+    #[serde(default)]
+    fault: Vec<Fault>,
+}
+
+/// One worker changed by a scenario file.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fault {
+    /// The job, from 1.
+    job: u16,
+    rank: usize,
+    starts_at_us: Option<f64>,
+    dies_at_us: Option<f64>,
+    loss: Option<f64>,
+    duplicate: Option<f64>,
+    reorder: Option<f64>,
+    gbps: Option<f64>,
+    latency_us: Option<f64>,
+}
+
+/// What a scenario file adds to the flags: faults and a switch restart.
+#[derive(Debug, Default)]
+struct Faults {
+    workers: Vec<Fault>,
+    switch_restart_us: Option<f64>,
+}
+
+/// Reads `path` into `args`; returns its faults.
+fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faults> {
+    use anyhow::Context;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let f: SimFile =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(v) = f.$field { args.$field = v; } )* };
+    }
+    set!(
+        workers, jobs, elements, elems, window, gbps, latency_us, loss, duplicate, reorder,
+        rto_min_us, generated, seed, seeds
+    );
+    if let Some(d) = &f.description {
+        println!("scenario {}: {d}", path.display());
+    }
+    for x in &f.fault {
+        let probability = |p: Option<f64>| p.is_none_or(|p| (0.0..=1.0).contains(&p));
+        if !(probability(x.loss) && probability(x.duplicate) && probability(x.reorder))
+            || x.gbps.is_some_and(|g| g.is_nan() || g <= 0.0)
+            || x.latency_us.is_some_and(|l| l.is_nan() || l < 0.0)
+        {
+            bail!(
+                "{}: the fault of job {} rank {} needs probabilities in [0, 1], a positive gbps and a latency of at least 0",
+                path.display(),
+                x.job,
+                x.rank
+            );
+        }
+        if x.job == 0 || usize::from(x.job) > args.jobs || x.rank >= args.workers {
+            bail!(
+                "{}: a fault names job {} rank {}, but the run has jobs 1..={} of ranks 0..{}",
+                path.display(),
+                x.job,
+                x.rank,
+                args.jobs,
+                args.workers
+            );
+        }
+    }
+    Ok(Faults {
+        workers: f.fault,
+        switch_restart_us: f.switch_restart_us,
+    })
+}
+
+/// Applies `faults` to the scenario's workers.
+fn apply_faults(faults: &Faults, scenario: &mut Scenario) {
+    let us = |x: f64| Duration::from_secs_f64(x.max(0.0) * 1e-6);
+    for f in &faults.workers {
+        let Some(w) = scenario
+            .jobs
+            .get_mut(usize::from(f.job) - 1)
+            .and_then(|j| j.workers.get_mut(f.rank))
+        else {
+            continue;
+        };
+        if let Some(t) = f.starts_at_us {
+            w.start_at = us(t);
+        }
+        if let Some(t) = f.dies_at_us {
+            w.dies_at = Some(us(t));
+        }
+        let changed = [f.loss, f.duplicate, f.reorder, f.gbps, f.latency_us]
+            .iter()
+            .any(Option::is_some);
+        if changed {
+            let mut link = w.link.unwrap_or(scenario.link);
+            link.loss = f.loss.unwrap_or(link.loss);
+            link.duplicate = f.duplicate.unwrap_or(link.duplicate);
+            link.reorder = f.reorder.unwrap_or(link.reorder);
+            if let Some(g) = f.gbps {
+                link.bandwidth_bps = Some((g * 1e9) as u64);
+            }
+            if let Some(l) = f.latency_us {
+                link.latency = us(l);
+            }
+            w.link = Some(link);
+        }
+    }
+    scenario.switch_restart_at = faults.switch_restart_us.map(us);
 }
 
 #[derive(Debug, Serialize)]
@@ -100,7 +241,11 @@ struct SimResult {
     error: Option<String>,
 }
 
-pub fn run(args: SimArgs) -> anyhow::Result<()> {
+pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
+    let faults = match args.scenario.clone() {
+        Some(path) => apply_file(&path, &mut args)?,
+        None => Faults::default(),
+    };
     if args.workers == 0 || args.workers > 32 {
         bail!("--workers must be 1..=32");
     }
@@ -173,6 +318,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         scenario.rto.min = Duration::from_secs_f64(args.rto_min_us * 1e-6);
         scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
+        apply_faults(&faults, &mut scenario);
         scenario.pipeline.max_elems = args.elems;
         let wall = std::time::Instant::now();
         let report = ina_sim::run(&scenario);

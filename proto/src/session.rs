@@ -1319,11 +1319,13 @@ impl<'a> Stream<'a> {
     }
 
     /// When to ask again about a packet whose data the switch holds, after `rechecks` Pending
-    /// answers that said so: the query timeout, doubled per answer up to eight times. A loss
-    /// elsewhere is repaired within a few round trips; a slower worker is waited for with
-    /// sparser Queries.
+    /// answers that said so: the query timeout, doubled per answer, up to 256 times. A loss
+    /// elsewhere is repaired within a few round trips, and its result comes by multicast
+    /// without asking; the Query only fetches a result that was lost. A worker that is gone or
+    /// much slower is waited for with ever sparser Queries, so that it does not make the others
+    /// ask about their whole window every few round trips.
     fn recheck_after(&self, rechecks: u32) -> Duration {
-        self.query_timeout().saturating_mul(1 << rechecks.min(3))
+        self.query_timeout().saturating_mul(1 << rechecks.min(8))
     }
 
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)

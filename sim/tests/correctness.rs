@@ -51,7 +51,11 @@ fn scenario(seed: u64, case: &Case) -> (Scenario, Vec<Vec<Vec<Data>>>) {
         job: 3,
         epoch: 9,
         // A window of whole 64-slot blocks gets the switch's Missing reports.
-        slot_base: if case.window.is_multiple_of(64) { 128 } else { 100 },
+        slot_base: if case.window.is_multiple_of(64) {
+            128
+        } else {
+            100
+        },
         window: case.window,
         elems_per_packet: case.elems,
         workers: inputs.iter().cloned().map(WorkerSpec::new).collect(),
