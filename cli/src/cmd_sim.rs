@@ -125,11 +125,7 @@ struct Faults {
 
 /// Reads `path` into `args`; returns its faults.
 fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faults> {
-    use anyhow::Context;
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let f: SimFile =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let f: SimFile = crate::bench::read_toml(path)?;
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = f.$field { args.$field = v; } )* };
     }

@@ -6,6 +6,7 @@ mod procs;
 mod rate;
 pub mod runner;
 mod scenario;
+pub(crate) use scenario::read_toml;
 mod sweep;
 mod testbed;
 

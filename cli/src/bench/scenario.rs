@@ -57,12 +57,16 @@ fn algorithm(name: &str) -> anyhow::Result<Algorithm> {
     })
 }
 
-/// Applies the scenario in `path` to `args`; returns its description.
-pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<String>> {
+/// Reads and parses the TOML file `path`; errors name the file.
+pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let s: Scenario =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Applies the scenario in `path` to `args`; returns its description.
+pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<String>> {
+    let s: Scenario = read_toml(path)?;
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = s.$field { args.$field = v; } )* };
     }
