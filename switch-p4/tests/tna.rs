@@ -1211,27 +1211,7 @@ fn check_key(ingress: u16, f: &[u8]) -> Vec<u64> {
 }
 
 fn frame_switch() -> FrameSwitch {
-    let mut sw = FrameSwitch::new(FrameSwitchConfig {
-        mac: SM,
-        ip: SIP,
-        ports: vec![1, 2, 3, 4],
-        l2: L2.to_vec(),
-        pipeline: PipelineConfig {
-            pool_slots: 16,
-            max_elems: E as u16,
-        },
-    })
-    .expect("switch");
-    sw.add_job(FrameJob {
-        job: JOB,
-        epoch: EPOCH,
-        slot_base: BASE,
-        slot_count: 3,
-        elems_per_packet: E as u16,
-        ranks: (0..3).map(endpoint).collect(),
-    })
-    .expect("job");
-    sw
+    frame_switch_of(3, 3)
 }
 
 /// `ina_check`'s answer for a frame: the matched action and its arguments.

@@ -2,30 +2,19 @@
 //! when it was given none, and refuses to start with a group the job does not use.
 #![allow(clippy::unwrap_used)]
 
-use ina_switch::{JobSpec, Switch, SwitchConfig, SwitchHandle};
+#[allow(dead_code)]
+mod common;
+
+use common::{free_addrs, switch, Running};
+use ina_switch::JobSpec;
 use ina_worker::{Communicator, WorkerConfig, WorkerError};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
-fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks.iter().map(|s| s.local_addr().unwrap()).collect()
-}
-
-struct Running {
-    addr: SocketAddr,
-    handle: SwitchHandle,
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Result<ina_switch::SwitchStats, ina_switch::SwitchError>>,
-}
-
-impl Running {
-    fn start(workers: &[SocketAddr], group: Option<SocketAddrV4>) -> Running {
-        let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
-        cfg.jobs = vec![JobSpec {
+/// The switch with job 7 of `workers` on slots 0..16, its results to `group` if given.
+fn start(workers: &[SocketAddr], group: Option<SocketAddrV4>) -> Running {
+    switch(
+        1,
+        vec![JobSpec {
             job: 7,
             epoch: None,
             slot_base: 0,
@@ -33,24 +22,8 @@ impl Running {
             elems_per_packet: 64,
             workers: workers.to_vec(),
             group,
-        }];
-        let sw = Switch::bind(cfg).unwrap();
-        let addr = sw.local_addr();
-        let handle = sw.handle();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = sw.spawn(stop.clone()).unwrap();
-        Running {
-            addr,
-            handle,
-            stop,
-            thread,
-        }
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap().unwrap();
-    }
+        }],
+    )
 }
 
 fn group_at(last: u8) -> SocketAddrV4 {
@@ -65,7 +38,7 @@ fn a_worker_without_the_group_joins_the_one_the_switch_names() {
     let n = 2;
     let workers = free_addrs(n);
     let group = group_at(11);
-    let sw = Running::start(&workers, Some(group));
+    let sw = start(&workers, Some(group));
     let len = 64 * 200;
     let threads: Vec<_> = (0..n)
         .map(|r| {
@@ -94,7 +67,7 @@ fn a_worker_without_the_group_joins_the_one_the_switch_names() {
         p.results_unicast * 4 <= p.results_multicast,
         "results came as answers to retransmissions: {p:?}"
     );
-    sw.stop();
+    let _ = sw.stop();
 }
 
 /// A worker given another group than the job's refuses to start, naming the job's group.
@@ -103,7 +76,7 @@ fn a_mistyped_group_fails_the_connection_naming_the_right_one() {
     let workers = free_addrs(1);
     let group = group_at(12);
     let wrong = group_at(13);
-    let sw = Running::start(&workers, Some(group));
+    let sw = start(&workers, Some(group));
     let mut cfg = WorkerConfig::new(sw.addr, workers[0], 7, 0);
     cfg.group = Some(wrong);
     match Communicator::connect(cfg) {
@@ -113,7 +86,7 @@ fn a_mistyped_group_fails_the_connection_naming_the_right_one() {
         }
         other => panic!("expected a job mismatch, got {other:?}"),
     }
-    sw.stop();
+    let _ = sw.stop();
 }
 
 /// A worker that joined a group for a job that sends to every worker's own address refuses
@@ -122,7 +95,7 @@ fn a_mistyped_group_fails_the_connection_naming_the_right_one() {
 fn a_group_the_job_does_not_use_fails_the_connection() {
     let workers = free_addrs(1);
     let wrong = group_at(14);
-    let sw = Running::start(&workers, None);
+    let sw = start(&workers, None);
     let mut cfg = WorkerConfig::new(sw.addr, workers[0], 7, 0);
     cfg.group = Some(wrong);
     match Communicator::connect(cfg) {
@@ -137,5 +110,5 @@ fn a_group_the_job_does_not_use_fails_the_connection() {
     let comm = Communicator::connect(cfg).unwrap();
     assert_eq!(comm.job().group, None);
     drop(comm);
-    sw.stop();
+    let _ = sw.stop();
 }

@@ -1,53 +1,14 @@
 //! The worker library against the real software switch over loopback UDP.
 #![allow(clippy::unwrap_used)]
 
+#[allow(dead_code)]
+mod common;
+
+use common::{free_addrs, start, switch};
 use ina_proto::session::Tensor;
-use ina_switch::{JobSpec, Switch, SwitchConfig};
+use ina_switch::{JobSpec, SwitchConfig};
 use ina_worker::{AsyncCommunicator, Communicator, WorkerConfig, WorkerError};
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
-
-fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    // Bind and release: the OS hands out distinct free ports.
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks.iter().map(|s| s.local_addr().unwrap()).collect()
-}
-
-struct Running {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread:
-        Option<std::thread::JoinHandle<Result<ina_switch::SwitchStats, ina_switch::SwitchError>>>,
-    handle: ina_switch::SwitchHandle,
-}
-
-impl Running {
-    fn stop(mut self) -> ina_switch::SwitchStats {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.thread.take().unwrap().join().unwrap().unwrap()
-    }
-}
-
-fn switch(shards: usize, jobs: Vec<JobSpec>) -> Running {
-    let mut cfg = SwitchConfig::new("127.0.0.1:0".parse().unwrap());
-    cfg.shards = shards;
-    cfg.jobs = jobs;
-    let sw = Switch::bind(cfg).unwrap();
-    let addr = sw.local_addr();
-    let handle = sw.handle();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = Some(sw.spawn(stop.clone()).unwrap());
-    Running {
-        addr,
-        stop,
-        thread,
-        handle,
-    }
-}
 
 fn tensor(rank: usize, len: usize) -> Vec<f32> {
     (0..len)
@@ -156,16 +117,7 @@ fn results_through_a_multicast_group() {
     // 2% loss on the way out: some results are lost to one worker only, which then asks again.
     cfg.loss = 0.02;
     cfg.seed = 5;
-    let sw = Switch::bind(cfg).unwrap();
-    let addr = sw.local_addr();
-    let handle = sw.handle();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sw = Running {
-        addr,
-        stop: stop.clone(),
-        thread: Some(sw.spawn(stop).unwrap()),
-        handle,
-    };
+    let sw = start(cfg);
     let len = 50_000;
     let threads: Vec<_> = (0..n)
         .map(|r| {
