@@ -218,3 +218,57 @@ fn sim_scenario_files_describe_jobs_and_faults() {
     assert!(!out.status.success());
     assert!(stderr.contains("job 1 rank 4"), "{stderr}");
 }
+
+/// `ina sim --sweep-loss` runs the lossless case and every loss asked for, reports each as a
+/// fraction of the lossless goodput beside `1 - p`, and draws them with `--plot`.
+#[test]
+fn sim_sweeps_loss_and_plots_the_fractions() {
+    let svg = scratch("sim-sweep.svg");
+    let args = [
+        "sim",
+        "--workers",
+        "4",
+        "--elements",
+        "65536",
+        "--window",
+        "64",
+        "--sweep-loss",
+        "0.05,0.01",
+        "--plot",
+        svg.to_str().unwrap(),
+    ];
+    let v = run_json(&args, "sim-sweep.json");
+    let points = v.as_array().unwrap();
+    let losses: Vec<f64> = points.iter().map(|p| p["loss"].as_f64().unwrap()).collect();
+    assert_eq!(
+        losses,
+        [0.0, 0.01, 0.05],
+        "the lossless run first, then in order"
+    );
+    assert_eq!(points[0]["fraction_mean"].as_f64().unwrap(), 1.0);
+    for p in points {
+        let ideal = p["ideal"].as_f64().unwrap();
+        assert_eq!(ideal, 1.0 - p["loss"].as_f64().unwrap());
+        let f = p["fraction_mean"].as_f64().unwrap();
+        assert!(f > 0.0 && f <= 1.0 + 1e-9, "{p}");
+        for r in p["runs"].as_array().unwrap() {
+            assert_eq!(r["within_bound"], true, "{r}");
+        }
+    }
+    // Losing packets never made a run faster than the lossless one.
+    assert!(points[2]["fraction_mean"].as_f64().unwrap() < 1.0);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(
+        plot.contains("<svg") && plot.contains("1 - p"),
+        "{plot:.200}"
+    );
+
+    // A plot needs a sweep, and a sweep probabilities.
+    let out = ina().args(["sim", "--plot", "x.svg"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sweep-loss"));
+    let out = ina().args(["sim", "--sweep-loss", "1.5"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[0, 1)"));
+}

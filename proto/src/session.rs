@@ -363,9 +363,6 @@ struct Outstanding {
     held: Held,
     /// The contributor bitmap of the latest Pending answer for this use, if any.
     contributors: Option<u32>,
-    /// Pending answers that showed the switch holding its data: each spaces the next Query
-    /// further (see [`Stream::recheck_after`]).
-    rechecks: u32,
     /// The switch said the use is complete (a header-only answer to a status Query) and its
     /// result has not come: the next Query asks for the result itself.
     complete_seen: bool,
@@ -425,6 +422,8 @@ pub struct Stream<'a> {
     progress_at: Option<Instant>,
     /// Stall probe rounds since then (see [`Stream::stall_probe_at`]).
     stall_rounds: u32,
+    /// When the latest of those rounds was sent.
+    stall_probe_last: Option<Instant>,
     /// Reused by `handle_timeout`.
     expired_scratch: Vec<u64>,
     /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
@@ -443,6 +442,12 @@ pub struct Stream<'a> {
     poisoned: Option<u64>,
     failed: Option<StreamError>,
     rtt: RttEstimator,
+    /// Round trips of the switch's immediate answers (Pending, and the header-only answer
+    /// of a status Query) to Queries and repeated data: the path alone. Results of data come
+    /// back only when every worker's data is in, and at high loss that often means after
+    /// another worker's repair: their round trips say how long a use takes, not how soon a
+    /// Query is answered.
+    path_rtt: RttEstimator,
     stats: StreamStats,
 }
 
@@ -509,11 +514,13 @@ impl<'a> Stream<'a> {
             reordering: 0,
             progress_at: None,
             stall_rounds: 0,
+            stall_probe_last: None,
             expired_scratch: Vec::new(),
             stall_scratch: Vec::new(),
             received: 0,
             poisoned: None,
             failed: None,
+            path_rtt: RttEstimator::new(*rtt.config()),
             rtt,
             stats: StreamStats {
                 packets,
@@ -628,6 +635,9 @@ impl<'a> Stream<'a> {
             // round trip later. Data waits for the other workers' data.
             let deadline = if query && self.reports {
                 now + self.query_timeout()
+            } else if self.reports {
+                // Its loss shows in a Query's Pending answer: asked about at round-trip pace.
+                now + self.spacing(now, &out)
             } else {
                 now + self.rtt.backed_off(out.retries)
             };
@@ -661,7 +671,9 @@ impl<'a> Stream<'a> {
             if query {
                 self.stats.queries += 1;
                 // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
-                let fetch = out.complete_seen || !self.reports;
+                // Once every packet has gone out the link has room: a Query fetches at once
+                // rather than first asking whether the use is complete.
+                let fetch = out.complete_seen || !self.reports || self.sent_new >= self.packets;
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
             return Ok(Some(self.write_packet(index, None, buf)));
@@ -705,13 +717,15 @@ impl<'a> Stream<'a> {
             last_was_query: false,
             held: Held::Unknown,
             contributors: None,
-            rechecks: 0,
             complete_seen: false,
         });
         self.timers.push(Reverse((deadline, index)));
         self.note_occupancy(now);
         self.sent_new += 1;
         self.progress_at = Some(now);
+        if self.reports && self.sent_new == self.packets {
+            self.arm_tail_timers();
+        }
         Ok(Some(self.write_packet(index, gap, buf)))
     }
 
@@ -753,6 +767,30 @@ impl<'a> Stream<'a> {
             Held::Yes => true,
             Held::No => false,
             Held::Unknown => self.reports && (out.retries > 1 || self.loss_reportable(out)),
+        }
+    }
+
+    /// Once every packet has gone out, no later first transmission will make the switch report
+    /// the loss of a block's last one: those packets get the query timeout as their timer
+    /// (a round trip or two, not a retransmission timeout), and go again when it expires. The
+    /// link has room at the end of the stream, so a copy sent while the use merely waits for
+    /// another worker costs nothing but its bytes, and its Pending answer turns the next
+    /// attempts into Queries.
+    fn arm_tail_timers(&mut self) {
+        let timeout = self.query_timeout();
+        for slot in 0..self.slots.len() {
+            let Some(out) = self.slots[slot].outstanding else {
+                continue;
+            };
+            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            if queued || out.retries > 0 || self.loss_reportable(&out) {
+                continue;
+            }
+            let deadline = out.deadline.min(out.last_sent + timeout);
+            if deadline != out.deadline {
+                self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
+                self.timers.push(Reverse((deadline, out.index)));
+            }
         }
     }
 
@@ -943,6 +981,9 @@ impl<'a> Stream<'a> {
             return;
         };
         self.stats.pending_answers += 1;
+        if out.retries > 0 {
+            self.path_rtt.on_sample(now - out.last_sent);
+        }
         let out = Outstanding {
             contributors: Some(info.bitmap),
             ..out
@@ -955,12 +996,11 @@ impl<'a> Stream<'a> {
             let deadline = if queued {
                 out.deadline
             } else {
-                now + self.recheck_after(out.rechecks)
+                now + self.spacing(now, &out)
             };
             self.slots[slot].outstanding = Some(Outstanding {
                 held: Held::Yes,
                 deadline,
-                rechecks: out.rechecks + 1,
                 ..out
             });
             if !queued {
@@ -1094,6 +1134,7 @@ impl<'a> Stream<'a> {
         self.received += 1;
         self.progress_at = Some(now);
         self.stall_rounds = 0;
+        self.stall_probe_last = None;
         // The slot is free for its next packet.
         let next = out.index + window;
         if next < self.packets {
@@ -1142,6 +1183,9 @@ impl<'a> Stream<'a> {
     /// which travelled ahead of this answer, was lost. The result is fetched now.
     fn handle_complete(&mut self, now: Instant, slot: usize, out: Outstanding) {
         self.stats.completions_seen += 1;
+        if out.last_was_query {
+            self.path_rtt.on_sample(now - out.last_sent);
+        }
         let queued = out.deadline == Instant::from_nanos(u64::MAX);
         if out.complete_seen || queued {
             self.slots[slot].outstanding = Some(Outstanding {
@@ -1214,6 +1258,15 @@ impl<'a> Stream<'a> {
         Some((srtt + spread).max(srtt.saturating_mul(2)))
     }
 
+    /// The stall probe's timeout: the probe timeout, or with Missing reports the query
+    /// timeout (the probe then mostly asks with Queries, which the switch answers at once).
+    fn stall_timeout(&self) -> Option<Duration> {
+        if self.reports && self.path_rtt.srtt().is_some() {
+            return Some(self.query_timeout());
+        }
+        self.probe_timeout()
+    }
+
     /// When the stall probe is due: once no result came and no packet was sent for the first
     /// time for [`probe_timeout`](Self::probe_timeout), doubled for every probe round since.
     ///
@@ -1227,8 +1280,15 @@ impl<'a> Stream<'a> {
         if self.is_over() {
             return None;
         }
-        let pto = self.probe_timeout()?;
+        let pto = self.stall_timeout()?;
         let since = self.progress_at?;
+        if self.reports {
+            // Spaced by the time without progress, as Queries are (see `spacing`).
+            let Some(last) = self.stall_probe_last else {
+                return Some(since + pto);
+            };
+            return Some(last + pto.max(last.saturating_duration_since(since) / 8));
+        }
         Some(since + pto.saturating_mul(1 << self.stall_rounds.min(16)))
     }
 
@@ -1240,7 +1300,7 @@ impl<'a> Stream<'a> {
     /// repairs) or waits for another worker's data or repair (this copy is absorbed). Sending
     /// only the oldest few bounds what a stalled worker elsewhere costs the others.
     fn probe_stall(&mut self, now: Instant) {
-        let Some(pto) = self.probe_timeout() else {
+        let Some(pto) = self.stall_timeout() else {
             return;
         };
         let mut eligible = std::mem::take(&mut self.stall_scratch);
@@ -1274,6 +1334,7 @@ impl<'a> Stream<'a> {
         }
         self.stall_scratch = eligible;
         self.stall_rounds += 1;
+        self.stall_probe_last = Some(now);
     }
 
     /// How many transmissions made after an unanswered one must have been answered before
@@ -1315,17 +1376,27 @@ impl<'a> Stream<'a> {
     /// first round-trip sample. The switch answers a Query at once, so no floor for a slow
     /// peer is needed.
     fn query_timeout(&self) -> Duration {
+        if let Some(srtt) = self.path_rtt.srtt() {
+            let spread = self
+                .rtt
+                .config()
+                .granularity
+                .max(self.path_rtt.rttvar() * 4);
+            return (srtt + spread).max(srtt.saturating_mul(2));
+        }
         self.probe_timeout().unwrap_or_else(|| self.rtt.rto())
     }
 
-    /// When to ask again about a packet whose data the switch holds, after `rechecks` Pending
-    /// answers that said so: the query timeout, doubled per answer, up to 256 times. A loss
-    /// elsewhere is repaired within a few round trips, and its result comes by multicast
-    /// without asking; the Query only fetches a result that was lost. A worker that is gone or
-    /// much slower is waited for with ever sparser Queries, so that it does not make the others
-    /// ask about their whole window every few round trips.
-    fn recheck_after(&self, rechecks: u32) -> Duration {
-        self.query_timeout().saturating_mul(1 << rechecks.min(8))
+    /// How long to wait before asking about `out` again, with Missing reports: the query
+    /// timeout, or an eighth of the time the packet has waited since it was first sent if
+    /// that is longer. The spacing grows with the time waited, not with the number of
+    /// attempts: a repair lost again and again (at 10% loss a use often needs several) is
+    /// still retried at round-trip pace, never after a backed-off timer, while a worker that
+    /// is gone is asked about ever less often: about `8 ln(give_up / PTO)` times in all
+    /// (some 90 Queries for a give-up time of 2 s and a 20 µs round trip).
+    fn spacing(&self, now: Instant, out: &Outstanding) -> Duration {
+        let waited = now.saturating_duration_since(out.first_sent);
+        self.query_timeout().max(waited / 8)
     }
 
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)
@@ -1470,8 +1541,11 @@ impl<'a> Stream<'a> {
                     continue;
                 };
                 // A Query's answer was due; a recheck of held data is due.
+                let unreportable_tail =
+                    self.sent_new >= self.packets && !self.loss_reportable(&out);
                 let lost = Some(index) == probe
-                    || (self.reports && (out.last_was_query || out.held == Held::Yes))
+                    || (self.reports
+                        && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
                     || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     self.slots[slot].outstanding = Some(Outstanding {

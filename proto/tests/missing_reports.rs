@@ -90,3 +90,45 @@ fn without_reports_every_worker_resends_data() {
     assert_eq!(stats[1].missing_reports, 0, "{:?}", stats[1]);
     assert!(stats[0].resent() > stats[0].queries, "{:?}", stats[0]);
 }
+
+/// Rank 1's data for one use is lost `times` times in a row (its first transmission and then
+/// every copy); returns when the streams finished.
+fn delay_of_a_repair_lost(times: usize) -> Duration {
+    let mut lost = 0;
+    let ran = common::run(
+        &net(3, 640, true),
+        |_, _| false,
+        &[],
+        |rank, p| {
+            let data = p[0] & 0x0f == 1 && p.len() > 16;
+            let hit = rank == 1 && data && seq_of(p) == 64 + 200 && lost < times;
+            lost += usize::from(hit);
+            hit
+        },
+    );
+    assert_eq!(lost, times, "the repair was not attempted {times} times");
+    let finished = ran.finished;
+    exact_and_finished(ran);
+    finished
+}
+
+/// A repair that is lost again and again is attempted again at round-trip pace: each further
+/// loss costs a Query's round trip and the data's, a few rounds, not a timer backed off per
+/// attempt (spaced by the retransmission timeout doubled per retry, each further loss cost
+/// more than twice as much here).
+#[test]
+fn a_repair_lost_again_and_again_is_not_backed_off() {
+    let lossless = common::run(&net(3, 640, true), |_, _| false, &[], |_, _| false).finished;
+    let once = delay_of_a_repair_lost(1);
+    let six = delay_of_a_repair_lost(6);
+    let cost = |t: Duration| t.saturating_sub(lossless);
+    // Each further loss costs about a Query's round trip and a data packet's: a few rounds.
+    let per_loss = (cost(six).saturating_sub(cost(once))) / 5;
+    assert!(
+        per_loss <= common::ROUND * 6,
+        "each further loss of the repair cost {per_loss:?} (one loss: {:?}, six: {:?})",
+        cost(once),
+        cost(six)
+    );
+    assert!(cost(six) > cost(once), "{:?} {:?}", cost(six), cost(once));
+}

@@ -16,4 +16,5 @@ pub mod run;
 pub use link::{LinkConfig, LinkStats};
 pub use run::{
     run, Data, Injection, JobReport, JobSpec, Report, Scenario, WorkerReport, WorkerSpec,
+    DEFAULT_NIC_QUEUE,
 };

@@ -78,6 +78,10 @@ pub struct Injection {
     pub bytes: Vec<u8>,
 }
 
+/// The default [`Scenario::nic_queue`]: a few packets, as a driver that polls its transmit
+/// ring (DPDK, AF_XDP) keeps it.
+pub const DEFAULT_NIC_QUEUE: u32 = 4;
+
 /// A complete simulation.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -97,6 +101,12 @@ pub struct Scenario {
     pub switch_restart_at: Option<Duration>,
     /// Whether the switch sends its Missing reports (and the workers ask for them).
     pub gap_reports: bool,
+    /// How many full-size packets a worker's NIC holds before the worker stops handing it
+    /// more (`None`: no limit, as a deep kernel queue would take them). With a short queue the
+    /// worker chooses each packet when the NIC can send it, so a repair or a lagging slot's
+    /// next use goes out next instead of behind a window of queued packets: the queue, not the
+    /// network, would otherwise set every round trip to the window's serialization time.
+    pub nic_queue: Option<u32>,
 }
 
 impl Scenario {
@@ -122,6 +132,7 @@ impl Scenario {
             injections: Vec::new(),
             switch_restart_at: None,
             gap_reports: true,
+            nic_queue: Some(DEFAULT_NIC_QUEUE),
         }
     }
 }
@@ -202,6 +213,8 @@ struct WorkerState<'a> {
     ended_at: Option<Duration>,
     up: Link,
     down: Link,
+    /// A wake-up is queued for when the NIC has room again.
+    nic_wake: bool,
 }
 
 impl WorkerState<'_> {
@@ -267,6 +280,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 ended_at: None,
                 up: Link::new(link),
                 down: Link::new(link),
+                nic_wake: false,
             });
         }
     }
@@ -307,6 +321,16 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut out = vec![0u8; buf.len()];
     let mut now = Instant::ZERO;
     let mut events = 0u64;
+    // The NIC's room, as the time its queue takes to drain at the link's rate, per worker.
+    let full_packet = buf.len() as u64;
+    let nic_room = |up: &Link| -> Option<Duration> {
+        let packets = scenario.nic_queue?;
+        let bps = up.cfg.bandwidth_bps.filter(|b| *b > 0)?;
+        let bits = (full_packet * 8).saturating_mul(u64::from(packets));
+        Some(Duration::from_nanos(
+            bits.saturating_mul(1_000_000_000) / bps,
+        ))
+    };
 
     // Only the workers something happened to run: those that got a datagram, whose timer
     // expired, or that started or died. Each live worker's next timer sits in `timers`; an entry
@@ -330,7 +354,7 @@ pub fn run(scenario: &Scenario) -> Report {
         for i in dirty.drain(..) {
             is_dirty[i] = false;
             let w = &mut workers[i];
-            pump(w, now, &mut buf, &mut rng, &mut q);
+            pump(w, i, nic_room, now, &mut buf, &mut rng, &mut q);
             let t = if w.alive(now) {
                 w.stream.as_mut().and_then(|s| s.poll_timeout())
             } else {
@@ -388,7 +412,10 @@ pub fn run(scenario: &Scenario) -> Report {
             let Some((_, ev)) = q.pop() else { break };
             events += 1;
             match ev {
-                Event::Wake { worker } => mark(worker, &mut dirty, &mut is_dirty),
+                Event::Wake { worker } => {
+                    workers[worker].nic_wake = false;
+                    mark(worker, &mut dirty, &mut is_dirty)
+                }
                 Event::ToWorker { worker, bytes } => {
                     let w = &mut workers[worker];
                     if w.alive(now) {
@@ -507,7 +534,15 @@ fn deliver(
 }
 
 /// Starts the next stream when due, sends what the stream has, and records outcomes.
-fn pump(w: &mut WorkerState<'_>, now: Instant, buf: &mut [u8], rng: &mut Rng, q: &mut Queue) {
+fn pump(
+    w: &mut WorkerState<'_>,
+    index: usize,
+    nic_room: impl Fn(&Link) -> Option<Duration>,
+    now: Instant,
+    buf: &mut [u8],
+    rng: &mut Rng,
+    q: &mut Queue,
+) {
     loop {
         if !w.alive(now) {
             return;
@@ -539,6 +574,18 @@ fn pump(w: &mut WorkerState<'_>, now: Instant, buf: &mut [u8], rng: &mut Rng, q:
             return;
         };
         loop {
+            if let Some(room) = nic_room(&w.up) {
+                // The NIC is full: the worker picks its next packet when there is room.
+                if w.up.backlog(now) >= room {
+                    if !w.nic_wake {
+                        w.nic_wake = true;
+                        let wait = (w.up.idle_at() - now).saturating_sub(room);
+                        let at = now + wait + Duration::from_nanos(1);
+                        q.push(at, Event::Wake { worker: index });
+                    }
+                    break;
+                }
+            }
             match stream.poll_transmit(now, buf) {
                 Ok(Some(len)) => {
                     let arr = w.up.transmit(now, len, rng);

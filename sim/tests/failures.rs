@@ -240,3 +240,37 @@ fn hostile_and_malformed_packets_are_counted_and_change_no_sum() {
         assert_eq!(r.switch.packets_in - r_clean.switch.packets_in, 320);
     }
 }
+
+/// A worker that hands its NIC only a few packets at a time keeps the round trip near the
+/// path's: with a window of about two bandwidth-delay products and an unbounded NIC queue,
+/// every packet waits behind a window of others, and so does every repair.
+#[test]
+fn a_short_nic_queue_keeps_round_trips_near_the_path() {
+    let mut rng = Rng::new(5);
+    let inputs = inputs(&mut rng, 4, 256 * 1024);
+    let srtt = |nic_queue: Option<u32>| {
+        let mut j = job(1, 0, &inputs);
+        j.window = 256;
+        j.elems_per_packet = 256;
+        let mut scenario = Scenario::new(1, vec![j]);
+        scenario.pipeline.pool_slots = 256;
+        scenario.nic_queue = nic_queue;
+        let report = run(&scenario);
+        assert_correct(&report, std::slice::from_ref(&inputs), &[256], 1);
+        let w = &report.jobs[0].workers[0];
+        let stats = w.outcome.as_ref().unwrap().as_ref().unwrap();
+        (stats[0].srtt.unwrap(), report.elapsed)
+    };
+    let (short, short_took) = srtt(Some(4));
+    let (deep, deep_took) = srtt(None);
+    // The path: 2 x 5 µs plus a packet's serialization each way; the window's serialization
+    // is 256 x 83 ns = 21 µs.
+    assert!(short < Duration::from_micros(13), "{short:?}");
+    assert!(deep > Duration::from_micros(18), "{deep:?}");
+    // Both keep the link busy: the lossless run takes the same time either way.
+    let diff = short_took.abs_diff(deep_took);
+    assert!(
+        diff < deep_took / 50,
+        "{short_took:?} against {deep_took:?}"
+    );
+}
