@@ -673,7 +673,7 @@ impl<'a> Stream<'a> {
                 // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
                 // Once every packet has gone out the link has room: a Query fetches at once
                 // rather than first asking whether the use is complete.
-                let fetch = out.complete_seen || !self.reports || self.sent_new >= self.packets;
+                let fetch = out.complete_seen || !self.reports;
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
             return Ok(Some(self.write_packet(index, None, buf)));
