@@ -671,8 +671,6 @@ impl<'a> Stream<'a> {
             if query {
                 self.stats.queries += 1;
                 // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
-                // Once every packet has gone out the link has room: a Query fetches at once
-                // rather than first asking whether the use is complete.
                 let fetch = out.complete_seen || !self.reports;
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
@@ -1253,22 +1251,34 @@ impl<'a> Stream<'a> {
     /// trips vary (a busy host that does not run every worker at once), it grows with them,
     /// so that a worker's short absence does not make the others probe.
     fn probe_timeout(&self) -> Option<Duration> {
-        let srtt = self.rtt.srtt()?;
-        let spread = self.rtt.config().granularity.max(self.rtt.rttvar() * 4);
+        self.timeout_of(&self.rtt)
+    }
+
+    /// `SRTT + max(G, 4 RTTVAR)` of `estimate`, and at least two of its smoothed round trips;
+    /// `None` before its first sample.
+    fn timeout_of(&self, estimate: &RttEstimator) -> Option<Duration> {
+        let srtt = estimate.srtt()?;
+        let spread = self.rtt.config().granularity.max(estimate.rttvar() * 4);
         Some((srtt + spread).max(srtt.saturating_mul(2)))
     }
 
-    /// The stall probe's timeout: the probe timeout, or with Missing reports the query
-    /// timeout (the probe then mostly asks with Queries, which the switch answers at once).
+    /// The probe timeout of the path's round trips (see `path_rtt`), once the switch has
+    /// answered a Query or repeated data.
+    fn path_timeout(&self) -> Option<Duration> {
+        self.timeout_of(&self.path_rtt)
+    }
+
+    /// The stall probe's timeout: the probe timeout, or with Missing reports the path's
+    /// (the probe then mostly asks with Queries, which the switch answers at once).
     fn stall_timeout(&self) -> Option<Duration> {
-        if self.reports && self.path_rtt.srtt().is_some() {
-            return Some(self.query_timeout());
-        }
-        self.probe_timeout()
+        let path = self.path_timeout().filter(|_| self.reports);
+        path.or_else(|| self.probe_timeout())
     }
 
     /// When the stall probe is due: once no result came and no packet was sent for the first
-    /// time for [`probe_timeout`](Self::probe_timeout), doubled for every probe round since.
+    /// time for [`stall_timeout`](Self::stall_timeout); then, without reports, doubled for every
+    /// probe round since, and with reports spaced by an eighth of the time without progress
+    /// (as Queries are, see [`spacing`](Self::spacing)).
     ///
     /// Loss detection by transmission order needs answers to later transmissions. It has
     /// nothing to go on when nothing more is answered: after a loss among the last packets of
@@ -1376,15 +1386,9 @@ impl<'a> Stream<'a> {
     /// first round-trip sample. The switch answers a Query at once, so no floor for a slow
     /// peer is needed.
     fn query_timeout(&self) -> Duration {
-        if let Some(srtt) = self.path_rtt.srtt() {
-            let spread = self
-                .rtt
-                .config()
-                .granularity
-                .max(self.path_rtt.rttvar() * 4);
-            return (srtt + spread).max(srtt.saturating_mul(2));
-        }
-        self.probe_timeout().unwrap_or_else(|| self.rtt.rto())
+        self.path_timeout()
+            .or_else(|| self.probe_timeout())
+            .unwrap_or_else(|| self.rtt.rto())
     }
 
     /// How long to wait before asking about `out` again, with Missing reports: the query

@@ -78,11 +78,6 @@ impl Link {
         self.busy_until.saturating_duration_since(now)
     }
 
-    /// When the link has sent all it holds.
-    pub fn idle_at(&self) -> Instant {
-        self.busy_until
-    }
-
     /// Puts a packet of `len` bytes on the link at `now`; returns the arrival times of the
     /// copies that make it (none when lost, two when duplicated).
     pub fn transmit(&mut self, now: Instant, len: usize, rng: &mut Rng) -> Vec<Instant> {

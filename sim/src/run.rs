@@ -213,6 +213,9 @@ struct WorkerState<'a> {
     ended_at: Option<Duration>,
     up: Link,
     down: Link,
+    /// The NIC's room, as the time its queue of `Scenario::nic_queue` full-size packets takes
+    /// to drain at the uplink's rate; `None` for no limit.
+    nic_room: Option<Duration>,
     /// A wake-up is queued for when the NIC has room again.
     nic_wake: bool,
 }
@@ -280,6 +283,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 ended_at: None,
                 up: Link::new(link),
                 down: Link::new(link),
+                nic_room: nic_room(scenario, &link),
                 nic_wake: false,
             });
         }
@@ -321,16 +325,6 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut out = vec![0u8; buf.len()];
     let mut now = Instant::ZERO;
     let mut events = 0u64;
-    // The NIC's room, as the time its queue takes to drain at the link's rate, per worker.
-    let full_packet = buf.len() as u64;
-    let nic_room = |up: &Link| -> Option<Duration> {
-        let packets = scenario.nic_queue?;
-        let bps = up.cfg.bandwidth_bps.filter(|b| *b > 0)?;
-        let bits = (full_packet * 8).saturating_mul(u64::from(packets));
-        Some(Duration::from_nanos(
-            bits.saturating_mul(1_000_000_000) / bps,
-        ))
-    };
 
     // Only the workers something happened to run: those that got a datagram, whose timer
     // expired, or that started or died. Each live worker's next timer sits in `timers`; an entry
@@ -354,7 +348,7 @@ pub fn run(scenario: &Scenario) -> Report {
         for i in dirty.drain(..) {
             is_dirty[i] = false;
             let w = &mut workers[i];
-            pump(w, i, nic_room, now, &mut buf, &mut rng, &mut q);
+            pump(w, i, now, &mut buf, &mut rng, &mut q);
             let t = if w.alive(now) {
                 w.stream.as_mut().and_then(|s| s.poll_timeout())
             } else {
@@ -500,6 +494,17 @@ pub fn run(scenario: &Scenario) -> Report {
     }
 }
 
+/// The time a NIC queue of `scenario.nic_queue` full-size packets takes to drain on `link`.
+fn nic_room(scenario: &Scenario, link: &LinkConfig) -> Option<Duration> {
+    let packets = u64::from(scenario.nic_queue?);
+    let bps = link.bandwidth_bps.filter(|b| *b > 0)?;
+    let full_packet = 16 + 4 * u64::from(scenario.pipeline.max_elems.max(4));
+    let bits = (full_packet * 8).saturating_mul(packets);
+    Some(Duration::from_nanos(
+        bits.saturating_mul(1_000_000_000) / bps,
+    ))
+}
+
 fn install(pipe: &mut Pipeline, job: &JobSpec, epoch: u16, ports: &[PortId]) {
     let result = pipe.add_job(JobConfig {
         job: job.job,
@@ -537,7 +542,6 @@ fn deliver(
 fn pump(
     w: &mut WorkerState<'_>,
     index: usize,
-    nic_room: impl Fn(&Link) -> Option<Duration>,
     now: Instant,
     buf: &mut [u8],
     rng: &mut Rng,
@@ -574,13 +578,13 @@ fn pump(
             return;
         };
         loop {
-            if let Some(room) = nic_room(&w.up) {
+            if let Some(room) = w.nic_room {
                 // The NIC is full: the worker picks its next packet when there is room.
-                if w.up.backlog(now) >= room {
+                let backlog = w.up.backlog(now);
+                if backlog >= room {
                     if !w.nic_wake {
                         w.nic_wake = true;
-                        let wait = (w.up.idle_at() - now).saturating_sub(room);
-                        let at = now + wait + Duration::from_nanos(1);
+                        let at = now + (backlog - room) + Duration::from_nanos(1);
                         q.push(at, Event::Wake { worker: index });
                     }
                     break;
