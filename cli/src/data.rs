@@ -83,7 +83,7 @@ impl Reference {
             Bound::Quantized => self
                 .block_exps
                 .iter()
-                .map(|&exp| error_bound(self.workers as u8, exp, 0.0))
+                .map(|&exp| error_bound(self.workers as u16, exp, 0.0))
                 .collect(),
             Bound::Float => Vec::new(),
         };

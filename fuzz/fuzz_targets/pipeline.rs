@@ -137,6 +137,7 @@ fuzz_target!(|data: &[u8]| {
         slot_count: SLOT_COUNT,
         elems_per_packet: ELEMS,
         ranks: PORTS.iter().map(|p| PortId(*p)).collect(),
+        uplink: None,
     };
     if let Err(e) = pipe.add_job(job) {
         panic!("job: {e}");

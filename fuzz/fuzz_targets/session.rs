@@ -61,6 +61,7 @@ fuzz_target!(|data: &[u8]| {
         epoch: EPOCH,
         rank,
         workers,
+        total_workers: workers.into(),
         elems_per_packet: elems,
         lane: Lane::new(slot_base, window),
         max_retries: u32::from(inp.byte() % 4),

@@ -213,6 +213,7 @@ fn add_job(p: &mut Pipeline, elems: u16) {
         slot_count: POOL,
         elems_per_packet: elems,
         ranks: (0..u16::from(WORKERS)).map(PortId).collect(),
+        uplink: None,
     });
     assert_eq!(r, Ok(()), "job installs");
 }

@@ -33,7 +33,7 @@ mod side_by_side;
 const TENSOR_BYTES: usize = 4 << 20;
 const ELEMS: usize = TENSOR_BYTES / 4;
 const BLOCK: usize = 256;
-const WORKERS: u8 = 4;
+const WORKERS: u16 = 4;
 
 /// Gradient-like values: magnitudes spread over a few binades, both signs (xorshift, fixed seed).
 fn tensor() -> Vec<f32> {

@@ -69,6 +69,7 @@ impl FrameJob {
             slot_count: self.slot_count,
             elems_per_packet: self.elems_per_packet,
             ranks: (0..self.ranks.len()).map(|r| PortId(r as u16)).collect(),
+            uplink: None,
         }
     }
 }

@@ -73,7 +73,49 @@ pub struct JobConfig {
     pub elems_per_packet: u16,
     /// The port of each rank; `ranks.len()` is the number of workers (1..=32).
     pub ranks: Vec<PortId>,
+    /// Set when this switch is the lower level of an aggregation tree for the job: each use's
+    /// sum of the ranks above is a partial sum, sent as Data to the upper switch, and the
+    /// total that comes back is what the ranks get (PROTOCOL.md §9). `None`: this switch
+    /// finishes the sums itself.
+    pub uplink: Option<Uplink>,
 }
+
+/// The upper switch of a job, as the lower switch sees it: where its partial sums go and
+/// what they are called there. The lower switch is one rank of a job on the upper switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uplink {
+    /// The port the upper switch is reached on (and answers from).
+    pub port: PortId,
+    /// The job's id on the upper switch.
+    pub job: u16,
+    /// The job's epoch on the upper switch.
+    pub epoch: u16,
+    /// This switch's rank in the upper switch's job.
+    pub rank: u8,
+    /// The first slot of the upper switch's job: slot `slot_base + i` here is slot
+    /// `uplink.slot_base + i` there.
+    pub slot_base: u16,
+}
+
+impl Uplink {
+    /// The upper switch's slot for slot `slot` of `job` here.
+    #[inline(always)]
+    fn slot_up(&self, job: &JobConfig, slot: u16) -> u16 {
+        slot.wrapping_sub(job.slot_base)
+            .wrapping_add(self.slot_base)
+    }
+
+    /// This switch's slot for slot `slot` of the upper switch, if `job` has it.
+    #[inline(always)]
+    fn slot_down(&self, job: &JobConfig, slot: u16) -> Option<u16> {
+        let i = slot.wrapping_sub(self.slot_base);
+        (i < job.slot_count).then(|| job.slot_base.wrapping_add(i))
+    }
+}
+
+/// `reg_count` of a use whose ranks have all contributed on a lower switch, which waits for
+/// the upper switch's total (a count of arrivals never reaches it: a job has at most 32 ranks).
+pub const AWAITING_TOTAL: u32 = 0xffff;
 
 /// Why a job cannot be installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +136,10 @@ pub enum JobError {
     Elems { got: u16, max: u16 },
     #[error("port {0:?} serves two ranks of the job")]
     DuplicatePort(PortId),
+    #[error("the uplink's port {0:?} also serves a rank of the job")]
+    UplinkIsRank(PortId),
+    #[error("the uplink's port {port:?} and job {job} already carry job {other}")]
+    UplinkShared { port: PortId, job: u16, other: u16 },
 }
 
 /// Where the packet in the caller's buffer goes.
@@ -101,7 +147,8 @@ pub enum JobError {
 pub enum Verdict<'a> {
     /// Nothing to send; the reason was counted. A dropped packet changed no register.
     Drop(DropReason),
-    /// The contribution was aggregated; nothing to send until the other workers' arrive.
+    /// The packet was taken in: a contribution aggregated (nothing to send until the other
+    /// workers' arrive), or an upper switch's Pending or Reject counted.
     Absorbed,
     /// Send `len` bytes to one port.
     Unicast { port: PortId, len: usize },
@@ -176,6 +223,25 @@ pub struct Counters {
     /// Missing reports sent: a gap-reporting worker skipped positions within a block.
     #[cfg_attr(feature = "serde", serde(default))]
     pub missing_sent: u64,
+    /// Partial sums sent to the upper switch when a use completed here (lower switch only).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub partials_sent: u64,
+    /// Partial sums sent again, for a rank's retransmission or Query of a use whose total has
+    /// not come down.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub partials_resent: u64,
+    /// Totals received from the upper switch and multicast to the ranks.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub totals_received: u64,
+    /// Pending answers from the upper switch (to a partial sum sent again while the total was
+    /// still collecting there): nothing to do, counted and dropped.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub upstream_pending: u64,
+    /// Rejects from the upper switch: the job's uplink is configured wrong, or the upper
+    /// switch restarted (its epoch changed). The ranks' sums cannot finish until the job is
+    /// installed again.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub upstream_rejects: u64,
 }
 
 impl Counters {
@@ -204,6 +270,11 @@ impl Counters {
         self.pending_sent += o.pending_sent;
         self.output_too_small += o.output_too_small;
         self.missing_sent += o.missing_sent;
+        self.partials_sent += o.partials_sent;
+        self.partials_resent += o.partials_resent;
+        self.totals_received += o.totals_received;
+        self.upstream_pending += o.upstream_pending;
+        self.upstream_rejects += o.upstream_rejects;
     }
 
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
@@ -531,6 +602,23 @@ impl Pipeline {
                 return Err(JobError::DuplicatePort(*p));
             }
         }
+        if let Some(up) = cfg.uplink {
+            if cfg.ranks.contains(&up.port) {
+                return Err(JobError::UplinkIsRank(up.port));
+            }
+            // The totals coming down are told apart by port and job on the upper switch.
+            if let Some(other) = self.jobs.iter().find(|j| {
+                j.cfg
+                    .uplink
+                    .is_some_and(|o| o.port == up.port && o.job == up.job)
+            }) {
+                return Err(JobError::UplinkShared {
+                    port: up.port,
+                    job: up.job,
+                    other: other.cfg.job,
+                });
+            }
+        }
         self.regs
             .clear_range(usize::from(cfg.slot_base), usize::from(cfg.slot_count));
         self.jobs.push(Job::new(cfg));
@@ -799,6 +887,9 @@ impl Pipeline {
             return self.drop(DropReason::Malformed);
         }
         if !matches!(hdr.kind, MessageType::Probe | MessageType::Query) {
+            if let Some(job_idx) = self.job_of_uplink(ingress, hdr.job) {
+                return self.handle_from_upper(job_idx, hdr, payload_bytes, now, out);
+            }
             return self.drop(DropReason::UnexpectedType);
         }
         let job_idx = match self.authenticate(hdr.job, hdr.rank, ingress) {
@@ -859,22 +950,32 @@ impl Pipeline {
             // No packet of this use has arrived.
             return emit_pending(counters, &view, 0, ingress, out);
         }
+        let count = if view.exponent() == 0 {
+            0
+        } else {
+            job.cfg.elems_per_packet
+        };
+        let base = (2 * slot + x) * usize::from(regs.max_elems);
+        if pending[x] == AWAITING_TOTAL {
+            // As for a retransmission of the rank's data (see `aggregate`).
+            let Some(up) = job.cfg.uplink.filter(|_| bitmap[x] & bit != 0) else {
+                return drop_counted(counters, DropReason::Duplicate);
+            };
+            let cells = &cells_of(&mut regs.values)[base..base + usize::from(count)];
+            counters.partials_resent += 1;
+            job.last_activity = Some(now);
+            return emit_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
+        }
         if pending[x] != 0 {
             return emit_pending(counters, &view, bitmap[x], ingress, out);
         }
         if bitmap[x] & bit == 0 {
             return drop_counted(counters, DropReason::Duplicate);
         }
-        let count = if view.exponent() == 0 {
-            0
-        } else {
-            job.cfg.elems_per_packet
-        };
         let result_len = HEADER_LEN + 4 * usize::from(count);
         let Some(out) = out.get_mut(..result_len) else {
             return drop_counted(counters, DropReason::OutputTooSmall);
         };
-        let base = (2 * slot + x) * usize::from(regs.max_elems);
         let cells = &cells_of(&mut regs.values)[base..base + usize::from(count)];
         emit_result(&view, exp[x], cells, out);
         if let Some(mut pkt) = out
@@ -887,6 +988,108 @@ impl Pipeline {
         counters.results_unicast += 1;
         Verdict::Unicast {
             port: ingress,
+            len: result_len,
+        }
+    }
+
+    /// The job whose uplink is `port` and job `upper_job` on the upper switch.
+    fn job_of_uplink(&self, port: PortId, upper_job: u16) -> Option<usize> {
+        self.jobs.iter().position(|j| {
+            j.cfg
+                .uplink
+                .is_some_and(|u| u.port == port && u.job == upper_job)
+        })
+    }
+
+    /// A packet of the upper switch for a job this switch is the lower level of (PROTOCOL.md
+    /// §9): a total is stored as the use's result and multicast to the ranks; a Pending or a
+    /// Reject is counted (the ranks' retransmissions repair the loss of a total); anything
+    /// else is dropped.
+    #[cold]
+    fn handle_from_upper(
+        &mut self,
+        job_idx: usize,
+        hdr: AggRepr,
+        payload_bytes: &[u8],
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let Pipeline {
+            regs,
+            jobs,
+            counters,
+            ..
+        } = self;
+        let job = &mut jobs[job_idx];
+        let Some(up) = job.cfg.uplink else {
+            return drop_counted(counters, DropReason::UnexpectedType);
+        };
+        match hdr.kind {
+            MessageType::Result => {}
+            MessageType::Pending => {
+                counters.upstream_pending += 1;
+                return Verdict::Absorbed;
+            }
+            MessageType::Reject => {
+                counters.upstream_rejects += 1;
+                return Verdict::Absorbed;
+            }
+            _ => return drop_counted(counters, DropReason::UnexpectedType),
+        }
+        if hdr.epoch != up.epoch {
+            return drop_counted(counters, DropReason::StaleEpoch);
+        }
+        let Some(slot) = up.slot_down(&job.cfg, hdr.slot) else {
+            return drop_counted(counters, DropReason::SlotOutOfRange);
+        };
+        if hdr.count != 0 && hdr.count != job.cfg.elems_per_packet {
+            return drop_counted(counters, DropReason::BadCount);
+        }
+        let count = usize::from(hdr.count);
+        let result_len = HEADER_LEN + 4 * count;
+        if out.len() < result_len {
+            return drop_counted(counters, DropReason::OutputTooSmall);
+        }
+        let slot_idx = usize::from(slot);
+        let x = usize::from(hdr.set);
+        let SlotRegisters {
+            seq,
+            count: pending,
+            exp,
+            ..
+        } = &mut regs.slots[slot_idx];
+        if hdr.seq != seq[x] {
+            return drop_counted(counters, DropReason::StaleSeq);
+        }
+        if pending[x] != AWAITING_TOTAL {
+            // A copy of a total already multicast (an answer to a partial sent again that
+            // crossed the total): the ranks that ask again get it from the registers.
+            return drop_counted(counters, DropReason::Duplicate);
+        }
+        let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
+        let cells = &mut cells_of(&mut regs.values)[base..base + count];
+        in_turns(payload_bytes, cells, kernels::portable::decode_be);
+        exp[x] = u32::from(hdr.exponent);
+        pending[x] = 0;
+        job.last_activity = Some(now);
+        counters.totals_received += 1;
+        counters.results_multicast += 1;
+        let repr = AggRepr {
+            kind: MessageType::Result,
+            gap: None,
+            job: job.cfg.job,
+            epoch: job.cfg.epoch,
+            rank: 0,
+            slot,
+            ..hdr
+        };
+        let Ok(mut pkt) = repr.emit_into(out) else {
+            // Unreachable: `out` was checked to hold the result.
+            return drop_counted(counters, DropReason::OutputTooSmall);
+        };
+        kernels::portable::encode_be(cells, pkt.payload_mut());
+        Verdict::Multicast {
+            ports: &job.cfg.ranks,
             len: result_len,
         }
     }
@@ -963,6 +1166,16 @@ impl Pipeline {
         let seen = bitmap[x] & bit != 0;
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
+        if !new_use && pending[x] == AWAITING_TOTAL {
+            // Every rank here contributed and the total has not come down: a rank's
+            // retransmission sends the partial sum up again, which the upper switch answers
+            // with the total if it has it (PROTOCOL.md §9).
+            let Some(up) = job.cfg.uplink.filter(|_| seen) else {
+                return drop_counted(counters, DropReason::Duplicate);
+            };
+            counters.partials_resent += 1;
+            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
+        }
         if !new_use && (seen || pending[x] == 0) {
             if !seen {
                 // The use completed and this worker already moved on (its bit was cleared by
@@ -1012,6 +1225,11 @@ impl Pipeline {
         pending[x] = remaining;
         if remaining != 0 {
             return Verdict::Absorbed;
+        }
+        if let Some(up) = job.cfg.uplink {
+            pending[x] = AWAITING_TOTAL;
+            counters.partials_sent += 1;
+            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
         }
         let Some(out) = out.get_mut(..result_len) else {
             // Unreachable: checked before the registers changed.
@@ -1293,6 +1511,40 @@ fn emit_pending<'a>(
     }
 }
 
+/// The partial sum of a use, `cells` with exponent byte `exp`, as the Data packet of this
+/// switch's rank in the upper switch's job: the header of `view` (set, seq, count) with the
+/// upper job's id, epoch, rank and slot, no gap counter.
+fn emit_partial<'a>(
+    counters: &mut Counters,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    job: &JobConfig,
+    up: Uplink,
+    exp: u32,
+    cells: &[i32],
+    out: &mut [u8],
+) -> Verdict<'a> {
+    let len = HEADER_LEN + 4 * cells.len();
+    let Some((head, payload)) = out
+        .get_mut(..len)
+        .and_then(|o| o.split_first_chunk_mut::<HEADER_LEN>())
+    else {
+        return drop_counted(counters, DropReason::OutputTooSmall);
+    };
+    *head = *view.clone().into_inner();
+    let mut pkt = AggPacket::new_unchecked(head);
+    let set = pkt.set();
+    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Data);
+    pkt.set_set(set);
+    pkt.set_job(up.job);
+    pkt.set_epoch(up.epoch);
+    pkt.set_rank(up.rank);
+    pkt.set_slot(up.slot_up(job, view.slot()));
+    pkt.set_exponent(exp as u8);
+    pkt.set_count(cells.len() as u16);
+    kernels::portable::encode_be(cells, payload);
+    Verdict::Unicast { port: up.port, len }
+}
+
 fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
     let Some((head, payload)) = out.split_first_chunk_mut::<HEADER_LEN>() else {
         // Unreachable: the callers size `out` for the header and the payload.
@@ -1362,6 +1614,7 @@ mod tests {
             slot_count: 4,
             elems_per_packet: elems,
             ranks: (0..4).map(PortId).collect(),
+            uplink: None,
         })?;
         p.add_job(JobConfig {
             job: 5,
@@ -1370,6 +1623,7 @@ mod tests {
             slot_count: 3,
             elems_per_packet: elems,
             ranks: (10..13).map(PortId).collect(),
+            uplink: None,
         })?;
         Ok(p)
     }

@@ -8,9 +8,11 @@
 //!   block holds a NaN or an infinity. The switch keeps the maximum over workers; the byte is
 //!   unsigned so that the switch's max is a plain 8-bit max.
 //! * With the agreed byte `b` (1..=254) and `n` workers, let `e = b - 126` (so every worker's
-//!   `|x| < 2^e`), `c = ceil(log2 n)` and the **shift** `s = 31 - c - e`. Each value becomes
+//!   `|x| < 2^e`), `c = ceil(log2 n)` (`ceil(log2 (n + 1))` above 128 workers, see
+//!   [`headroom_bits`]) and the **shift** `s = 31 - c - e`. Each value becomes
 //!   `q = round_half_even(x * 2^s)`. Since `|x * 2^s| < 2^(31-c)` and a float32 scaled by a power
-//!   of two is exact, `|q| < 2^(31-c)` and the sum of `n <= 2^c` values never overflows int32.
+//!   of two is exact, `|q| <= 2^(31-c)`, with equality only when `c >= 8`, where `n < 2^c`: the
+//!   sum of `n` values never overflows int32.
 //! * The sum `Q` comes back as `fl32(Q * 2^-s)`: one rounding to float32.
 //!
 //! Error bound (checked by property tests): with `exact` the f64 sum of the workers' values,
@@ -35,11 +37,19 @@ pub enum QuantError {
     Workers(usize),
 }
 
-/// `ceil(log2 n)`: the headroom bits for a sum of `n` values.
-pub fn headroom_bits(workers: u8) -> u32 {
+/// The headroom bits `c` for a sum of `n` values: `ceil(log2 n)`, and above 128 workers
+/// `ceil(log2 (n + 1))`.
+///
+/// Why the exception: a value becomes `round(x * 2^s)` with `|x * 2^s| <= 2^(31-c) - 2^(7-c)`
+/// (float32 has 24 significant bits). Below `c = 8` the rounding stays below `2^(31-c)`; from
+/// `c = 8` on it can reach `2^(31-c)` itself, and `n = 2^c` such values would sum to `2^31`,
+/// one past int32. One more bit for exactly those `n` (powers of two from 256) rules it out.
+pub fn headroom_bits(workers: u16) -> u32 {
+    let ceil_log2 = |n: u32| u32::BITS - (n - 1).leading_zeros();
     match workers {
         0 | 1 => 0,
-        n => u32::BITS - (u32::from(n) - 1).leading_zeros(),
+        n @ 2..=128 => ceil_log2(u32::from(n)),
+        n => ceil_log2(u32::from(n) + 1),
     }
 }
 
@@ -86,7 +96,7 @@ pub(crate) fn round_even_i32(v: f32) -> i32 {
 ///
 /// Bytes 0 and [`NON_FINITE`] write zeros: the block carries no information (all zero, or
 /// poisoned).
-pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
+pub fn quantize_be(values: &[f32], exp: u8, workers: u16, out: &mut [u8]) -> usize {
     match normal_scale(exp, workers, 1) {
         // (The kernel takes the shorter of the two slices itself.)
         Some(scale) => crate::kernels::quantize_be(values, scale, out),
@@ -97,7 +107,7 @@ pub fn quantize_be(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usiz
 /// The scale `2^(sign * s)` as a normal float32, for an exponent byte in 1..=254 whose scale
 /// is one (it is unless the block's magnitudes are around 2^-100 or below).
 #[inline]
-fn normal_scale(exp: u8, workers: u8, sign: i32) -> Option<f32> {
+fn normal_scale(exp: u8, workers: u16, sign: i32) -> Option<f32> {
     if exp == ZERO_BLOCK || exp == NON_FINITE {
         return None;
     }
@@ -107,7 +117,7 @@ fn normal_scale(exp: u8, workers: u8, sign: i32) -> Option<f32> {
 /// [`quantize_be`] for the exponent bytes without a [`normal_scale`].
 #[cold]
 #[inline(never)]
-fn quantize_rare(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize {
+fn quantize_rare(values: &[f32], exp: u8, workers: u16, out: &mut [u8]) -> usize {
     let n = values.len().min(out.len() / 4);
     let (values, out) = (&values[..n], &mut out[..n * 4]);
     if exp == ZERO_BLOCK || exp == NON_FINITE {
@@ -125,7 +135,7 @@ fn quantize_rare(values: &[f32], exp: u8, workers: u8, out: &mut [u8]) -> usize 
 /// Turns big-endian int32 sums back into float32 with the agreed exponent byte; returns the
 /// number of elements written (`min(out.len(), bytes.len()/4)`). Byte 0 writes zeros; callers
 /// must handle [`NON_FINITE`] before (it writes NaN).
-pub fn dequantize_be(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) -> usize {
+pub fn dequantize_be(bytes: &[u8], exp: u8, workers: u16, out: &mut [f32]) -> usize {
     let n = out.len().min(bytes.len() / 4);
     let (bytes, out) = (&bytes[..n * 4], &mut out[..n]);
     match normal_scale(exp, workers, -1) {
@@ -138,7 +148,7 @@ pub fn dequantize_be(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) -> usi
 /// [`dequantize_be`] for the exponent bytes without a [`normal_scale`].
 #[cold]
 #[inline(never)]
-fn dequantize_rare(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) {
+fn dequantize_rare(bytes: &[u8], exp: u8, workers: u16, out: &mut [f32]) {
     match exp {
         ZERO_BLOCK => out.fill(0.0),
         NON_FINITE => out.fill(f32::NAN),
@@ -153,7 +163,7 @@ fn dequantize_rare(bytes: &[u8], exp: u8, workers: u8, out: &mut [f32]) {
 }
 
 /// The documented bound on `|result - exact|` for one element (see the module docs).
-pub fn error_bound(workers: u8, exp: u8, exact: f64) -> f64 {
+pub fn error_bound(workers: u16, exp: u8, exact: f64) -> f64 {
     if exp == ZERO_BLOCK {
         return 0.0;
     }
@@ -249,7 +259,9 @@ mod tests {
 
     #[test]
     fn largest_magnitudes_do_not_overflow() {
-        for n in [1u8, 2, 3, 4, 7, 8, 31, 32] {
+        for n in [
+            1u16, 2, 3, 4, 7, 8, 31, 32, 33, 100, 1000, 1024, 1025, 65535,
+        ] {
             let xs = vec![f32::MAX; 1];
             let exp = block_exponent(&xs);
             let mut bytes = [0u8; 4];
@@ -283,10 +295,11 @@ mod tests {
 
     proptest! {
         /// n workers quantize their blocks with the agreed (max) exponent; the int32 sum,
-        /// dequantized, lies within the documented bound of the exact sum.
+        /// dequantized, lies within the documented bound of the exact sum. Up to 1024
+        /// workers, as an aggregation tree has them (worker `w` holds block `w mod 32`).
         #[test]
-        fn sum_within_bound(n in 1u8..=32, len in 1usize..40, seed in proptest::collection::vec(any_finite(), 32 * 40)) {
-            let blocks: Vec<&[f32]> = (0..usize::from(n)).map(|w| &seed[w * len..(w + 1) * len]).collect();
+        fn sum_within_bound(n in prop_oneof![1u16..=32, 33u16..=1024], len in 1usize..40, seed in proptest::collection::vec(any_finite(), 32 * 40)) {
+            let blocks: Vec<&[f32]> = (0..usize::from(n)).map(|w| w % 32).map(|w| &seed[w * len..(w + 1) * len]).collect();
             let exp = blocks.iter().map(|b| block_exponent(b)).max().unwrap();
             prop_assert!(exp != NON_FINITE);
             let mut sum = vec![0i32; len];

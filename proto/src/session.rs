@@ -153,8 +153,13 @@ pub struct StreamConfig {
     pub job: u16,
     pub epoch: u16,
     pub rank: u8,
-    /// Number of workers in the job (1..=32).
+    /// Number of workers in the job on this stream's switch (1..=32): the ranks.
     pub workers: u8,
+    /// Number of workers whose data every result sums: `workers` when the switch finishes
+    /// the sums itself, the whole tree's when it is the lower level of hierarchical
+    /// aggregation (PROTOCOL.md §9). The quantizer leaves `ceil(log2 total_workers)` bits of
+    /// headroom for it, and every worker of the job must agree on it.
+    pub total_workers: u16,
     /// Elements per data packet (the job's, as installed on the switch).
     pub elems_per_packet: u16,
     pub lane: Lane,
@@ -174,6 +179,11 @@ impl StreamConfig {
         let cfg = self;
         if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {
             return Err(StreamError::Config("a job has 1 to 32 workers"));
+        }
+        if cfg.total_workers < u16::from(cfg.workers) {
+            return Err(StreamError::Config(
+                "the total worker count is below the job's ranks on this switch",
+            ));
         }
         if cfg.rank >= cfg.workers {
             return Err(StreamError::Config("rank must be below the worker count"));
@@ -891,11 +901,16 @@ impl<'a> Stream<'a> {
                 Tensor::Generated(g) => {
                     let x = &mut self.scratch[..n];
                     g.input(r.start, x);
-                    quant::quantize_be(x, agreed.unwrap_or(0), self.cfg.workers, payload);
+                    quant::quantize_be(x, agreed.unwrap_or(0), self.cfg.total_workers, payload);
                 }
                 t => match t.elements() {
                     Some(Elements::F32(t)) => {
-                        quant::quantize_be(&t[r], agreed.unwrap_or(0), self.cfg.workers, payload);
+                        quant::quantize_be(
+                            &t[r],
+                            agreed.unwrap_or(0),
+                            self.cfg.total_workers,
+                            payload,
+                        );
                     }
                     Some(Elements::I32(t)) => {
                         ina_wire::payload::encode_from(&t[r], payload);
@@ -1146,7 +1161,7 @@ impl<'a> Stream<'a> {
         self.stats.results += 1;
         if let Some(b) = data_block {
             let r = self.block_range(b);
-            let workers = self.cfg.workers;
+            let workers = self.cfg.total_workers;
             let agreed = self.exps.get((b % self.lookahead.max(1)) as usize).copied();
             match &mut self.tensor {
                 Tensor::Generated(g) => {

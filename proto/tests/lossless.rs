@@ -19,6 +19,7 @@ fn run(workers: u8, len: usize, window: u16, elems: u16) -> Vec<Vec<f32>> {
         slot_count: window,
         elems_per_packet: elems,
         ranks: (0..workers).map(|r| PortId(100 + u16::from(r))).collect(),
+        uplink: None,
     })
     .unwrap();
     let mut tensors: Vec<Vec<f32>> = (0..workers)
@@ -42,6 +43,7 @@ fn run(workers: u8, len: usize, window: u16, elems: u16) -> Vec<Vec<f32>> {
                         epoch: 3,
                         rank: r as u8,
                         workers,
+                        total_workers: workers.into(),
                         elems_per_packet: elems,
                         lane: Lane::new(10, window),
                         max_retries: 3,

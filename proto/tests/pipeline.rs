@@ -25,6 +25,7 @@ fn pipe(workers: u16) -> Pipeline {
         slot_count: 4,
         elems_per_packet: E,
         ranks: (0..workers).map(|r| PortId(10 + r)).collect(),
+        uplink: None,
     })
     .unwrap();
     p
@@ -575,6 +576,7 @@ fn job_table_validation_and_isolation() {
         slot_count: count,
         elems_per_packet: elems,
         ranks: ranks.into_iter().map(PortId).collect(),
+        uplink: None,
     };
     assert_eq!(
         p.add_job(job(JOB, 0, 2, 4, vec![1])),
@@ -751,6 +753,7 @@ fn with_gaps(workers: u16, base: u16, count: u16) -> Pipeline {
         slot_count: count,
         elems_per_packet: E,
         ranks: (0..workers).map(|r| PortId(10 + r)).collect(),
+        uplink: None,
     })
     .unwrap();
     p

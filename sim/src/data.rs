@@ -92,7 +92,7 @@ impl Generated {
         for (g, e) in values.iter().zip(&exact) {
             let err = (f64::from(*g) - e).abs();
             self.max_abs_err = self.max_abs_err.max(err);
-            if err > error_bound(self.workers as u8, exp, *e) {
+            if err > error_bound(self.workers as u16, exp, *e) {
                 self.violations += 1;
             }
         }

@@ -266,6 +266,7 @@ pub fn run(scenario: &Scenario) -> Report {
                     epoch: w.epoch.unwrap_or(job.epoch),
                     rank: r as u8,
                     workers: job.workers.len() as u8,
+                    total_workers: job.workers.len() as u16,
                     elems_per_packet: job.elems_per_packet,
                     lane,
                     max_retries: scenario.max_retries,
@@ -513,6 +514,7 @@ fn install(pipe: &mut Pipeline, job: &JobSpec, epoch: u16, ports: &[PortId]) {
         slot_count: job.window,
         elems_per_packet: job.elems_per_packet,
         ranks: ports.to_vec(),
+        uplink: None,
     });
     if let Err(e) = result {
         panic!("scenario job {} does not fit the switch: {e}", job.job);

@@ -327,6 +327,7 @@ fn job(elems: u16, ports: &[u16]) -> JobConfig {
         slot_count: 64,
         elems_per_packet: elems,
         ranks: ports.iter().map(|&p| PortId(p)).collect(),
+        uplink: None,
     }
 }
 
@@ -787,6 +788,7 @@ fn run_execution(
         slot_count: w as u16,
         elems_per_packet: E as u16,
         ranks: (0..workers).map(|r| PortId(10 + u16::from(r))).collect(),
+        uplink: None,
     })
     .expect("job");
     let mut model = TnaModel {

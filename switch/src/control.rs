@@ -155,6 +155,7 @@ impl SwitchHandle {
             slot_count: spec.slot_count,
             elems_per_packet: spec.elems_per_packet,
             ranks,
+            uplink: None,
         };
         st.scratch
             .add_job(cfg.clone())

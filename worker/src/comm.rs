@@ -561,6 +561,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             epoch: self.job.epoch,
             rank: self.cfg.rank,
             workers: self.job.info.workers,
+            total_workers: self.job.info.workers.into(),
             elems_per_packet: self.job.info.elems_per_packet,
             lane,
             max_retries: self.cfg.max_retries,

@@ -60,6 +60,7 @@ pub fn run(
         slot_count: net.window,
         elems_per_packet: elems,
         ranks: (0..net.workers).map(|r| PortId(u16::from(r))).collect(),
+        uplink: None,
     })
     .unwrap();
     let len = net.packets * usize::from(elems);
@@ -78,6 +79,7 @@ pub fn run(
                     epoch: 2,
                     rank: r as u8,
                     workers: net.workers,
+                    total_workers: net.workers.into(),
                     elems_per_packet: elems,
                     lane: Lane::new(0, net.window),
                     max_retries: net.max_retries,

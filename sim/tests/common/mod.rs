@@ -75,7 +75,7 @@ pub fn assert_correct(report: &Report, inputs: &[Vec<Vec<Data>>], elems: &[u16],
                             .max()
                             .unwrap_or(0);
                         let exact: f64 = ins.iter().map(|v| f64::from(v[i])).sum();
-                        let bound = quant::error_bound(n as u8, exp, exact);
+                        let bound = quant::error_bound(n as u16, exp, exact);
                         assert!(
                             (f64::from(*got) - exact).abs() <= bound,
                             "seed {seed}: job {} tensor {t} element {i}: got {got}, exact {exact}, bound {bound}",

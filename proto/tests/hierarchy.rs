@@ -1,0 +1,524 @@
+//! Hierarchical aggregation in the model: rack switches that send their partial sums, as one
+//! rank each, to an upper switch, and multicast the totals that come back (PROTOCOL.md §9).
+//! Real worker streams run over a network of rounds in which every hop (worker to rack, rack
+//! to upper, and back) may lose, duplicate and delay packets.
+#![allow(clippy::unwrap_used)]
+
+use ina_proto::pipeline::{
+    DropReason, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict, AWAITING_TOTAL,
+};
+use ina_proto::rtt::{RtoConfig, RttEstimator};
+use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::Instant;
+use ina_wire::{AggRepr, MessageType};
+use proptest::prelude::*;
+use std::time::Duration;
+
+const ROUND: Duration = Duration::from_micros(10);
+const ELEMS: u16 = 4;
+/// The job's id on the upper switch (the racks' job is 7).
+const UPPER_JOB: u16 = 9;
+/// The upper switch's port towards rack `r` is `PortId(r)`; a rack's port towards the upper
+/// switch is `UPLINK`, towards its worker `i` `PortId(i)`.
+const UPLINK: PortId = PortId(100);
+
+/// Where a packet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    Worker { rack: usize, rank: usize },
+    Rack(usize),
+    Upper,
+}
+
+/// splitmix64.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 1.0 < p
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Faults {
+    loss: f64,
+    duplicate: f64,
+    /// Probability that a packet takes 1-3 rounds more.
+    delay: f64,
+}
+
+struct Tree {
+    racks: Vec<Pipeline>,
+    upper: Pipeline,
+}
+
+fn rack_job(rack: usize, workers: usize, window: u16, upper_slot_base: u16) -> JobConfig {
+    JobConfig {
+        job: 7,
+        epoch: 3,
+        slot_base: 0,
+        slot_count: window,
+        elems_per_packet: ELEMS,
+        ranks: (0..workers).map(|i| PortId(i as u16)).collect(),
+        uplink: Some(Uplink {
+            port: UPLINK,
+            job: UPPER_JOB,
+            epoch: 11,
+            rank: rack as u8,
+            slot_base: upper_slot_base,
+        }),
+    }
+}
+
+fn tree(racks: usize, per_rack: usize, window: u16) -> Tree {
+    let cfg = PipelineConfig {
+        pool_slots: 256,
+        max_elems: 64,
+    };
+    // The upper switch holds the job at other slots than the racks: the uplink maps them.
+    let upper_base = 40;
+    let mut upper = Pipeline::new(cfg);
+    upper
+        .add_job(JobConfig {
+            job: UPPER_JOB,
+            epoch: 11,
+            slot_base: upper_base,
+            slot_count: window,
+            elems_per_packet: ELEMS,
+            ranks: (0..racks).map(|r| PortId(r as u16)).collect(),
+            uplink: None,
+        })
+        .unwrap();
+    let racks = (0..racks)
+        .map(|r| {
+            let mut p = Pipeline::new(cfg);
+            p.set_gap_reports(true);
+            p.add_job(rack_job(r, per_rack, window, upper_base))
+                .unwrap();
+            p
+        })
+        .collect();
+    Tree { racks, upper }
+}
+
+/// The outputs of one switch's verdict, as (destination, bytes).
+fn route(at: Node, verdict: Verdict<'_>, out: &[u8], to: &mut Vec<(Node, Vec<u8>)>) {
+    let node = |p: PortId| match at {
+        Node::Upper => Node::Rack(usize::from(p.0)),
+        Node::Rack(_) if p == UPLINK => Node::Upper,
+        Node::Rack(rack) => Node::Worker {
+            rack,
+            rank: usize::from(p.0),
+        },
+        Node::Worker { .. } => unreachable!("workers do not route"),
+    };
+    match verdict {
+        Verdict::Unicast { port, len } => to.push((node(port), out[..len].to_vec())),
+        Verdict::Multicast { ports, len } => {
+            for p in ports {
+                to.push((node(*p), out[..len].to_vec()));
+            }
+        }
+        Verdict::Absorbed | Verdict::Drop(_) => {}
+    }
+}
+
+struct Ran {
+    tensors: Vec<Vec<Vec<i32>>>,
+    finished: bool,
+    tree: Tree,
+}
+
+/// Runs `racks` racks of `per_rack` workers, each reducing `packets` packets of int32 through
+/// a window of `window` slots: element `i` of global worker `w` is `i * (w + 1)`.
+fn run(
+    racks: usize,
+    per_rack: usize,
+    packets: usize,
+    window: u16,
+    faults: Faults,
+    seed: u64,
+) -> Ran {
+    let total = racks * per_rack;
+    let len = packets * usize::from(ELEMS);
+    let mut tensors: Vec<Vec<Vec<i32>>> = (0..racks)
+        .map(|r| {
+            (0..per_rack)
+                .map(|i| {
+                    let w = (r * per_rack + i) as i32;
+                    (0..len as i32).map(|k| k.wrapping_mul(w + 1)).collect()
+                })
+                .collect()
+        })
+        .collect();
+    let mut t = tree(racks, per_rack, window);
+    let mut rng = Rng(seed);
+    let rto = RtoConfig {
+        initial: Duration::from_micros(200),
+        min: Duration::from_micros(60),
+        max: Duration::from_millis(5),
+        granularity: Duration::from_micros(1),
+    };
+    let mut finished = false;
+    {
+        let mut streams: Vec<Vec<Stream<'_>>> = tensors
+            .iter_mut()
+            .map(|rack| {
+                rack.iter_mut()
+                    .enumerate()
+                    .map(|(i, tensor)| {
+                        let cfg = StreamConfig {
+                            job: 7,
+                            epoch: 3,
+                            rank: i as u8,
+                            workers: per_rack as u8,
+                            total_workers: total as u16,
+                            elems_per_packet: ELEMS,
+                            lane: Lane::new(0, window),
+                            max_retries: 1000,
+                            give_up: Duration::from_secs(10),
+                            gap_reports: true,
+                        };
+                        Stream::new(cfg, Tensor::I32(tensor), RttEstimator::new(rto)).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        // In flight: (arrival round, destination, bytes).
+        let mut flight: Vec<(usize, Node, Vec<u8>)> = Vec::new();
+        let mut out = vec![0u8; 2048];
+        let mut buf = vec![0u8; 2048];
+        let send = |round: usize, to: Node, bytes: Vec<u8>, rng: &mut Rng, flight: &mut Vec<_>| {
+            if rng.chance(faults.loss) {
+                return;
+            }
+            let copies = if rng.chance(faults.duplicate) { 2 } else { 1 };
+            for _ in 0..copies {
+                let extra = if rng.chance(faults.delay) {
+                    1 + (rng.next() % 3) as usize
+                } else {
+                    0
+                };
+                flight.push((round + 1 + extra, to, bytes.clone()));
+            }
+        };
+        for round in 0..200_000 {
+            let now = Instant::ZERO + ROUND * round as u32;
+            let (due, rest): (Vec<_>, Vec<_>) = flight.drain(..).partition(|(at, ..)| *at <= round);
+            flight = rest;
+            let mut outputs = Vec::new();
+            for (_, to, bytes) in due {
+                match to {
+                    Node::Worker { rack, rank } => streams[rack][rank].handle_datagram(now, &bytes),
+                    Node::Rack(r) => {
+                        // Which port: the upper switch's packets carry its job id.
+                        let from_upper =
+                            AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
+                                .is_ok_and(|h| h.job == UPPER_JOB);
+                        let port = if from_upper {
+                            UPLINK
+                        } else {
+                            PortId(
+                                AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
+                                    .unwrap()
+                                    .rank
+                                    .into(),
+                            )
+                        };
+                        let v = t.racks[r].process(port, &bytes, now, &mut out);
+                        route(Node::Rack(r), v, &out, &mut outputs);
+                        if let Some(rep) = t.racks[r].poll_report() {
+                            outputs.push((
+                                Node::Worker {
+                                    rack: r,
+                                    rank: usize::from(rep.port.0),
+                                },
+                                rep.header.to_vec(),
+                            ));
+                        }
+                    }
+                    Node::Upper => {
+                        let rank = AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
+                            .unwrap()
+                            .rank;
+                        let v = t.upper.process(PortId(rank.into()), &bytes, now, &mut out);
+                        route(Node::Upper, v, &out, &mut outputs);
+                    }
+                }
+            }
+            for (r, rack) in streams.iter_mut().enumerate() {
+                for (i, s) in rack.iter_mut().enumerate() {
+                    if s.poll_timeout().is_some_and(|at| at <= now) {
+                        s.handle_timeout(now);
+                    }
+                    while let Some(n) = s.poll_transmit(now, &mut buf).unwrap() {
+                        let _ = i;
+                        outputs.push((Node::Rack(r), buf[..n].to_vec()));
+                    }
+                }
+            }
+            for (to, bytes) in outputs {
+                send(round, to, bytes, &mut rng, &mut flight);
+            }
+            if streams.iter().flatten().all(|s| s.poll_outcome().is_some()) {
+                for s in streams.iter().flatten() {
+                    assert!(
+                        matches!(s.poll_outcome(), Some(Ok(_))),
+                        "a stream failed: {:?}",
+                        s.poll_outcome()
+                    );
+                }
+                finished = true;
+                break;
+            }
+        }
+    }
+    Ran {
+        tensors,
+        finished,
+        tree: t,
+    }
+}
+
+fn assert_exact(ran: &Ran, racks: usize, per_rack: usize) {
+    assert!(ran.finished, "the streams did not finish");
+    let total = (racks * per_rack) as i32;
+    let weight = total * (total + 1) / 2;
+    for rack in &ran.tensors {
+        for tensor in rack {
+            for (k, v) in tensor.iter().enumerate() {
+                assert_eq!(*v, (k as i32).wrapping_mul(weight), "element {k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn two_racks_sum_through_the_upper_switch_without_loss() {
+    let (racks, per_rack, packets, window) = (2, 3, 40, 8);
+    let ran = run(
+        racks,
+        per_rack,
+        packets,
+        window,
+        Faults {
+            loss: 0.0,
+            duplicate: 0.0,
+            delay: 0.0,
+        },
+        1,
+    );
+    assert_exact(&ran, racks, per_rack);
+    let upper = ran.tree.upper.counters();
+    // Every use is completed once on the upper switch, from one partial per rack.
+    assert_eq!(upper.results_multicast, packets as u64);
+    assert_eq!(
+        upper.data_first + upper.data_added,
+        (packets * racks) as u64
+    );
+    for rack in &ran.tree.racks {
+        let c = rack.counters();
+        assert_eq!(c.partials_sent, packets as u64);
+        assert_eq!(c.totals_received, packets as u64);
+        assert_eq!(c.partials_resent, 0);
+        assert_eq!(c.data_first + c.data_added, (packets * per_rack) as u64);
+    }
+}
+
+#[test]
+fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
+    let (racks, per_rack, packets, window) = (3, 4, 200, 8);
+    let ran = run(
+        racks,
+        per_rack,
+        packets,
+        window,
+        Faults {
+            loss: 0.1,
+            duplicate: 0.05,
+            delay: 0.1,
+        },
+        7,
+    );
+    assert_exact(&ran, racks, per_rack);
+    let resent: u64 = ran
+        .tree
+        .racks
+        .iter()
+        .map(|r| r.counters().partials_resent)
+        .sum();
+    let pending: u64 = ran
+        .tree
+        .racks
+        .iter()
+        .map(|r| r.counters().upstream_pending)
+        .sum();
+    // Partials and totals were lost on the way up and down, and workers' retransmissions sent
+    // them again; an upper switch still collecting answered some of them with Pending.
+    assert!(resent > 0, "no partial was sent again");
+    assert!(pending > 0, "no Pending came down");
+    assert_eq!(ran.tree.upper.counters().results_multicast, packets as u64);
+    assert!(
+        ran.tree.upper.counters().results_unicast > 0,
+        "no total was sent again"
+    );
+}
+
+#[test]
+fn a_rack_waits_for_the_total_and_answers_with_it() {
+    // One rack of two workers, driven by hand: the partial goes up, a retransmission while the
+    // total is out sends the partial again, the total comes down once, and a late copy of it
+    // is dropped.
+    let mut t = tree(2, 2, 4);
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    let data = |rank: u8, v: i32| {
+        let repr = AggRepr {
+            kind: MessageType::Data,
+            set: 0,
+            gap: None,
+            job: 7,
+            epoch: 3,
+            rank,
+            exponent: 0x7f,
+            slot: 1,
+            count: ELEMS,
+            seq: 5,
+        };
+        let mut b = vec![0u8; repr.buffer_len()];
+        let mut pkt = repr.emit_into(&mut b).unwrap();
+        for (k, c) in pkt.payload_mut().chunks_exact_mut(4).enumerate() {
+            c.copy_from_slice(&(v + k as i32).to_be_bytes());
+        }
+        b
+    };
+    let rack = &mut t.racks[0];
+    assert_eq!(
+        rack.process(PortId(0), &data(0, 10), now, &mut out),
+        Verdict::Absorbed
+    );
+    let v = rack.process(PortId(1), &data(1, 20), now, &mut out);
+    let Verdict::Unicast { port, len } = v else {
+        panic!("the partial goes up, got {v:?}")
+    };
+    assert_eq!(port, UPLINK);
+    let partial = out[..len].to_vec();
+    let h = AggRepr::parse(&ina_wire::AggPacket::new_checked(&partial[..]).unwrap()).unwrap();
+    assert_eq!(
+        (h.kind, h.job, h.epoch, h.rank, h.slot, h.seq),
+        (MessageType::Data, UPPER_JOB, 11, 0, 41, 5)
+    );
+    assert_eq!(h.gap, None);
+    assert_eq!(rack.registers().slots()[1].count[0], AWAITING_TOTAL);
+    // A retransmission now: the partial again, nothing to the worker.
+    let v = rack.process(PortId(0), &data(0, 10), now, &mut out);
+    assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
+    assert_eq!(out[..partial.len()], partial[..]);
+    assert_eq!(rack.counters().partials_resent, 1);
+    // The upper switch, with the other rack's partial, completes the use.
+    let upper = &mut t.upper;
+    assert_eq!(
+        upper.process(PortId(0), &partial, now, &mut out),
+        Verdict::Absorbed
+    );
+    let mut other = partial.clone();
+    {
+        let mut pkt = ina_wire::AggPacket::new_unchecked(&mut other[..]);
+        pkt.set_rank(1);
+    }
+    let v = upper.process(PortId(1), &other, now, &mut out);
+    let Verdict::Multicast { len, .. } = v else {
+        panic!("the upper switch completes the use, got {v:?}")
+    };
+    let total = out[..len].to_vec();
+    let rack = &mut t.racks[0];
+    let v = rack.process(UPLINK, &total, now, &mut out);
+    let Verdict::Multicast { ports, len } = v else {
+        panic!("the total goes down, got {v:?}")
+    };
+    assert_eq!(ports, &[PortId(0), PortId(1)]);
+    let down = AggRepr::parse(&ina_wire::AggPacket::new_checked(&out[..len]).unwrap()).unwrap();
+    assert_eq!(
+        (down.kind, down.job, down.epoch, down.slot, down.seq),
+        (MessageType::Result, 7, 3, 1, 5)
+    );
+    let sums: Vec<i32> = out[16..len]
+        .chunks_exact(4)
+        .map(|c| i32::from_be_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(sums, vec![60, 64, 68, 72]);
+    assert_eq!(rack.registers().slots()[1].count[0], 0);
+    // A copy of the total: dropped. A worker's retransmission: the stored total.
+    assert_eq!(
+        rack.process(UPLINK, &total, now, &mut out),
+        Verdict::Drop(DropReason::Duplicate)
+    );
+    assert!(matches!(
+        rack.process(PortId(1), &data(1, 20), now, &mut out),
+        Verdict::Unicast {
+            port: PortId(1),
+            ..
+        }
+    ));
+    assert_eq!(out[16..len], total[16..len]);
+    // The upper switch's packets on a rank's port, or of another job, are not totals.
+    assert_eq!(
+        rack.process(PortId(0), &total, now, &mut out),
+        Verdict::Drop(DropReason::UnexpectedType)
+    );
+    assert_eq!(rack.counters().totals_received, 1);
+}
+
+#[test]
+fn an_uplink_port_that_serves_a_rank_is_refused() {
+    let mut p = Pipeline::new(PipelineConfig::default());
+    let mut job = rack_job(0, 2, 4, 0);
+    job.uplink.as_mut().unwrap().port = PortId(1);
+    assert_eq!(
+        p.add_job(job).unwrap_err(),
+        ina_proto::pipeline::JobError::UplinkIsRank(PortId(1))
+    );
+    let mut a = rack_job(0, 2, 4, 0);
+    let mut b = rack_job(0, 2, 4, 0);
+    b.job = 8;
+    b.slot_base = 8;
+    a.uplink.as_mut().unwrap().port = PortId(50);
+    b.uplink.as_mut().unwrap().port = PortId(50);
+    p.add_job(a).unwrap();
+    assert!(matches!(
+        p.add_job(b),
+        Err(ina_proto::pipeline::JobError::UplinkShared { other: 7, .. })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Whatever every hop loses, duplicates or delays: every worker ends with the exact total,
+    /// and the upper switch completes every use exactly once.
+    #[test]
+    fn exact_totals_under_loss_duplication_and_delay_on_every_hop(
+        racks in 1usize..=4,
+        per_rack in 1usize..=4,
+        packets in 1usize..60,
+        window in 1u16..=8,
+        loss in 0.0f64..0.2,
+        duplicate in 0.0f64..0.1,
+        delay in 0.0f64..0.2,
+        seed in any::<u64>(),
+    ) {
+        let ran = run(racks, per_rack, packets, window, Faults { loss, duplicate, delay }, seed);
+        assert_exact(&ran, racks, per_rack);
+        prop_assert_eq!(ran.tree.upper.counters().results_multicast, packets as u64);
+        for rack in &ran.tree.racks {
+            prop_assert_eq!(rack.counters().partials_sent, packets as u64);
+            prop_assert_eq!(rack.counters().totals_received, packets as u64);
+        }
+    }
+}
