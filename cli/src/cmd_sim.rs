@@ -14,9 +14,22 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
-    /// Workers per job (1..=32).
+    /// Workers per job: 1..=32 on one switch; with --rack-size up to 32 racks of workers.
     #[arg(long, default_value_t = 8)]
     pub(crate) workers: usize,
+    /// Two levels of switches: racks of this many workers (1..=32) under rack switches, which
+    /// send their partial sums to one upper switch (hierarchical aggregation). The workers
+    /// of all jobs fill the racks in order. 0: every worker on one switch.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) rack_size: usize,
+    /// With --rack-size: the speed of each rack switch's link to the upper switch, Gbit/s
+    /// (default: --gbps).
+    #[arg(long)]
+    pub(crate) uplink_gbps: Option<f64>,
+    /// With --rack-size: the one-way latency of each rack switch's link to the upper switch,
+    /// microseconds (default: --latency-us).
+    #[arg(long)]
+    pub(crate) uplink_latency_us: Option<f64>,
     /// Jobs sharing the switch, each with its own slots.
     #[arg(long, default_value_t = 1)]
     pub(crate) jobs: usize,
@@ -81,6 +94,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
     /// A TOML file describing the run: any of the flags above by name (`workers`, `jobs`,
+    /// `rack_size`, `uplink_gbps`, `uplink_latency_us`,
     /// `elements`, `elems`, `window`, `gbps`, `latency_us`, `loss`, `duplicate`, `reorder`,
     /// `rto_min_us`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses its
     /// state and comes back with the jobs under new epochs), and `[[fault]]` tables that name
@@ -98,6 +112,9 @@ struct SimFile {
     #[serde(default)]
     description: Option<String>,
     workers: Option<usize>,
+    rack_size: Option<usize>,
+    uplink_gbps: Option<f64>,
+    uplink_latency_us: Option<f64>,
     jobs: Option<usize>,
     elements: Option<usize>,
     elems: Option<u16>,
@@ -148,8 +165,14 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
     }
     set!(
         workers, jobs, elements, elems, window, gbps, latency_us, loss, duplicate, reorder,
-        rto_min_us, nic_queue, generated, seed, seeds
+        rto_min_us, nic_queue, generated, seed, seeds, rack_size
     );
+    if f.uplink_gbps.is_some() {
+        args.uplink_gbps = f.uplink_gbps;
+    }
+    if f.uplink_latency_us.is_some() {
+        args.uplink_latency_us = f.uplink_latency_us;
+    }
     if let Some(d) = &f.description {
         println!("scenario {}: {d}", path.display());
     }
@@ -284,8 +307,32 @@ impl SimResult {
 
 /// Runs every seed of `args` with `faults`, prints a line per job, returns them.
 pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<SimResult>> {
-    if args.workers == 0 || args.workers > 32 {
-        bail!("--workers must be 1..=32");
+    if args.rack_size > 32 {
+        bail!("--rack-size must be 0 (one switch) or 1..=32 workers per rack");
+    }
+    if args.rack_size == 0 && (args.uplink_gbps.is_some() || args.uplink_latency_us.is_some()) {
+        bail!("--uplink-gbps and --uplink-latency-us describe the racks' uplinks: add --rack-size");
+    }
+    let max_workers = if args.rack_size == 0 {
+        32
+    } else {
+        32 * args.rack_size
+    };
+    if args.workers == 0 || args.workers > max_workers {
+        if args.rack_size == 0 {
+            bail!("--workers must be 1..=32 on one switch (add --rack-size for up to 32 racks)");
+        }
+        bail!(
+            "--workers must be 1..={max_workers}: a job spans at most 32 racks of --rack-size {}",
+            args.rack_size
+        );
+    }
+    if args.uplink_gbps.is_some_and(|g| g.is_nan() || g <= 0.0)
+        || args
+            .uplink_latency_us
+            .is_some_and(|l| l.is_nan() || l < 0.0)
+    {
+        bail!("--uplink-gbps must be positive and --uplink-latency-us at least 0");
     }
     if args.jobs == 0 || args.jobs * usize::from(args.window) > 60_000 {
         bail!("--jobs times --window must fit the switch's slots");
@@ -355,6 +402,16 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         scenario.rto.min = Duration::from_secs_f64(args.rto_min_us * 1e-6);
         scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.nic_queue = (args.nic_queue > 0).then_some(args.nic_queue);
+        if args.rack_size > 0 {
+            let mut uplink = link;
+            uplink.bandwidth_bps = Some((args.uplink_gbps.unwrap_or(args.gbps) * 1e9) as u64);
+            uplink.latency =
+                Duration::from_secs_f64(args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6);
+            scenario.racks = Some(ina_sim::Racks {
+                per_rack: args.rack_size,
+                uplink,
+            });
+        }
         scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
         apply_faults(faults, &mut scenario);
         scenario.pipeline.max_elems = args.elems;
@@ -436,6 +493,18 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 println!("       job {}: {e}", r.job);
             }
             results.push(r);
+        }
+        if !report.rack_uplinks.is_empty() {
+            let racks = report.rack_uplinks.len();
+            let up = report.rack_uplinks.iter().chain(&report.rack_downlinks);
+            let (sent, lost) = up.fold((0, 0), |(s, l), x| (s + x.sent, l + x.lost));
+            let resent: u64 = report.switches[..racks]
+                .iter()
+                .map(|c| c.partials_resent)
+                .sum();
+            println!(
+                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {resent} partial sums sent again"
+            );
         }
         println!(
             "       seed {seed}: {} events simulated in {wall:.2} s of wall time ({:.2} M events/s)",

@@ -272,3 +272,47 @@ fn sim_sweeps_loss_and_plots_the_fractions() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[0, 1)"));
 }
+
+#[test]
+fn sim_runs_racks_under_an_upper_switch_and_refuses_a_job_too_large_for_them() {
+    let out = ina()
+        .args([
+            "sim",
+            "--workers",
+            "40",
+            "--rack-size",
+            "8",
+            "--elements",
+            "65536",
+            "--loss",
+            "0.01",
+            "--uplink-gbps",
+            "40",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("5 racks under one upper switch"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" yes"), "{stdout}");
+    for (args, words) in [
+        (&["--workers", "33"][..], "1..=32 on one switch"),
+        (&["--workers", "300", "--rack-size", "8"][..], "1..=256"),
+        (&["--rack-size", "33"][..], "--rack-size must be"),
+        (&["--uplink-gbps", "10"][..], "add --rack-size"),
+    ] {
+        let out = ina().arg("sim").args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(words),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -115,7 +115,31 @@ impl Uplink {
 
 /// `reg_count` of a use whose ranks have all contributed on a lower switch, which waits for
 /// the upper switch's total (a count of arrivals never reaches it: a job has at most 32 ranks).
+/// The use's packets carried payload: its partial sum is sent with the job's elements.
 pub const AWAITING_TOTAL: u32 = 0xffff;
+/// As [`AWAITING_TOTAL`], for a use whose packets carried no payload (the exponent
+/// lookahead's headers): its partial sum is a header. The register, not the packet that asks,
+/// says which: a rank's status Query carries no payload whatever the use's packets did.
+pub const AWAITING_TOTAL_HEADER: u32 = 0xfffe;
+
+/// The rank whose retransmissions and Queries of a use waiting for its total send the
+/// partial sum up again: the lower switch has no timer of its own, and borrows this rank's.
+/// The other ranks are answered with a Pending that shows every rank's contribution held, and
+/// wait: a lost partial or total costs one resent partial per timeout of this rank, not one
+/// per rank (with 8 ranks a rack, the rack's uplink carried 25 partials per loss when every
+/// rank's timer resent it, and 3 with this one's).
+pub const UPLINK_TIMER_RANK: u8 = 0;
+
+/// The element count of the partial sum of a use waiting for its total, or `None` when
+/// `pending` is a count of arrivals (or 0).
+#[inline(always)]
+fn awaiting(pending: u32, elems: u16) -> Option<u16> {
+    match pending {
+        AWAITING_TOTAL => Some(elems),
+        AWAITING_TOTAL_HEADER => Some(0),
+        _ => None,
+    }
+}
 
 /// Why a job cannot be installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -956,12 +980,15 @@ impl Pipeline {
             job.cfg.elems_per_packet
         };
         let base = (2 * slot + x) * usize::from(regs.max_elems);
-        if pending[x] == AWAITING_TOTAL {
+        if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet) {
             // As for a retransmission of the rank's data (see `aggregate`).
             let Some(up) = job.cfg.uplink.filter(|_| bitmap[x] & bit != 0) else {
                 return drop_counted(counters, DropReason::Duplicate);
             };
-            let cells = &cells_of(&mut regs.values)[base..base + usize::from(count)];
+            if view.rank() != UPLINK_TIMER_RANK {
+                return emit_pending(counters, &view, bitmap[x], ingress, out);
+            }
+            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
             counters.partials_resent += 1;
             job.last_activity = Some(now);
             return emit_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
@@ -1061,7 +1088,7 @@ impl Pipeline {
         if hdr.seq != seq[x] {
             return drop_counted(counters, DropReason::StaleSeq);
         }
-        if pending[x] != AWAITING_TOTAL {
+        if awaiting(pending[x], job.cfg.elems_per_packet) != Some(hdr.count) {
             // A copy of a total already multicast (an answer to a partial sent again that
             // crossed the total): the ranks that ask again get it from the registers.
             return drop_counted(counters, DropReason::Duplicate);
@@ -1166,13 +1193,17 @@ impl Pipeline {
         let seen = bitmap[x] & bit != 0;
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
-        if !new_use && pending[x] == AWAITING_TOTAL {
+        if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet).filter(|_| !new_use) {
             // Every rank here contributed and the total has not come down: a rank's
             // retransmission sends the partial sum up again, which the upper switch answers
             // with the total if it has it (PROTOCOL.md §9).
             let Some(up) = job.cfg.uplink.filter(|_| seen) else {
                 return drop_counted(counters, DropReason::Duplicate);
             };
+            if view.rank() != UPLINK_TIMER_RANK {
+                return emit_pending(counters, view, bitmap[x], ingress, out);
+            }
+            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
             counters.partials_resent += 1;
             return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
         }
@@ -1227,7 +1258,11 @@ impl Pipeline {
             return Verdict::Absorbed;
         }
         if let Some(up) = job.cfg.uplink {
-            pending[x] = AWAITING_TOTAL;
+            pending[x] = if count == 0 {
+                AWAITING_TOTAL_HEADER
+            } else {
+                AWAITING_TOTAL
+            };
             counters.partials_sent += 1;
             return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
         }

@@ -421,6 +421,20 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
     assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
     assert_eq!(out[..partial.len()], partial[..]);
     assert_eq!(rack.counters().partials_resent, 1);
+    // Rank 1's retransmission: a Pending that shows both ranks held (only rank 0's timer
+    // sends the partial again).
+    let v = rack.process(PortId(1), &data(1, 20), now, &mut out);
+    let Verdict::Unicast {
+        port: PortId(1),
+        len,
+    } = v
+    else {
+        panic!("rank 1 gets a Pending, got {v:?}")
+    };
+    let pending = AggRepr::parse(&ina_wire::AggPacket::new_checked(&out[..len]).unwrap()).unwrap();
+    assert_eq!(pending.kind, MessageType::Pending);
+    assert_eq!(out[16..20], 0b11u32.to_be_bytes());
+    assert_eq!(rack.counters().partials_resent, 1);
     // The upper switch, with the other rack's partial, completes the use.
     let upper = &mut t.upper;
     assert_eq!(

@@ -15,6 +15,6 @@ pub mod run;
 
 pub use link::{LinkConfig, LinkStats};
 pub use run::{
-    run, Data, Injection, JobReport, JobSpec, Report, Scenario, WorkerReport, WorkerSpec,
-    DEFAULT_NIC_QUEUE,
+    run, Data, Injection, JobReport, JobSpec, Racks, Report, Scenario, WorkerReport, WorkerSpec,
+    DEFAULT_NIC_QUEUE, UPLINK_PORT,
 };

@@ -2,7 +2,7 @@
 
 use crate::link::{Link, LinkConfig, LinkStats};
 use crate::rng::Rng;
-use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
+use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::Instant;
@@ -82,6 +82,21 @@ pub struct Injection {
 /// ring (DPDK, AF_XDP) keeps it.
 pub const DEFAULT_NIC_QUEUE: u32 = 4;
 
+/// Two levels of switches: workers in racks under rack switches, the rack switches under one
+/// upper switch (hierarchical aggregation, PROTOCOL.md §9).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Racks {
+    /// Workers per rack (1..=32). The scenario's workers, job after job, fill the racks in
+    /// order; a job with workers in several racks is installed on each of their switches, with
+    /// the upper switch as its uplink, and on the upper switch with one rank per rack.
+    pub per_rack: usize,
+    /// The link between each rack switch and the upper switch, in both directions.
+    pub uplink: LinkConfig,
+}
+
+/// The port of a rack switch that leads to the upper switch (worker ports start at 2).
+pub const UPLINK_PORT: PortId = PortId(1);
+
 /// A complete simulation.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -107,6 +122,8 @@ pub struct Scenario {
     /// next use goes out next instead of behind a window of queued packets: the queue, not the
     /// network, would otherwise set every round trip to the window's serialization time.
     pub nic_queue: Option<u32>,
+    /// Racks under an upper switch; `None`: every worker on one switch.
+    pub racks: Option<Racks>,
 }
 
 impl Scenario {
@@ -133,6 +150,7 @@ impl Scenario {
             switch_restart_at: None,
             gap_reports: true,
             nic_queue: Some(DEFAULT_NIC_QUEUE),
+            racks: None,
         }
     }
 }
@@ -161,7 +179,15 @@ pub struct JobReport {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub jobs: Vec<JobReport>,
+    /// The counters of every switch, added up.
     pub switch: Counters,
+    /// Each switch's counters: the rack switches in order, then the upper switch (one entry
+    /// without racks).
+    pub switches: Vec<Counters>,
+    /// Each rack switch's link to the upper switch (empty without racks).
+    pub rack_uplinks: Vec<LinkStats>,
+    /// The upper switch's link to each rack switch.
+    pub rack_downlinks: Vec<LinkStats>,
     /// Virtual time at which the run ended.
     pub elapsed: Duration,
     /// Events processed.
@@ -170,8 +196,12 @@ pub struct Report {
 
 #[derive(Debug)]
 enum Event {
-    /// A packet reaches the switch on a port.
-    ToSwitch { port: PortId, bytes: Vec<u8> },
+    /// A packet reaches a switch on a port.
+    ToSwitch {
+        switch: usize,
+        port: PortId,
+        bytes: Vec<u8>,
+    },
     /// A packet reaches a worker.
     ToWorker { worker: usize, bytes: Vec<u8> },
     /// A worker starts or dies.
@@ -200,6 +230,8 @@ impl Queue {
 }
 
 struct WorkerState<'a> {
+    /// The switch it is attached to, and its port there.
+    switch: usize,
     port: PortId,
     cfg: StreamConfig,
     start_at: Instant,
@@ -226,46 +258,179 @@ impl WorkerState<'_> {
     }
 }
 
+/// Who is behind a port of a switch.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    Worker(usize),
+    /// The upper switch (behind a rack switch's [`UPLINK_PORT`]).
+    Upper,
+    /// Rack switch `r` (behind the upper switch's port `r`).
+    Rack(usize),
+}
+
+/// The switches of a scenario, what they install, and who is behind each port.
+struct Topology {
+    /// The jobs each switch installs, with the scenario's epochs.
+    installs: Vec<Vec<JobConfig>>,
+    /// `peers[switch][port]`.
+    peers: Vec<Vec<Option<Peer>>>,
+    /// The upper switch's index, with racks.
+    upper: Option<usize>,
+    /// Per worker (in scenario order): its switch, port, rank there, and ranks there.
+    attach: Vec<(usize, PortId, u8, u8)>,
+}
+
+impl Topology {
+    fn new(scenario: &Scenario) -> Topology {
+        let total: usize = scenario.jobs.iter().map(|j| j.workers.len()).sum();
+        let per_rack = scenario.racks.map(|r| r.per_rack.clamp(1, 32));
+        let racks = per_rack.map_or(0, |k| total.div_ceil(k));
+        let switches = if per_rack.is_some() { racks + 1 } else { 1 };
+        let upper = per_rack.map(|_| racks);
+        let mut installs = vec![Vec::new(); switches];
+        let mut peers: Vec<Vec<Option<Peer>>> = vec![Vec::new(); switches];
+        let set_peer = |peers: &mut Vec<Vec<Option<Peer>>>, sw: usize, port: PortId, p: Peer| {
+            let at = usize::from(port.0);
+            if peers[sw].len() <= at {
+                peers[sw].resize(at + 1, None);
+            }
+            peers[sw][at] = Some(p);
+        };
+        let mut attach = Vec::with_capacity(total);
+        let mut g = 0usize;
+        for job in &scenario.jobs {
+            // The job's workers by switch, in rank order.
+            let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+            for _ in &job.workers {
+                let sw = per_rack.map_or(0, |k| g / k);
+                match groups.last_mut() {
+                    Some((last, members)) if *last == sw => members.push(g),
+                    _ => groups.push((sw, vec![g])),
+                }
+                g += 1;
+            }
+            let tree = upper.filter(|_| groups.len() > 1);
+            for (i, (sw, members)) in groups.iter().enumerate() {
+                let ports: Vec<PortId> = members
+                    .iter()
+                    .map(|&w| PortId(2 + per_rack.map_or(w, |k| w % k) as u16))
+                    .collect();
+                for (r, (&w, &port)) in members.iter().zip(&ports).enumerate() {
+                    set_peer(&mut peers, *sw, port, Peer::Worker(w));
+                    attach.push((*sw, port, r as u8, members.len() as u8));
+                }
+                let uplink = tree.map(|_| {
+                    set_peer(&mut peers, *sw, UPLINK_PORT, Peer::Upper);
+                    Uplink {
+                        port: UPLINK_PORT,
+                        job: job.job,
+                        epoch: job.epoch,
+                        rank: i as u8,
+                        slot_base: job.slot_base,
+                    }
+                });
+                installs[*sw].push(JobConfig {
+                    job: job.job,
+                    epoch: job.epoch,
+                    slot_base: job.slot_base,
+                    slot_count: job.window,
+                    elems_per_packet: job.elems_per_packet,
+                    ranks: ports,
+                    uplink,
+                });
+            }
+            if let Some(up) = tree {
+                let ranks: Vec<PortId> = groups.iter().map(|(sw, _)| PortId(*sw as u16)).collect();
+                for (sw, _) in &groups {
+                    set_peer(&mut peers, up, PortId(*sw as u16), Peer::Rack(*sw));
+                }
+                installs[up].push(JobConfig {
+                    job: job.job,
+                    epoch: job.epoch,
+                    slot_base: job.slot_base,
+                    slot_count: job.window,
+                    elems_per_packet: job.elems_per_packet,
+                    ranks,
+                    uplink: None,
+                });
+            }
+        }
+        Topology {
+            installs,
+            peers,
+            upper,
+            attach,
+        }
+    }
+
+    /// The switches with their jobs installed, epochs moved on by `epoch_bump` (a restart).
+    fn switches(&self, scenario: &Scenario, epoch_bump: u16) -> Vec<Pipeline> {
+        self.installs
+            .iter()
+            .map(|jobs| {
+                let mut pipe = Pipeline::new(scenario.pipeline);
+                pipe.set_gap_reports(scenario.gap_reports);
+                for job in jobs {
+                    let mut cfg = job.clone();
+                    cfg.epoch = cfg.epoch.wrapping_add(epoch_bump);
+                    if let Some(up) = cfg.uplink.as_mut() {
+                        up.epoch = up.epoch.wrapping_add(epoch_bump);
+                    }
+                    if let Err(e) = pipe.add_job(cfg) {
+                        panic!("scenario job {} does not fit the switch: {e}", job.job);
+                    }
+                }
+                pipe
+            })
+            .collect()
+    }
+
+    fn peer(&self, switch: usize, port: PortId) -> Option<Peer> {
+        self.peers
+            .get(switch)
+            .and_then(|p| p.get(usize::from(port.0)))
+            .copied()
+            .flatten()
+    }
+}
+
 /// Runs a scenario to completion (every worker finished, failed or dead) or to its time limit.
 pub fn run(scenario: &Scenario) -> Report {
     let mut rng = Rng::new(scenario.seed);
-    let mut pipe = Pipeline::new(scenario.pipeline);
-    pipe.set_gap_reports(scenario.gap_reports);
+    let topo = Topology::new(scenario);
+    let mut switches = topo.switches(scenario, 0);
+    let racks = topo.upper.unwrap_or(0);
+    let uplink_cfg = scenario.racks.map(|r| r.uplink).unwrap_or_default();
+    let mut rack_up: Vec<Link> = (0..racks).map(|_| Link::new(uplink_cfg)).collect();
+    let mut rack_down: Vec<Link> = (0..racks).map(|_| Link::new(uplink_cfg)).collect();
     let mut tensors: Vec<Vec<Data>> = Vec::new();
-    let mut port = 1u16;
-    let mut job_ports = Vec::new();
     for job in &scenario.jobs {
-        let ports: Vec<PortId> = job
-            .workers
-            .iter()
-            .map(|_| {
-                port += 1;
-                PortId(port)
-            })
-            .collect();
-        install(&mut pipe, job, job.epoch, &ports);
-        job_ports.push(ports);
         for w in &job.workers {
             tensors.push(w.tensors.clone());
         }
     }
     let mut tensor_iters = tensors.iter_mut();
     let mut workers: Vec<WorkerState<'_>> = Vec::new();
-    for (j, job) in scenario.jobs.iter().enumerate() {
-        for (r, w) in job.workers.iter().enumerate() {
+    let mut attach = topo.attach.iter();
+    for job in &scenario.jobs {
+        for w in &job.workers {
             let link = w.link.unwrap_or(scenario.link);
             let lane = Lane::new(job.slot_base, job.window);
             let pending = tensor_iters
                 .next()
                 .map(|t| t.iter_mut())
                 .unwrap_or_default();
+            let Some(&(switch, port, rank, ranks)) = attach.next() else {
+                unreachable!("the topology attaches every worker");
+            };
             workers.push(WorkerState {
-                port: job_ports[j][r],
+                switch,
+                port,
                 cfg: StreamConfig {
                     job: job.job,
                     epoch: w.epoch.unwrap_or(job.epoch),
-                    rank: r as u8,
-                    workers: job.workers.len() as u8,
+                    rank,
+                    workers: ranks,
                     total_workers: job.workers.len() as u16,
                     elems_per_packet: job.elems_per_packet,
                     lane,
@@ -289,16 +454,6 @@ pub fn run(scenario: &Scenario) -> Report {
             });
         }
     }
-    // Ports are numbered from 2 up: a table finds a port's worker at once.
-    let mut port_index: Vec<Option<usize>> = Vec::new();
-    for (i, p) in job_ports.iter().flatten().enumerate() {
-        let at = usize::from(p.0);
-        if port_index.len() <= at {
-            port_index.resize(at + 1, None);
-        }
-        port_index[at] = Some(i);
-    }
-    let port_to_worker = |p: PortId| port_index.get(usize::from(p.0)).copied().flatten();
 
     let mut q = Queue {
         heap: BinaryHeap::new(),
@@ -315,6 +470,7 @@ pub fn run(scenario: &Scenario) -> Report {
         q.push(
             Instant::ZERO + inj.at,
             Event::ToSwitch {
+                switch: 0,
                 port: inj.port,
                 bytes: inj.bytes.clone(),
             },
@@ -396,11 +552,7 @@ pub fn run(scenario: &Scenario) -> Report {
         now = now.max(next);
         if restart_at.is_some_and(|r| r <= now) {
             restart_at = None;
-            pipe = Pipeline::new(scenario.pipeline);
-            pipe.set_gap_reports(scenario.gap_reports);
-            for (j, job) in scenario.jobs.iter().enumerate() {
-                install(&mut pipe, job, job.epoch.wrapping_add(1), &job_ports[j]);
-            }
+            switches = topo.switches(scenario, 1);
         }
         // Deliver everything due now.
         while q.peek_time().is_some_and(|t| t <= now) {
@@ -420,26 +572,34 @@ pub fn run(scenario: &Scenario) -> Report {
                         }
                     }
                 }
-                Event::ToSwitch { port, bytes } => {
+                Event::ToSwitch {
+                    switch,
+                    port,
+                    bytes,
+                } => {
+                    let Some(pipe) = switches.get_mut(switch) else {
+                        continue;
+                    };
+                    let mut net = Net {
+                        topo: &topo,
+                        workers: &mut workers,
+                        rack_up: &mut rack_up,
+                        rack_down: &mut rack_down,
+                        rng: &mut rng,
+                        q: &mut q,
+                        now,
+                    };
                     match pipe.process(port, &bytes, now, &mut out) {
-                        Verdict::Unicast { port, len } => {
-                            if let Some(i) = port_to_worker(port) {
-                                deliver(&mut workers[i], i, now, &out[..len], &mut rng, &mut q);
-                            }
-                        }
+                        Verdict::Unicast { port, len } => net.send(switch, port, &out[..len]),
                         Verdict::Multicast { ports, len } => {
                             for p in ports {
-                                if let Some(i) = port_to_worker(*p) {
-                                    deliver(&mut workers[i], i, now, &out[..len], &mut rng, &mut q);
-                                }
+                                net.send(switch, *p, &out[..len]);
                             }
                         }
                         Verdict::Drop(_) | Verdict::Absorbed => {}
                     }
                     if let Some(report) = pipe.poll_report().filter(|_| scenario.gap_reports) {
-                        if let Some(i) = port_to_worker(report.port) {
-                            deliver(&mut workers[i], i, now, &report.header, &mut rng, &mut q);
-                        }
+                        net.send(switch, report.port, &report.header);
                     }
                 }
             }
@@ -487,9 +647,17 @@ pub fn run(scenario: &Scenario) -> Report {
             workers: it.by_ref().take(j.workers.len()).collect(),
         })
         .collect();
+    let per_switch: Vec<Counters> = switches.iter().map(|p| *p.counters()).collect();
+    let mut switch = Counters::default();
+    for c in &per_switch {
+        switch.add(c);
+    }
     Report {
         jobs,
-        switch: *pipe.counters(),
+        switch,
+        switches: per_switch,
+        rack_uplinks: rack_up.iter().map(|l| l.stats).collect(),
+        rack_downlinks: rack_down.iter().map(|l| l.stats).collect(),
         elapsed,
         events,
     }
@@ -506,18 +674,46 @@ fn nic_room(scenario: &Scenario, link: &LinkConfig) -> Option<Duration> {
     ))
 }
 
-fn install(pipe: &mut Pipeline, job: &JobSpec, epoch: u16, ports: &[PortId]) {
-    let result = pipe.add_job(JobConfig {
-        job: job.job,
-        epoch,
-        slot_base: job.slot_base,
-        slot_count: job.window,
-        elems_per_packet: job.elems_per_packet,
-        ranks: ports.to_vec(),
-        uplink: None,
-    });
-    if let Err(e) = result {
-        panic!("scenario job {} does not fit the switch: {e}", job.job);
+/// Where a switch's output goes: to a worker over its downlink, or to the other level's
+/// switch over the rack's link.
+struct Net<'n, 'w> {
+    topo: &'n Topology,
+    workers: &'n mut [WorkerState<'w>],
+    rack_up: &'n mut [Link],
+    rack_down: &'n mut [Link],
+    rng: &'n mut Rng,
+    q: &'n mut Queue,
+    now: Instant,
+}
+
+impl Net<'_, '_> {
+    /// Sends `bytes` out of `port` of switch `from`.
+    fn send(&mut self, from: usize, port: PortId, bytes: &[u8]) {
+        let (link, to, to_port) = match self.topo.peer(from, port) {
+            None => return,
+            Some(Peer::Worker(i)) => {
+                deliver(&mut self.workers[i], i, self.now, bytes, self.rng, self.q);
+                return;
+            }
+            Some(Peer::Upper) => match (self.rack_up.get_mut(from), self.topo.upper) {
+                (Some(link), Some(up)) => (link, up, PortId(from as u16)),
+                _ => return,
+            },
+            Some(Peer::Rack(r)) => match self.rack_down.get_mut(r) {
+                Some(link) => (link, r, UPLINK_PORT),
+                None => return,
+            },
+        };
+        for at in link.transmit(self.now, bytes.len(), self.rng) {
+            self.q.push(
+                at,
+                Event::ToSwitch {
+                    switch: to,
+                    port: to_port,
+                    bytes: bytes.to_vec(),
+                },
+            );
+        }
     }
 }
 
@@ -599,6 +795,7 @@ fn pump(
                         q.push(
                             at,
                             Event::ToSwitch {
+                                switch: w.switch,
                                 port: w.port,
                                 bytes: buf[..len].to_vec(),
                             },
