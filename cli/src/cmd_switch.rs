@@ -29,7 +29,10 @@ pub struct SwitchArgs {
     /// A job: "id=1;slots=0..128;elems=256;workers=127.0.0.1:9000,127.0.0.1:9001"
     /// (worker r's address is the r-th), optionally ";group=239.1.0.1:18800", a multicast
     /// group the workers joined, to which each result is sent once. With --ports, each worker
-    /// is INTERFACE/MAC/IP:UDP_PORT instead. Repeatable.
+    /// is INTERFACE/MAC/IP:UDP_PORT instead. Repeatable. A rack switch of an aggregation tree
+    /// adds its upper switch: ";uplink=ADDR;uplink_rank=R;uplink_epoch=E" (the upper switch's
+    /// job must be given that epoch=E), and ";uplink_job=J;uplink_slot=S" when the job's id or
+    /// first slot differ there.
     #[arg(long = "job")]
     jobs: Vec<String>,
     /// Serve raw Ethernet ports instead of a UDP socket (the L2 software switch, as a P4
@@ -136,9 +139,20 @@ pub fn parse_job_keys(s: &str) -> Result<JobKeys<'_>, String> {
     Ok(keys)
 }
 
-/// Parses the `--job` syntax of the UDP switch.
+/// Parses the `--job` syntax of the UDP switch: the common keys, and for a rack switch of an
+/// aggregation tree `uplink=ADDR;uplink_rank=R;uplink_epoch=E` (and optionally `uplink_job=J`,
+/// `uplink_slot=S`: the job's id and first slot on the upper switch, by default the same).
 pub fn parse_job(s: &str) -> Result<JobSpec, String> {
-    let keys = parse_job_keys(s)?;
+    let (mut common, mut up) = (Vec::new(), Vec::new());
+    for part in s.split(';') {
+        match part.trim().split_once('=') {
+            Some((k, v)) if k.trim().starts_with("uplink") => up.push((k.trim(), v.trim())),
+            _ => common.push(part),
+        }
+    }
+    let common = common.join(";");
+    let keys = parse_job_keys(&common)?;
+    let uplink = parse_uplink(&up)?;
     let workers: Result<Vec<SocketAddr>, _> =
         keys.workers.split(',').map(|a| a.trim().parse()).collect();
     let group = match keys.group {
@@ -159,7 +173,40 @@ pub fn parse_job(s: &str) -> Result<JobSpec, String> {
         elems_per_packet: keys.elems,
         workers: workers.map_err(|e| format!("workers: {e}"))?,
         group,
+        uplink,
     })
+}
+
+/// The `uplink*` keys of a `--job` value.
+fn parse_uplink(keys: &[(&str, &str)]) -> Result<Option<ina_switch::UplinkSpec>, String> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let (mut addr, mut rank, mut epoch, mut job, mut slot) = (None, None, None, None, None);
+    for (k, v) in keys {
+        match *k {
+            "uplink" => addr = Some(v.parse().map_err(|e| format!("uplink `{v}`: {e}"))?),
+            "uplink_rank" => rank = Some(v.parse().map_err(|e| format!("uplink_rank: {e}"))?),
+            "uplink_epoch" => epoch = Some(v.parse().map_err(|e| format!("uplink_epoch: {e}"))?),
+            "uplink_job" => job = Some(v.parse().map_err(|e| format!("uplink_job: {e}"))?),
+            "uplink_slot" => slot = Some(v.parse().map_err(|e| format!("uplink_slot: {e}"))?),
+            other => return Err(format!("unknown key `{other}`")),
+        }
+    }
+    let need = |what: &str| {
+        format!("uplink needs uplink=ADDR, uplink_rank=R and uplink_epoch=E (the epoch the upper switch's job was installed with); {what} is missing")
+    };
+    let rank: u8 = rank.ok_or_else(|| need("uplink_rank"))?;
+    if rank > ina_wire::agg::MAX_RANK {
+        return Err(format!("uplink_rank {rank}: a job has ranks 0..=31"));
+    }
+    Ok(Some(ina_switch::UplinkSpec {
+        addr: addr.ok_or_else(|| need("uplink"))?,
+        job,
+        rank,
+        epoch: epoch.ok_or_else(|| need("uplink_epoch"))?,
+        slot_base: slot,
+    }))
 }
 
 /// The largest elements per packet the switch takes: `given` (by --max-elems or the config
@@ -471,6 +518,47 @@ mod tests {
         assert_eq!(g.group, Some("239.1.2.3:4000".parse().unwrap()));
         assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=10.1.2.3:4000").is_err());
         assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3").is_err());
+    }
+
+    #[test]
+    fn job_flag_takes_an_uplink() {
+        let j = parse_job(
+            "id=3;slots=0..64;workers=127.0.0.1:1;uplink=10.0.0.1:5;uplink_rank=2;uplink_epoch=9",
+        )
+        .unwrap();
+        let u = j.uplink.unwrap();
+        assert_eq!(u.addr, "10.0.0.1:5".parse().unwrap());
+        assert_eq!((u.rank, u.epoch, u.job, u.slot_base), (2, 9, None, None));
+        let j = parse_job("id=3;slots=0..64;workers=127.0.0.1:1;uplink=10.0.0.1:5;uplink_rank=0;uplink_epoch=9;uplink_job=7;uplink_slot=64").unwrap();
+        let u = j.uplink.unwrap();
+        assert_eq!((u.job, u.slot_base), (Some(7), Some(64)));
+        assert_eq!(
+            parse_job("id=3;slots=0..64;workers=127.0.0.1:1")
+                .unwrap()
+                .uplink,
+            None
+        );
+        for (bad, words) in [
+            ("uplink=10.0.0.1:5;uplink_rank=0", "uplink_epoch is missing"),
+            ("uplink=10.0.0.1:5;uplink_epoch=1", "uplink_rank is missing"),
+            ("uplink_rank=0;uplink_epoch=1", "uplink is missing"),
+            (
+                "uplink=10.0.0.1:5;uplink_rank=32;uplink_epoch=1",
+                "ranks 0..=31",
+            ),
+            (
+                "uplink=nowhere;uplink_rank=0;uplink_epoch=1",
+                "uplink `nowhere`",
+            ),
+            (
+                "uplink=10.0.0.1:5;uplink_rank=0;uplink_epoch=1;uplink_x=1",
+                "unknown key `uplink_x`",
+            ),
+        ] {
+            let err =
+                parse_job(&format!("id=3;slots=0..64;workers=127.0.0.1:1;{bad}")).unwrap_err();
+            assert!(err.contains(words), "{bad}: {err}");
+        }
     }
 
     #[test]

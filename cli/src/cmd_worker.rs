@@ -43,11 +43,17 @@ pub struct WorkerArgs {
     bind: SocketAddr,
     #[arg(long, default_value_t = 1)]
     job: u16,
+    /// This worker's rank in the job (its data and the check of the sums follow it).
     #[arg(long)]
     rank: u8,
-    /// Workers in the job.
+    /// Workers in the job: all of them, whatever switch each is attached to.
     #[arg(long)]
     workers: usize,
+    /// Ina, when the switch is a rack switch of an aggregation tree: this worker's rank on
+    /// that switch (the switch lists this many fewer workers than --workers, and every
+    /// result sums all --workers).
+    #[arg(long)]
+    switch_rank: Option<u8>,
     /// Ring peers, `rank`-th is this worker; `-` reads a JSON array from stdin after binding.
     #[arg(long)]
     peers: Option<String>,
@@ -236,11 +242,26 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("joining {group}"))?;
             }
             emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
-            let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, args.rank);
+            let switch_rank = args.switch_rank.unwrap_or(args.rank);
+            let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
             cfg.window = args.window;
             cfg.give_up = Duration::from_millis(args.give_up_ms);
             cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
-            cfg.expect_workers = u8::try_from(args.workers).ok();
+            if args.switch_rank.is_some() {
+                cfg.total_workers = Some(
+                    u16::try_from(args.workers)
+                        .ok()
+                        .filter(|n| *n <= 1024)
+                        .context("--workers: an aggregation tree has at most 1024 workers")?,
+                );
+            } else {
+                cfg.expect_workers = Some(
+                    u8::try_from(args.workers)
+                        .ok()
+                        .filter(|n| *n <= 32)
+                        .context("--workers: a switch takes at most 32 workers of a job (add --switch-rank for a rack switch of a tree)")?,
+                );
+            }
             cfg.group = args.group;
             let comm = match Communicator::with_port(port, cfg) {
                 Ok(c) => c,

@@ -420,6 +420,7 @@ fn garbage_and_foreign_datagrams_are_counted_and_change_no_sum() {
         elems_per_packet: 256,
         workers: vec![member.local_addr().unwrap()],
         group: None,
+        uplink: None,
     });
     let epochs = (job1.epoch.unwrap(), job2.epoch.unwrap());
     let before = sw.stats().total;
@@ -580,6 +581,7 @@ fn a_retransmission_after_batched_sends_gets_the_stored_result(shards: usize) {
         elems_per_packet: 16,
         workers: ports.iter().map(|p| p.local_addr()).collect(),
         group: None,
+        uplink: None,
     });
     let epoch = job.epoch.unwrap();
     // Header-only Data packets: the first use of slots 0 and 1.

@@ -226,3 +226,234 @@ fn a_sweep_runs_each_value_on_its_own_testbed_and_plots_them() {
     let lone = ina(&["bench", "--plot", "x.svg"]);
     assert!(String::from_utf8_lossy(&lone.stderr).contains("--sweep-workers"));
 }
+
+/// The upper switch's namespace of [`Tree`], and the links to its racks' hubs.
+struct Tree {
+    racks: Vec<ina_io::netns::Rack>,
+    upper: String,
+}
+
+impl Tree {
+    /// Two racks of two workers (200 Mbit/s links), their hubs linked to an upper namespace
+    /// by links of the same rate: rack `i`'s hub is 198.19.i.2, the upper switch 198.19.i.1.
+    /// `loss` applies to every link, the racks' uplinks included.
+    fn build(loss: f64) -> Tree {
+        use ina_io::netns::{Hub, Rack, RackConfig};
+        let upper = "inatree-up".to_string();
+        let _ = Command::new("ip").args(["netns", "del", &upper]).status();
+        let mut racks = Vec::new();
+        for i in 0..2 {
+            let mut cfg = RackConfig::new(&format!("tree{i}"), 2);
+            cfg.hub = Hub::Bridge;
+            cfg.rate_bps = Some(200_000_000);
+            cfg.loss = loss;
+            racks.push(Rack::build(cfg).unwrap());
+        }
+        let tree = Tree { racks, upper };
+        let sh = |ns: &str, cmd: &str| {
+            let ok = Command::new("ip")
+                .args(["netns", "exec", ns, "sh", "-c", cmd])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "in {ns}: {cmd}");
+        };
+        let ip = |args: &[&str]| {
+            let ok = Command::new("ip").args(args).status().unwrap().success();
+            assert!(ok, "ip {args:?}");
+        };
+        ip(&["netns", "add", &tree.upper]);
+        sh(&tree.upper, "ip link set lo up");
+        for (i, rack) in tree.racks.iter().enumerate() {
+            let hub = rack.hub();
+            let up = format!("up{i}");
+            ip(&[
+                "link",
+                "add",
+                &up,
+                "netns",
+                &tree.upper,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "uplink",
+                "netns",
+                &hub,
+            ]);
+            for (ns, dev, addr) in [
+                (tree.upper.as_str(), up.as_str(), format!("198.19.{i}.1/24")),
+                (hub.as_str(), "uplink", format!("198.19.{i}.2/24")),
+            ] {
+                sh(
+                    ns,
+                    &format!(
+                        "ip link set {dev} gso_max_segs 1 && ethtool -K {dev} tx off gro off >/dev/null && \
+                         ip addr add {addr} dev {dev} && ip link set {dev} up && \
+                         tc qdisc replace dev {dev} root tbf rate 200000000bit burst 32768 latency 100ms"
+                    ),
+                );
+                if loss > 0.0 {
+                    let n = (loss * 1000.0).round() as u32;
+                    sh(
+                        ns,
+                        &format!(
+                            "nft 'add table netdev treeloss_{dev}; add chain netdev treeloss_{dev} ingress {{ type filter hook ingress device \"{dev}\" priority 0; }}; add rule netdev treeloss_{dev} ingress numgen random mod 1000 < {n} counter drop'"
+                        ),
+                    );
+                }
+            }
+        }
+        tree
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.upper])
+            .status();
+    }
+}
+
+/// Spawns `ina` in a namespace with its stdout piped.
+fn spawn_in(ns: &str, args: &[&str]) -> std::process::Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns, BIN])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a switch (SIGTERM) and returns its pipeline counters, from its `stopped` line.
+fn stop_switch(child: std::process::Child) -> Value {
+    // SAFETY: kill has no memory preconditions; the pid is our child's (`ip netns exec`
+    // execs the switch in its place).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stopped = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["event"] == "stopped")
+        .unwrap_or_else(|| {
+            panic!(
+                "no stopped line: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    stopped["stats"]["total"]["pipeline"].clone()
+}
+
+/// Two rack switches and an upper switch, each its own `ina switch` in its own namespace, and
+/// four workers: every worker's sums are exact, with and without 1% loss on every link (the
+/// racks' uplinks included).
+fn tree_sums_exactly(loss: f64) {
+    let _guard = serial();
+    if skip_unless_root() {
+        return;
+    }
+    let tree = Tree::build(loss);
+    let upper = spawn_in(
+        &tree.upper,
+        &[
+            "switch",
+            "--listen",
+            "0.0.0.0:18000",
+            "--job",
+            "id=1;epoch=77;slots=0..128;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000",
+        ],
+    );
+    let racks: Vec<_> = (0..2)
+        .map(|i| {
+            spawn_in(
+                &tree.racks[i].hub(),
+                &[
+                    "switch",
+                    "--listen",
+                    "0.0.0.0:18000",
+                    "--job",
+                    &format!(
+                        "id=1;slots=0..128;elems=256;workers=198.18.1.1:19000,198.18.1.2:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77"
+                    ),
+                ],
+            )
+        })
+        .collect();
+    let workers: Vec<_> = (0..4)
+        .map(|g| {
+            let (rack, r) = (g / 2, g % 2);
+            spawn_in(
+                &tree.racks[rack].worker_ns(r),
+                &[
+                    "worker",
+                    "--switch",
+                    "198.18.0.100:18000",
+                    "--bind",
+                    &format!("198.18.1.{}:19000", r + 1),
+                    "--rank",
+                    &g.to_string(),
+                    "--switch-rank",
+                    &r.to_string(),
+                    "--workers",
+                    "4",
+                    "--elements",
+                    "262144",
+                    "--iterations",
+                    "2",
+                ],
+            )
+        })
+        .collect();
+    for (g, w) in workers.into_iter().enumerate() {
+        let out = w.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("\"verified\":true"),
+            "worker {g}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for line in stdout.lines().filter(|l| l.contains("\"iteration\"")) {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["violations"], 0, "worker {g}: {line}");
+        }
+    }
+    let rack_counters: Vec<Value> = racks.into_iter().map(stop_switch).collect();
+    let upper = stop_switch(upper);
+    println!("upper switch: {upper}");
+    let totals: u64 = rack_counters
+        .iter()
+        .map(|c| c["totals_received"].as_u64().unwrap())
+        .sum();
+    for c in &rack_counters {
+        println!("rack switch: {c}");
+        assert!(c["partials_sent"].as_u64().unwrap() > 0, "{c}");
+    }
+    // Every use the upper switch finished came down to both racks (a total lost on the way
+    // down is fetched again by a resent partial).
+    let finished = upper["results_multicast"].as_u64().unwrap();
+    assert_eq!(totals, 2 * finished, "{upper}");
+    if loss > 0.0 {
+        let resent: u64 = rack_counters
+            .iter()
+            .map(|c| c["partials_resent"].as_u64().unwrap())
+            .sum();
+        assert!(resent > 0, "1% loss and no partial sent again");
+    }
+}
+
+#[test]
+fn a_tree_of_switches_in_namespaces_sums_exactly() {
+    tree_sums_exactly(0.0);
+}
+
+#[test]
+fn a_tree_of_switches_in_namespaces_sums_exactly_at_one_percent_loss() {
+    tree_sums_exactly(0.01);
+}

@@ -22,6 +22,42 @@ pub struct JobSpec {
     /// replication does). Answers to retransmissions still go to the one worker that asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<SocketAddrV4>,
+    /// This switch is the lower level of an aggregation tree for the job: each finished sum of
+    /// `workers` is a partial sum, sent to the upper switch as one rank of its job, and the
+    /// total it sends back goes to the workers (PROTOCOL.md §9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<UplinkSpec>,
+}
+
+impl JobSpec {
+    /// Every address the job exchanges packets with: its workers, then its upper switch.
+    pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        self.workers
+            .iter()
+            .copied()
+            .chain(self.uplink.as_ref().map(|u| u.addr))
+    }
+}
+
+/// The upper switch of a job, as an operator writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UplinkSpec {
+    /// The upper switch's UDP address.
+    pub addr: SocketAddr,
+    /// The job's id on the upper switch (default: the same id).
+    #[serde(default)]
+    pub job: Option<u16>,
+    /// This switch's rank in the upper switch's job: the upper switch lists this switch's
+    /// address as that rank's worker.
+    pub rank: u8,
+    /// The job's epoch on the upper switch, which must therefore be installed there with this
+    /// epoch given (not one the upper switch picks).
+    pub epoch: u16,
+    /// The first slot of the job on the upper switch (default: the same as here). With
+    /// several shards, the two ranges must be a whole number of shard strides (64 slots
+    /// times the shards) apart, so that a total reaches the shard that holds its use.
+    #[serde(default)]
+    pub slot_base: Option<u16>,
 }
 
 /// The switch daemon's settings.

@@ -12,7 +12,7 @@
 
 use crate::config::JobSpec;
 use crate::shard::{Command, ShardStats, SwitchStats};
-use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId};
+use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Uplink};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -127,7 +127,8 @@ impl SwitchHandle {
         // A new address gets the lowest id no installed job's address holds.
         let mut taken: HashSet<PortId> = st.ports.values().copied().collect();
         let mut next = 0u16;
-        for a in &spec.workers {
+        for a in spec.addresses() {
+            let a = &a;
             let p = match st.ports.get(a) {
                 Some(p) => *p,
                 None => match new_ports.iter().find(|(_, x)| x == a) {
@@ -148,6 +149,28 @@ impl SwitchHandle {
             };
             ranks.push(p);
         }
+        // The upper switch's address was numbered last.
+        let uplink = match spec.uplink {
+            None => None,
+            Some(u) => {
+                let port = ranks.pop().ok_or(ControlError::Ports)?;
+                let slot_base = u.slot_base.unwrap_or(spec.slot_base);
+                let stride = i32::from(ina_wire::agg::GAP_BLOCK) * st.shards.len() as i32;
+                if (i32::from(slot_base) - i32::from(spec.slot_base)) % stride != 0 {
+                    return Err(ControlError::Job(format!(
+                        "job {}: slots {} here and {slot_base} on the upper switch are not a multiple of {stride} apart ({} shards of 64-slot blocks): a total would reach a shard that does not hold its use",
+                        spec.job, spec.slot_base, st.shards.len()
+                    )));
+                }
+                Some(Uplink {
+                    port,
+                    job: u.job.unwrap_or(spec.job),
+                    epoch: u.epoch,
+                    rank: u.rank,
+                    slot_base,
+                })
+            }
+        };
         let cfg = JobConfig {
             job: spec.job,
             epoch,
@@ -155,7 +178,7 @@ impl SwitchHandle {
             slot_count: spec.slot_count,
             elems_per_packet: spec.elems_per_packet,
             ranks,
-            uplink: None,
+            uplink,
         };
         st.scratch
             .add_job(cfg.clone())
@@ -164,9 +187,8 @@ impl SwitchHandle {
             st.ports.insert(*a, *p);
         }
         let addrs: Vec<(PortId, SocketAddr)> = spec
-            .workers
-            .iter()
-            .filter_map(|a| st.ports.get(a).map(|p| (*p, *a)))
+            .addresses()
+            .filter_map(|a| st.ports.get(&a).map(|p| (*p, a)))
             .collect();
         let mut replies = Vec::new();
         for shard in &st.shards {
@@ -200,6 +222,10 @@ impl SwitchHandle {
             .chain(
                 spec.group
                     .map(|g| (format!("group {g}"), SocketAddr::V4(g))),
+            )
+            .chain(
+                spec.uplink
+                    .map(|u| (format!("the upper switch at {}", u.addr), u.addr)),
             );
         for (who, addr) in to {
             let mtu = match ina_io::mtu::path_mtu(self.local.ip(), addr) {
@@ -250,11 +276,7 @@ impl SwitchHandle {
             .map_err(|e| ControlError::Job(e.to_string()))?;
         st.jobs.retain(|j| j.job != job);
         // Addresses no remaining job lists are forgotten, and their ids free for new ones.
-        let listed: HashSet<SocketAddr> = st
-            .jobs
-            .iter()
-            .flat_map(|j| j.workers.iter().copied())
-            .collect();
+        let listed: HashSet<SocketAddr> = st.jobs.iter().flat_map(JobSpec::addresses).collect();
         let mut forget = Vec::new();
         st.ports.retain(|a, p| {
             let keep = listed.contains(a);

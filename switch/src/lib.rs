@@ -18,7 +18,7 @@ mod loss;
 mod shard;
 mod steer;
 
-pub use config::{JobSpec, SwitchConfig};
+pub use config::{JobSpec, SwitchConfig, UplinkSpec};
 pub use control::{ControlClient, ControlServer, Request, Response, SwitchHandle};
 pub use shard::{ShardStats, SwitchStats};
 

@@ -409,6 +409,9 @@ impl Egress<'_> {
         ports.clear();
         let groups = self.groups;
         let mut multicast = false;
+        // The job of a multicast result (a total from an upper switch carries another job's
+        // id than the packet that brought it).
+        let mut result_job = 0u16;
         // (Inlined, like `write_in_place`, so that the pipeline's fast path is compiled into
         // the burst's loop.)
         let reply = tx.write_in_place(
@@ -422,6 +425,9 @@ impl Egress<'_> {
                 Verdict::Multicast { ports: to, len } => {
                     multicast = true;
                     ports.extend_from_slice(to);
+                    if let Some(&[a, b]) = buf.get(2..4) {
+                        result_job = u16::from_be_bytes([a, b]);
+                    }
                     len
                 }
                 Verdict::Drop(_) | Verdict::Absorbed => 0,
@@ -432,8 +438,7 @@ impl Egress<'_> {
         }
         let Some(reply) = reply else { return };
         if multicast && !self.groups.is_empty() {
-            let job = AggPacket::new_checked(data).map(|p| p.job());
-            if let Some(&(_, group)) = self.groups.iter().find(|(j, _)| Ok(*j) == job) {
+            if let Some(&(_, group)) = self.groups.iter().find(|(j, _)| *j == result_job) {
                 // One datagram for every worker of the job.
                 if self.loss_out.drop_now() {
                     self.stats.injected_drops_out += 1;

@@ -70,6 +70,7 @@ fn job(id: u16, base: u16, count: u16, workers: Vec<SocketAddr>) -> JobSpec {
         elems_per_packet: 64,
         workers,
         group: None,
+        uplink: None,
     }
 }
 

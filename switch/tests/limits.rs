@@ -13,6 +13,7 @@ fn job(elems: u16, workers: Vec<SocketAddr>) -> JobSpec {
         elems_per_packet: elems,
         workers,
         group: None,
+        uplink: None,
     }
 }
 
@@ -82,6 +83,7 @@ fn results_are_counted_per_use_and_per_destination() {
             elems_per_packet: 4,
             workers: workers.to_vec(),
             group,
+            uplink: None,
         });
     }
     let sw = Switch::bind(cfg).unwrap();

@@ -37,6 +37,10 @@ pub struct WorkerConfig {
     pub probe_timeout: Duration,
     /// If set, the number of workers the job must have.
     pub expect_workers: Option<u8>,
+    /// The number of workers whose data every result sums, when the switch is the lower level
+    /// of an aggregation tree (PROTOCOL.md §9): the whole tree's. `None`: the job's workers on
+    /// the switch. Every worker of the job must give the same.
+    pub total_workers: Option<u16>,
     /// Socket settings.
     pub udp: UdpConfig,
     /// The multicast group the switch sends this job's results to, if it does (the job's
@@ -73,6 +77,7 @@ impl WorkerConfig {
             give_up: Duration::from_secs(5),
             probe_timeout: Duration::from_secs(5),
             expect_workers: None,
+            total_workers: None,
             udp: UdpConfig::default(),
             group: None,
             mtu: None,
@@ -488,6 +493,14 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 )));
             }
         }
+        if let Some(total) = self.cfg.total_workers {
+            if total < u16::from(info.workers) {
+                return Err(WorkerError::JobMismatch(format!(
+                    "{total} workers in total, but the switch has {} in job {}",
+                    info.workers, self.cfg.job
+                )));
+            }
+        }
         if self.cfg.rank >= info.workers {
             return Err(WorkerError::JobMismatch(format!(
                 "rank {} but the job has {} workers",
@@ -561,7 +574,10 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             epoch: self.job.epoch,
             rank: self.cfg.rank,
             workers: self.job.info.workers,
-            total_workers: self.job.info.workers.into(),
+            total_workers: self
+                .cfg
+                .total_workers
+                .unwrap_or(self.job.info.workers.into()),
             elems_per_packet: self.job.info.elems_per_packet,
             lane,
             max_retries: self.cfg.max_retries,

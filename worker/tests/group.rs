@@ -22,6 +22,7 @@ fn start(workers: &[SocketAddr], group: Option<SocketAddrV4>) -> Running {
             elems_per_packet: 64,
             workers: workers.to_vec(),
             group,
+            uplink: None,
         }],
     )
 }

@@ -31,6 +31,7 @@ fn workers_sum_through_a_sharded_switch() {
             elems_per_packet: 64,
             workers: workers.clone(),
             group: None,
+            uplink: None,
         }],
     );
     let len = 100_003;
@@ -113,6 +114,7 @@ fn results_through_a_multicast_group() {
         elems_per_packet: 128,
         workers: workers.clone(),
         group: Some(group),
+        uplink: None,
     }];
     // 2% loss on the way out: some results are lost to one worker only, which then asks again.
     cfg.loss = 0.02;
@@ -173,6 +175,7 @@ fn several_tensors_in_flight_and_async() {
             elems_per_packet: 256,
             workers: workers.clone(),
             group: None,
+            uplink: None,
         }],
     );
     let threads: Vec<_> = (0..n)
@@ -223,6 +226,7 @@ fn unreachable_switch_and_unknown_rank_are_typed_errors() {
             elems_per_packet: 64,
             workers: workers.clone(),
             group: None,
+            uplink: None,
         }],
     );
     // A worker the switch does not list for rank 0 gets no answer.

@@ -24,6 +24,7 @@ fn a_job_beyond_the_path_mtu_fails_the_connection() {
         elems_per_packet: 1024,
         workers: vec![worker],
         group: None,
+        uplink: None,
     }];
     let sw = Switch::bind(cfg).unwrap();
     let addr = sw.local_addr();

@@ -106,6 +106,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 elems_per_packet: args.elems,
                 workers: addrs.clone(),
                 group,
+                uplink: None,
             })
             .context("installing the job")?;
         let ports = std::sync::Mutex::new(ports);

@@ -276,6 +276,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             elems_per_packet: a.elems,
             workers: addrs,
             group,
+            uplink: None,
         },
     })?;
     if !resp.ok {

@@ -270,6 +270,7 @@ pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 elems_per_packet: args.elems,
                 workers: ports.iter().map(UdpPort::local_addr).collect(),
                 group: None,
+                uplink: None,
             })
             .context("installing the job")?;
         drive(ctx, ports, server, job.epoch.unwrap_or(0), false)

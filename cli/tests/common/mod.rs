@@ -363,6 +363,7 @@ pub fn job_spec(id: u16, workers: Vec<SocketAddr>) -> JobSpec {
         elems_per_packet: 256,
         workers,
         group: None,
+        uplink: None,
     }
 }
 

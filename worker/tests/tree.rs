@@ -1,0 +1,115 @@
+//! Hierarchical aggregation through software switches on loopback: two rack switches (two
+//! shards each) send their partial sums to an upper switch; four workers, two per rack, get
+//! the exact totals. And a rack switch refuses an upper slot range its shards cannot serve.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{free_addrs, switch};
+use ina_switch::{JobSpec, UplinkSpec};
+use ina_worker::{Communicator, WorkerConfig};
+use std::net::SocketAddr;
+
+fn job(workers: Vec<SocketAddr>, epoch: Option<u16>, uplink: Option<UplinkSpec>) -> JobSpec {
+    JobSpec {
+        job: 4,
+        epoch,
+        slot_base: 128,
+        slot_count: 128,
+        elems_per_packet: 64,
+        workers,
+        group: None,
+        uplink,
+    }
+}
+
+#[test]
+fn two_rack_switches_and_an_upper_switch_sum_exactly() {
+    let addrs = free_addrs(4);
+    // The racks' addresses are their listen addresses, known once bound: bind the racks
+    // first with the upper switch's address reserved.
+    let upper_addr = free_addrs(1)[0];
+    let racks: Vec<_> = (0..2)
+        .map(|i| {
+            let uplink = UplinkSpec {
+                addr: upper_addr,
+                job: None,
+                rank: i as u8,
+                epoch: 31,
+                slot_base: None,
+            };
+            switch(
+                2,
+                vec![job(addrs[2 * i..2 * i + 2].to_vec(), None, Some(uplink))],
+            )
+        })
+        .collect();
+    let mut cfg = ina_switch::SwitchConfig::new(upper_addr);
+    cfg.jobs = vec![job(racks.iter().map(|r| r.addr).collect(), Some(31), None)];
+    let upper = common::start(cfg);
+    let threads: Vec<_> = (0..4)
+        .map(|g| {
+            let rack = racks[g / 2].addr;
+            let bind = addrs[g];
+            std::thread::spawn(move || {
+                let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
+                cfg.total_workers = Some(4);
+                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut data: Vec<i32> = (0..10_000).map(|k| k * (g as i32 + 1)).collect();
+                comm.allreduce_i32(&mut data).unwrap();
+                let mut floats: Vec<f32> = (0..5_000)
+                    .map(|k| k as f32 * 0.25 * (g as f32 + 1.0))
+                    .collect();
+                comm.allreduce_f32(&mut floats).unwrap();
+                (data, floats)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (data, floats) = t.join().unwrap();
+        for (k, v) in data.iter().enumerate() {
+            assert_eq!(*v, k as i32 * 10);
+        }
+        for (k, v) in floats.iter().enumerate() {
+            let exact = k as f64 * 0.25 * 10.0;
+            assert!(
+                (f64::from(*v) - exact).abs() <= exact * 1e-6 + 1e-6,
+                "{k}: {v}"
+            );
+        }
+    }
+    let upper = upper.stop();
+    for r in racks {
+        let s = r.stop();
+        assert!(s.total.pipeline.partials_sent > 0);
+        assert_eq!(
+            s.total.pipeline.totals_received,
+            s.total.pipeline.partials_sent
+        );
+    }
+    assert_eq!(
+        upper.total.pipeline.data_first,
+        upper.total.pipeline.results_multicast
+    );
+}
+
+#[test]
+fn an_upper_slot_range_the_shards_cannot_serve_is_refused() {
+    let addrs = free_addrs(3);
+    let uplink = UplinkSpec {
+        addr: addrs[2],
+        job: Some(9),
+        rank: 0,
+        epoch: 1,
+        // 64 slots off, with 2 shards of 64-slot blocks: totals would reach the other shard.
+        slot_base: Some(192),
+    };
+    let rack = switch(2, vec![]);
+    let err = rack
+        .handle
+        .add_job(job(addrs[..2].to_vec(), None, Some(uplink)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("multiple of 128 apart"), "{err}");
+    rack.stop();
+}
