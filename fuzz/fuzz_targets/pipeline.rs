@@ -9,7 +9,9 @@
 //! port.
 #![no_main]
 
-use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
+use ina_proto::pipeline::{
+    Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict,
+};
 use ina_proto::Instant;
 use ina_wire::frame::{self, FrameAddrs, FRAME_HEADER_LEN};
 use ina_wire::{AggRepr, MessageType, HEADER_LEN, UDP_PORT};
@@ -53,6 +55,11 @@ fn outcomes(c: &Counters) -> u64 {
         + c.results_unicast
         + c.pending_sent
         + c.probes_answered
+        // (A rack switch of a tree: a partial sent again, a total, the upper's answers.)
+        + c.partials_resent
+        + c.totals_received
+        + c.upstream_pending
+        + c.upstream_rejects
 }
 
 fn templated(inp: &mut Input<'_>) -> Vec<u8> {
@@ -137,7 +144,15 @@ fuzz_target!(|data: &[u8]| {
         slot_count: SLOT_COUNT,
         elems_per_packet: ELEMS,
         ranks: PORTS.iter().map(|p| PortId(*p)).collect(),
-        uplink: None,
+        // With an odd first byte the switch is a rack switch of a tree, whose upper switch
+        // (port 13, the same job id, another epoch) sends totals, Pendings and Rejects.
+        uplink: (data.first().is_some_and(|b| b & 1 == 1)).then_some(Uplink {
+            port: PortId(13),
+            job: JOB,
+            epoch: EPOCH + 1,
+            rank: 2,
+            slot_base: SLOT_BASE + 2,
+        }),
     };
     if let Err(e) = pipe.add_job(job) {
         panic!("job: {e}");
@@ -201,7 +216,10 @@ fuzz_target!(|data: &[u8]| {
             Verdict::Drop(r) => (None, Some(r)),
             Verdict::Absorbed => (None, None),
             Verdict::Unicast { port: to, len } => {
-                assert_eq!(to, port, "unicast replies go back to the sender");
+                assert!(
+                    to == port || to == PortId(13),
+                    "unicast replies go back to the sender, partial sums to the upper switch"
+                );
                 (Some(len), None)
             }
             Verdict::Multicast { ports, len } => {

@@ -989,9 +989,8 @@ impl Pipeline {
                 return emit_pending(counters, &view, bitmap[x], ingress, out);
             }
             let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
-            counters.partials_resent += 1;
             job.last_activity = Some(now);
-            return emit_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
+            return resend_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
         }
         if pending[x] != 0 {
             return emit_pending(counters, &view, bitmap[x], ingress, out);
@@ -1204,8 +1203,7 @@ impl Pipeline {
                 return emit_pending(counters, view, bitmap[x], ingress, out);
             }
             let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
-            counters.partials_resent += 1;
-            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
+            return resend_partial(counters, view, &job.cfg, up, exp[x], cells, out);
         }
         if !new_use && (seen || pending[x] == 0) {
             if !seen {
@@ -1578,6 +1576,23 @@ fn emit_partial<'a>(
     pkt.set_count(cells.len() as u16);
     kernels::portable::encode_be(cells, payload);
     Verdict::Unicast { port: up.port, len }
+}
+
+/// [`emit_partial`] of a use whose partial was sent before, counted as sent again when it is.
+fn resend_partial<'a>(
+    counters: &mut Counters,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    job: &JobConfig,
+    up: Uplink,
+    exp: u32,
+    cells: &[i32],
+    out: &mut [u8],
+) -> Verdict<'a> {
+    let verdict = emit_partial(counters, view, job, up, exp, cells, out);
+    if matches!(verdict, Verdict::Unicast { .. }) {
+        counters.partials_resent += 1;
+    }
+    verdict
 }
 
 fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
