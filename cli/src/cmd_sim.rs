@@ -30,6 +30,23 @@ pub struct SimArgs {
     /// microseconds (default: --latency-us).
     #[arg(long)]
     pub(crate) uplink_latency_us: Option<f64>,
+    /// With --rack-size: the buffer of each switch port on the links between the levels, KiB;
+    /// a packet that finds it full is dropped (default: no limit).
+    #[arg(long)]
+    pub(crate) uplink_buffer_kib: Option<u64>,
+    /// With --rack-size: deal each job's ranks round-robin over the racks instead of filling
+    /// racks job after job, so that every job crosses the uplinks and shares them.
+    #[arg(long)]
+    pub(crate) striped: bool,
+    /// Each worker keeps a delay-based AIMD window of packets in flight (below --window)
+    /// instead of filling every slot: jobs that share a link then take equal shares of it and
+    /// keep its queue near --target-queueing-us. The base round trip it aims above is the
+    /// topology's.
+    #[arg(long)]
+    pub(crate) adaptive_window: bool,
+    /// With --adaptive-window: the queueing delay the jobs may add together, microseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) target_queueing_us: f64,
     /// Jobs sharing the switch, each with its own slots.
     #[arg(long, default_value_t = 1)]
     pub(crate) jobs: usize,
@@ -115,6 +132,10 @@ struct SimFile {
     rack_size: Option<usize>,
     uplink_gbps: Option<f64>,
     uplink_latency_us: Option<f64>,
+    uplink_buffer_kib: Option<u64>,
+    striped: Option<bool>,
+    adaptive_window: Option<bool>,
+    target_queueing_us: Option<f64>,
     jobs: Option<usize>,
     elements: Option<usize>,
     elems: Option<u16>,
@@ -172,6 +193,18 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
     }
     if f.uplink_latency_us.is_some() {
         args.uplink_latency_us = f.uplink_latency_us;
+    }
+    if f.uplink_buffer_kib.is_some() {
+        args.uplink_buffer_kib = f.uplink_buffer_kib;
+    }
+    if let Some(s) = f.striped {
+        args.striped = s;
+    }
+    if let Some(a) = f.adaptive_window {
+        args.adaptive_window = a;
+    }
+    if let Some(t) = f.target_queueing_us {
+        args.target_queueing_us = t;
     }
     if let Some(d) = &f.description {
         println!("scenario {}: {d}", path.display());
@@ -310,8 +343,13 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     if args.rack_size > 32 {
         bail!("--rack-size must be 0 (one switch) or 1..=32 workers per rack");
     }
-    if args.rack_size == 0 && (args.uplink_gbps.is_some() || args.uplink_latency_us.is_some()) {
-        bail!("--uplink-gbps and --uplink-latency-us describe the racks' uplinks: add --rack-size");
+    if args.rack_size == 0
+        && (args.uplink_gbps.is_some()
+            || args.uplink_latency_us.is_some()
+            || args.uplink_buffer_kib.is_some()
+            || args.striped)
+    {
+        bail!("--uplink-gbps, --uplink-latency-us, --uplink-buffer-kib and --striped describe the racks: add --rack-size");
     }
     let max_workers = if args.rack_size == 0 {
         32
@@ -347,6 +385,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         duplicate: args.duplicate,
         reorder: args.reorder,
         reorder_delay: Duration::from_secs_f64(args.latency_us * 4e-6),
+        buffer_bytes: None,
     };
     // (A generated run checks as it goes, without the reference's 12 bytes per element.)
     let reference = (!args.generated)
@@ -407,9 +446,30 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             uplink.bandwidth_bps = Some((args.uplink_gbps.unwrap_or(args.gbps) * 1e9) as u64);
             uplink.latency =
                 Duration::from_secs_f64(args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6);
+            uplink.buffer_bytes = args.uplink_buffer_kib.map(|k| k * 1024);
             scenario.racks = Some(ina_sim::Racks {
                 per_rack: args.rack_size,
                 uplink,
+                striped: args.striped,
+            });
+        }
+        if args.adaptive_window {
+            // The empty path's round trip: each hop's latency and one full packet's
+            // serialization, both ways.
+            let hop = |gbps: f64, latency_us: f64| {
+                latency_us * 1e-6 + (16.0 + 4.0 * f64::from(args.elems)) * 8.0 / (gbps * 1e9)
+            };
+            let mut one_way = hop(args.gbps, args.latency_us);
+            if args.rack_size > 0 {
+                one_way += hop(
+                    args.uplink_gbps.unwrap_or(args.gbps),
+                    args.uplink_latency_us.unwrap_or(args.latency_us),
+                );
+            }
+            scenario.window_control = Some(ina_proto::window::WindowConfig {
+                target_queueing: Duration::from_secs_f64(args.target_queueing_us.max(0.0) * 1e-6),
+                base_rtt: Some(Duration::from_secs_f64(2.0 * one_way)),
+                ..ina_proto::window::WindowConfig::default()
             });
         }
         scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
@@ -497,13 +557,22 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         if !report.rack_uplinks.is_empty() {
             let racks = report.rack_uplinks.len();
             let up = report.rack_uplinks.iter().chain(&report.rack_downlinks);
-            let (sent, lost) = up.fold((0, 0), |(s, l), x| (s + x.sent, l + x.lost));
+            let (sent, lost) = up
+                .clone()
+                .fold((0, 0), |(s, l), x| (s + x.sent, l + x.lost + x.queue_drops));
+            let max_queue = up.clone().map(|x| x.max_queue_bytes).max().unwrap_or(0);
+            let (qb, b) = up.fold((0u128, 0u128), |(q, b), x| {
+                (q + x.queue_byte_bytes, b + u128::from(x.bytes))
+            });
+            let mean_queue = if b > 0 { qb / b } else { 0 };
             let resent: u64 = report.switches[..racks]
                 .iter()
                 .map(|c| c.partials_resent)
                 .sum();
             println!(
-                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {resent} partial sums sent again"
+                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {resent} partial sums sent again; queues between the levels: mean {:.1} KiB, max {:.1} KiB",
+                mean_queue as f64 / 1024.0,
+                max_queue as f64 / 1024.0
             );
         }
         println!(

@@ -20,5 +20,6 @@ pub mod ring;
 pub mod rtt;
 pub mod session;
 pub mod time;
+pub mod window;
 
 pub use time::Instant;

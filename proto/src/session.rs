@@ -29,6 +29,7 @@
 
 use crate::quant::{self, NON_FINITE};
 use crate::rtt::{RtoConfig, RttEstimator};
+use crate::window::WindowControl;
 use crate::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
@@ -458,6 +459,8 @@ pub struct Stream<'a> {
     /// another worker's repair: their round trips say how long a use takes, not how soon a
     /// Query is answered.
     path_rtt: RttEstimator,
+    /// Limits the packets in flight below the lane's slots when set (see [`crate::window`]).
+    window: Option<WindowControl>,
     stats: StreamStats,
 }
 
@@ -532,11 +535,24 @@ impl<'a> Stream<'a> {
             failed: None,
             path_rtt: RttEstimator::new(*rtt.config()),
             rtt,
+            window: None,
             stats: StreamStats {
                 packets,
                 ..StreamStats::default()
             },
         })
+    }
+
+    /// Keeps at most `control`'s window of packets in flight (a delay-based AIMD rule, see
+    /// [`crate::window`]), for jobs that share links; carry it from stream to stream with
+    /// [`Self::window_control`]. `None`, the default, keeps every slot of the lane busy.
+    pub fn set_window_control(&mut self, control: Option<WindowControl>) {
+        self.window = control;
+    }
+
+    /// The window control, as the stream left it.
+    pub fn window_control(&self) -> Option<&WindowControl> {
+        self.window.as_ref()
     }
 
     /// Ends the stream and hands back the tensor (holding the result if the stream finished).
@@ -685,6 +701,11 @@ impl<'a> Stream<'a> {
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
             return Ok(Some(self.write_packet(index, None, buf)));
+        }
+        if let Some(w) = &self.window {
+            if self.sent_new - self.received >= w.allowed(self.cfg.lane.window) {
+                return Ok(None);
+            }
         }
         // The smallest packet whose slot is free: a slot waiting for a lost packet's repair
         // holds back only its own next packet, not the packets of the other slots.
@@ -1132,7 +1153,12 @@ impl<'a> Stream<'a> {
         // Accepted: the packet's use of the slot is complete.
         if out.retries == 0 {
             // Unambiguous (Karn): the answer is to the only transmission.
-            self.rtt.on_sample(now - out.first_sent);
+            let sample = now - out.first_sent;
+            self.rtt.on_sample(sample);
+            if let Some(w) = self.window.as_mut() {
+                let srtt = self.rtt.srtt().unwrap_or(sample);
+                w.on_rtt(now, sample, srtt, self.cfg.lane.window);
+            }
             if let Some(h) = self.highest_answered {
                 self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
             }

@@ -19,6 +19,10 @@ pub struct LinkConfig {
     pub reorder: f64,
     /// The largest extra delay of a held-back packet.
     pub reorder_delay: Duration,
+    /// Bytes the sending port's queue holds (with a finite `bandwidth_bps`): a packet that
+    /// finds the queue fuller than this is dropped at its tail, as a switch port's buffer
+    /// drops it. `None`: the queue never drops.
+    pub buffer_bytes: Option<u64>,
 }
 
 impl Default for LinkConfig {
@@ -30,6 +34,7 @@ impl Default for LinkConfig {
             duplicate: 0.0,
             reorder: 0.0,
             reorder_delay: Duration::from_micros(50),
+            buffer_bytes: None,
         }
     }
 }
@@ -53,6 +58,13 @@ pub struct LinkStats {
     pub duplicated: u64,
     pub reordered: u64,
     pub bytes: u64,
+    /// Packets dropped because the queue was full (not counted in `lost`).
+    pub queue_drops: u64,
+    /// The longest queue a packet found, in bytes.
+    pub max_queue_bytes: u64,
+    /// Bytes that found a queue ahead of them, times the bytes of that queue: divided by
+    /// `bytes` it is the mean queue a byte found.
+    pub queue_byte_bytes: u128,
 }
 
 /// A link direction with its transmit queue.
@@ -82,14 +94,25 @@ impl Link {
     /// copies that make it (none when lost, two when duplicated).
     pub fn transmit(&mut self, now: Instant, len: usize, rng: &mut Rng) -> Vec<Instant> {
         self.stats.sent += 1;
-        self.stats.bytes += len as u64;
         let start = now.max(self.busy_until);
-        let serialization = match self.cfg.bandwidth_bps {
-            Some(bps) if bps > 0 => {
-                Duration::from_nanos((len as u64 * 8).saturating_mul(1_000_000_000) / bps)
-            }
-            _ => Duration::ZERO,
+        let (serialization, queued) = match self.cfg.bandwidth_bps {
+            Some(bps) if bps > 0 => (
+                Duration::from_nanos((len as u64 * 8).saturating_mul(1_000_000_000) / bps),
+                (self.backlog(now).as_nanos() as u64).saturating_mul(bps) / 8_000_000_000,
+            ),
+            _ => (Duration::ZERO, 0),
         };
+        if self
+            .cfg
+            .buffer_bytes
+            .is_some_and(|b| queued + len as u64 > b)
+        {
+            self.stats.queue_drops += 1;
+            return Vec::new();
+        }
+        self.stats.bytes += len as u64;
+        self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(queued);
+        self.stats.queue_byte_bytes += u128::from(queued) * len as u128;
         let done = start + serialization;
         self.busy_until = done;
         if rng.chance(self.cfg.loss) {
@@ -138,6 +161,27 @@ mod tests {
             link.transmit(t, 1000, &mut rng),
             vec![t + Duration::from_nanos(12_000)]
         );
+    }
+
+    #[test]
+    fn a_full_buffer_drops_at_the_tail() {
+        let mut rng = Rng::new(1);
+        let mut link = Link::new(LinkConfig {
+            bandwidth_bps: Some(8_000_000_000), // 1 byte per ns
+            buffer_bytes: Some(2500),
+            ..LinkConfig::default()
+        });
+        let t = Instant::ZERO;
+        // With 0 and 1000 bytes queued ahead two pass; with 2000 the third does not fit.
+        assert_eq!(link.transmit(t, 1000, &mut rng).len(), 1);
+        assert_eq!(link.transmit(t, 1000, &mut rng).len(), 1);
+        assert!(link.transmit(t, 1000, &mut rng).is_empty());
+        assert_eq!(link.stats.queue_drops, 1);
+        assert_eq!(link.stats.max_queue_bytes, 1000);
+        // Once the queue drained, packets pass again.
+        let later = t + Duration::from_nanos(1500);
+        assert_eq!(link.transmit(later, 1000, &mut rng).len(), 1);
+        assert_eq!(link.stats.bytes, 3000);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use crate::rng::Rng;
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::window::{WindowConfig, WindowControl};
 use ina_proto::Instant;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -92,6 +93,11 @@ pub struct Racks {
     pub per_rack: usize,
     /// The link between each rack switch and the upper switch, in both directions.
     pub uplink: LinkConfig,
+    /// Where workers go. Packed: the scenario's workers, job after job, fill the racks in
+    /// order. Striped: `racks = ceil(workers / per_rack)`, and each job's ranks are dealt
+    /// round-robin over the racks (starting where the previous job stopped), so that every
+    /// job crosses the racks' uplinks and shares them with the others.
+    pub striped: bool,
 }
 
 /// The port of a rack switch that leads to the upper switch (worker ports start at 2).
@@ -124,6 +130,9 @@ pub struct Scenario {
     pub nic_queue: Option<u32>,
     /// Racks under an upper switch; `None`: every worker on one switch.
     pub racks: Option<Racks>,
+    /// Every worker's streams keep a delay-based AIMD window of packets in flight (see
+    /// `ina_proto::window`); `None`: every slot of the lane busy.
+    pub window_control: Option<WindowConfig>,
 }
 
 impl Scenario {
@@ -151,6 +160,7 @@ impl Scenario {
             gap_reports: true,
             nic_queue: Some(DEFAULT_NIC_QUEUE),
             racks: None,
+            window_control: None,
         }
     }
 }
@@ -250,6 +260,8 @@ struct WorkerState<'a> {
     nic_room: Option<Duration>,
     /// A wake-up is queued for when the NIC has room again.
     nic_wake: bool,
+    /// The window control, carried from stream to stream.
+    window: Option<WindowControl>,
 }
 
 impl WorkerState<'_> {
@@ -296,28 +308,39 @@ impl Topology {
             }
             peers[sw][at] = Some(p);
         };
-        let mut attach = Vec::with_capacity(total);
+        let mut attach = vec![(0usize, PortId(0), 0u8, 0u8); total];
+        // The next free worker port of each switch.
+        let mut next_port = vec![2u16; switches];
+        let striped = scenario.racks.is_some_and(|r| r.striped);
         let mut g = 0usize;
         for job in &scenario.jobs {
             // The job's workers by switch, in rank order.
             let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
             for _ in &job.workers {
-                let sw = per_rack.map_or(0, |k| g / k);
-                match groups.last_mut() {
-                    Some((last, members)) if *last == sw => members.push(g),
-                    _ => groups.push((sw, vec![g])),
+                let sw = match per_rack {
+                    None => 0,
+                    Some(_) if striped => g % racks,
+                    Some(k) => g / k,
+                };
+                match groups.iter_mut().find(|(s, _)| *s == sw) {
+                    Some((_, members)) => members.push(g),
+                    None => groups.push((sw, vec![g])),
                 }
                 g += 1;
             }
+            groups.sort_by_key(|(sw, _)| *sw);
             let tree = upper.filter(|_| groups.len() > 1);
             for (i, (sw, members)) in groups.iter().enumerate() {
                 let ports: Vec<PortId> = members
                     .iter()
-                    .map(|&w| PortId(2 + per_rack.map_or(w, |k| w % k) as u16))
+                    .map(|_| {
+                        next_port[*sw] += 1;
+                        PortId(next_port[*sw] - 1)
+                    })
                     .collect();
                 for (r, (&w, &port)) in members.iter().zip(&ports).enumerate() {
                     set_peer(&mut peers, *sw, port, Peer::Worker(w));
-                    attach.push((*sw, port, r as u8, members.len() as u8));
+                    attach[w] = (*sw, port, r as u8, members.len() as u8);
                 }
                 let uplink = tree.map(|_| {
                     set_peer(&mut peers, *sw, UPLINK_PORT, Peer::Upper);
@@ -451,6 +474,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 down: Link::new(link),
                 nic_room: nic_room(scenario, &link),
                 nic_wake: false,
+                window: scenario.window_control.map(WindowControl::new),
             });
         }
     }
@@ -762,7 +786,10 @@ fn pump(
                         ..w.cfg.clone()
                     };
                     match Stream::new(cfg, data.tensor(), w.rtt.clone()) {
-                        Ok(s) => w.stream = Some(s),
+                        Ok(mut s) => {
+                            s.set_window_control(w.window.clone());
+                            w.stream = Some(s)
+                        }
                         Err(e) => {
                             w.outcome = Some(Err(e));
                             w.ended_at = Some(now - Instant::ZERO);
@@ -815,6 +842,7 @@ fn pump(
             Some(Ok(stats)) => {
                 w.lane = stream.lane_after();
                 w.rtt = stream.rtt().clone();
+                w.window = stream.window_control().cloned();
                 w.done.push(stats);
                 w.stream = None;
             }

@@ -36,7 +36,11 @@ fn job(
 }
 
 fn racks(per_rack: usize, uplink: LinkConfig) -> Option<Racks> {
-    Some(Racks { per_rack, uplink })
+    Some(Racks {
+        per_rack,
+        uplink,
+        striped: false,
+    })
 }
 
 #[test]
