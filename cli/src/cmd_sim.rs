@@ -564,7 +564,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             let (qb, b) = up.fold((0u128, 0u128), |(q, b), x| {
                 (q + x.queue_byte_bytes, b + u128::from(x.bytes))
             });
-            let mean_queue = if b > 0 { qb / b } else { 0 };
+            let mean_queue = qb.checked_div(b).unwrap_or(0);
             let resent: u64 = report.switches[..racks]
                 .iter()
                 .map(|c| c.partials_resent)
