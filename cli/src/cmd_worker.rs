@@ -54,6 +54,15 @@ pub struct WorkerArgs {
     /// result sums all --workers).
     #[arg(long)]
     switch_rank: Option<u8>,
+    /// Ina: keep a delay-based AIMD window of packets in flight instead of filling every slot
+    /// (for jobs that share links): it grows while results come back within the smallest
+    /// round trip seen plus --target-queueing-us, and shrinks in proportion beyond.
+    #[arg(long)]
+    adaptive_window: bool,
+    /// With --adaptive-window: the queueing delay allowed above the smallest round trip,
+    /// microseconds (a kernel UDP path's round trip varies by tens of microseconds by itself).
+    #[arg(long, default_value_t = 200.0)]
+    target_queueing_us: f64,
     /// Ring peers, `rank`-th is this worker; `-` reads a JSON array from stdin after binding.
     #[arg(long)]
     peers: Option<String>,
@@ -263,6 +272,15 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
                 );
             }
             cfg.group = args.group;
+            if args.adaptive_window {
+                if !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0) {
+                    anyhow::bail!("--target-queueing-us must be a positive number of microseconds");
+                }
+                cfg.window_control = Some(ina_proto::window::WindowConfig {
+                    target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
+                    ..ina_proto::window::WindowConfig::default()
+                });
+            }
             let comm = match Communicator::with_port(port, cfg) {
                 Ok(c) => c,
                 Err(e) => fail(e.kind(), e.to_string()),

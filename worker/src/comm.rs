@@ -41,6 +41,10 @@ pub struct WorkerConfig {
     /// of an aggregation tree (PROTOCOL.md §9): the whole tree's. `None`: the job's workers on
     /// the switch. Every worker of the job must give the same.
     pub total_workers: Option<u16>,
+    /// Keep a delay-based AIMD window of packets in flight instead of filling every slot
+    /// (`ina_proto::window`): for jobs that share links. Each stream starts from the window
+    /// the previous one left.
+    pub window_control: Option<ina_proto::window::WindowConfig>,
     /// Socket settings.
     pub udp: UdpConfig,
     /// The multicast group the switch sends this job's results to, if it does (the job's
@@ -78,6 +82,7 @@ impl WorkerConfig {
             probe_timeout: Duration::from_secs(5),
             expect_workers: None,
             total_workers: None,
+            window_control: None,
             udp: UdpConfig::default(),
             group: None,
             mtu: None,
@@ -231,6 +236,8 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     lanes: Vec<Lane>,
     next_lane: usize,
     rtt: RttEstimator,
+    /// The window control carried from stream to stream (with `cfg.window_control`).
+    window: Option<ina_proto::window::WindowControl>,
     origin: std::time::Instant,
     send: SendBatch<SocketAddr>,
     recv: RecvBatch<SocketAddr>,
@@ -317,6 +324,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             lanes: Vec::new(),
             next_lane: 0,
             rtt: RttEstimator::new(cfg.rto),
+            window: cfg.window_control.map(ina_proto::window::WindowControl::new),
             origin: std::time::Instant::now(),
             send: SendBatch::with_capacity(64, 64 * 1100),
             recv: RecvBatch::new(64, 9216),
@@ -669,7 +677,8 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     continue;
                 }
                 match Stream::new(cfg, tensor, self.rtt.clone()) {
-                    Ok(stream) => {
+                    Ok(mut stream) => {
+                        stream.set_window_control(self.window.clone());
                         self.next_lane += 1;
                         self.lanes[lane_idx] = stream.lane_after();
                         self.counters.operations += 1;
@@ -728,6 +737,9 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     .poll_outcome()
                     .unwrap_or(Ok(StreamStats::default()));
                 self.rtt = a.stream.rtt().clone();
+                if let Some(w) = a.stream.window_control() {
+                    self.window = Some(w.clone());
+                }
                 let stats = a.stream.stats();
                 self.counters.packets_sent += stats.packets_sent;
                 self.counters.retransmissions += stats.retransmissions;
