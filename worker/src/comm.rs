@@ -324,7 +324,9 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             lanes: Vec::new(),
             next_lane: 0,
             rtt: RttEstimator::new(cfg.rto),
-            window: cfg.window_control.map(ina_proto::window::WindowControl::new),
+            window: cfg
+                .window_control
+                .map(ina_proto::window::WindowControl::new),
             origin: std::time::Instant::now(),
             send: SendBatch::with_capacity(64, 64 * 1100),
             recv: RecvBatch::new(64, 9216),
