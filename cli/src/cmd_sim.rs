@@ -107,6 +107,12 @@ pub struct SimArgs {
     /// Runs with seeds seed, seed+1, ...
     #[arg(long, default_value_t = 1)]
     pub(crate) seeds: u64,
+    /// The links' MTU, for the ring's model (its TCP segments and acknowledgements).
+    #[arg(long, default_value_t = 9000)]
+    pub(crate) mtu: u32,
+    /// Bytes of the ring's pipelined chunk, for its model.
+    #[arg(long, default_value_t = 256 << 10)]
+    pub(crate) ring_chunk_bytes: u64,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -284,6 +290,9 @@ pub(crate) struct SimResult {
     pub(crate) goodput_gbit_per_s: f64,
     /// The 2(n-1)/n bytes-per-link lower bound of a ring at the same link speed, as a time.
     ring_bound_seconds: f64,
+    /// The ring all-reduce of the same tensor on the same links, as `ina_sim::ring` models
+    /// it (TCP framing at --mtu, its chunks' pipeline, retransmitted bytes).
+    ring_model_seconds: Option<f64>,
     packets_sent: u64,
     retransmissions: u64,
     fast_retransmissions: u64,
@@ -393,6 +402,22 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     let n = args.workers as f64;
     let bytes = args.elements as f64 * 4.0;
     let ring_bound = 2.0 * (n - 1.0) / n * bytes * 8.0 / (args.gbps * 1e9);
+    let ring_model = ina_sim::ring::predict(&ina_sim::ring::RingModel {
+        workers: args.workers,
+        bytes: bytes as u64,
+        chunk_bytes: args.ring_chunk_bytes,
+        mtu: args.mtu,
+        link,
+    });
+    if let Some(r) = &ring_model {
+        println!(
+            "ring (model, MTU {}, {} KiB chunks): {:.3} ms, {:.3} of its links' bound",
+            args.mtu,
+            args.ring_chunk_bytes / 1024,
+            r.seconds * 1e3,
+            r.bound_seconds / r.seconds.max(1e-12)
+        );
+    }
     let mut results = Vec::new();
     println!(
         "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>7} {:>6} {:>8} {:>7} {:>6}",
@@ -517,6 +542,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 virtual_seconds: secs,
                 goodput_gbit_per_s: bytes * 8.0 / secs / 1e9,
                 ring_bound_seconds: ring_bound,
+                ring_model_seconds: ring_model.map(|r| r.seconds),
                 packets_sent: t.packets_sent,
                 retransmissions: t.retransmissions,
                 fast_retransmissions: t.fast_retransmissions,

@@ -10,6 +10,7 @@
 
 pub mod data;
 pub mod link;
+pub mod ring;
 pub mod rng;
 pub mod run;
 
