@@ -122,12 +122,13 @@ pub const AWAITING_TOTAL: u32 = 0xffff;
 /// says which: a rank's status Query carries no payload whatever the use's packets did.
 pub const AWAITING_TOTAL_HEADER: u32 = 0xfffe;
 
-/// The rank whose retransmissions and Queries of a use waiting for its total send the
-/// partial sum up again: the lower switch has no timer of its own, and borrows this rank's.
-/// The other ranks are answered with a Pending that shows every rank's contribution held, and
-/// wait: a lost partial or total costs one resent partial per timeout of this rank, not one
-/// per rank (with 8 ranks a rack, the rack's uplink carried 25 partials per loss when every
-/// rank's timer resent it, and 3 with this one's).
+/// The rank whose retransmissions and fetching Queries of a use waiting for its total send
+/// the partial sum up again: the lower switch has no timer of its own, and borrows this rank's.
+/// The other ranks, and rank 0's status Queries, are answered with a Pending that shows every
+/// rank's contribution held: the worker then waits, and asks for the result itself next time.
+/// A lost partial or total costs one resent partial per timeout of this rank, not one per rank
+/// (with 8 ranks a rack, the rack's uplink carried 25 partials per loss when every rank's timer
+/// resent it, and 3 with this one's), and a total that is only late costs none.
 pub const UPLINK_TIMER_RANK: u8 = 0;
 
 /// The element count of the partial sum of a use waiting for its total, or `None` when
@@ -985,7 +986,12 @@ impl Pipeline {
             let Some(up) = job.cfg.uplink.filter(|_| bitmap[x] & bit != 0) else {
                 return drop_counted(counters, DropReason::Duplicate);
             };
-            if view.rank() != UPLINK_TIMER_RANK {
+            // A status Query (exponent 0) of a use with payload asks whether the use is
+            // complete, not for its total: the Pending with every rank's bit says "complete
+            // here, the total is on its way", and only rank 0's fetching Query (after that
+            // answer) sends the partial again. A late total then costs no resent partial.
+            let status = view.exponent() == 0 && partial != 0;
+            if view.rank() != UPLINK_TIMER_RANK || status {
                 return emit_pending(counters, &view, bitmap[x], ingress, out);
             }
             let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];

@@ -1018,8 +1018,17 @@ impl<'a> Stream<'a> {
         if out.retries > 0 {
             self.path_rtt.on_sample(now - out.last_sent);
         }
+        // Every rank's bit: the use is complete on this switch, which waits for an upper
+        // switch's total (PROTOCOL.md §9). The next Query asks for the result itself.
+        let ranks = u32::from(self.cfg.workers);
+        let all = if ranks >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << ranks) - 1
+        };
         let out = Outstanding {
             contributors: Some(info.bitmap),
+            complete_seen: out.complete_seen || info.bitmap & all == all,
             ..out
         };
         self.slots[slot].outstanding = Some(out);

@@ -435,6 +435,40 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
     assert_eq!(pending.kind, MessageType::Pending);
     assert_eq!(out[16..20], 0b11u32.to_be_bytes());
     assert_eq!(rack.counters().partials_resent, 1);
+    // Rank 0's status Query (exponent 0): a Pending too ("complete here"); its fetching
+    // Query (exponent 1): the partial again.
+    let query = |exponent: u8| {
+        let repr = AggRepr {
+            kind: MessageType::Query,
+            set: 0,
+            gap: None,
+            job: 7,
+            epoch: 3,
+            rank: 0,
+            exponent,
+            slot: 1,
+            count: 0,
+            seq: 5,
+        };
+        let mut b = vec![0u8; repr.buffer_len()];
+        repr.emit_into(&mut b).unwrap();
+        b
+    };
+    let v = rack.process(PortId(0), &query(0), now, &mut out);
+    assert!(
+        matches!(
+            v,
+            Verdict::Unicast {
+                port: PortId(0),
+                len: 20
+            }
+        ),
+        "{v:?}"
+    );
+    let v = rack.process(PortId(0), &query(1), now, &mut out);
+    assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
+    assert_eq!(out[..partial.len()], partial[..]);
+    assert_eq!(rack.counters().partials_resent, 2);
     // The upper switch, with the other rack's partial, completes the use.
     let upper = &mut t.upper;
     assert_eq!(
