@@ -311,6 +311,29 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// Starts `ina switch` in the upper namespace with the `--job` values `upper_jobs`, and in
+    /// rack `i`'s hub with `rack_jobs(i)`; returns (upper, racks).
+    fn switches(
+        &self,
+        upper_jobs: &[String],
+        rack_jobs: impl Fn(usize) -> Vec<String>,
+    ) -> (std::process::Child, Vec<std::process::Child>) {
+        let start = |ns: &str, jobs: &[String]| {
+            let mut args = vec!["switch", "--listen", "0.0.0.0:18000"];
+            for j in jobs {
+                args.extend(["--job", j.as_str()]);
+            }
+            spawn_in(ns, &args)
+        };
+        let upper = start(&self.upper, upper_jobs);
+        let racks = (0..self.racks.len())
+            .map(|i| start(&self.racks[i].hub(), &rack_jobs(i)))
+            .collect();
+        (upper, racks)
+    }
+}
+
 impl Drop for Tree {
     fn drop(&mut self) {
         let _ = Command::new("ip")
@@ -363,32 +386,14 @@ fn tree_sums_exactly(loss: f64) {
         return;
     }
     let tree = Tree::build(loss);
-    let upper = spawn_in(
-        &tree.upper,
-        &[
-            "switch",
-            "--listen",
-            "0.0.0.0:18000",
-            "--job",
-            "id=1;epoch=77;slots=0..128;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000",
-        ],
+    let (upper, racks) = tree.switches(
+        &["id=1;epoch=77;slots=0..128;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000".into()],
+        |i| {
+            vec![format!(
+                "id=1;slots=0..128;elems=256;workers=198.18.1.1:19000,198.18.1.2:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77"
+            )]
+        },
     );
-    let racks: Vec<_> = (0..2)
-        .map(|i| {
-            spawn_in(
-                &tree.racks[i].hub(),
-                &[
-                    "switch",
-                    "--listen",
-                    "0.0.0.0:18000",
-                    "--job",
-                    &format!(
-                        "id=1;slots=0..128;elems=256;workers=198.18.1.1:19000,198.18.1.2:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77"
-                    ),
-                ],
-            )
-        })
-        .collect();
     let workers: Vec<_> = (0..4)
         .map(|g| {
             let (rack, r) = (g / 2, g % 2);
@@ -476,34 +481,18 @@ fn iteration_seconds(stdout: &str) -> Vec<f64> {
 /// sums are checked; returns each job's goodput over the time both ran (bits per second).
 fn two_jobs_on_the_tree(adaptive: bool) -> (f64, f64) {
     let tree = Tree::build(0.0);
-    let upper = spawn_in(
-        &tree.upper,
+    let (upper, racks) = tree.switches(
         &[
-            "switch",
-            "--listen",
-            "0.0.0.0:18000",
-            "--job",
-            "id=1;epoch=77;slots=0..256;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000",
-            "--job",
-            "id=2;epoch=78;slots=256..288;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000",
+            "id=1;epoch=77;slots=0..256;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000".into(),
+            "id=2;epoch=78;slots=256..288;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000".into(),
         ],
+        |i| {
+            vec![
+                format!("id=1;slots=0..256;elems=256;workers=198.18.1.1:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77"),
+                format!("id=2;slots=256..288;elems=256;workers=198.18.1.2:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=78"),
+            ]
+        },
     );
-    let racks: Vec<_> = (0..2)
-        .map(|i| {
-            spawn_in(
-                &tree.racks[i].hub(),
-                &[
-                    "switch",
-                    "--listen",
-                    "0.0.0.0:18000",
-                    "--job",
-                    &format!("id=1;slots=0..256;elems=256;workers=198.18.1.1:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77"),
-                    "--job",
-                    &format!("id=2;slots=256..288;elems=256;workers=198.18.1.2:19000;uplink=198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=78"),
-                ],
-            )
-        })
-        .collect();
     let elements = 1 << 20;
     let mut workers = Vec::new();
     for job in 1..=2u16 {

@@ -1526,17 +1526,9 @@ fn emit_pending<'a>(
     out: &mut [u8],
 ) -> Verdict<'a> {
     const LEN: usize = HEADER_LEN + 4 * PendingInfo::COUNT as usize;
-    let Some((head, payload)) = out
-        .get_mut(..LEN)
-        .and_then(|o| o.split_first_chunk_mut::<HEADER_LEN>())
-    else {
+    let Some((mut pkt, payload)) = reply_to(view, MessageType::Pending, LEN, out) else {
         return drop_counted(counters, DropReason::OutputTooSmall);
     };
-    *head = *view.clone().into_inner();
-    let mut pkt = AggPacket::new_unchecked(head);
-    let set = pkt.set();
-    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Pending);
-    pkt.set_set(set);
     pkt.set_exponent(0);
     pkt.set_count(PendingInfo::COUNT);
     if (PendingInfo { bitmap }).emit(payload).is_err() {
@@ -1548,6 +1540,24 @@ fn emit_pending<'a>(
         port: ingress,
         len: LEN,
     }
+}
+
+/// The first `len` bytes of `out` as an answer to `view`: its header with type `kind` (the set
+/// kept, the gap counter cleared), and the payload after it; `None` when `out` is shorter.
+#[inline(always)]
+fn reply_to<'o>(
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    kind: MessageType,
+    len: usize,
+    out: &'o mut [u8],
+) -> Option<(AggPacket<&'o mut [u8; HEADER_LEN]>, &'o mut [u8])> {
+    let (head, payload) = out.get_mut(..len)?.split_first_chunk_mut::<HEADER_LEN>()?;
+    *head = *view.clone().into_inner();
+    let mut pkt = AggPacket::new_unchecked(head);
+    let set = pkt.set();
+    pkt.set_version_type(PROTOCOL_VERSION, kind);
+    pkt.set_set(set);
+    Some((pkt, payload))
 }
 
 /// The partial sum of a use, `cells` with exponent byte `exp`, as the Data packet of this
@@ -1563,17 +1573,9 @@ fn emit_partial<'a>(
     out: &mut [u8],
 ) -> Verdict<'a> {
     let len = HEADER_LEN + 4 * cells.len();
-    let Some((head, payload)) = out
-        .get_mut(..len)
-        .and_then(|o| o.split_first_chunk_mut::<HEADER_LEN>())
-    else {
+    let Some((mut pkt, payload)) = reply_to(view, MessageType::Data, len, out) else {
         return drop_counted(counters, DropReason::OutputTooSmall);
     };
-    *head = *view.clone().into_inner();
-    let mut pkt = AggPacket::new_unchecked(head);
-    let set = pkt.set();
-    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Data);
-    pkt.set_set(set);
     pkt.set_job(up.job);
     pkt.set_epoch(up.epoch);
     pkt.set_rank(up.rank);
@@ -1602,15 +1604,11 @@ fn resend_partial<'a>(
 }
 
 fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
-    let Some((head, payload)) = out.split_first_chunk_mut::<HEADER_LEN>() else {
+    let len = out.len();
+    let Some((mut pkt, payload)) = reply_to(view, MessageType::Result, len, out) else {
         // Unreachable: the callers size `out` for the header and the payload.
         return;
     };
-    *head = *view.clone().into_inner();
-    let mut pkt = AggPacket::new_unchecked(head);
-    let set = pkt.set();
-    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Result);
-    pkt.set_set(set);
     pkt.set_exponent(exp as u8);
     kernels::portable::encode_be(cells, payload);
 }

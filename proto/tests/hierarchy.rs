@@ -22,14 +22,6 @@ const UPPER_JOB: u16 = 9;
 /// switch is `UPLINK`, towards its worker `i` `PortId(i)`.
 const UPLINK: PortId = PortId(100);
 
-/// Where a packet goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Node {
-    Worker { rack: usize, rank: usize },
-    Rack(usize),
-    Upper,
-}
-
 /// splitmix64.
 struct Rng(u64);
 impl Rng {
@@ -107,36 +99,22 @@ fn tree(racks: usize, per_rack: usize, window: u16) -> Tree {
     Tree { racks, upper }
 }
 
-/// The outputs of one switch's verdict, as (destination, bytes).
-fn route(at: Node, verdict: Verdict<'_>, out: &[u8], to: &mut Vec<(Node, Vec<u8>)>) {
-    let node = |p: PortId| match at {
-        Node::Upper => Node::Rack(usize::from(p.0)),
-        Node::Rack(_) if p == UPLINK => Node::Upper,
-        Node::Rack(rack) => Node::Worker {
-            rack,
-            rank: usize::from(p.0),
-        },
-        Node::Worker { .. } => unreachable!("workers do not route"),
-    };
-    match verdict {
-        Verdict::Unicast { port, len } => to.push((node(port), out[..len].to_vec())),
-        Verdict::Multicast { ports, len } => {
-            for p in ports {
-                to.push((node(*p), out[..len].to_vec()));
-            }
+/// Checks every worker's tensor: element `k` of the sum of `total` workers is
+/// `k * total (total + 1) / 2`.
+fn assert_exact(tensors: &[Vec<i32>], total: usize) {
+    let weight = (total * (total + 1) / 2) as i32;
+    for (w, tensor) in tensors.iter().enumerate() {
+        for (k, v) in tensor.iter().enumerate() {
+            assert_eq!(
+                *v,
+                (k as i32).wrapping_mul(weight),
+                "worker {w} element {k}"
+            );
         }
-        Verdict::Absorbed | Verdict::Drop(_) => {}
     }
 }
 
-struct Ran {
-    tensors: Vec<Vec<Vec<i32>>>,
-    finished: bool,
-    tree: Tree,
-}
-
-/// Runs `racks` racks of `per_rack` workers, each reducing `packets` packets of int32 through
-/// a window of `window` slots: element `i` of global worker `w` is `i * (w + 1)`.
+/// Runs `racks` racks of `per_rack` workers under one upper switch (see [`run_any`]).
 fn run(
     racks: usize,
     per_rack: usize,
@@ -144,159 +122,10 @@ fn run(
     window: u16,
     faults: Faults,
     seed: u64,
-) -> Ran {
-    let total = racks * per_rack;
-    let len = packets * usize::from(ELEMS);
-    let mut tensors: Vec<Vec<Vec<i32>>> = (0..racks)
-        .map(|r| {
-            (0..per_rack)
-                .map(|i| {
-                    let w = (r * per_rack + i) as i32;
-                    (0..len as i32).map(|k| k.wrapping_mul(w + 1)).collect()
-                })
-                .collect()
-        })
-        .collect();
-    let mut t = tree(racks, per_rack, window);
-    let mut rng = Rng(seed);
-    let rto = RtoConfig {
-        initial: Duration::from_micros(200),
-        min: Duration::from_micros(60),
-        max: Duration::from_millis(5),
-        granularity: Duration::from_micros(1),
-    };
-    let mut finished = false;
-    {
-        let mut streams: Vec<Vec<Stream<'_>>> = tensors
-            .iter_mut()
-            .map(|rack| {
-                rack.iter_mut()
-                    .enumerate()
-                    .map(|(i, tensor)| {
-                        let cfg = StreamConfig {
-                            job: 7,
-                            epoch: 3,
-                            rank: i as u8,
-                            workers: per_rack as u8,
-                            total_workers: total as u16,
-                            elems_per_packet: ELEMS,
-                            lane: Lane::new(0, window),
-                            max_retries: 1000,
-                            give_up: Duration::from_secs(10),
-                            gap_reports: true,
-                        };
-                        Stream::new(cfg, Tensor::I32(tensor), RttEstimator::new(rto)).unwrap()
-                    })
-                    .collect()
-            })
-            .collect();
-        // In flight: (arrival round, destination, bytes).
-        let mut flight: Vec<(usize, Node, Vec<u8>)> = Vec::new();
-        let mut out = vec![0u8; 2048];
-        let mut buf = vec![0u8; 2048];
-        let send = |round: usize, to: Node, bytes: Vec<u8>, rng: &mut Rng, flight: &mut Vec<_>| {
-            if rng.chance(faults.loss) {
-                return;
-            }
-            let copies = if rng.chance(faults.duplicate) { 2 } else { 1 };
-            for _ in 0..copies {
-                let extra = if rng.chance(faults.delay) {
-                    1 + (rng.next() % 3) as usize
-                } else {
-                    0
-                };
-                flight.push((round + 1 + extra, to, bytes.clone()));
-            }
-        };
-        for round in 0..200_000 {
-            let now = Instant::ZERO + ROUND * round as u32;
-            let (due, rest): (Vec<_>, Vec<_>) = flight.drain(..).partition(|(at, ..)| *at <= round);
-            flight = rest;
-            let mut outputs = Vec::new();
-            for (_, to, bytes) in due {
-                match to {
-                    Node::Worker { rack, rank } => streams[rack][rank].handle_datagram(now, &bytes),
-                    Node::Rack(r) => {
-                        // Which port: the upper switch's packets carry its job id.
-                        let from_upper =
-                            AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
-                                .is_ok_and(|h| h.job == UPPER_JOB);
-                        let port = if from_upper {
-                            UPLINK
-                        } else {
-                            PortId(
-                                AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
-                                    .unwrap()
-                                    .rank
-                                    .into(),
-                            )
-                        };
-                        let v = t.racks[r].process(port, &bytes, now, &mut out);
-                        route(Node::Rack(r), v, &out, &mut outputs);
-                        if let Some(rep) = t.racks[r].poll_report() {
-                            outputs.push((
-                                Node::Worker {
-                                    rack: r,
-                                    rank: usize::from(rep.port.0),
-                                },
-                                rep.header.to_vec(),
-                            ));
-                        }
-                    }
-                    Node::Upper => {
-                        let rank = AggRepr::parse(&ina_wire::AggPacket::new_unchecked(&bytes[..]))
-                            .unwrap()
-                            .rank;
-                        let v = t.upper.process(PortId(rank.into()), &bytes, now, &mut out);
-                        route(Node::Upper, v, &out, &mut outputs);
-                    }
-                }
-            }
-            for (r, rack) in streams.iter_mut().enumerate() {
-                for (i, s) in rack.iter_mut().enumerate() {
-                    if s.poll_timeout().is_some_and(|at| at <= now) {
-                        s.handle_timeout(now);
-                    }
-                    while let Some(n) = s.poll_transmit(now, &mut buf).unwrap() {
-                        let _ = i;
-                        outputs.push((Node::Rack(r), buf[..n].to_vec()));
-                    }
-                }
-            }
-            for (to, bytes) in outputs {
-                send(round, to, bytes, &mut rng, &mut flight);
-            }
-            if streams.iter().flatten().all(|s| s.poll_outcome().is_some()) {
-                for s in streams.iter().flatten() {
-                    assert!(
-                        matches!(s.poll_outcome(), Some(Ok(_))),
-                        "a stream failed: {:?}",
-                        s.poll_outcome()
-                    );
-                }
-                finished = true;
-                break;
-            }
-        }
-    }
-    Ran {
-        tensors,
-        finished,
-        tree: t,
-    }
-}
-
-fn assert_exact(ran: &Ran, racks: usize, per_rack: usize) {
-    assert!(ran.finished, "the streams did not finish");
-    let total = (racks * per_rack) as i32;
-    let weight = total * (total + 1) / 2;
-    for rack in &ran.tensors {
-        for tensor in rack {
-            for (k, v) in tensor.iter().enumerate() {
-                assert_eq!(*v, (k as i32).wrapping_mul(weight), "element {k}");
-            }
-        }
-    }
+) -> AnyTree {
+    let (tensors, tree) = run_any(&[per_rack, racks], packets, window, faults, seed);
+    assert_exact(&tensors, racks * per_rack);
+    tree
 }
 
 #[test]
@@ -314,15 +143,14 @@ fn two_racks_sum_through_the_upper_switch_without_loss() {
         },
         1,
     );
-    assert_exact(&ran, racks, per_rack);
-    let upper = ran.tree.upper.counters();
+    let upper = ran.switches[0].counters();
     // Every use is completed once on the upper switch, from one partial per rack.
     assert_eq!(upper.results_multicast, packets as u64);
     assert_eq!(
         upper.data_first + upper.data_added,
         (packets * racks) as u64
     );
-    for rack in &ran.tree.racks {
+    for rack in &ran.switches[1..] {
         let c = rack.counters();
         assert_eq!(c.partials_sent, packets as u64);
         assert_eq!(c.totals_received, packets as u64);
@@ -346,16 +174,11 @@ fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
         },
         7,
     );
-    assert_exact(&ran, racks, per_rack);
-    let resent: u64 = ran
-        .tree
-        .racks
+    let resent: u64 = ran.switches[1..]
         .iter()
         .map(|r| r.counters().partials_resent)
         .sum();
-    let pending: u64 = ran
-        .tree
-        .racks
+    let pending: u64 = ran.switches[1..]
         .iter()
         .map(|r| r.counters().upstream_pending)
         .sum();
@@ -363,9 +186,9 @@ fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
     // them again; an upper switch still collecting answered some of them with Pending.
     assert!(resent > 0, "no partial was sent again");
     assert!(pending > 0, "no Pending came down");
-    assert_eq!(ran.tree.upper.counters().results_multicast, packets as u64);
+    assert_eq!(ran.switches[0].counters().results_multicast, packets as u64);
     assert!(
-        ran.tree.upper.counters().results_unicast > 0,
+        ran.switches[0].counters().results_unicast > 0,
         "no total was sent again"
     );
 }
@@ -562,9 +385,8 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let ran = run(racks, per_rack, packets, window, Faults { loss, duplicate, delay }, seed);
-        assert_exact(&ran, racks, per_rack);
-        prop_assert_eq!(ran.tree.upper.counters().results_multicast, packets as u64);
-        for rack in &ran.tree.racks {
+        prop_assert_eq!(ran.switches[0].counters().results_multicast, packets as u64);
+        for rack in &ran.switches[1..] {
             prop_assert_eq!(rack.counters().partials_sent, packets as u64);
             prop_assert_eq!(rack.counters().totals_received, packets as u64);
         }
@@ -572,9 +394,10 @@ proptest! {
 }
 
 /// A tree of any depth: `fanout[0]` workers per rack switch, `fanout[1]` rack switches per
-/// switch of the next level, and so on up to one top switch. Every switch holds the job at
-/// slots `0..window` with id 7 and epoch 3; a switch reaches its parent through `UPLINK`, and
-/// child `i` on `PortId(i)`.
+/// switch of the next level, and so on up to one top switch. The switches of level `l` (0:
+/// the racks) hold the job as id `7 + l`, epoch `3 + l`, at slots `40 l ..`, so that every
+/// uplink maps ids, epochs and slots; a switch reaches its parent through `UPLINK`, and child
+/// `i` on `PortId(i)`. Switch 0 is the top.
 struct AnyTree {
     switches: Vec<Pipeline>,
     /// Per switch: its parent and its rank there.
@@ -605,24 +428,25 @@ impl AnyTree {
     ) -> usize {
         let me = self.switches.len();
         let (&n, below) = fanout.split_last().unwrap();
+        let level = below.len() as u16;
         let mut p = Pipeline::new(PipelineConfig {
-            pool_slots: 64,
+            pool_slots: 256,
             max_elems: 64,
         });
         p.set_gap_reports(true);
         p.add_job(JobConfig {
-            job: 7,
-            epoch: 3,
-            slot_base: 0,
+            job: 7 + level,
+            epoch: 3 + level,
+            slot_base: 40 * level,
             slot_count: window,
             elems_per_packet: ELEMS,
             ranks: (0..n).map(|i| PortId(i as u16)).collect(),
             uplink: parent.map(|(_, rank)| Uplink {
                 port: UPLINK,
-                job: 7,
-                epoch: 3,
+                job: 8 + level,
+                epoch: 4 + level,
                 rank,
-                slot_base: 0,
+                slot_base: 40 * (level + 1),
             }),
         })
         .unwrap();
@@ -649,13 +473,14 @@ enum To {
     Worker(usize),
 }
 
-/// Runs every worker of the tree over `packets` packets of int32 with loss on every hop;
-/// returns the tensors (element `k` of worker `w` is `k * (w + 1)`) and the tree.
+/// Runs every worker of the tree over `packets` packets of int32 through a window of `window`
+/// slots, with `faults` on every hop; returns the tensors (element `k` of worker `w` is
+/// `k * (w + 1)`) and the tree.
 fn run_any(
     fanout: &[usize],
     packets: usize,
     window: u16,
-    loss: f64,
+    faults: Faults,
     seed: u64,
 ) -> (Vec<Vec<i32>>, AnyTree) {
     let total: usize = fanout.iter().product();
@@ -756,8 +581,17 @@ fn run_any(
                 }
             }
             for (to, bytes) in outputs {
-                if !rng.chance(loss) {
-                    flight.push((round + 1, to, bytes));
+                if rng.chance(faults.loss) {
+                    continue;
+                }
+                let copies = if rng.chance(faults.duplicate) { 2 } else { 1 };
+                for _ in 0..copies {
+                    let extra = if rng.chance(faults.delay) {
+                        1 + (rng.next() % 3) as usize
+                    } else {
+                        0
+                    };
+                    flight.push((round + 1 + extra, to, bytes.clone()));
                 }
             }
             if streams.iter().all(|s| s.poll_outcome().is_some()) {
@@ -783,17 +617,13 @@ fn three_levels_compose_under_loss() {
     // workers, 9 switches, 5% loss on every hop.
     let (fanout, packets) = ([2, 3, 2], 80);
     for seed in 1..=3 {
-        let (tensors, tree) = run_any(&fanout, packets, 8, 0.05, seed);
-        let weight = 12 * 13 / 2;
-        for (w, t) in tensors.iter().enumerate() {
-            for (k, v) in t.iter().enumerate() {
-                assert_eq!(
-                    *v,
-                    (k as i32).wrapping_mul(weight),
-                    "seed {seed} worker {w} element {k}"
-                );
-            }
-        }
+        let faults = Faults {
+            loss: 0.05,
+            duplicate: 0.0,
+            delay: 0.0,
+        };
+        let (tensors, tree) = run_any(&fanout, packets, 8, faults, seed);
+        assert_exact(&tensors, 12);
         let top = tree.switches[0].counters();
         assert_eq!(top.results_multicast, packets as u64, "seed {seed}");
         for (s, p) in tree.switches.iter().enumerate().skip(1) {
