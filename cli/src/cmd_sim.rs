@@ -34,6 +34,10 @@ pub struct SimArgs {
     /// a packet that finds it full is dropped (default: no limit).
     #[arg(long)]
     pub(crate) uplink_buffer_kib: Option<u64>,
+    /// With --rack-size: the loss probability of the links between the levels, per packet and
+    /// direction (default: --loss).
+    #[arg(long)]
+    pub(crate) uplink_loss: Option<f64>,
     /// With --rack-size: deal each job's ranks round-robin over the racks instead of filling
     /// racks job after job, so that every job crosses the uplinks and shares them.
     #[arg(long)]
@@ -139,6 +143,7 @@ struct SimFile {
     uplink_gbps: Option<f64>,
     uplink_latency_us: Option<f64>,
     uplink_buffer_kib: Option<u64>,
+    uplink_loss: Option<f64>,
     striped: Option<bool>,
     adaptive_window: Option<bool>,
     target_queueing_us: Option<f64>,
@@ -202,6 +207,9 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
     }
     if f.uplink_buffer_kib.is_some() {
         args.uplink_buffer_kib = f.uplink_buffer_kib;
+    }
+    if f.uplink_loss.is_some() {
+        args.uplink_loss = f.uplink_loss;
     }
     if let Some(s) = f.striped {
         args.striped = s;
@@ -356,9 +364,13 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         && (args.uplink_gbps.is_some()
             || args.uplink_latency_us.is_some()
             || args.uplink_buffer_kib.is_some()
+            || args.uplink_loss.is_some()
             || args.striped)
     {
-        bail!("--uplink-gbps, --uplink-latency-us, --uplink-buffer-kib and --striped describe the racks: add --rack-size");
+        bail!("--uplink-gbps, --uplink-latency-us, --uplink-buffer-kib, --uplink-loss and --striped describe the racks: add --rack-size");
+    }
+    if args.uplink_loss.is_some_and(|p| !(0.0..1.0).contains(&p)) {
+        bail!("--uplink-loss must be a probability in [0, 1)");
     }
     let max_workers = if args.rack_size == 0 {
         32
@@ -472,6 +484,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             uplink.latency =
                 Duration::from_secs_f64(args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6);
             uplink.buffer_bytes = args.uplink_buffer_kib.map(|k| k * 1024);
+            uplink.loss = args.uplink_loss.unwrap_or(uplink.loss);
             scenario.racks = Some(ina_sim::Racks {
                 per_rack: args.rack_size,
                 uplink,
