@@ -308,7 +308,10 @@ fn sim_runs_racks_under_an_upper_switch_and_refuses_a_job_too_large_for_them() {
         (&["--rack-size", "33"][..], "--rack-size must be"),
         (&["--uplink-gbps", "10"][..], "add --rack-size"),
         (&["--uplink-loss", "0.1"][..], "add --rack-size"),
-        (&["--rack-size", "4", "--uplink-loss", "1.5"][..], "probability in [0, 1)"),
+        (
+            &["--rack-size", "4", "--uplink-loss", "1.5"][..],
+            "probability in [0, 1)",
+        ),
     ] {
         let out = ina().arg("sim").args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -377,6 +377,12 @@ struct Outstanding {
     /// The switch said the use is complete (a header-only answer to a status Query) and its
     /// result has not come: the next Query asks for the result itself.
     complete_seen: bool,
+    /// A Pending with every rank's bit said the use is complete on this switch and waits for
+    /// an upper switch's total (PROTOCOL.md §9): the answer to asking again may take the
+    /// round trip of a result, not the path's.
+    upper_wait: bool,
+    /// Queries sent since `upper_wait` was learnt.
+    upper_asks: u8,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -660,7 +666,7 @@ impl<'a> Stream<'a> {
             // A Query is answered at once, with the result or Pending: its answer is due a
             // round trip later. Data waits for the other workers' data.
             let deadline = if query && self.reports {
-                now + self.query_timeout()
+                now + self.answer_timeout(&out)
             } else if self.reports {
                 // Its loss shows in a Query's Pending answer: asked about at round-trip pace.
                 now + self.spacing(now, &out)
@@ -673,6 +679,9 @@ impl<'a> Stream<'a> {
                 last_tx,
                 last_sent: now,
                 last_was_query: query,
+                upper_asks: out
+                    .upper_asks
+                    .saturating_add(u8::from(query && out.upper_wait)),
                 // Data sent again may be lost again.
                 held: if query { out.held } else { Held::Unknown },
                 ..out
@@ -747,6 +756,8 @@ impl<'a> Stream<'a> {
             held: Held::Unknown,
             contributors: None,
             complete_seen: false,
+            upper_wait: false,
+            upper_asks: 0,
         });
         self.timers.push(Reverse((deadline, index)));
         self.note_occupancy(now);
@@ -1029,6 +1040,7 @@ impl<'a> Stream<'a> {
         let out = Outstanding {
             contributors: Some(info.bitmap),
             complete_seen: out.complete_seen || info.bitmap & all == all,
+            upper_wait: out.upper_wait || info.bitmap & all == all,
             ..out
         };
         self.slots[slot].outstanding = Some(out);
@@ -1450,7 +1462,22 @@ impl<'a> Stream<'a> {
     /// (some 90 Queries for a give-up time of 2 s and a 20 µs round trip).
     fn spacing(&self, now: Instant, out: &Outstanding) -> Duration {
         let waited = now.saturating_duration_since(out.first_sent);
-        self.query_timeout().max(waited / 8)
+        self.answer_timeout(out).max(waited / 8)
+    }
+
+    /// How long the answer to asking about `out` may take: the query timeout; for a use that
+    /// waits for an upper switch's total, the query timeout doubled per time asked, up to a
+    /// result's timeout. The partial sent again crosses the links between the switches and
+    /// their queues: asking at the path's pace resent partials into a full uplink faster than
+    /// it drained, while asking at a result's pace from the start left a lost total waiting
+    /// for a timeout that, among 1024 workers, includes everyone's repairs.
+    fn answer_timeout(&self, out: &Outstanding) -> Duration {
+        let query = self.query_timeout();
+        if !out.upper_wait {
+            return query;
+        }
+        let cap = self.timeout_of(&self.rtt).unwrap_or(query).max(query);
+        query.saturating_mul(1 << out.upper_asks.min(10)).min(cap)
     }
 
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)

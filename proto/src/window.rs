@@ -17,11 +17,16 @@
 //!   one 100 Gbit/s uplink overshot a 512 KiB buffer by the round trip of feedback and lost
 //!   1500 to 6000 packets, whose repairs, by round-trip timers of 100 µs, left the jobs'
 //!   shares 20-40% apart (`ina sim` in BENCHMARKS.md); growing by a quarter, none was lost.
-//! * **Additive increase.** After that, a result whose round trip is below the target adds
-//!   `additive / cwnd`: `additive` packets per round trip.
-//! * **Multiplicative decrease.** A result above the target multiplies `cwnd` by
-//!   `1 - gain * (rtt - target) / rtt`, at most once per smoothed round trip and never below
-//!   `1 - max_decrease`: the further above the target, the larger the cut.
+//! * **Additive increase.** After that, a round whose smallest round trip is below the target
+//!   adds `additive` packets.
+//! * **Multiplicative decrease.** A round whose smallest round trip is above the target
+//!   multiplies `cwnd` by `1 - gain * (rtt - target) / rtt`, never below `1 - max_decrease`:
+//!   the further above the target, the larger the cut.
+//!
+//! A round is a smoothed round trip of results, and the window changes at its end, on the
+//! round's smallest sample: a queue delays every packet, while a busy host delays some (a
+//! worker or switch process that waited for a core), so the smallest sample sees the queue
+//! and not the noise.
 //!
 //! Why delay and not loss: a data-center link loses packets at random too, and a loss is
 //! repaired for one round trip's cost (PROTOCOL.md §5); halving on every loss would cost 1%
@@ -86,7 +91,10 @@ pub struct WindowControl {
     cfg: WindowConfig,
     cwnd: f64,
     base: Option<Duration>,
-    last_decrease: Option<Instant>,
+    /// When the current round began, and its smallest round trip and samples so far.
+    round_start: Option<Instant>,
+    round_min: Option<Duration>,
+    round_samples: u64,
     /// No round trip above the target yet: the window doubles per round trip.
     slow_start: bool,
     /// Decreases so far.
@@ -99,7 +107,9 @@ impl WindowControl {
             cwnd: cfg.initial.max(1.0),
             base: cfg.base_rtt,
             cfg,
-            last_decrease: None,
+            round_start: None,
+            round_min: None,
+            round_samples: 0,
             slow_start: true,
             decreases: 0,
         }
@@ -121,31 +131,46 @@ impl WindowControl {
     }
 
     /// A result's round trip `rtt` (an unambiguous sample), with the stream's smoothed round
-    /// trip `srtt` spacing the decreases; `slots` bounds the window.
+    /// trip `srtt` setting the length of a round; `slots` bounds the window.
+    ///
+    /// The window changes once per round, on the smallest round trip of the round: a queue
+    /// delays every packet, while a host that was slow to run the worker (or the switch)
+    /// delays some, so the smallest of a round's samples sees the queue and not the noise.
     pub fn on_rtt(&mut self, now: Instant, rtt: Duration, srtt: Duration, slots: u16) {
         let base = self.base.map_or(rtt, |b| b.min(rtt));
         self.base = Some(base);
+        let start = *self.round_start.get_or_insert(now);
+        if now.saturating_duration_since(start) >= srtt {
+            // This sample begins the next round: the one before it ends here.
+            if let Some(min) = self.round_min.take() {
+                let samples = std::mem::take(&mut self.round_samples) as f64;
+                self.end_round(base, min, samples, slots);
+            }
+            self.round_start = Some(now);
+        }
+        self.round_min = Some(self.round_min.map_or(rtt, |m| m.min(rtt)));
+        self.round_samples += 1;
+    }
+
+    /// A round of `samples` results whose smallest round trip was `rtt`.
+    fn end_round(&mut self, base: Duration, rtt: Duration, samples: f64, slots: u16) {
         let target = base + self.cfg.target_queueing;
         if self.slow_start && rtt > base + self.cfg.target_queueing / 2 {
-            // The queue is building: stop doubling before it reaches the target, since the
-            // doubling of the round trip in flight still arrives at the queue.
+            // The queue is building: stop growing fast before it reaches the target, since
+            // the growth of the round in flight still arrives at the queue.
             self.slow_start = false;
         }
         if rtt <= target {
             self.cwnd += if self.slow_start {
-                self.cfg.slow_start_gain
+                self.cfg.slow_start_gain * samples
             } else {
-                self.cfg.additive / self.cwnd
+                self.cfg.additive
             };
-        } else if self
-            .last_decrease
-            .is_none_or(|t| now.saturating_duration_since(t) >= srtt)
-        {
+        } else {
             let excess = (rtt - target).as_secs_f64() / rtt.as_secs_f64();
             let factor = (1.0 - self.cfg.gain * excess).max(1.0 - self.cfg.max_decrease);
             self.cwnd *= factor;
             self.slow_start = false;
-            self.last_decrease = Some(now);
             self.decreases += 1;
         }
         self.cwnd = self.cwnd.clamp(1.0, f64::from(slots.max(1)));
@@ -160,54 +185,80 @@ mod tests {
         Duration::from_micros(n)
     }
 
+    /// Feeds `n` samples of `rtt`, spread over one round of `srtt` from `*now` on.
+    fn round(w: &mut WindowControl, now: &mut Instant, n: u64, rtt: Duration, srtt: Duration) {
+        for k in 0..n {
+            w.on_rtt(*now + srtt.mul_f64(k as f64 / n as f64), rtt, srtt, 512);
+        }
+        *now = *now + srtt;
+    }
+
     #[test]
-    fn doubles_per_round_trip_until_the_first_cut_then_grows_by_one() {
+    fn grows_per_round_until_the_first_cut_then_by_one() {
         let mut w = WindowControl::new(WindowConfig {
             initial: 10.0,
             slow_start_gain: 1.0,
             ..WindowConfig::default()
         });
-        let now = Instant::ZERO;
-        // Slow start: a round trip's worth of results doubles the window.
-        for _ in 0..10 {
-            w.on_rtt(now, us(20), us(20), 512);
-        }
+        let mut now = Instant::ZERO;
+        // A round ends when the next one's first sample comes. Slow start: a round of 10
+        // results below the target doubles the window.
+        round(&mut w, &mut now, 10, us(20), us(20));
+        round(&mut w, &mut now, 10, us(50), us(20));
         assert_eq!(w.cwnd(), 20.0);
-        // One result above the target: cut (excess 20/50, by 32%), slow start over.
-        w.on_rtt(now, us(50), us(20), 512);
-        let mut w = WindowControl { cwnd: 10.0, ..w };
-        // One round trip's worth of results at the base delay: about one packet more.
-        for _ in 0..10 {
-            w.on_rtt(now, us(20), us(20), 512);
-        }
-        assert!((w.cwnd() - 11.0).abs() < 0.05, "{}", w.cwnd());
-        assert_eq!(w.allowed(512), 10);
+        // A round above the target: cut (excess 20/50, by 32%), slow start over.
+        round(&mut w, &mut now, 10, us(20), us(20));
+        assert!((w.cwnd() - 20.0 * 0.68).abs() < 1e-9, "{}", w.cwnd());
+        // Then one packet more per round below the target.
+        round(&mut w, &mut now, 10, us(20), us(20));
+        assert!(
+            (w.cwnd() - (20.0 * 0.68 + 1.0)).abs() < 1e-9,
+            "{}",
+            w.cwnd()
+        );
         assert_eq!(w.allowed(4), 4);
+        assert_eq!(w.decreases, 1);
     }
 
     #[test]
-    fn cuts_in_proportion_to_the_excess_once_per_round_trip() {
+    fn one_fast_sample_in_a_round_shows_there_is_no_queue() {
+        // A round of samples a busy host delayed, but one that came back at the base round
+        // trip: no queue, no cut.
+        let mut w = WindowControl::new(WindowConfig {
+            initial: 50.0,
+            ..WindowConfig::default()
+        });
+        let mut now = Instant::ZERO;
+        round(&mut w, &mut now, 1, us(20), us(20));
+        for k in 0..50u64 {
+            let rtt = if k == 7 { us(20) } else { us(200) };
+            w.on_rtt(now + us(k * 20 / 50), rtt, us(20), 512);
+        }
+        now = now + us(20);
+        round(&mut w, &mut now, 1, us(20), us(20));
+        assert_eq!(w.decreases, 0, "{w:?}");
+        assert!(w.cwnd() >= 50.0);
+    }
+
+    #[test]
+    fn cuts_in_proportion_to_the_excess_at_most_by_half() {
         let mut w = WindowControl::new(WindowConfig {
             initial: 100.0,
             ..WindowConfig::default()
         });
-        let t0 = Instant::ZERO;
-        w.on_rtt(t0, us(20), us(20), 512);
-        // 40 µs against a target of 30: excess 10/40, cut by 0.8 * 0.25 = 20%.
-        let before = w.cwnd();
-        w.on_rtt(t0 + us(1), us(40), us(30), 512);
-        assert!((w.cwnd() - before * 0.8).abs() < 1e-9, "{}", w.cwnd());
-        // Within the same round trip: no second cut.
-        let after = w.cwnd();
-        w.on_rtt(t0 + us(10), us(40), us(30), 512);
-        assert_eq!(w.cwnd(), after);
-        // A round trip later, a far larger delay cuts by half at most.
-        w.on_rtt(t0 + us(40), us(1000), us(30), 512);
-        assert!((w.cwnd() - after * 0.5).abs() < 1e-9);
-        assert_eq!(w.decreases, 2);
-        // Never below one packet.
-        for k in 0..50 {
-            w.on_rtt(t0 + us(100 + 100 * k), us(1000), us(30), 512);
+        let mut now = Instant::ZERO;
+        round(&mut w, &mut now, 1, us(20), us(30));
+        round(&mut w, &mut now, 30, us(40), us(30));
+        // (The first round, at the base round trip, added a quarter packet.)
+        assert_eq!(w.cwnd(), 100.25);
+        // The round at 40 µs against a target of 30: excess 10/40, cut by 0.8 * 0.25 = 20%.
+        round(&mut w, &mut now, 30, us(1000), us(30));
+        assert!((w.cwnd() - 100.25 * 0.8).abs() < 1e-9, "{}", w.cwnd());
+        // A far larger delay cuts by half at most, and never below one packet.
+        round(&mut w, &mut now, 1, us(1000), us(30));
+        assert!((w.cwnd() - 100.25 * 0.4).abs() < 1e-9, "{}", w.cwnd());
+        for _ in 0..50 {
+            round(&mut w, &mut now, 3, us(1000), us(30));
         }
         assert_eq!(w.cwnd(), 1.0);
     }

@@ -1,6 +1,6 @@
 //! Jobs sharing a link: four jobs whose workers are striped over two racks, so that every job's
 //! partial sums cross both racks' uplinks (100 Gbit/s, 512 KiB port buffers). With every slot
-//! busy the jobs fill the buffers, lose packets and end with unequal shares; with the
+//! busy the jobs fill the buffers and lose packets; with the
 //! delay-based window (`ina_proto::window`) they share the uplinks equally (Jain's fairness
 //! at least 0.95), keep them at least 90% busy with useful bits, keep the queues short and
 //! lose nothing.
@@ -119,10 +119,21 @@ fn four_jobs_share_the_uplinks_fairly_with_short_queues() {
     assert!(jain >= 0.95, "Jain's fairness {jain}");
     assert!(util >= 0.9, "uplink utilisation {util}");
     assert_eq!(lost(&adaptive), 0, "the buffers never overflow");
-    // Every slot busy: the buffers overflow, the shares drift apart, and the queue a byte
-    // finds is several times longer (the links stay busier, on a standing queue).
+    // Every slot busy: the buffers overflow, and the queue a byte finds is several times
+    // longer. The repairs do not feed the overflow: when ranks asked about a waiting use at
+    // the path's pace, resent partials kept the uplinks full and 246 160 packets were lost
+    // (30 134 with the result's pace), and the links' useful share fell to 0.85.
     assert!(lost(&fixed) > 0);
-    assert!(jain_fixed < jain);
+    let useful_packets = (JOBS * LEN.div_ceil(usize::from(ELEMS)) * 2) as u64;
+    assert!(
+        lost(&fixed) < useful_packets,
+        "{} lost for {useful_packets} useful packets between the levels",
+        lost(&fixed)
+    );
+    assert!(
+        util_fixed > 0.9,
+        "every slot busy, the uplinks {util_fixed} busy"
+    );
     assert!(
         mean_queue(&adaptive) * 2.0 < mean_queue(&fixed),
         "mean queues {} and {} B",
