@@ -293,6 +293,31 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
         p.missing_sent,
     )
     .counter(
+        "ina_switch_partials_sent_total",
+        "Partial sums sent to the upper switch of a tree (a rack switch's completed uses).",
+        p.partials_sent,
+    )
+    .counter(
+        "ina_switch_partials_resent_total",
+        "Partial sums sent again to the upper switch, for rank 0's retransmission or query.",
+        p.partials_resent,
+    )
+    .counter(
+        "ina_switch_totals_received_total",
+        "Totals received from the upper switch and sent on to the workers.",
+        p.totals_received,
+    )
+    .counter(
+        "ina_switch_upstream_pending_total",
+        "Pending answers from the upper switch (a partial sent again while the total was collecting).",
+        p.upstream_pending,
+    )
+    .counter(
+        "ina_switch_upstream_rejects_total",
+        "Rejects from the upper switch: the uplink is misconfigured or the upper switch restarted.",
+        p.upstream_rejects,
+    )
+    .counter(
         "ina_switch_probes_total",
         "Probes answered.",
         p.probes_answered,
@@ -442,25 +467,41 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     println!("{ready}");
     tracing::info!(udp = %switch.local_addr(), control = ?control_local, "switch ready");
 
-    let stats_thread = (args.stats_every > 0.0).then(|| {
-        let every = Duration::from_secs_f64(args.stats_every);
+    // Logs the statistics every --stats-every seconds, and warns, within a second, when the
+    // upper switch of a tree starts refusing this switch's partial sums.
+    let stats_thread = Some({
+        let log_every = (args.stats_every > 0.0).then(|| Duration::from_secs_f64(args.stats_every));
         let stop = stop.clone();
         let handle = handle.clone();
         std::thread::spawn(move || {
-            let mut last = std::time::Instant::now();
+            let mut last_log = std::time::Instant::now();
+            let mut last_check = std::time::Instant::now();
+            let mut upstream_rejects = 0;
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));
-                if last.elapsed() < every {
+                let log_due = log_every.is_some_and(|e| last_log.elapsed() >= e);
+                if !log_due && last_check.elapsed() < Duration::from_secs(1) {
                     continue;
                 }
-                last = std::time::Instant::now();
-                if let Ok(s) = handle.stats() {
-                    let t = &s.total;
+                last_check = std::time::Instant::now();
+                let Ok(s) = handle.stats() else { continue };
+                let t = &s.total;
+                if t.pipeline.upstream_rejects > upstream_rejects {
+                    upstream_rejects = t.pipeline.upstream_rejects;
+                    tracing::warn!(
+                        upstream_rejects,
+                        "the upper switch refuses this switch's partial sums: check the jobs' uplink (address, job, rank, epoch) against the upper switch's jobs; if it restarted, install its jobs again under the epoch the uplinks name"
+                    );
+                }
+                if log_due {
+                    last_log = std::time::Instant::now();
                     tracing::info!(
                         packets = t.pipeline.packets_in,
                         results = t.pipeline.results_multicast,
                         results_to_workers = t.results_to_workers,
                         results_to_group = t.results_to_group,
+                        partials_sent = t.pipeline.partials_sent,
+                        partials_resent = t.pipeline.partials_resent,
                         drops = t.pipeline.drops_total(),
                         unknown_source = t.unknown_source,
                         busy_slots = t.busy_slots,

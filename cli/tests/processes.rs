@@ -1104,3 +1104,69 @@ fn a_second_switch_on_a_taken_address_refuses_to_start() {
     let status = second.wait(after(Duration::from_secs(10)));
     assert!(!status.success());
 }
+
+/// A rack switch whose uplink names another epoch than the upper switch's job: the upper
+/// switch refuses its partial sums, the rack switch counts the refusals and warns within a
+/// second, naming what to check, and the worker's error points there.
+#[test]
+fn a_rack_switch_refused_by_its_upper_switch_says_so() {
+    let _guard = serial();
+    let addrs = free_udp_addrs(2);
+    let (worker, rack) = (addrs[0], addrs[1]);
+    let mut upper = SwitchProc::start(&[
+        "--job",
+        &format!("id=1;epoch=77;slots=0..64;elems=256;workers={rack}"),
+    ]);
+    let mut rack_switch = SwitchProc::start(&[
+        &format!("--listen={rack}"),
+        "--job",
+        &format!(
+            "id=1;slots=0..64;elems=256;workers={worker};uplink={};uplink_rank=0;uplink_epoch=76",
+            upper.udp
+        ),
+    ]);
+    let mut w = Proc::spawn(
+        "worker",
+        &[
+            "worker",
+            "--switch",
+            &rack.to_string(),
+            "--bind",
+            &worker.to_string(),
+            "--rank",
+            "0",
+            "--switch-rank",
+            "0",
+            "--workers",
+            "1",
+            "--elements",
+            "65536",
+            "--iterations",
+            "1",
+            "--give-up-ms",
+            "1000",
+        ],
+    );
+    let error = w.expect("error", after(Duration::from_secs(30)));
+    let message = error.value["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("upper switch refuses"), "{message}");
+    std::thread::sleep(Duration::from_millis(1200));
+    let stats = rack_switch.stats();
+    assert!(stats.total.pipeline.upstream_rejects > 0, "{stats:?}");
+    assert_eq!(stats.total.pipeline.totals_received, 0);
+    rack_switch.terminate();
+    let log = rack_switch.proc.stderr_tail();
+    assert!(
+        log.contains("the upper switch refuses this switch's partial sums"),
+        "{log}"
+    );
+    let upper_stats = upper.stats();
+    assert!(
+        upper_stats.total.pipeline.stale_epoch > 0,
+        "{upper_stats:?}"
+    );
+    upper.terminate();
+}

@@ -235,7 +235,7 @@ pub enum StreamError {
 fn missing_ranks(missing: &Option<Vec<u8>>) -> String {
     match missing.as_deref() {
         None => "missing ranks unknown (the switch never answered with what it held): a worker or the switch is gone".into(),
-        Some([]) => "the switch held every rank's data but its result never arrived: the switch or the way back is gone".into(),
+        Some([]) => "the switch held every rank's data but its result never arrived: the switch or the way back is gone, or, behind a rack switch, its upper switch refuses or lost the partial sums (the rack switch's log says which)".into(),
         Some(ranks) => {
             let list: Vec<String> = ranks.iter().map(u8::to_string).collect();
             format!(
