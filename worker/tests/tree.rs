@@ -1,6 +1,7 @@
 //! Hierarchical aggregation through software switches on loopback: two rack switches (two
-//! shards each) send their partial sums to an upper switch; four workers, two per rack, get
-//! the exact totals. And a rack switch refuses an upper slot range its shards cannot serve.
+//! shards each, or sending to a multicast group) send their partial sums to an upper switch;
+//! four workers, two per rack, get the exact totals. And a rack switch refuses an upper slot
+//! range its shards cannot serve.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -20,6 +21,72 @@ fn job(workers: Vec<SocketAddr>, epoch: Option<u16>, uplink: Option<UplinkSpec>)
         workers,
         group: None,
         uplink,
+    }
+}
+
+/// Two racks of two workers whose rack switches send each total once to a multicast group of
+/// the rack (the totals carry the upper job's id when they arrive: the group is the rack
+/// job's), with the upper job under another id and at other slots.
+#[test]
+fn totals_reach_the_racks_multicast_groups() {
+    let addrs = free_addrs(4);
+    let upper_addr = free_addrs(1)[0];
+    let racks: Vec<_> = (0..2u8)
+        .map(|i| {
+            let port = free_addrs(1)[0].port();
+            let group =
+                std::net::SocketAddrV4::new(std::net::Ipv4Addr::new(239, 255, 75, 10 + i), port);
+            let uplink = UplinkSpec {
+                addr: upper_addr,
+                job: Some(9),
+                rank: i,
+                epoch: 41,
+                slot_base: Some(0),
+            };
+            let mut spec = job(
+                addrs[2 * usize::from(i)..2 * usize::from(i) + 2].to_vec(),
+                None,
+                Some(uplink),
+            );
+            spec.group = Some(group);
+            switch(1, vec![spec])
+        })
+        .collect();
+    let mut cfg = ina_switch::SwitchConfig::new(upper_addr);
+    let mut upper_job = job(racks.iter().map(|r| r.addr).collect(), Some(41), None);
+    upper_job.job = 9;
+    upper_job.slot_base = 0;
+    cfg.jobs = vec![upper_job];
+    let upper = common::start(cfg);
+    let threads: Vec<_> = (0..4)
+        .map(|g| {
+            let rack = racks[g / 2].addr;
+            let bind = addrs[g];
+            std::thread::spawn(move || {
+                let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
+                cfg.total_workers = Some(4);
+                let mut comm = Communicator::connect(cfg).unwrap();
+                assert!(
+                    comm.job().group.is_some(),
+                    "the worker joined the rack's group"
+                );
+                let mut data: Vec<i32> = (0..6_400).map(|k| k * (g as i32 + 1)).collect();
+                comm.allreduce_i32(&mut data).unwrap();
+                data
+            })
+        })
+        .collect();
+    for t in threads {
+        for (k, v) in t.join().unwrap().iter().enumerate() {
+            assert_eq!(*v, k as i32 * 10);
+        }
+    }
+    let _ = upper.stop();
+    for r in racks {
+        let s = r.stop();
+        assert_eq!(s.total.pipeline.totals_received, 100);
+        assert_eq!(s.total.results_to_group, 100, "{s:?}");
+        assert_eq!(s.total.results_to_workers, 0);
     }
 }
 
