@@ -13,9 +13,9 @@
 //! - **Pipelining.** A rank sends chunk `k` of step `t + 1` once it has received chunk `k` of
 //!   step `t` (and, on its stream, after chunk `k - 1` of step `t + 1`); a chunk is
 //!   store-and-forwarded at the hub one frame at a time.
-//! - **Loss.** A segment lost on either link is sent again: each link carries `1 / (1 - p)`
-//!   of the bytes, and a chunk that lost a segment arrives a round trip later (fast
-//!   retransmit). The congestion control's reaction to a loss is not modelled (a loss-blind
+//! - **Loss.** A segment lost on either link is sent again over both: each link carries
+//!   `1 / (1 - p')` of the bytes, `p' = 1 - (1 - p)^2` the loss of the two hops, and a chunk
+//!   that lost a segment arrives a round trip later (fast retransmit). The congestion control's reaction to a loss is not modelled (a loss-blind
 //!   control such as BBR behaves this way; CUBIC halves its window and is slower).
 //! - **No** receive-window or CPU limits: the ring is limited by its links.
 //!
@@ -87,9 +87,11 @@ pub fn predict(m: &RingModel) -> Option<RingPrediction> {
     let seg_loss = 1.0 - (1.0 - p) * (1.0 - p);
     let rtt = 4.0 * latency + 2.0 * frame_time;
     let seg_bytes = f64::from(m.mtu - 52);
+    // A segment lost on either hop is sent again over both: each link carries the data
+    // `1 / (1 - seg_loss)` times.
     let wire = |elems: usize| -> f64 {
         let data = elems as f64 * 4.0;
-        data * framing / (1.0 - p) * 8.0 / bps
+        data * framing / (1.0 - seg_loss) * 8.0 / bps
     };
     let steps = schedule.num_steps();
     let chunks = schedule.chunks_per_segment();
