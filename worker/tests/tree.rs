@@ -24,6 +24,13 @@ fn job(workers: Vec<SocketAddr>, epoch: Option<u16>, uplink: Option<UplinkSpec>)
     }
 }
 
+/// Worker `g` of four (two per rack), rank `g mod 2` on its rack switch at `rack`.
+fn connect(rack: SocketAddr, bind: SocketAddr, g: usize) -> Communicator {
+    let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
+    cfg.total_workers = Some(4);
+    Communicator::connect(cfg).unwrap()
+}
+
 /// Two racks of two workers whose rack switches send each total once to a multicast group of
 /// the rack (the totals carry the upper job's id when they arrive: the group is the rack
 /// job's), with the upper job under another id and at other slots.
@@ -63,9 +70,7 @@ fn totals_reach_the_racks_multicast_groups() {
             let rack = racks[g / 2].addr;
             let bind = addrs[g];
             std::thread::spawn(move || {
-                let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
-                cfg.total_workers = Some(4);
-                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut comm = connect(rack, bind, g);
                 assert!(
                     comm.job().group.is_some(),
                     "the worker joined the rack's group"
@@ -119,9 +124,7 @@ fn two_rack_switches_and_an_upper_switch_sum_exactly() {
             let rack = racks[g / 2].addr;
             let bind = addrs[g];
             std::thread::spawn(move || {
-                let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
-                cfg.total_workers = Some(4);
-                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut comm = connect(rack, bind, g);
                 let mut data: Vec<i32> = (0..10_000).map(|k| k * (g as i32 + 1)).collect();
                 comm.allreduce_i32(&mut data).unwrap();
                 let mut floats: Vec<f32> = (0..5_000)
