@@ -238,6 +238,12 @@ impl Tree {
     /// by links of the same rate: rack `i`'s hub is 198.19.i.2, the upper switch 198.19.i.1.
     /// `loss` applies to every link, the racks' uplinks included.
     fn build(loss: f64) -> Tree {
+        Tree::build_with(loss, None)
+    }
+
+    /// [`Tree::build`] with the links between the levels holding at most `uplink_queue`
+    /// bytes in their queues (`tbf limit`; default: 100 ms of the rate).
+    fn build_with(loss: f64, uplink_queue: Option<u32>) -> Tree {
         use ina_io::netns::{Hub, Rack, RackConfig};
         let upper = "inatree-up".to_string();
         let _ = Command::new("ip")
@@ -284,6 +290,7 @@ impl Tree {
                 "netns",
                 &hub,
             ]);
+            let queue = uplink_queue.map_or("latency 100ms".to_string(), |b| format!("limit {b}"));
             for (ns, dev, addr) in [
                 (tree.upper.as_str(), up.as_str(), format!("198.19.{i}.1/24")),
                 (hub.as_str(), "uplink", format!("198.19.{i}.2/24")),
@@ -293,7 +300,7 @@ impl Tree {
                     &format!(
                         "ip link set {dev} gso_max_segs 1 && ethtool -K {dev} tx off gro off >/dev/null && \
                          ip addr add {addr} dev {dev} && ip link set {dev} up && \
-                         tc qdisc replace dev {dev} root tbf rate 200000000bit burst 32768 latency 100ms"
+                         tc qdisc replace dev {dev} root tbf rate 200000000bit burst 32768 {queue}"
                     ),
                 );
                 if loss > 0.0 {
@@ -312,6 +319,26 @@ impl Tree {
 }
 
 impl Tree {
+    /// Frames the queues of every link dropped (racks and the links between the levels).
+    fn queue_drops(&self) -> u64 {
+        let upper = Command::new("ip")
+            .args(["netns", "exec", &self.upper, "tc", "-s", "qdisc", "show"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let up: u64 = upper
+            .split("dropped ")
+            .skip(1)
+            .filter_map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum::<u64>();
+        up + self.racks.iter().map(|r| r.queue_drops()).sum::<u64>()
+    }
+
     /// Starts `ina switch` in the upper namespace with the `--job` values `upper_jobs`, and in
     /// rack `i`'s hub with `rack_jobs(i)`; returns (upper, racks).
     fn switches(
@@ -477,10 +504,12 @@ fn iteration_seconds(stdout: &str) -> Vec<f64> {
 }
 
 /// Two jobs on the tree, each with one worker in each rack, so that both jobs' partial sums
-/// share both racks' uplinks (200 Mbit/s). Job 1 has 256 slots, job 2 has 32. Every worker's
-/// sums are checked; returns each job's goodput over the time both ran (bits per second).
+/// share both racks' uplinks (200 Mbit/s, 64 KiB queues). Job 1 has 256 slots, job 2 has 32.
+/// Every worker's sums are checked; returns each job's goodput over the time both ran (bits
+/// per second), and prints the frames the links' queues dropped.
 fn two_jobs_on_the_tree(adaptive: bool) -> (f64, f64) {
-    let tree = Tree::build(0.0);
+    // 64 KiB queues between the levels: a switch port's buffer, not a host's 100 ms.
+    let tree = Tree::build_with(0.0, Some(64 << 10));
     let (upper, racks) = tree.switches(
         &[
             "id=1;epoch=77;slots=0..256;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000".into(),
@@ -549,6 +578,10 @@ fn two_jobs_on_the_tree(adaptive: bool) -> (f64, f64) {
         stop_switch(r);
     }
     stop_switch(upper);
+    println!(
+        "frames dropped by the links' queues: {}",
+        tree.queue_drops()
+    );
     // Both jobs start together: the time both ran is the shorter job's total; each job's
     // goodput is what it finished of its iterations by then.
     let totals: Vec<f64> = per_job.iter().map(|s| s.iter().sum()).collect();
