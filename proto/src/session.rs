@@ -818,14 +818,26 @@ impl<'a> Stream<'a> {
     /// attempts into Queries.
     fn arm_tail_timers(&mut self) {
         let timeout = self.query_timeout();
+        // A packet whose data loss would be reported may still lose its result, which only
+        // results of later packets or its timer reveal, and at the end there are few later
+        // packets: its timer is a result's timeout, without the retransmission timeout's floor.
+        let result_timeout = self.timeout_of(&self.rtt);
         for slot in 0..self.slots.len() {
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
             };
             let queued = out.deadline == Instant::from_nanos(u64::MAX);
-            if queued || out.retries > 0 || self.loss_reportable(&out) {
+            if queued || out.retries > 0 {
                 continue;
             }
+            let timeout = if self.loss_reportable(&out) {
+                match result_timeout {
+                    Some(t) => t,
+                    None => continue,
+                }
+            } else {
+                timeout
+            };
             let deadline = out.deadline.min(out.last_sent + timeout);
             if deadline != out.deadline {
                 self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
