@@ -129,6 +129,11 @@ pub fn parse_job_keys(s: &str) -> Result<JobKeys<'_>, String> {
             }
             "workers" => workers = Some(value),
             "group" => keys.group = Some(value),
+            k if k.starts_with("uplink") => {
+                return Err(format!(
+                    "`{k}`: the switch on raw ports (--ports) sends no partial sums to an upper switch; a rack switch of a tree is the UDP switch (--listen)"
+                ))
+            }
             other => return Err(format!("unknown key `{other}`")),
         }
     }
@@ -600,6 +605,9 @@ mod tests {
                 parse_job(&format!("id=3;slots=0..64;workers=127.0.0.1:1;{bad}")).unwrap_err();
             assert!(err.contains(words), "{bad}: {err}");
         }
+        // The raw-port switch's keys: an uplink is refused with what to use instead.
+        let err = parse_job_keys("id=3;slots=0..64;workers=x;uplink=10.0.0.1:5").unwrap_err();
+        assert!(err.contains("UDP switch (--listen)"), "{err}");
     }
 
     #[test]
