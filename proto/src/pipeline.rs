@@ -982,21 +982,18 @@ impl Pipeline {
         };
         let base = (2 * slot + x) * usize::from(regs.max_elems);
         if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet) {
-            // As for a retransmission of the rank's data (see `aggregate`).
-            let Some(up) = job.cfg.uplink.filter(|_| bitmap[x] & bit != 0) else {
-                return drop_counted(counters, DropReason::Duplicate);
-            };
             // A status Query (exponent 0) of a use with payload asks whether the use is
             // complete, not for its total: the Pending with every rank's bit says "complete
             // here, the total is on its way", and only rank 0's fetching Query (after that
             // answer) sends the partial again. A late total then costs no resent partial.
-            let status = view.exponent() == 0 && partial != 0;
-            if view.rank() != UPLINK_TIMER_RANK || status {
-                return emit_pending(counters, &view, bitmap[x], ingress, out);
-            }
-            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
+            let waiting = WaitingUse {
+                bitmap: bitmap[x],
+                exp: exp[x],
+                partial: &cells_of(&mut regs.values)[base..base + usize::from(partial)],
+            };
+            let fetch = view.exponent() != 0 || partial == 0;
             job.last_activity = Some(now);
-            return resend_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
+            return answer_waiting(counters, &view, &job.cfg, waiting, fetch, ingress, out);
         }
         if pending[x] != 0 {
             return emit_pending(counters, &view, bitmap[x], ingress, out);
@@ -1199,17 +1196,15 @@ impl Pipeline {
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
         if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet).filter(|_| !new_use) {
-            // Every rank here contributed and the total has not come down: a rank's
+            // Every rank here contributed and the total has not come down: rank 0's
             // retransmission sends the partial sum up again, which the upper switch answers
             // with the total if it has it (PROTOCOL.md §9).
-            let Some(up) = job.cfg.uplink.filter(|_| seen) else {
-                return drop_counted(counters, DropReason::Duplicate);
+            let waiting = WaitingUse {
+                bitmap: bitmap[x],
+                exp: exp[x],
+                partial: &cells_of(&mut regs.values)[base..base + usize::from(partial)],
             };
-            if view.rank() != UPLINK_TIMER_RANK {
-                return emit_pending(counters, view, bitmap[x], ingress, out);
-            }
-            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
-            return resend_partial(counters, view, &job.cfg, up, exp[x], cells, out);
+            return answer_waiting(counters, view, &job.cfg, waiting, true, ingress, out);
         }
         if !new_use && (seen || pending[x] == 0) {
             if !seen {
@@ -1586,17 +1581,35 @@ fn emit_partial<'a>(
     Verdict::Unicast { port: up.port, len }
 }
 
-/// [`emit_partial`] of a use whose partial was sent before, counted as sent again when it is.
-fn resend_partial<'a>(
+/// The registers of a use that waits for the upper switch's total: its contributors, its
+/// exponent byte, and the value cells of its partial sum (as many as the partial carries).
+struct WaitingUse<'c> {
+    bitmap: u32,
+    exp: u32,
+    partial: &'c [i32],
+}
+
+/// A rank's retransmission or Query of a use waiting for the upper switch's total
+/// (PROTOCOL.md §9): rank 0's data, or its Query that `fetch`es, sends the partial sum up
+/// again (counted when it can be written); every other answer is a Pending with the use's
+/// contributors; a rank that did not contribute sent a late copy.
+fn answer_waiting<'a>(
     counters: &mut Counters,
     view: &AggPacket<&[u8; HEADER_LEN]>,
     job: &JobConfig,
-    up: Uplink,
-    exp: u32,
-    cells: &[i32],
+    waiting: WaitingUse<'_>,
+    fetch: bool,
+    ingress: PortId,
     out: &mut [u8],
 ) -> Verdict<'a> {
-    let verdict = emit_partial(counters, view, job, up, exp, cells, out);
+    let seen = waiting.bitmap & (1u32 << (view.rank() % 32)) != 0;
+    let Some(up) = job.uplink.filter(|_| seen) else {
+        return drop_counted(counters, DropReason::Duplicate);
+    };
+    if view.rank() != UPLINK_TIMER_RANK || !fetch {
+        return emit_pending(counters, view, waiting.bitmap, ingress, out);
+    }
+    let verdict = emit_partial(counters, view, job, up, waiting.exp, waiting.partial, out);
     if matches!(verdict, Verdict::Unicast { .. }) {
         counters.partials_resent += 1;
     }
