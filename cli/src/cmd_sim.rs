@@ -195,31 +195,37 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = f.$field { args.$field = v; } )* };
     }
+    // (The flags that are themselves optional.)
+    macro_rules! set_some {
+        ($($field:ident),*) => { $( if f.$field.is_some() { args.$field = f.$field; } )* };
+    }
     set!(
-        workers, jobs, elements, elems, window, gbps, latency_us, loss, duplicate, reorder,
-        rto_min_us, nic_queue, generated, seed, seeds, rack_size
+        workers,
+        jobs,
+        elements,
+        elems,
+        window,
+        gbps,
+        latency_us,
+        loss,
+        duplicate,
+        reorder,
+        rto_min_us,
+        nic_queue,
+        generated,
+        seed,
+        seeds,
+        rack_size,
+        striped,
+        adaptive_window,
+        target_queueing_us
     );
-    if f.uplink_gbps.is_some() {
-        args.uplink_gbps = f.uplink_gbps;
-    }
-    if f.uplink_latency_us.is_some() {
-        args.uplink_latency_us = f.uplink_latency_us;
-    }
-    if f.uplink_buffer_kib.is_some() {
-        args.uplink_buffer_kib = f.uplink_buffer_kib;
-    }
-    if f.uplink_loss.is_some() {
-        args.uplink_loss = f.uplink_loss;
-    }
-    if let Some(s) = f.striped {
-        args.striped = s;
-    }
-    if let Some(a) = f.adaptive_window {
-        args.adaptive_window = a;
-    }
-    if let Some(t) = f.target_queueing_us {
-        args.target_queueing_us = t;
-    }
+    set_some!(
+        uplink_gbps,
+        uplink_latency_us,
+        uplink_buffer_kib,
+        uplink_loss
+    );
     if let Some(d) = &f.description {
         println!("scenario {}: {d}", path.display());
     }
@@ -478,32 +484,28 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         scenario.rto.min = Duration::from_secs_f64(args.rto_min_us * 1e-6);
         scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.nic_queue = (args.nic_queue > 0).then_some(args.nic_queue);
-        if args.rack_size > 0 {
-            let mut uplink = link;
-            uplink.bandwidth_bps = Some((args.uplink_gbps.unwrap_or(args.gbps) * 1e9) as u64);
-            uplink.latency =
-                Duration::from_secs_f64(args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6);
-            uplink.buffer_bytes = args.uplink_buffer_kib.map(|k| k * 1024);
-            uplink.loss = args.uplink_loss.unwrap_or(uplink.loss);
-            scenario.racks = Some(ina_sim::Racks {
-                per_rack: args.rack_size,
-                uplink,
-                striped: args.striped,
-            });
-        }
+        let uplink = (args.rack_size > 0).then(|| LinkConfig {
+            bandwidth_bps: Some((args.uplink_gbps.unwrap_or(args.gbps) * 1e9) as u64),
+            latency: Duration::from_secs_f64(
+                args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6,
+            ),
+            buffer_bytes: args.uplink_buffer_kib.map(|k| k * 1024),
+            loss: args.uplink_loss.unwrap_or(link.loss),
+            ..link
+        });
+        scenario.racks = uplink.map(|uplink| ina_sim::Racks {
+            per_rack: args.rack_size,
+            uplink,
+            striped: args.striped,
+        });
         if args.adaptive_window {
             // The empty path's round trip: each hop's latency and one full packet's
             // serialization, both ways.
-            let hop = |gbps: f64, latency_us: f64| {
-                latency_us * 1e-6 + (16.0 + 4.0 * f64::from(args.elems)) * 8.0 / (gbps * 1e9)
+            let packet_bits = (16.0 + 4.0 * f64::from(args.elems)) * 8.0;
+            let hop = |l: &LinkConfig| {
+                l.latency.as_secs_f64() + packet_bits / l.bandwidth_bps.unwrap_or(u64::MAX) as f64
             };
-            let mut one_way = hop(args.gbps, args.latency_us);
-            if args.rack_size > 0 {
-                one_way += hop(
-                    args.uplink_gbps.unwrap_or(args.gbps),
-                    args.uplink_latency_us.unwrap_or(args.latency_us),
-                );
-            }
+            let one_way = hop(&link) + uplink.as_ref().map_or(0.0, hop);
             scenario.window_control = Some(ina_proto::window::WindowConfig {
                 target_queueing: Duration::from_secs_f64(args.target_queueing_us.max(0.0) * 1e-6),
                 base_rtt: Some(Duration::from_secs_f64(2.0 * one_way)),

@@ -87,9 +87,9 @@ pub const DEFAULT_NIC_QUEUE: u32 = 4;
 /// upper switch (hierarchical aggregation, PROTOCOL.md §9).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Racks {
-    /// Workers per rack (1..=32). The scenario's workers, job after job, fill the racks in
-    /// order; a job with workers in several racks is installed on each of their switches, with
-    /// the upper switch as its uplink, and on the upper switch with one rank per rack.
+    /// Workers per rack (1..=32). A job with workers in several racks is installed on each
+    /// of their switches, with the upper switch as its uplink, and on the upper switch with
+    /// one rank per rack; a job inside one rack finishes its sums there.
     pub per_rack: usize,
     /// The link between each rack switch and the upper switch, in both directions.
     pub uplink: LinkConfig,
