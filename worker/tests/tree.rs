@@ -24,11 +24,23 @@ fn job(workers: Vec<SocketAddr>, epoch: Option<u16>, uplink: Option<UplinkSpec>)
     }
 }
 
-/// Worker `g` of four (two per rack), rank `g mod 2` on its rack switch at `rack`.
-fn connect(rack: SocketAddr, bind: SocketAddr, g: usize) -> Communicator {
-    let mut cfg = WorkerConfig::new(rack, bind, 4, (g % 2) as u8);
-    cfg.total_workers = Some(4);
-    Communicator::connect(cfg).unwrap()
+/// Runs four workers (two per rack switch of `racks`, bound to `addrs`), each on a thread of
+/// its own: worker `g` is rank `g mod 2` of the rack switch `racks[g / 2]` and runs `f(g, its
+/// communicator)`. Returns what each returned, in order.
+fn run_workers<T: Send + 'static>(
+    racks: &[common::Running],
+    addrs: &[SocketAddr],
+    f: impl Fn(usize, Communicator) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let threads: Vec<_> = (0..4)
+        .map(|g| {
+            let mut cfg = WorkerConfig::new(racks[g / 2].addr, addrs[g], 4, (g % 2) as u8);
+            cfg.total_workers = Some(4);
+            let f = f.clone();
+            std::thread::spawn(move || f(g, Communicator::connect(cfg).unwrap()))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// Two racks of two workers whose rack switches send each total once to a multicast group of
@@ -65,24 +77,17 @@ fn totals_reach_the_racks_multicast_groups() {
     upper_job.slot_base = 0;
     cfg.jobs = vec![upper_job];
     let upper = common::start(cfg);
-    let threads: Vec<_> = (0..4)
-        .map(|g| {
-            let rack = racks[g / 2].addr;
-            let bind = addrs[g];
-            std::thread::spawn(move || {
-                let mut comm = connect(rack, bind, g);
-                assert!(
-                    comm.job().group.is_some(),
-                    "the worker joined the rack's group"
-                );
-                let mut data: Vec<i32> = (0..6_400).map(|k| k * (g as i32 + 1)).collect();
-                comm.allreduce_i32(&mut data).unwrap();
-                data
-            })
-        })
-        .collect();
-    for t in threads {
-        for (k, v) in t.join().unwrap().iter().enumerate() {
+    let results = run_workers(&racks, &addrs, |g, mut comm| {
+        assert!(
+            comm.job().group.is_some(),
+            "the worker joined the rack's group"
+        );
+        let mut data: Vec<i32> = (0..6_400).map(|k| k * (g as i32 + 1)).collect();
+        comm.allreduce_i32(&mut data).unwrap();
+        data
+    });
+    for data in results {
+        for (k, v) in data.iter().enumerate() {
             assert_eq!(*v, k as i32 * 10);
         }
     }
@@ -119,24 +124,16 @@ fn two_rack_switches_and_an_upper_switch_sum_exactly() {
     let mut cfg = ina_switch::SwitchConfig::new(upper_addr);
     cfg.jobs = vec![job(racks.iter().map(|r| r.addr).collect(), Some(31), None)];
     let upper = common::start(cfg);
-    let threads: Vec<_> = (0..4)
-        .map(|g| {
-            let rack = racks[g / 2].addr;
-            let bind = addrs[g];
-            std::thread::spawn(move || {
-                let mut comm = connect(rack, bind, g);
-                let mut data: Vec<i32> = (0..10_000).map(|k| k * (g as i32 + 1)).collect();
-                comm.allreduce_i32(&mut data).unwrap();
-                let mut floats: Vec<f32> = (0..5_000)
-                    .map(|k| k as f32 * 0.25 * (g as f32 + 1.0))
-                    .collect();
-                comm.allreduce_f32(&mut floats).unwrap();
-                (data, floats)
-            })
-        })
-        .collect();
-    for t in threads {
-        let (data, floats) = t.join().unwrap();
+    let results = run_workers(&racks, &addrs, |g, mut comm| {
+        let mut data: Vec<i32> = (0..10_000).map(|k| k * (g as i32 + 1)).collect();
+        comm.allreduce_i32(&mut data).unwrap();
+        let mut floats: Vec<f32> = (0..5_000)
+            .map(|k| k as f32 * 0.25 * (g as f32 + 1.0))
+            .collect();
+        comm.allreduce_f32(&mut floats).unwrap();
+        (data, floats)
+    });
+    for (data, floats) in results {
         for (k, v) in data.iter().enumerate() {
             assert_eq!(*v, k as i32 * 10);
         }
