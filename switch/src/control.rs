@@ -128,10 +128,9 @@ impl SwitchHandle {
         let mut taken: HashSet<PortId> = st.ports.values().copied().collect();
         let mut next = 0u16;
         for a in spec.addresses() {
-            let a = &a;
-            let p = match st.ports.get(a) {
+            let p = match st.ports.get(&a) {
                 Some(p) => *p,
-                None => match new_ports.iter().find(|(_, x)| x == a) {
+                None => match new_ports.iter().find(|(_, x)| *x == a) {
                     Some((p, _)) => *p,
                     None => {
                         while taken.contains(&PortId(next)) {
@@ -142,7 +141,7 @@ impl SwitchHandle {
                             return Err(ControlError::Ports);
                         }
                         taken.insert(p);
-                        new_ports.push((p, *a));
+                        new_ports.push((p, a));
                         p
                     }
                 },
