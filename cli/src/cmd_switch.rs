@@ -304,8 +304,13 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
     )
     .counter(
         "ina_switch_partials_resent_total",
-        "Partial sums sent again to the upper switch, for rank 0's retransmission or query.",
+        "Partial sums sent again to the upper switch, which had answered a Query without this switch's partial.",
         p.partials_resent,
+    )
+    .counter(
+        "ina_switch_queries_up_total",
+        "Queries sent to the upper switch about uses whose total has not come down (rank 0 asked).",
+        p.queries_up,
     )
     .counter(
         "ina_switch_totals_received_total",
@@ -314,7 +319,7 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
     )
     .counter(
         "ina_switch_upstream_pending_total",
-        "Pending answers from the upper switch (a partial sent again while the total was collecting).",
+        "Pending answers from the upper switch with nothing left to do (the total had come down meanwhile).",
         p.upstream_pending,
     )
     .counter(
@@ -507,6 +512,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
                         results_to_group = t.results_to_group,
                         partials_sent = t.pipeline.partials_sent,
                         partials_resent = t.pipeline.partials_resent,
+                        queries_up = t.pipeline.queries_up,
                         drops = t.pipeline.drops_total(),
                         unknown_source = t.unknown_source,
                         busy_slots = t.busy_slots,

@@ -471,7 +471,7 @@ fn tree_sums_exactly(loss: f64) {
         assert!(c["partials_sent"].as_u64().unwrap() > 0, "{c}");
     }
     // Every use the upper switch finished came down to both racks (a total lost on the way
-    // down is fetched again by a resent partial).
+    // down is fetched again by the rack switch, when rank 0 asks).
     let finished = upper["results_multicast"].as_u64().unwrap();
     assert_eq!(totals, 2 * finished, "{upper}");
     if loss > 0.0 {
@@ -479,7 +479,15 @@ fn tree_sums_exactly(loss: f64) {
             .iter()
             .map(|c| c["partials_resent"].as_u64().unwrap())
             .sum();
+        let asked: u64 = rack_counters
+            .iter()
+            .map(|c| c["queries_up"].as_u64().unwrap())
+            .sum();
         assert!(resent > 0, "1% loss and no partial sent again");
+        assert!(
+            asked >= resent,
+            "{asked} Queries up, {resent} partials sent again"
+        );
     }
 }
 

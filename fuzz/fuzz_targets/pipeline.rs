@@ -55,8 +55,10 @@ fn outcomes(c: &Counters) -> u64 {
         + c.results_unicast
         + c.pending_sent
         + c.probes_answered
-        // (A rack switch of a tree: a partial sent again, a total, the upper's answers.)
+        // (A rack switch of a tree: a partial sent again, a Query up, a total, the upper's
+        // answers.)
         + c.partials_resent
+        + c.queries_up
         + c.totals_received
         + c.upstream_pending
         + c.upstream_rejects

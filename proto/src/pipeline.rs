@@ -122,13 +122,14 @@ pub const AWAITING_TOTAL: u32 = 0xffff;
 /// says which: a rank's status Query carries no payload whatever the use's packets did.
 pub const AWAITING_TOTAL_HEADER: u32 = 0xfffe;
 
-/// The rank whose retransmissions and fetching Queries of a use waiting for its total send
-/// the partial sum up again: the lower switch has no timer of its own, and borrows this rank's.
-/// The other ranks, and rank 0's status Queries, are answered with a Pending that shows every
-/// rank's contribution held: the worker then waits, and asks for the result itself next time.
-/// A lost partial or total costs one resent partial per timeout of this rank, not one per rank
-/// (with 8 ranks a rack, the rack's uplink carried 25 partials per loss when every rank's timer
-/// resent it, and 3 with this one's), and a total that is only late costs none.
+/// The rank whose retransmissions and Queries of a use waiting for its total are passed up as a
+/// Query to the upper switch: the lower switch has no timer of its own, and borrows this rank's.
+/// The upper switch's answer decides: the total (it was lost on the way down), a Pending
+/// without this switch's bit (the partial was lost on the way up: it is sent again), or a
+/// Pending with it (another rack is late: passed on to rank 0, which waits). The other ranks
+/// are answered here with a Pending that shows every rank's contribution held. A partial is
+/// thus sent again only when the upper switch lacks it, and a total that is only late costs a
+/// 16-byte Query and its answer.
 pub const UPLINK_TIMER_RANK: u8 = 0;
 
 /// The element count of the partial sum of a use waiting for its total, or `None` when
@@ -251,15 +252,21 @@ pub struct Counters {
     /// Partial sums sent to the upper switch when a use completed here (lower switch only).
     #[cfg_attr(feature = "serde", serde(default))]
     pub partials_sent: u64,
-    /// Partial sums sent again, for a rank's retransmission or Query of a use whose total has
-    /// not come down.
+    /// Partial sums sent again: the upper switch answered a Query with a Pending that lacks
+    /// this switch's contribution (the partial was lost on the way up).
     #[cfg_attr(feature = "serde", serde(default))]
     pub partials_resent: u64,
+    /// Queries sent to the upper switch: rank 0 asked about a use whose total has not come
+    /// down (PROTOCOL.md §9).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub queries_up: u64,
     /// Totals received from the upper switch and multicast to the ranks.
     #[cfg_attr(feature = "serde", serde(default))]
     pub totals_received: u64,
-    /// Pending answers from the upper switch (to a partial sum sent again while the total was
-    /// still collecting there): nothing to do, counted and dropped.
+    /// Pending answers from the upper switch with nothing to do: the use is no longer waiting
+    /// here (its total came down meanwhile), or the answer is not of the current use. (A Pending
+    /// that holds this switch's partial is passed on to rank 0 and counted in `pending_sent`;
+    /// one without it sends the partial again, `partials_resent`.)
     #[cfg_attr(feature = "serde", serde(default))]
     pub upstream_pending: u64,
     /// Rejects from the upper switch: the job's uplink is configured wrong, or the upper
@@ -297,6 +304,7 @@ impl Counters {
         self.missing_sent += o.missing_sent;
         self.partials_sent += o.partials_sent;
         self.partials_resent += o.partials_resent;
+        self.queries_up += o.queries_up;
         self.totals_received += o.totals_received;
         self.upstream_pending += o.upstream_pending;
         self.upstream_rejects += o.upstream_rejects;
@@ -981,19 +989,11 @@ impl Pipeline {
             job.cfg.elems_per_packet
         };
         let base = (2 * slot + x) * usize::from(regs.max_elems);
-        if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet) {
-            // A status Query (exponent 0) of a use with payload asks whether the use is
-            // complete, not for its total: the Pending with every rank's bit says "complete
-            // here, the total is on its way", and only rank 0's fetching Query (after that
-            // answer) sends the partial again. A late total then costs no resent partial.
-            let waiting = WaitingUse {
-                bitmap: bitmap[x],
-                exp: exp[x],
-                partial: &cells_of(&mut regs.values)[base..base + usize::from(partial)],
-            };
-            let fetch = view.exponent() != 0 || partial == 0;
+        if awaiting(pending[x], job.cfg.elems_per_packet).is_some() {
+            // Every rank here contributed and the total has not come down: rank 0's Query
+            // asks the upper switch (PROTOCOL.md §9), the others get a Pending.
             job.last_activity = Some(now);
-            return answer_waiting(counters, &view, &job.cfg, waiting, fetch, ingress, out);
+            return answer_waiting(counters, &view, &job.cfg, bitmap[x], ingress, out);
         }
         if pending[x] != 0 {
             return emit_pending(counters, &view, bitmap[x], ingress, out);
@@ -1031,9 +1031,9 @@ impl Pipeline {
     }
 
     /// A packet of the upper switch for a job this switch is the lower level of (PROTOCOL.md
-    /// §9): a total is stored as the use's result and multicast to the ranks; a Pending or a
-    /// Reject is counted (the ranks' retransmissions repair the loss of a total); anything
-    /// else is dropped.
+    /// §9): a total is stored as the use's result and multicast to the ranks; a Pending answers
+    /// rank 0's Query ([`Self::handle_upper_pending`]); a Reject is counted; anything else is
+    /// dropped.
     #[cold]
     fn handle_from_upper(
         &mut self,
@@ -1056,8 +1056,7 @@ impl Pipeline {
         match hdr.kind {
             MessageType::Result => {}
             MessageType::Pending => {
-                counters.upstream_pending += 1;
-                return Verdict::Absorbed;
+                return Self::handle_upper_pending(regs, job, counters, hdr, payload_bytes, out);
             }
             MessageType::Reject => {
                 counters.upstream_rejects += 1;
@@ -1090,10 +1089,20 @@ impl Pipeline {
         if hdr.seq != seq[x] {
             return drop_counted(counters, DropReason::StaleSeq);
         }
-        if awaiting(pending[x], job.cfg.elems_per_packet) != Some(hdr.count) {
-            // A copy of a total already multicast (an answer to a partial sent again that
-            // crossed the total): the ranks that ask again get it from the registers.
-            return drop_counted(counters, DropReason::Duplicate);
+        match awaiting(pending[x], job.cfg.elems_per_packet) {
+            Some(c) if c == hdr.count => {}
+            Some(c) if c != 0 && hdr.count == 0 => {
+                // The answer to a status Query: the use is complete up there, and the total,
+                // which this answer followed, was lost. Fetch it.
+                let header = rank0_ask(&job.cfg, slot, hdr);
+                let view = AggPacket::new_unchecked(&header);
+                return emit_query_up(counters, &view, &job.cfg, up, true, out);
+            }
+            _ => {
+                // A copy of a total already multicast (an answer to a Query that crossed the
+                // total): the ranks that ask again get it from the registers.
+                return drop_counted(counters, DropReason::Duplicate);
+            }
         }
         let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
         let cells = &mut cells_of(&mut regs.values)[base..base + count];
@@ -1121,6 +1130,62 @@ impl Pipeline {
             ports: &job.cfg.ranks,
             len: result_len,
         }
+    }
+
+    /// The upper switch's Pending answer to this switch's Query (PROTOCOL.md §9), for a use
+    /// that still waits here for its total: without this switch's bit, the partial was lost on
+    /// the way up and is sent again; with it, another rack is late, and rank 0 (whose Query
+    /// this answers) is told that every rank here contributed. Any other Pending is counted.
+    #[cold]
+    fn handle_upper_pending<'a>(
+        regs: &mut Registers,
+        job: &'a Job,
+        counters: &mut Counters,
+        hdr: AggRepr,
+        payload_bytes: &[u8],
+        out: &mut [u8],
+    ) -> Verdict<'a> {
+        let absorbed = |counters: &mut Counters| {
+            counters.upstream_pending += 1;
+            Verdict::Absorbed
+        };
+        let Some(up) = job.cfg.uplink.filter(|u| u.epoch == hdr.epoch) else {
+            return absorbed(counters);
+        };
+        let (Some(slot), Ok(info)) = (
+            up.slot_down(&job.cfg, hdr.slot),
+            PendingInfo::parse(payload_bytes),
+        ) else {
+            return absorbed(counters);
+        };
+        let slot_idx = usize::from(slot);
+        let x = usize::from(hdr.set);
+        let SlotRegisters {
+            seq,
+            bitmap,
+            count: pending,
+            exp,
+        } = regs.slots[slot_idx];
+        let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet)
+            .filter(|_| hdr.seq == seq[x] && hdr.rank == up.rank)
+        else {
+            return absorbed(counters);
+        };
+        let header = rank0_ask(&job.cfg, slot, hdr);
+        let view = AggPacket::new_unchecked(&header);
+        if info.bitmap & (1u32 << (up.rank % 32)) == 0 {
+            let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
+            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
+            let verdict = emit_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
+            if matches!(verdict, Verdict::Unicast { .. }) {
+                counters.partials_resent += 1;
+            }
+            return verdict;
+        }
+        let Some(&port) = job.cfg.ranks.get(usize::from(UPLINK_TIMER_RANK)) else {
+            return absorbed(counters);
+        };
+        emit_pending(counters, &view, bitmap[x], port, out)
     }
 
     /// The job table and rank check: the index of job `job_id`, if `rank` is one of its ranks
@@ -1195,16 +1260,10 @@ impl Pipeline {
         let seen = bitmap[x] & bit != 0;
         // The result of this slot, if one is sent: header and `count` elements.
         let result_len = HEADER_LEN + 4 * count;
-        if let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet).filter(|_| !new_use) {
+        if !new_use && awaiting(pending[x], job.cfg.elems_per_packet).is_some() {
             // Every rank here contributed and the total has not come down: rank 0's
-            // retransmission sends the partial sum up again, which the upper switch answers
-            // with the total if it has it (PROTOCOL.md §9).
-            let waiting = WaitingUse {
-                bitmap: bitmap[x],
-                exp: exp[x],
-                partial: &cells_of(&mut regs.values)[base..base + usize::from(partial)],
-            };
-            return answer_waiting(counters, view, &job.cfg, waiting, true, ingress, out);
+            // retransmission asks the upper switch with a Query (PROTOCOL.md §9).
+            return answer_waiting(counters, view, &job.cfg, bitmap[x], ingress, out);
         }
         if !new_use && (seen || pending[x] == 0) {
             if !seen {
@@ -1581,39 +1640,73 @@ fn emit_partial<'a>(
     Verdict::Unicast { port: up.port, len }
 }
 
-/// The registers of a use that waits for the upper switch's total: its contributors, its
-/// exponent byte, and the value cells of its partial sum (as many as the partial carries).
-struct WaitingUse<'c> {
-    bitmap: u32,
-    exp: u32,
-    partial: &'c [i32],
+/// The header of rank 0's Query of the use of slot `slot` here that the upper switch's packet
+/// `hdr` names (same set and seq): what an answer from the upper switch answers, and what the
+/// messages this switch sends on from it are written from.
+fn rank0_ask(job: &JobConfig, slot: u16, hdr: AggRepr) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    let mut pkt = AggPacket::new_unchecked(&mut header);
+    pkt.set_version_type(PROTOCOL_VERSION, MessageType::Query);
+    pkt.set_flags(hdr.set, None);
+    pkt.set_job(job.job);
+    pkt.set_epoch(job.epoch);
+    pkt.set_rank(UPLINK_TIMER_RANK);
+    pkt.set_slot(slot);
+    pkt.set_seq(hdr.seq);
+    header
 }
 
 /// A rank's retransmission or Query of a use waiting for the upper switch's total
-/// (PROTOCOL.md §9): rank 0's data, or its Query that `fetch`es, sends the partial sum up
-/// again (counted when it can be written); every other answer is a Pending with the use's
-/// contributors; a rank that did not contribute sent a late copy.
+/// (PROTOCOL.md §9): rank 0's asks the upper switch with a status Query; every other rank
+/// gets a Pending with the use's contributors (`bitmap`); a rank that did not contribute sent
+/// a late copy.
 fn answer_waiting<'a>(
     counters: &mut Counters,
     view: &AggPacket<&[u8; HEADER_LEN]>,
     job: &JobConfig,
-    waiting: WaitingUse<'_>,
-    fetch: bool,
+    bitmap: u32,
     ingress: PortId,
     out: &mut [u8],
 ) -> Verdict<'a> {
-    let seen = waiting.bitmap & (1u32 << (view.rank() % 32)) != 0;
+    let seen = bitmap & (1u32 << (view.rank() % 32)) != 0;
     let Some(up) = job.uplink.filter(|_| seen) else {
         return drop_counted(counters, DropReason::Duplicate);
     };
-    if view.rank() != UPLINK_TIMER_RANK || !fetch {
-        return emit_pending(counters, view, waiting.bitmap, ingress, out);
+    if view.rank() != UPLINK_TIMER_RANK {
+        return emit_pending(counters, view, bitmap, ingress, out);
     }
-    let verdict = emit_partial(counters, view, job, up, waiting.exp, waiting.partial, out);
-    if matches!(verdict, Verdict::Unicast { .. }) {
-        counters.partials_resent += 1;
+    emit_query_up(counters, view, job, up, false, out)
+}
+
+/// The Query of this switch's rank in the upper switch's job for the use of `view` (its set,
+/// seq and slot, mapped to the upper job). A status Query (exponent byte 0) is answered with
+/// the header of the total alone if the use is complete there: that answer travels behind the
+/// total itself, so it arrives first only when the total was lost, and then a Query that
+/// `fetch`es (exponent 1) follows. Fetching at once would send a second copy of every total
+/// still queued on the way down (at 1% loss, 4 racks of 4 asked the upper switch for 9158
+/// totals again, and the downlinks' queues grew to 200 KB).
+fn emit_query_up<'a>(
+    counters: &mut Counters,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    job: &JobConfig,
+    up: Uplink,
+    fetch: bool,
+    out: &mut [u8],
+) -> Verdict<'a> {
+    let Some((mut pkt, _)) = reply_to(view, MessageType::Query, HEADER_LEN, out) else {
+        return drop_counted(counters, DropReason::OutputTooSmall);
+    };
+    pkt.set_job(up.job);
+    pkt.set_epoch(up.epoch);
+    pkt.set_rank(up.rank);
+    pkt.set_slot(up.slot_up(job, view.slot()));
+    pkt.set_exponent(u8::from(fetch));
+    pkt.set_count(0);
+    counters.queries_up += 1;
+    Verdict::Unicast {
+        port: up.port,
+        len: HEADER_LEN,
     }
-    verdict
 }
 
 fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {

@@ -377,12 +377,6 @@ struct Outstanding {
     /// The switch said the use is complete (a header-only answer to a status Query) and its
     /// result has not come: the next Query asks for the result itself.
     complete_seen: bool,
-    /// A Pending with every rank's bit said the use is complete on this switch and waits for
-    /// an upper switch's total (PROTOCOL.md §9): the answer to asking again may take the
-    /// round trip of a result, not the path's.
-    upper_wait: bool,
-    /// Queries sent since `upper_wait` was learnt.
-    upper_asks: u8,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -666,7 +660,7 @@ impl<'a> Stream<'a> {
             // A Query is answered at once, with the result or Pending: its answer is due a
             // round trip later. Data waits for the other workers' data.
             let deadline = if query && self.reports {
-                now + self.answer_timeout(&out)
+                now + self.query_timeout()
             } else if self.reports {
                 // Its loss shows in a Query's Pending answer: asked about at round-trip pace.
                 now + self.spacing(now, &out)
@@ -679,9 +673,6 @@ impl<'a> Stream<'a> {
                 last_tx,
                 last_sent: now,
                 last_was_query: query,
-                upper_asks: out
-                    .upper_asks
-                    .saturating_add(u8::from(query && out.upper_wait)),
                 // Data sent again may be lost again.
                 held: if query { out.held } else { Held::Unknown },
                 ..out
@@ -756,8 +747,6 @@ impl<'a> Stream<'a> {
             held: Held::Unknown,
             contributors: None,
             complete_seen: false,
-            upper_wait: false,
-            upper_asks: 0,
         });
         self.timers.push(Reverse((deadline, index)));
         self.note_occupancy(now);
@@ -1041,18 +1030,11 @@ impl<'a> Stream<'a> {
         if out.retries > 0 {
             self.path_rtt.on_sample(now - out.last_sent);
         }
-        // Every rank's bit: the use is complete on this switch, which waits for an upper
-        // switch's total (PROTOCOL.md §9). The next Query asks for the result itself.
-        let ranks = u32::from(self.cfg.workers);
-        let all = if ranks >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << ranks) - 1
-        };
+        // (A Pending with every rank's bit, from a switch whose use waits for an upper
+        // switch's total, PROTOCOL.md §9, is no different: this worker's data is held, and
+        // it asks again at the path's pace; rank 0's asking reaches the upper switch.)
         let out = Outstanding {
             contributors: Some(info.bitmap),
-            complete_seen: out.complete_seen || info.bitmap & all == all,
-            upper_wait: out.upper_wait || info.bitmap & all == all,
             ..out
         };
         self.slots[slot].outstanding = Some(out);
@@ -1426,12 +1408,17 @@ impl<'a> Stream<'a> {
     /// every worker sends in the same order; shards of a software switch, the network and the
     /// repair of another worker's loss may reorder them. The tolerance is three more than the
     /// largest reordering seen on this stream (an answer to a transmission older than one
-    /// already answered), and at most half a window. Once every packet has been sent, nothing
-    /// is gained by waiting longer than three results.
+    /// already answered), and at most half a window. In the stream's last window (fewer than
+    /// a window of packets left to send) it is three: few later results are left to wait for,
+    /// and a packet held up there holds up the packets of its slot still to come, which
+    /// the stream's end waits for. A result that was only late (its use waited for another
+    /// worker's repair) costs a 16-byte Query. (Waiting for the last packet to be sent kept
+    /// a slot's lost partial sum in a tree for a retransmission timeout: 0.88 of lossless
+    /// goodput at 1% loss for 4 racks of 4, against 0.90 with this rule.)
     fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
         let tolerance = (self.reordering + 3).min(half);
-        if self.sent_new >= self.packets {
+        if self.sent_new + u64::from(self.cfg.lane.window) >= self.packets {
             tolerance.min(3)
         } else {
             tolerance
@@ -1474,22 +1461,7 @@ impl<'a> Stream<'a> {
     /// (some 90 Queries for a give-up time of 2 s and a 20 µs round trip).
     fn spacing(&self, now: Instant, out: &Outstanding) -> Duration {
         let waited = now.saturating_duration_since(out.first_sent);
-        self.answer_timeout(out).max(waited / 8)
-    }
-
-    /// How long the answer to asking about `out` may take: the query timeout; for a use that
-    /// waits for an upper switch's total, the query timeout doubled per time asked, up to a
-    /// result's timeout. The partial sent again crosses the links between the switches and
-    /// their queues: asking at the path's pace resent partials into a full uplink faster than
-    /// it drained, while asking at a result's pace from the start left a lost total waiting
-    /// for a timeout that, among 1024 workers, includes everyone's repairs.
-    fn answer_timeout(&self, out: &Outstanding) -> Duration {
-        let query = self.query_timeout();
-        if !out.upper_wait {
-            return query;
-        }
-        let cap = self.timeout_of(&self.rtt).unwrap_or(query).max(query);
-        query.saturating_mul(1 << out.upper_asks.min(10)).min(cap)
+        self.query_timeout().max(waited / 8)
     }
 
     /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)

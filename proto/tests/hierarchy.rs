@@ -193,11 +193,16 @@ fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
     );
 }
 
+fn parse(b: &[u8]) -> AggRepr {
+    AggRepr::parse(&ina_wire::AggPacket::new_checked(b).unwrap()).unwrap()
+}
+
 #[test]
 fn a_rack_waits_for_the_total_and_answers_with_it() {
-    // One rack of two workers, driven by hand: the partial goes up, a retransmission while the
-    // total is out sends the partial again, the total comes down once, and a late copy of it
-    // is dropped.
+    // One rack of two workers, driven by hand: the partial goes up and is lost; rank 0's
+    // retransmission asks the upper switch, whose answer sends the partial again; the total
+    // is lost on the way down, and rank 0's Query fetches it through the rack switch; it is
+    // multicast once, and a late copy of it is dropped.
     let mut t = tree(2, 2, 4);
     let now = Instant::ZERO;
     let mut out = vec![0u8; 2048];
@@ -239,13 +244,21 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
     );
     assert_eq!(h.gap, None);
     assert_eq!(rack.registers().slots()[1].count[0], AWAITING_TOTAL);
-    // A retransmission now: the partial again, nothing to the worker.
+    // Rank 0's retransmission now: a status Query to the upper switch, nothing to the
+    // worker.
     let v = rack.process(PortId(0), &data(0, 10), now, &mut out);
-    assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
-    assert_eq!(out[..partial.len()], partial[..]);
-    assert_eq!(rack.counters().partials_resent, 1);
-    // Rank 1's retransmission: a Pending that shows both ranks held (only rank 0's timer
-    // sends the partial again).
+    let Verdict::Unicast { port: UPLINK, len } = v else {
+        panic!("rank 0's retransmission asks the upper switch, got {v:?}")
+    };
+    let ask = out[..len].to_vec();
+    let h = parse(&ask);
+    assert_eq!(
+        (h.kind, h.job, h.epoch, h.rank, h.slot, h.seq, h.set, h.exponent, h.count),
+        (MessageType::Query, UPPER_JOB, 11, 0, 41, 5, 0, 0, 0)
+    );
+    assert_eq!(rack.counters().queries_up, 1);
+    // Rank 1's retransmission: a Pending that shows both ranks held (only rank 0's asking
+    // reaches the upper switch).
     let v = rack.process(PortId(1), &data(1, 20), now, &mut out);
     let Verdict::Unicast {
         port: PortId(1),
@@ -254,12 +267,29 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
     else {
         panic!("rank 1 gets a Pending, got {v:?}")
     };
-    let pending = AggRepr::parse(&ina_wire::AggPacket::new_checked(&out[..len]).unwrap()).unwrap();
-    assert_eq!(pending.kind, MessageType::Pending);
+    assert_eq!(parse(&out[..len]).kind, MessageType::Pending);
     assert_eq!(out[16..20], 0b11u32.to_be_bytes());
+    assert_eq!(rack.counters().queries_up, 1);
+    // The partial was lost: the upper switch has not seen the use and says so; the rack
+    // switch sends the partial again.
+    let v = t.upper.process(PortId(0), &ask, now, &mut out);
+    let Verdict::Unicast {
+        port: PortId(0),
+        len,
+    } = v
+    else {
+        panic!("the upper switch answers the Query, got {v:?}")
+    };
+    let answer = out[..len].to_vec();
+    assert_eq!(parse(&answer).kind, MessageType::Pending);
+    assert_eq!(answer[16..20], 0u32.to_be_bytes());
+    let rack = &mut t.racks[0];
+    let v = rack.process(UPLINK, &answer, now, &mut out);
+    assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
+    assert_eq!(out[..partial.len()], partial[..]);
     assert_eq!(rack.counters().partials_resent, 1);
-    // Rank 0's status Query (exponent 0): a Pending too ("complete here"); its fetching
-    // Query (exponent 1): the partial again.
+    // The upper switch takes it; rank 0's status Query asks again, and the upper switch's
+    // Pending now holds this rack: rank 0 is told that the use waits (every rank here held).
     let query = |exponent: u8| {
         let repr = AggRepr {
             kind: MessageType::Query,
@@ -277,36 +307,90 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
         repr.emit_into(&mut b).unwrap();
         b
     };
-    let v = rack.process(PortId(0), &query(0), now, &mut out);
-    assert!(
-        matches!(
-            v,
-            Verdict::Unicast {
-                port: PortId(0),
-                len: 20
-            }
-        ),
-        "{v:?}"
-    );
-    let v = rack.process(PortId(0), &query(1), now, &mut out);
-    assert!(matches!(v, Verdict::Unicast { port: UPLINK, .. }), "{v:?}");
-    assert_eq!(out[..partial.len()], partial[..]);
-    assert_eq!(rack.counters().partials_resent, 2);
-    // The upper switch, with the other rack's partial, completes the use.
     let upper = &mut t.upper;
     assert_eq!(
         upper.process(PortId(0), &partial, now, &mut out),
         Verdict::Absorbed
     );
+    let rack = &mut t.racks[0];
+    let v = rack.process(PortId(0), &query(0), now, &mut out);
+    assert!(
+        matches!(
+            v,
+            Verdict::Unicast {
+                port: UPLINK,
+                len: 16
+            }
+        ),
+        "{v:?}"
+    );
+    assert_eq!(out[..16], ask[..]);
+    let v = t.upper.process(PortId(0), &ask, now, &mut out);
+    let Verdict::Unicast { len, .. } = v else {
+        panic!("the upper switch answers the Query, got {v:?}")
+    };
+    let answer = out[..len].to_vec();
+    assert_eq!(answer[16..20], 0b01u32.to_be_bytes());
+    let rack = &mut t.racks[0];
+    let v = rack.process(UPLINK, &answer, now, &mut out);
+    let Verdict::Unicast {
+        port: PortId(0),
+        len,
+    } = v
+    else {
+        panic!("rank 0 is told the use waits, got {v:?}")
+    };
+    let told = parse(&out[..len]);
+    assert_eq!(
+        (told.kind, told.job, told.epoch, told.rank, told.slot, told.seq),
+        (MessageType::Pending, 7, 3, 0, 1, 5)
+    );
+    assert_eq!(out[16..20], 0b11u32.to_be_bytes());
+    assert_eq!(rack.counters().partials_resent, 1);
+    // The other rack's partial completes the use up there; its total is lost on the way down.
     let mut other = partial.clone();
     {
         let mut pkt = ina_wire::AggPacket::new_unchecked(&mut other[..]);
         pkt.set_rank(1);
     }
-    let v = upper.process(PortId(1), &other, now, &mut out);
+    let v = t.upper.process(PortId(1), &other, now, &mut out);
     let Verdict::Multicast { len, .. } = v else {
         panic!("the upper switch completes the use, got {v:?}")
     };
+    let total = out[..len].to_vec();
+    // Rank 0 asks again: the upper switch's answer to the status Query is the total's header
+    // alone, so the rack switch fetches the total, which comes down and is multicast.
+    let rack = &mut t.racks[0];
+    assert!(matches!(
+        rack.process(PortId(0), &query(0), now, &mut out),
+        Verdict::Unicast { port: UPLINK, .. }
+    ));
+    let v = t.upper.process(PortId(0), &ask, now, &mut out);
+    let Verdict::Unicast { len: 16, .. } = v else {
+        panic!("a status answer is the header alone, got {v:?}")
+    };
+    let complete = out[..16].to_vec();
+    assert_eq!(parse(&complete).kind, MessageType::Result);
+    let rack = &mut t.racks[0];
+    let v = rack.process(UPLINK, &complete, now, &mut out);
+    assert!(
+        matches!(
+            v,
+            Verdict::Unicast {
+                port: UPLINK,
+                len: 16
+            }
+        ),
+        "{v:?}"
+    );
+    let fetch = out[..16].to_vec();
+    assert_eq!(parse(&fetch).exponent, 1);
+    assert_eq!(rack.counters().queries_up, 4);
+    let v = t.upper.process(PortId(0), &fetch, now, &mut out);
+    let Verdict::Unicast { len, .. } = v else {
+        panic!("the fetching Query brings the total, got {v:?}")
+    };
+    assert_eq!(out[16..len], total[16..]);
     let total = out[..len].to_vec();
     let rack = &mut t.racks[0];
     let v = rack.process(UPLINK, &total, now, &mut out);

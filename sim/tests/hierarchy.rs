@@ -136,6 +136,42 @@ fn loss_duplication_and_reordering_on_every_link_of_the_tree() {
 }
 
 #[test]
+fn a_partial_is_sent_again_only_when_the_upper_switch_lacks_it() {
+    // Loss alone (links keep their order): the upper switch's Pending lacks a rack's bit only
+    // when that rack's partial was lost, so the partials sent again are at most the packets
+    // lost on the way up. A total that is only late (another rack's repair) costs a Query.
+    for seed in seeds(4) {
+        let mut rng = Rng::new(seed);
+        let len = 300 * usize::from(ELEMS);
+        let (spec, inputs) = job(&mut rng, 1, 0, 64, 16, len);
+        let mut s = Scenario::new(seed, vec![spec]);
+        let lossy = LinkConfig {
+            loss: 0.02,
+            ..LinkConfig::default()
+        };
+        s.link = lossy;
+        s.racks = racks(4, lossy);
+        let report = run(&s);
+        assert_correct(&report, &[inputs], &[ELEMS], seed);
+        let racks = &report.switches[..4];
+        let resent: u64 = racks.iter().map(|c| c.partials_resent).sum();
+        let asked: u64 = racks.iter().map(|c| c.queries_up).sum();
+        let lost_up: u64 = report
+            .rack_uplinks
+            .iter()
+            .map(|l| l.lost + l.queue_drops)
+            .sum();
+        eprintln!("seed {seed}: {resent} partials sent again, {lost_up} packets lost on the way up, {asked} Queries up");
+        assert!(resent > 0, "seed {seed}: no partial was sent again");
+        assert!(
+            resent <= lost_up,
+            "seed {seed}: {resent} partials sent again for {lost_up} packets lost on the way up"
+        );
+        assert!(asked >= resent, "seed {seed}");
+    }
+}
+
+#[test]
 fn jobs_share_racks_and_a_job_inside_one_rack_needs_no_upper_switch() {
     // Racks of 4: job 1 fills rack 0 and half of rack 1, job 2 the rest of rack 1 and rack 2,
     // job 3 lies inside rack 3 and finishes its sums there.
