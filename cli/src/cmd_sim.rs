@@ -60,14 +60,16 @@ pub struct SimArgs {
     /// Elements per packet.
     #[arg(long, default_value_t = 256)]
     pub(crate) elems: u16,
-    /// Slots per job (the window). The default is about four bandwidth-delay products at the
-    /// default link (100 Gbit/s, 5 µs, 256-element packets: 123 packets in flight fill it), in
-    /// whole blocks of the switch's gap register. Lossless, two would do; under loss a use of
-    /// a slot lasts as long as its repairs, and the link stays busy only while the window
-    /// covers the mean use (at 10% loss, 0.46 of the lossless goodput with 256 slots, 0.69
-    /// with 512).
-    #[arg(long, default_value_t = 512)]
-    pub(crate) window: u16,
+    /// Slots per job (the window). The default is four bandwidth-delay products of the
+    /// workers' round trip through every level of switches, in whole blocks of 64 (the switch's
+    /// gap register): 512 on one switch at the default link (100 Gbit/s, 5 µs, 256-element
+    /// packets: 123 packets in flight fill it), 960 with --rack-size (two more hops). Lossless,
+    /// two would do; under loss a use of a slot lasts as long as its repairs, and the link stays
+    /// busy only while the window covers the mean use (at 10% loss, 0.46 of the lossless
+    /// goodput with 256 slots, 0.69 with 512; in a tree of 4 racks of 32 at 1% loss, 0.73 with
+    /// 512 and 0.91 with 1024).
+    #[arg(long)]
+    pub(crate) window: Option<u16>,
     /// Link speed, Gbit/s.
     #[arg(long, default_value_t = 100.0)]
     pub(crate) gbps: f64,
@@ -189,6 +191,21 @@ pub(crate) struct Faults {
     switch_restart_us: Option<f64>,
 }
 
+/// Four bandwidth-delay products of a worker's round trip (to its switch and back, through
+/// the upper switch with racks), in packets of `--elems` elements with their frame headers,
+/// rounded up to whole blocks of 64 slots.
+pub(crate) fn default_window(args: &SimArgs) -> u16 {
+    let block = f64::from(ina_wire::agg::GAP_BLOCK);
+    let mut rtt_s = 2.0 * args.latency_us * 1e-6;
+    if args.rack_size > 0 {
+        rtt_s += 2.0 * args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6;
+    }
+    let frame_bits = 8.0 * (f64::from(args.elems) * 4.0 + 16.0 + 42.0);
+    let bdp = args.gbps * 1e9 * rtt_s / frame_bits;
+    let blocks = (4.0 * bdp / block).ceil().clamp(1.0, 60_000.0 / block);
+    (blocks * block) as u16
+}
+
 /// Reads `path` into `args`; returns its faults.
 fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faults> {
     let f: SimFile = crate::bench::read_toml(path)?;
@@ -204,7 +221,6 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
         jobs,
         elements,
         elems,
-        window,
         gbps,
         latency_us,
         loss,
@@ -221,6 +237,7 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
         target_queueing_us
     );
     set_some!(
+        window,
         uplink_gbps,
         uplink_latency_us,
         uplink_buffer_kib,
@@ -399,7 +416,11 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     {
         bail!("--uplink-gbps must be positive and --uplink-latency-us at least 0");
     }
-    if args.jobs == 0 || args.jobs * usize::from(args.window) > 60_000 {
+    let window = args.window.unwrap_or_else(|| default_window(args));
+    if window == 0 {
+        bail!("--window must be at least 1");
+    }
+    if args.jobs == 0 || args.jobs * usize::from(window) > 60_000 {
         bail!("--jobs times --window must fit the switch's slots");
     }
     if args.gbps.is_nan() || args.gbps <= 0.0 {
@@ -438,6 +459,16 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     }
     let mut results = Vec::new();
     println!(
+        "{} job(s) of {} workers, {window} slots each{}",
+        args.jobs,
+        args.workers,
+        if args.window.is_some() {
+            ""
+        } else {
+            " (four bandwidth-delay products)"
+        }
+    );
+    println!(
         "{:>6} {:>4} {:>12} {:>10} {:>12} {:>10} {:>8} {:>7} {:>6} {:>8} {:>7} {:>6}",
         "seed",
         "job",
@@ -457,8 +488,8 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             .map(|j| JobSpec {
                 job: j as u16 + 1,
                 epoch: 7,
-                slot_base: j as u16 * args.window,
-                window: args.window,
+                slot_base: j as u16 * window,
+                window,
                 elems_per_packet: args.elems,
                 workers: (0..args.workers)
                     .map(|r| {
@@ -512,7 +543,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 ..ina_proto::window::WindowConfig::default()
             });
         }
-        scenario.pipeline.pool_slots = (args.jobs as u16) * args.window;
+        scenario.pipeline.pool_slots = (args.jobs as u16) * window;
         apply_faults(faults, &mut scenario);
         scenario.pipeline.max_elems = args.elems;
         let wall = std::time::Instant::now();

@@ -52,7 +52,20 @@ fn init_tracing(default: &str) {
         .try_init();
 }
 
+/// Output piped into a reader that closes early (`ina sim | head`) ends the process as any
+/// Unix tool does, instead of failing a `println!` with a panic: the Rust runtime ignores
+/// SIGPIPE, and this puts back the default action.
+fn quiet_broken_pipe() {
+    #[allow(unsafe_code)]
+    // SAFETY: setting a signal's disposition to SIG_DFL before any thread is started; no
+    // handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> std::process::ExitCode {
+    quiet_broken_pipe();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -88,7 +88,10 @@ fn plot(path: &Path, points: &[Point], args: &SimArgs) -> anyhow::Result<()> {
         .caption(
             format!(
                 "ina sim: goodput under loss ({} workers, {} slots, {} Gbit/s)",
-                args.workers, args.window, args.gbps
+                args.workers,
+                args.window
+                    .unwrap_or_else(|| crate::cmd_sim::default_window(args)),
+                args.gbps
             ),
             ("sans-serif", 18),
         )
