@@ -697,7 +697,11 @@ impl<'a> Stream<'a> {
             if query {
                 self.stats.queries += 1;
                 // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
-                let fetch = out.complete_seen || !self.reports;
+                // Once every packet has been sent, Queries fetch at once: the downlink has room,
+                // and a lost result at the stream's end costs one round trip less (at 4 MiB
+                // and 1% loss, 0.933 of lossless goodput at n = 8 against 0.910 asking first;
+                // fetching from the last window on, while results still stream, 0.909).
+                let fetch = out.complete_seen || !self.reports || self.sent_new >= self.packets;
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
             return Ok(Some(self.write_packet(index, None, buf)));
