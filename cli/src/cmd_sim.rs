@@ -60,14 +60,15 @@ pub struct SimArgs {
     /// Elements per packet.
     #[arg(long, default_value_t = 256)]
     pub(crate) elems: u16,
-    /// Slots per job (the window). The default is four bandwidth-delay products of the
+    /// Slots per job (the window). The default is eight bandwidth-delay products of the
     /// workers' round trip through every level of switches, in whole blocks of 64 (the switch's
-    /// gap register): 512 on one switch at the default link (100 Gbit/s, 5 µs, 256-element
-    /// packets: 123 packets in flight fill it), 960 with --rack-size (two more hops). Lossless,
-    /// two would do; under loss a use of a slot lasts as long as its repairs, and the link stays
-    /// busy only while the window covers the mean use (at 10% loss, 0.46 of the lossless
-    /// goodput with 256 slots, 0.69 with 512; in a tree of 4 racks of 32 at 1% loss, 0.73 with
-    /// 512 and 0.91 with 1024).
+    /// gap register): 960 on one switch at the default link (100 Gbit/s, 5 µs, 256-element
+    /// packets: 116 packets in flight fill it), 1856 with --rack-size (two more hops).
+    /// Lossless, two would do; under loss a use of a slot lasts as long as its repairs, and the
+    /// link stays busy only while the window covers the mean use (at 10% loss, 0.46 of the
+    /// lossless goodput with 256 slots, 0.71 with 512, 0.82 with 1024; at 1%, the same with
+    /// 512 and 1024 on one switch, and in a tree of 4 racks of 32, 0.73 with 512 and 0.91 with
+    /// 1024).
     #[arg(long)]
     pub(crate) window: Option<u16>,
     /// Link speed, Gbit/s.
@@ -191,7 +192,7 @@ pub(crate) struct Faults {
     switch_restart_us: Option<f64>,
 }
 
-/// Four bandwidth-delay products of a worker's round trip (to its switch and back, through
+/// Eight bandwidth-delay products of a worker's round trip (to its switch and back, through
 /// the upper switch with racks), in packets of `--elems` elements with their frame headers,
 /// rounded up to whole blocks of 64 slots.
 pub(crate) fn default_window(args: &SimArgs) -> u16 {
@@ -202,7 +203,7 @@ pub(crate) fn default_window(args: &SimArgs) -> u16 {
     }
     let frame_bits = 8.0 * (f64::from(args.elems) * 4.0 + 16.0 + 42.0);
     let bdp = args.gbps * 1e9 * rtt_s / frame_bits;
-    let blocks = (4.0 * bdp / block).ceil().clamp(1.0, 60_000.0 / block);
+    let blocks = (8.0 * bdp / block).ceil().clamp(1.0, 60_000.0 / block);
     (blocks * block) as u16
 }
 
@@ -465,7 +466,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         if args.window.is_some() {
             ""
         } else {
-            " (four bandwidth-delay products)"
+            " (eight bandwidth-delay products)"
         }
     );
     println!(
