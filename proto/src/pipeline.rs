@@ -1060,7 +1060,7 @@ impl Pipeline {
             }
             MessageType::Reject => {
                 counters.upstream_rejects += 1;
-                return Verdict::Absorbed;
+                return Self::pass_upper_reject(regs, job, hdr, out);
             }
             _ => return drop_counted(counters, DropReason::UnexpectedType),
         }
@@ -1186,6 +1186,47 @@ impl Pipeline {
             return absorbed(counters);
         };
         emit_pending(counters, &view, bitmap[x], port, out)
+    }
+
+    /// The upper switch's Reject of this switch's Query or partial (counted by the caller): if
+    /// it names a use that waits here for its total, rank 0, whose ask it answers, is told that
+    /// every rank here contributed (a Pending with the use's bitmap), so that its error, when it
+    /// gives up, points past this switch. The Reject itself stays here: the upper job's
+    /// refusal means nothing to a worker. (The epoch is not checked: a wrong one is what
+    /// most Rejects are about.)
+    #[cold]
+    fn pass_upper_reject<'a>(
+        regs: &Registers,
+        job: &'a Job,
+        hdr: AggRepr,
+        out: &mut [u8],
+    ) -> Verdict<'a> {
+        let Some(up) = job.cfg.uplink.filter(|u| u.rank == hdr.rank) else {
+            return Verdict::Absorbed;
+        };
+        let Some(slot) = up.slot_down(&job.cfg, hdr.slot) else {
+            return Verdict::Absorbed;
+        };
+        let x = usize::from(hdr.set);
+        let SlotRegisters {
+            seq,
+            bitmap,
+            count: pending,
+            ..
+        } = regs.slots[usize::from(slot)];
+        if hdr.seq != seq[x] || awaiting(pending[x], job.cfg.elems_per_packet).is_none() {
+            return Verdict::Absorbed;
+        }
+        let (Some(&port), header) = (
+            job.cfg.ranks.get(usize::from(UPLINK_TIMER_RANK)),
+            rank0_ask(&job.cfg, slot, hdr),
+        ) else {
+            return Verdict::Absorbed;
+        };
+        match write_pending(&AggPacket::new_unchecked(&header), bitmap[x], out) {
+            Some(len) => Verdict::Unicast { port, len },
+            None => Verdict::Absorbed,
+        }
     }
 
     /// The job table and rank check: the index of job `job_id`, if `rank` is one of its ranks
@@ -1587,21 +1628,26 @@ fn emit_pending<'a>(
     ingress: PortId,
     out: &mut [u8],
 ) -> Verdict<'a> {
-    const LEN: usize = HEADER_LEN + 4 * PendingInfo::COUNT as usize;
-    let Some((mut pkt, payload)) = reply_to(view, MessageType::Pending, LEN, out) else {
+    let Some(len) = write_pending(view, bitmap, out) else {
         return drop_counted(counters, DropReason::OutputTooSmall);
     };
+    counters.pending_sent += 1;
+    Verdict::Unicast { port: ingress, len }
+}
+
+/// Writes the Pending answer to `view`'s packet into `out`; its length, or `None` when `out`
+/// is too short.
+fn write_pending(
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    bitmap: u32,
+    out: &mut [u8],
+) -> Option<usize> {
+    const LEN: usize = HEADER_LEN + 4 * PendingInfo::COUNT as usize;
+    let (mut pkt, payload) = reply_to(view, MessageType::Pending, LEN, out)?;
     pkt.set_exponent(0);
     pkt.set_count(PendingInfo::COUNT);
-    if (PendingInfo { bitmap }).emit(payload).is_err() {
-        // Unreachable: the payload is one element long.
-        return drop_counted(counters, DropReason::OutputTooSmall);
-    }
-    counters.pending_sent += 1;
-    Verdict::Unicast {
-        port: ingress,
-        len: LEN,
-    }
+    (PendingInfo { bitmap }).emit(payload).ok()?;
+    Some(LEN)
 }
 
 /// The first `len` bytes of `out` as an answer to `view`: its header with type `kind` (the set

@@ -431,6 +431,86 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
 }
 
 #[test]
+fn an_upper_switch_that_refuses_tells_rank_0_through_a_pending() {
+    // The upper switch runs the job under another epoch: it refuses the partial and rank 0's
+    // Query. The rack switch counts each Reject, and answers rank 0's ask with the local
+    // Pending (every rank held), so that the worker's error points past the rack switch.
+    let mut t = tree(1, 2, 4);
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    let mut upper = Pipeline::new(PipelineConfig {
+        pool_slots: 256,
+        max_elems: 64,
+    });
+    upper
+        .add_job(JobConfig {
+            job: UPPER_JOB,
+            epoch: 12,
+            slot_base: 40,
+            slot_count: 4,
+            elems_per_packet: ELEMS,
+            ranks: vec![PortId(0)],
+            uplink: None,
+        })
+        .unwrap();
+    let data = |rank: u8| {
+        let repr = AggRepr {
+            kind: MessageType::Data,
+            set: 1,
+            gap: None,
+            job: 7,
+            epoch: 3,
+            rank,
+            exponent: 0x7f,
+            slot: 2,
+            count: ELEMS,
+            seq: 6,
+        };
+        let mut b = vec![0u8; repr.buffer_len()];
+        repr.emit_into(&mut b).unwrap();
+        b
+    };
+    let rack = &mut t.racks[0];
+    rack.process(PortId(0), &data(0), now, &mut out);
+    let Verdict::Unicast { port: UPLINK, len } = rack.process(PortId(1), &data(1), now, &mut out)
+    else {
+        panic!("no partial")
+    };
+    let partial = out[..len].to_vec();
+    let Verdict::Unicast { len, .. } = upper.process(PortId(0), &partial, now, &mut out) else {
+        panic!("no Reject")
+    };
+    let reject = out[..len].to_vec();
+    assert_eq!(parse(&reject).kind, MessageType::Reject);
+    // The Reject of the partial: rank 0 is told the use waits.
+    let rack = &mut t.racks[0];
+    let v = rack.process(UPLINK, &reject, now, &mut out);
+    let Verdict::Unicast {
+        port: PortId(0),
+        len,
+    } = v
+    else {
+        panic!("rank 0 gets a Pending, got {v:?}")
+    };
+    let told = parse(&out[..len]);
+    assert_eq!(
+        (told.kind, told.job, told.epoch, told.rank, told.slot, told.seq, told.set),
+        (MessageType::Pending, 7, 3, 0, 2, 6, 1)
+    );
+    assert_eq!(out[16..20], 0b11u32.to_be_bytes());
+    assert_eq!(rack.counters().upstream_rejects, 1);
+    assert_eq!(rack.counters().pending_sent, 0);
+    // A Reject of another use (or after the total came down) goes no further.
+    let mut stale = reject.clone();
+    ina_wire::AggPacket::new_unchecked(&mut stale[..]).set_seq(5);
+    assert_eq!(
+        rack.process(UPLINK, &stale, now, &mut out),
+        Verdict::Absorbed
+    );
+    assert_eq!(rack.counters().upstream_rejects, 2);
+}
+
+#[test]
 fn an_uplink_port_that_serves_a_rank_is_refused() {
     let mut p = Pipeline::new(PipelineConfig::default());
     let mut job = rack_job(0, 2, 4, 0);
