@@ -1324,7 +1324,23 @@ impl<'a> Stream<'a> {
 
     /// The probe timeout of the path's round trips (see `path_rtt`), once the switch has
     /// answered a Query or repeated data.
+    ///
+    /// Once every packet has been sent, the results of the last window have mostly come down
+    /// and an answer no longer queues behind them: the timeout is then `SRTT + max(G, 4 RTTVAR,
+    /// SRTT / 4)` without the floor of two round trips. A Query or answer lost at the stream's
+    /// end, which the job's end waits for, is asked again sooner (4 racks of 4 at 4 MiB and
+    /// 1% loss: 0.819 of lossless against 0.797, seeds 1-6).
     fn path_timeout(&self) -> Option<Duration> {
+        if self.sent_new >= self.packets {
+            let srtt = self.path_rtt.srtt()?;
+            let spread = self
+                .rtt
+                .config()
+                .granularity
+                .max(self.path_rtt.rttvar() * 4)
+                .max(srtt / 4);
+            return Some(srtt + spread);
+        }
         self.timeout_of(&self.path_rtt)
     }
 
