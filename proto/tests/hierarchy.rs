@@ -197,6 +197,42 @@ fn parse(b: &[u8]) -> AggRepr {
     AggRepr::parse(&ina_wire::AggPacket::new_checked(b).unwrap()).unwrap()
 }
 
+/// `packet` in on `port` of `p`: it must be answered with one packet to one port; that port
+/// and the answer's bytes.
+fn unicast(p: &mut Pipeline, port: PortId, packet: &[u8]) -> (PortId, Vec<u8>) {
+    let mut out = vec![0u8; 2048];
+    match p.process(port, packet, Instant::ZERO, &mut out) {
+        Verdict::Unicast { port, len } => (port, out[..len].to_vec()),
+        v => panic!("one packet out expected, got {v:?}"),
+    }
+}
+
+/// `packet` in on `port` of a rack switch: it must send a Query up; the Query.
+fn query_up(rack: &mut Pipeline, port: PortId, packet: &[u8]) -> Vec<u8> {
+    let (to, q) = unicast(rack, port, packet);
+    assert_eq!((to, q.len()), (UPLINK, 16));
+    assert_eq!(parse(&q).kind, MessageType::Query);
+    q
+}
+
+/// `from_upper` in on the rack switch's uplink port: it must go on to rank 0 as a Pending with
+/// `bitmap`; its header.
+fn rank0_told(rack: &mut Pipeline, from_upper: &[u8], bitmap: u32) -> AggRepr {
+    let mut out = vec![0u8; 2048];
+    let v = rack.process(UPLINK, from_upper, Instant::ZERO, &mut out);
+    let Verdict::Unicast {
+        port: PortId(0),
+        len,
+    } = v
+    else {
+        panic!("rank 0 gets a Pending, got {v:?}")
+    };
+    let told = parse(&out[..len]);
+    assert_eq!(told.kind, MessageType::Pending);
+    assert_eq!(out[16..20], bitmap.to_be_bytes());
+    told
+}
+
 #[test]
 fn a_rack_waits_for_the_total_and_answers_with_it() {
     // One rack of two workers, driven by hand: the partial goes up and is lost; rank 0's
@@ -312,40 +348,15 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
         upper.process(PortId(0), &partial, now, &mut out),
         Verdict::Absorbed
     );
-    let rack = &mut t.racks[0];
-    let v = rack.process(PortId(0), &query(0), now, &mut out);
-    assert!(
-        matches!(
-            v,
-            Verdict::Unicast {
-                port: UPLINK,
-                len: 16
-            }
-        ),
-        "{v:?}"
-    );
-    assert_eq!(out[..16], ask[..]);
-    let v = t.upper.process(PortId(0), &ask, now, &mut out);
-    let Verdict::Unicast { len, .. } = v else {
-        panic!("the upper switch answers the Query, got {v:?}")
-    };
-    let answer = out[..len].to_vec();
+    assert_eq!(query_up(&mut t.racks[0], PortId(0), &query(0)), ask);
+    let (_, answer) = unicast(&mut t.upper, PortId(0), &ask);
     assert_eq!(answer[16..20], 0b01u32.to_be_bytes());
     let rack = &mut t.racks[0];
-    let v = rack.process(UPLINK, &answer, now, &mut out);
-    let Verdict::Unicast {
-        port: PortId(0),
-        len,
-    } = v
-    else {
-        panic!("rank 0 is told the use waits, got {v:?}")
-    };
-    let told = parse(&out[..len]);
+    let told = rank0_told(rack, &answer, 0b11);
     assert_eq!(
-        (told.kind, told.job, told.epoch, told.rank, told.slot, told.seq),
-        (MessageType::Pending, 7, 3, 0, 1, 5)
+        (told.job, told.epoch, told.rank, told.slot, told.seq),
+        (7, 3, 0, 1, 5)
     );
-    assert_eq!(out[16..20], 0b11u32.to_be_bytes());
     assert_eq!(rack.counters().partials_resent, 1);
     // The other rack's partial completes the use up there; its total is lost on the way down.
     let mut other = partial.clone();
@@ -360,30 +371,12 @@ fn a_rack_waits_for_the_total_and_answers_with_it() {
     let total = out[..len].to_vec();
     // Rank 0 asks again: the upper switch's answer to the status Query is the total's header
     // alone, so the rack switch fetches the total, which comes down and is multicast.
-    let rack = &mut t.racks[0];
-    assert!(matches!(
-        rack.process(PortId(0), &query(0), now, &mut out),
-        Verdict::Unicast { port: UPLINK, .. }
-    ));
-    let v = t.upper.process(PortId(0), &ask, now, &mut out);
-    let Verdict::Unicast { len: 16, .. } = v else {
-        panic!("a status answer is the header alone, got {v:?}")
-    };
-    let complete = out[..16].to_vec();
+    assert_eq!(query_up(&mut t.racks[0], PortId(0), &query(0)), ask);
+    let (_, complete) = unicast(&mut t.upper, PortId(0), &ask);
+    assert_eq!(complete.len(), 16, "a status answer is the header alone");
     assert_eq!(parse(&complete).kind, MessageType::Result);
     let rack = &mut t.racks[0];
-    let v = rack.process(UPLINK, &complete, now, &mut out);
-    assert!(
-        matches!(
-            v,
-            Verdict::Unicast {
-                port: UPLINK,
-                len: 16
-            }
-        ),
-        "{v:?}"
-    );
-    let fetch = out[..16].to_vec();
+    let fetch = query_up(rack, UPLINK, &complete);
     assert_eq!(parse(&fetch).exponent, 1);
     assert_eq!(rack.counters().queries_up, 4);
     let v = t.upper.process(PortId(0), &fetch, now, &mut out);
@@ -484,20 +477,11 @@ fn an_upper_switch_that_refuses_tells_rank_0_through_a_pending() {
     assert_eq!(parse(&reject).kind, MessageType::Reject);
     // The Reject of the partial: rank 0 is told the use waits.
     let rack = &mut t.racks[0];
-    let v = rack.process(UPLINK, &reject, now, &mut out);
-    let Verdict::Unicast {
-        port: PortId(0),
-        len,
-    } = v
-    else {
-        panic!("rank 0 gets a Pending, got {v:?}")
-    };
-    let told = parse(&out[..len]);
+    let told = rank0_told(rack, &reject, 0b11);
     assert_eq!(
-        (told.kind, told.job, told.epoch, told.rank, told.slot, told.seq, told.set),
-        (MessageType::Pending, 7, 3, 0, 2, 6, 1)
+        (told.job, told.epoch, told.rank, told.slot, told.seq, told.set),
+        (7, 3, 0, 2, 6, 1)
     );
-    assert_eq!(out[16..20], 0b11u32.to_be_bytes());
     assert_eq!(rack.counters().upstream_rejects, 1);
     assert_eq!(rack.counters().pending_sent, 0);
     // A Reject of another use (or after the total came down) goes no further.
