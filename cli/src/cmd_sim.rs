@@ -642,8 +642,9 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 .iter()
                 .map(|c| c.partials_resent)
                 .sum();
+            let asked: u64 = report.switches[..racks].iter().map(|c| c.queries_up).sum();
             println!(
-                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {resent} partial sums sent again; queues between the levels: mean {:.1} KiB, max {:.1} KiB",
+                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {asked} Queries up, {resent} partial sums sent again; queues between the levels: mean {:.1} KiB, max {:.1} KiB",
                 mean_queue as f64 / 1024.0,
                 max_queue as f64 / 1024.0
             );
