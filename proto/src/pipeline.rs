@@ -1145,47 +1145,30 @@ impl Pipeline {
         payload_bytes: &[u8],
         out: &mut [u8],
     ) -> Verdict<'a> {
-        let absorbed = |counters: &mut Counters| {
+        let named = job
+            .cfg
+            .uplink
+            .filter(|u| u.epoch == hdr.epoch)
+            .and_then(|_| waiting_use_named(regs, &job.cfg, &hdr));
+        let (Some(w), Ok(info)) = (named, PendingInfo::parse(payload_bytes)) else {
             counters.upstream_pending += 1;
-            Verdict::Absorbed
+            return Verdict::Absorbed;
         };
-        let Some(up) = job.cfg.uplink.filter(|u| u.epoch == hdr.epoch) else {
-            return absorbed(counters);
-        };
-        let (Some(slot), Ok(info)) = (
-            up.slot_down(&job.cfg, hdr.slot),
-            PendingInfo::parse(payload_bytes),
-        ) else {
-            return absorbed(counters);
-        };
-        let slot_idx = usize::from(slot);
-        let x = usize::from(hdr.set);
-        let SlotRegisters {
-            seq,
-            bitmap,
-            count: pending,
-            exp,
-        } = regs.slots[slot_idx];
-        let Some(partial) = awaiting(pending[x], job.cfg.elems_per_packet)
-            .filter(|_| hdr.seq == seq[x] && hdr.rank == up.rank)
-        else {
-            return absorbed(counters);
-        };
-        let header = rank0_ask(&job.cfg, slot, hdr);
+        let header = rank0_ask(&job.cfg, w.slot, hdr);
         let view = AggPacket::new_unchecked(&header);
-        if info.bitmap & (1u32 << (up.rank % 32)) == 0 {
+        if info.bitmap & (1u32 << (w.up.rank % 32)) == 0 {
+            let slot_idx = usize::from(w.slot);
+            let x = usize::from(hdr.set);
+            let exp = regs.slots[slot_idx].exp[x];
             let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
-            let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial)];
-            let verdict = emit_partial(counters, &view, &job.cfg, up, exp[x], cells, out);
+            let cells = &cells_of(&mut regs.values)[base..base + usize::from(w.partial_elems)];
+            let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, out);
             if matches!(verdict, Verdict::Unicast { .. }) {
                 counters.partials_resent += 1;
             }
             return verdict;
         }
-        let Some(&port) = job.cfg.ranks.get(usize::from(UPLINK_TIMER_RANK)) else {
-            return absorbed(counters);
-        };
-        emit_pending(counters, &view, bitmap[x], port, out)
+        emit_pending(counters, &view, w.bitmap, w.rank0_port, out)
     }
 
     /// The upper switch's Reject of this switch's Query or partial (counted by the caller): if
@@ -1201,30 +1184,15 @@ impl Pipeline {
         hdr: AggRepr,
         out: &mut [u8],
     ) -> Verdict<'a> {
-        let Some(up) = job.cfg.uplink.filter(|u| u.rank == hdr.rank) else {
+        let Some(w) = waiting_use_named(regs, &job.cfg, &hdr) else {
             return Verdict::Absorbed;
         };
-        let Some(slot) = up.slot_down(&job.cfg, hdr.slot) else {
-            return Verdict::Absorbed;
-        };
-        let x = usize::from(hdr.set);
-        let SlotRegisters {
-            seq,
-            bitmap,
-            count: pending,
-            ..
-        } = regs.slots[usize::from(slot)];
-        if hdr.seq != seq[x] || awaiting(pending[x], job.cfg.elems_per_packet).is_none() {
-            return Verdict::Absorbed;
-        }
-        let (Some(&port), header) = (
-            job.cfg.ranks.get(usize::from(UPLINK_TIMER_RANK)),
-            rank0_ask(&job.cfg, slot, hdr),
-        ) else {
-            return Verdict::Absorbed;
-        };
-        match write_pending(&AggPacket::new_unchecked(&header), bitmap[x], out) {
-            Some(len) => Verdict::Unicast { port, len },
+        let header = rank0_ask(&job.cfg, w.slot, hdr);
+        match write_pending(&AggPacket::new_unchecked(&header), w.bitmap, out) {
+            Some(len) => Verdict::Unicast {
+                port: w.rank0_port,
+                len,
+            },
             None => Verdict::Absorbed,
         }
     }
@@ -1692,6 +1660,39 @@ fn emit_partial<'a>(
     pkt.set_count(cells.len() as u16);
     kernels::portable::encode_be(cells, payload);
     Verdict::Unicast { port: up.port, len }
+}
+
+/// A use that waits here for its total, as a packet of the upper switch names it.
+struct NamedWaitingUse {
+    up: Uplink,
+    /// This switch's slot.
+    slot: u16,
+    /// The use's contributors here.
+    bitmap: u32,
+    /// The element count of its partial sum.
+    partial_elems: u16,
+    /// Where rank 0, whose asking the upper switch answers, is.
+    rank0_port: PortId,
+}
+
+/// The use that the upper switch's packet `hdr` (an answer to this switch's Query or partial)
+/// names, if it still waits here for its total: addressed to this switch's rank there, its
+/// slot in the job's range, of the set's current use (`seq`). The epoch is the caller's to
+/// check.
+fn waiting_use_named(regs: &Registers, job: &JobConfig, hdr: &AggRepr) -> Option<NamedWaitingUse> {
+    let up = job.uplink.filter(|u| u.rank == hdr.rank)?;
+    let slot = up.slot_down(job, hdr.slot)?;
+    let x = usize::from(hdr.set);
+    let regs = regs.slots.get(usize::from(slot))?;
+    let partial_elems =
+        awaiting(regs.count[x], job.elems_per_packet).filter(|_| hdr.seq == regs.seq[x])?;
+    Some(NamedWaitingUse {
+        up,
+        slot,
+        bitmap: regs.bitmap[x],
+        partial_elems,
+        rank0_port: *job.ranks.get(usize::from(UPLINK_TIMER_RANK))?,
+    })
 }
 
 /// The header of rank 0's Query of the use of slot `slot` here that the upper switch's packet
