@@ -192,16 +192,25 @@ pub(crate) struct Faults {
     switch_restart_us: Option<f64>,
 }
 
+impl SimArgs {
+    /// The slots per job: `--window`, or [`default_window`].
+    pub(crate) fn window(&self) -> u16 {
+        self.window.unwrap_or_else(|| default_window(self))
+    }
+}
+
 /// Eight bandwidth-delay products of a worker's round trip (to its switch and back, through
 /// the upper switch with racks), in packets of `--elems` elements with their frame headers,
 /// rounded up to whole blocks of 64 slots.
-pub(crate) fn default_window(args: &SimArgs) -> u16 {
+fn default_window(args: &SimArgs) -> u16 {
     let block = f64::from(ina_wire::agg::GAP_BLOCK);
     let mut rtt_s = 2.0 * args.latency_us * 1e-6;
     if args.rack_size > 0 {
         rtt_s += 2.0 * args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6;
     }
-    let frame_bits = 8.0 * (f64::from(args.elems) * 4.0 + 16.0 + 42.0);
+    let frame_bytes =
+        4 * usize::from(args.elems) + ina_wire::HEADER_LEN + ina_wire::frame::FRAME_HEADER_LEN;
+    let frame_bits = 8.0 * frame_bytes as f64;
     let bdp = args.gbps * 1e9 * rtt_s / frame_bits;
     let blocks = (8.0 * bdp / block).ceil().clamp(1.0, 60_000.0 / block);
     (blocks * block) as u16
@@ -417,7 +426,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     {
         bail!("--uplink-gbps must be positive and --uplink-latency-us at least 0");
     }
-    let window = args.window.unwrap_or_else(|| default_window(args));
+    let window = args.window();
     if window == 0 {
         bail!("--window must be at least 1");
     }

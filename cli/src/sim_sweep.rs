@@ -89,8 +89,7 @@ fn plot(path: &Path, points: &[Point], args: &SimArgs) -> anyhow::Result<()> {
             format!(
                 "ina sim: goodput under loss ({} workers, {} slots, {} Gbit/s)",
                 args.workers,
-                args.window
-                    .unwrap_or_else(|| crate::cmd_sim::default_window(args)),
+                args.window(),
                 args.gbps
             ),
             ("sans-serif", 18),

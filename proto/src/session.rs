@@ -701,7 +701,7 @@ impl<'a> Stream<'a> {
                 // and a lost result at the stream's end costs one round trip less (at 4 MiB
                 // and 1% loss, 0.933 of lossless goodput at n = 8 against 0.910 asking first;
                 // fetching from the last window on, while results still stream, 0.909).
-                let fetch = out.complete_seen || !self.reports || self.sent_new >= self.packets;
+                let fetch = out.complete_seen || !self.reports || self.all_sent();
                 return Ok(Some(self.write_query(index, fetch, buf)));
             }
             return Ok(Some(self.write_packet(index, None, buf)));
@@ -806,10 +806,7 @@ impl<'a> Stream<'a> {
             Held::Yes => true,
             Held::No => false,
             Held::Unknown => {
-                self.reports
-                    && (out.retries > 1
-                        || self.loss_reportable(out)
-                        || self.sent_new < self.packets)
+                self.reports && (out.retries > 1 || self.loss_reportable(out) || !self.all_sent())
             }
         }
     }
@@ -848,6 +845,12 @@ impl<'a> Stream<'a> {
                 self.timers.push(Reverse((deadline, out.index)));
             }
         }
+    }
+
+    /// Whether every packet of the stream has had its first transmission: the stream's end,
+    /// where no later first transmission reveals a loss and the link has room to spare.
+    fn all_sent(&self) -> bool {
+        self.sent_new >= self.packets
     }
 
     /// Whether the switch would have reported the loss of `out`'s first transmission: a later
@@ -1329,8 +1332,12 @@ impl<'a> Stream<'a> {
     /// `None` before its first sample.
     fn timeout_of(&self, estimate: &RttEstimator) -> Option<Duration> {
         let srtt = estimate.srtt()?;
-        let spread = self.rtt.config().granularity.max(estimate.rttvar() * 4);
-        Some((srtt + spread).max(srtt.saturating_mul(2)))
+        Some((srtt + self.spread_of(estimate)).max(srtt.saturating_mul(2)))
+    }
+
+    /// `max(G, 4 RTTVAR)` of `estimate`: the margin a timeout adds to the smoothed round trip.
+    fn spread_of(&self, estimate: &RttEstimator) -> Duration {
+        self.rtt.config().granularity.max(estimate.rttvar() * 4)
     }
 
     /// The probe timeout of the path's round trips (see `path_rtt`), once the switch has
@@ -1342,15 +1349,9 @@ impl<'a> Stream<'a> {
     /// end, which the job's end waits for, is asked again sooner (4 racks of 4 at 4 MiB and
     /// 1% loss: 0.819 of lossless against 0.797, seeds 1-6).
     fn path_timeout(&self) -> Option<Duration> {
-        if self.sent_new >= self.packets {
+        if self.all_sent() {
             let srtt = self.path_rtt.srtt()?;
-            let spread = self
-                .rtt
-                .config()
-                .granularity
-                .max(self.path_rtt.rttvar() * 4)
-                .max(srtt / 4);
-            return Some(srtt + spread);
+            return Some(srtt + self.spread_of(&self.path_rtt).max(srtt / 4));
         }
         self.timeout_of(&self.path_rtt)
     }
@@ -1637,8 +1638,7 @@ impl<'a> Stream<'a> {
                     continue;
                 };
                 // A Query's answer was due; a recheck of held data is due.
-                let unreportable_tail =
-                    self.sent_new >= self.packets && !self.loss_reportable(&out);
+                let unreportable_tail = self.all_sent() && !self.loss_reportable(&out);
                 let lost = Some(index) == probe
                     || (self.reports
                         && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
