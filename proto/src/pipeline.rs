@@ -1541,11 +1541,13 @@ fn note_counter(
         return;
     }
     let skipped = (u32::from(counter) + 2 * m - previous - 1) % m;
-    if skipped >= m / 2 {
-        // Behind the latest counter (modulo 64, by half the counter's range or less): a
-        // packet the network delayed past later ones, whose gap was reported when they came.
-        // Read as a jump ahead it would report most of the block missing (with 5% of packets
-        // reordered, Missing reports made the workers send their data twice).
+    if skipped > MAX_REPORTED_GAP {
+        // Not just ahead of the latest counter: behind it (a packet the network delayed past
+        // later ones, whose gap was reported when they came), or behind by more than half
+        // the counter's range, which modulo 64 looks like a jump far ahead. Read as a jump
+        // ahead, either would report much of the block missing: with 5% of packets
+        // reordered by up to 50 µs, Missing reports made the workers send their data twice
+        // (behind by 32 or less), then a fifth of it again (behind by 33 to 56).
         return;
     }
     *latest = m + u32::from(counter);
@@ -1565,6 +1567,12 @@ fn note_counter(
         header,
     });
 }
+
+/// The most first transmissions one Missing report names. A counter further ahead of its
+/// cell than this many skipped is taken for a late packet, not a burst of losses: losing 8
+/// first transmissions in a row to one block happens with probability 0.2^8 = 2.6e-6 at 20%
+/// loss, and such a burst is still found by the workers' Queries (PROTOCOL.md §5).
+pub const MAX_REPORTED_GAP: u32 = 7;
 
 #[cold]
 fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static> {

@@ -794,18 +794,28 @@ fn skipped_gap_counters_are_reported_to_their_sender() {
     assert_eq!(p.poll_report(), None);
     assert_eq!(send(&mut p, 10, &counted(0, 130, 202, 11)), Out::Absorbed);
     assert_eq!(report_of(&mut p), Some((10, 1)));
-    // Up to the wrap of the 6-bit counter and across it: 6..=29, 31..=59 skipped, then
-    // 61, 62, 63 and 0.
-    send(&mut p, 10, &counted(0, 70, 106, 30));
-    assert_eq!(report_of(&mut p), Some((6, 24)));
-    send(&mut p, 10, &counted(0, 71, 107, 60));
-    assert_eq!(report_of(&mut p), Some((31, 29)));
-    send(&mut p, 10, &counted(0, 72, 108, 1));
-    assert_eq!(report_of(&mut p), Some((61, 4)));
-    // A counter behind the latest (a packet the network delayed, here 62 after 1) and a
-    // duplicate (1 again) report nothing and leave the cell: read as jumps ahead they would
-    // report 60 and 63 counters missing.
+    // Up to seven skipped are reported, across the wrap of the 6-bit counter too: 6..=12,
+    // then 63 and 0 after 62.
+    send(&mut p, 10, &counted(0, 70, 106, 13));
+    assert_eq!(report_of(&mut p), Some((6, 7)));
     send(&mut p, 10, &counted(0, 71, 107, 62));
+    assert_eq!(report_of(&mut p), None);
+    // (62 is 49 counters behind 13 modulo 64: a late packet, ignored; the cell keeps 13.)
+    for c in 14..=61u8 {
+        send(&mut p, 10, &counted(0, 71, 107, c));
+    }
+    assert_eq!(p.poll_report(), None);
+    send(&mut p, 10, &counted(0, 71, 107, 62));
+    assert_eq!(p.poll_report(), None);
+    send(&mut p, 10, &counted(0, 72, 108, 1));
+    assert_eq!(report_of(&mut p), Some((63, 2)));
+    // A counter behind the latest (a packet the network delayed, here 62 after 1), one
+    // behind it by more than half the range (40 counters behind 1 looks 23 ahead) and a
+    // duplicate (1 again) report nothing and leave the cell: read as jumps ahead they would
+    // report 60, 22 and 63 counters missing.
+    send(&mut p, 10, &counted(0, 71, 107, 62));
+    assert_eq!(p.poll_report(), None);
+    send(&mut p, 10, &counted(0, 71, 107, 25));
     assert_eq!(p.poll_report(), None);
     send(&mut p, 10, &counted(0, 72, 108, 1));
     assert_eq!(p.poll_report(), None);
@@ -814,7 +824,7 @@ fn skipped_gap_counters_are_reported_to_their_sender() {
     assert_eq!(p.poll_report(), None);
     send(&mut p, 10, &counted(0, 73, 109, 2));
     assert_eq!(p.poll_report(), None);
-    assert_eq!(p.counters().missing_sent, 5);
+    assert_eq!(p.counters().missing_sent, 4);
 
     // Slots 128..164: block 2 is not wholly the job's.
     let mut q = with_gaps(1, 64, 100);
