@@ -1,0 +1,146 @@
+//! The controller's network API, version 1: HTTP/1.1 with JSON bodies.
+//!
+//! | method and path | body | answer |
+//! |---|---|---|
+//! | `GET /v1/health` | | [`Health`] |
+//! | `GET /v1/switches` | | `[SwitchInfo]` |
+//! | `POST /v1/switches` | [`SwitchSpec`] | [`SwitchInfo`], 201 |
+//! | `POST /v1/switches/{name}/drain` | | [`SwitchInfo`] |
+//! | `GET /v1/jobs` | | `[JobInfo]` |
+//! | `POST /v1/jobs` | [`JobRequest`] | [`JobInfo`], 201 |
+//! | `GET /v1/jobs/{name}` | | [`JobInfo`] |
+//! | `DELETE /v1/jobs/{name}` | | 204 |
+//!
+//! An error is a status (400 a bad request, 401 a missing or wrong token, 404 no such switch
+//! or job, 409 a name taken, 502 a switch that did not take a change) and an [`ErrorBody`].
+//! When the controller listens beyond loopback every request carries `Authorization: Bearer
+//! TOKEN`.
+
+use crate::alloc::{JobId, Policy, Range};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// The path prefix of this version.
+pub const PREFIX: &str = "/v1";
+
+/// Longest switch or job name.
+pub const MAX_NAME: usize = 64;
+
+/// Most workers in a job (the switch's contributor bitmap).
+pub const MAX_WORKERS: usize = 32;
+
+/// What kind of switch a driver talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchKind {
+    /// `ina switch`, through its TCP control endpoint.
+    #[default]
+    Software,
+}
+
+/// A switch as an operator declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchSpec {
+    pub name: String,
+    #[serde(default)]
+    pub kind: SwitchKind,
+    /// Its control endpoint.
+    pub control: SocketAddr,
+    /// Slots in its pool (the software switch's `--pool-slots`, the P4 program's pool).
+    pub slots: u16,
+    /// Elements per slot (the software switch's `--max-elems`).
+    pub elems_per_slot: u16,
+}
+
+/// Whether a switch takes new jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchState {
+    /// Takes new jobs.
+    Active,
+    /// Keeps its jobs, takes no new ones.
+    Draining,
+}
+
+/// A switch and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchInfo {
+    pub spec: SwitchSpec,
+    pub state: SwitchState,
+    /// Slots no job holds, in whole blocks.
+    pub free_slots: u16,
+    /// Its jobs, placed or queued.
+    pub jobs: Vec<String>,
+}
+
+/// A job as a user asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    pub name: String,
+    /// The workers' addresses, in rank order (the switch accepts a rank's packets only from
+    /// its address).
+    pub workers: Vec<SocketAddr>,
+    pub elems_per_packet: u16,
+    /// Slots it wants: its window, whole blocks of 64.
+    pub window: u16,
+    /// Slots it can run with, whole blocks (default: the window).
+    #[serde(default)]
+    pub min_window: Option<u16>,
+    /// Higher first under the priority policy.
+    #[serde(default)]
+    pub priority: u8,
+    /// The switch its workers are attached to (default: the first active switch with room).
+    #[serde(default)]
+    pub switch: Option<String>,
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for slots.
+    Queued,
+    /// Holding slots on its switch.
+    Running,
+}
+
+/// A job and where it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub request: JobRequest,
+    /// The data plane's job number.
+    pub id: JobId,
+    pub switch: String,
+    pub state: JobState,
+    /// Its slots, while running.
+    pub slots: Option<Range>,
+    /// The epoch its switch installed it under, once installed.
+    pub epoch: Option<u16>,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub version: String,
+    pub policy: Policy,
+    pub switches: usize,
+    pub jobs: usize,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// Whether `name` may name a switch or a job: 1 to [`MAX_NAME`] characters of ASCII letters,
+/// digits, `.`, `_` and `-`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}

@@ -1,0 +1,136 @@
+//! A typed, blocking client of the controller's API (see [`crate::api`]).
+
+use crate::api::{ErrorBody, Health, JobInfo, JobRequest, SwitchInfo, SwitchSpec, PREFIX};
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The controller answered with an error.
+    #[error("controller: {message} (HTTP {status})")]
+    Api { status: u16, message: String },
+    /// The controller could not be reached.
+    #[error("controller at {addr} unreachable: {message}")]
+    Unreachable { addr: String, message: String },
+    /// The answer was not what this version of the API sends.
+    #[error("controller at {addr}: unexpected answer: {message}")]
+    Decode { addr: String, message: String },
+}
+
+/// A client of one controller.
+#[derive(Debug, Clone)]
+pub struct Client {
+    addr: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    /// A client of the controller at `addr` (`host:port`), sending `token` if given.
+    pub fn new(addr: &str, token: Option<String>) -> Client {
+        Client {
+            addr: addr.to_string(),
+            token,
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(5))
+                .timeout(Duration::from_secs(60))
+                .build(),
+        }
+    }
+
+    pub fn health(&self) -> Result<Health, ClientError> {
+        self.call("GET", "/health", None)
+    }
+
+    pub fn switches(&self) -> Result<Vec<SwitchInfo>, ClientError> {
+        self.call("GET", "/switches", None)
+    }
+
+    pub fn add_switch(&self, spec: &SwitchSpec) -> Result<SwitchInfo, ClientError> {
+        self.call("POST", "/switches", Some(to_value(spec)))
+    }
+
+    pub fn drain_switch(&self, name: &str) -> Result<SwitchInfo, ClientError> {
+        self.call("POST", &format!("/switches/{}/drain", segment(name)), None)
+    }
+
+    pub fn jobs(&self) -> Result<Vec<JobInfo>, ClientError> {
+        self.call("GET", "/jobs", None)
+    }
+
+    pub fn create_job(&self, req: &JobRequest) -> Result<JobInfo, ClientError> {
+        self.call("POST", "/jobs", Some(to_value(req)))
+    }
+
+    pub fn job(&self, name: &str) -> Result<JobInfo, ClientError> {
+        self.call("GET", &format!("/jobs/{}", segment(name)), None)
+    }
+
+    pub fn delete_job(&self, name: &str) -> Result<(), ClientError> {
+        self.send("DELETE", &format!("/jobs/{}", segment(name)), None)
+            .map(|_| ())
+    }
+
+    fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<T, ClientError> {
+        let r = self.send(method, path, body)?;
+        r.into_json().map_err(|e| ClientError::Decode {
+            addr: self.addr.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<ureq::Response, ClientError> {
+        let url = format!("http://{}{PREFIX}{path}", self.addr);
+        let mut req = self.agent.request(method, &url);
+        if let Some(t) = &self.token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let result = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        match result {
+            Ok(r) => Ok(r),
+            Err(ureq::Error::Status(status, r)) => {
+                let message = r
+                    .into_json::<ErrorBody>()
+                    .map(|b| b.error)
+                    .unwrap_or_else(|_| "no error message".into());
+                Err(ClientError::Api { status, message })
+            }
+            Err(e) => Err(ClientError::Unreachable {
+                addr: self.addr.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+/// A name as one path segment (names are checked to be letters, digits, `.`, `_`, `-`; any
+/// other byte is percent-encoded so that the server, not the URL, refuses it).
+fn segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,119 @@
+//! Switch drivers: how the controller changes one switch's data plane. The software switch's
+//! driver speaks its TCP control endpoint (one JSON line per request).
+
+use crate::alloc::{JobId, Range};
+use ina_switch::config::JobSpec;
+use ina_switch::control::{ControlClient, Request};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// What installing a job on a switch takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Install {
+    pub job: JobId,
+    pub slots: Range,
+    pub elems_per_packet: u16,
+    /// The workers' addresses, in rank order.
+    pub workers: Vec<SocketAddr>,
+}
+
+/// Why a switch did not take a change.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("switch at {addr} unreachable: {source}")]
+    Unreachable {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("switch at {addr} refused: {message}")]
+    Refused { addr: SocketAddr, message: String },
+}
+
+/// One switch's data plane, as the controller changes it.
+pub trait SwitchDriver: Send {
+    /// Installs a job on its slots; returns the epoch the switch gave it.
+    fn install(&mut self, job: &Install) -> Result<u16, DriverError>;
+    /// Removes a job; removing one the switch does not hold is not an error.
+    fn remove(&mut self, job: JobId) -> Result<(), DriverError>;
+    /// The jobs the switch holds now, with their slots.
+    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError>;
+}
+
+/// The driver of `ina switch`, through its control endpoint.
+#[derive(Debug)]
+pub struct SoftwareSwitch {
+    addr: SocketAddr,
+}
+
+impl SoftwareSwitch {
+    pub fn new(addr: SocketAddr) -> SoftwareSwitch {
+        SoftwareSwitch { addr }
+    }
+
+    fn call(&self, req: &Request) -> Result<ina_switch::control::Response, DriverError> {
+        let unreachable = |source| DriverError::Unreachable {
+            addr: self.addr,
+            source,
+        };
+        let mut c = ControlClient::connect(self.addr).map_err(unreachable)?;
+        let r = c.call(req).map_err(unreachable)?;
+        if r.ok {
+            Ok(r)
+        } else {
+            Err(DriverError::Refused {
+                addr: self.addr,
+                message: r.error.unwrap_or_else(|| "no reason given".into()),
+            })
+        }
+    }
+}
+
+impl SwitchDriver for SoftwareSwitch {
+    fn install(&mut self, job: &Install) -> Result<u16, DriverError> {
+        let spec = JobSpec {
+            job: job.job,
+            epoch: None,
+            slot_base: job.slots.base,
+            slot_count: job.slots.count,
+            elems_per_packet: job.elems_per_packet,
+            workers: job.workers.clone(),
+            group: None,
+            uplink: None,
+        };
+        let r = self.call(&Request::AddJob { job: spec })?;
+        r.job
+            .and_then(|j| j.epoch)
+            .ok_or_else(|| DriverError::Refused {
+                addr: self.addr,
+                message: "the answer to add_job carried no epoch".into(),
+            })
+    }
+
+    fn remove(&mut self, job: JobId) -> Result<(), DriverError> {
+        match self.call(&Request::RemoveJob { job }) {
+            Ok(_) => Ok(()),
+            // Already gone (a restarted switch, or a removal retried).
+            Err(DriverError::Refused { message, .. }) if message.contains("is not installed") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError> {
+        let r = self.call(&Request::Jobs)?;
+        Ok(r.jobs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|j| {
+                (
+                    j.job,
+                    Range {
+                        base: j.slot_base,
+                        count: j.slot_count,
+                    },
+                )
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,253 @@
+//! The HTTP/JSON server of the API (see [`crate::api`]), on tokio and axum. It takes its
+//! listener and a shutdown future, and resyncs the switches periodically in the background.
+
+use crate::api::{ErrorBody, JobRequest, SwitchSpec, PREFIX};
+use crate::service::{Controller, ControllerError};
+use crate::state::StateError;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Why the server did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("listening on {addr}, beyond loopback, needs an access token (--token or INA_CONTROLLER_TOKEN)")]
+    TokenRequired { addr: std::net::SocketAddr },
+    #[error("the access token must be 16 to 256 printable ASCII characters without spaces")]
+    BadToken,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Required of every request (as `Authorization: Bearer TOKEN`) when set; must be set to
+    /// listen beyond loopback.
+    pub token: Option<String>,
+    /// How often every switch is brought to the state (a restarted switch is provisioned
+    /// again within this time).
+    pub resync_every: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            token: None,
+            resync_every: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    ctl: Arc<Mutex<Controller>>,
+    token: Option<Arc<str>>,
+}
+
+/// An error answer.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<ControllerError> for ApiError {
+    fn from(e: ControllerError) -> ApiError {
+        let status = match &e {
+            ControllerError::State(s) => match s {
+                StateError::BadRequest(_) | StateError::Unplaceable { .. } => {
+                    StatusCode::BAD_REQUEST
+                }
+                StateError::SwitchExists(_) | StateError::JobExists(_) => StatusCode::CONFLICT,
+                StateError::NoSuchSwitch(_) | StateError::NoSuchJob(_) => StatusCode::NOT_FOUND,
+                StateError::NoJobId => StatusCode::SERVICE_UNAVAILABLE,
+            },
+            ControllerError::Driver { .. } => StatusCode::BAD_GATEWAY,
+            ControllerError::Store(_) | ControllerError::PolicyChanged { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+/// Runs `f` on the controller on a blocking thread (drivers do blocking I/O).
+async fn run<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&mut Controller) -> Result<T, ControllerError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let ctl = app.ctl.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut c).map_err(ApiError::from)
+    })
+    .await
+    .unwrap_or_else(|e| Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("bad request body: {e}")))
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    controller: Controller,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if let Some(t) = &config.token {
+        let ok = (16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic());
+        if !ok {
+            return Err(ServeError::BadToken);
+        }
+    } else if !addr.ip().is_loopback() {
+        return Err(ServeError::TokenRequired { addr });
+    }
+    let app = App {
+        ctl: Arc::new(Mutex::new(controller)),
+        token: config.token.map(Arc::from),
+    };
+    let resync = tokio::spawn(resync_loop(app.ctl.clone(), config.resync_every));
+    let router = router(app);
+    tracing::info!(%addr, "controller listening");
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    resync.abort();
+    Ok(result?)
+}
+
+fn router(app: App) -> Router {
+    let v1 = Router::new()
+        .route("/health", get(health))
+        .route("/switches", get(list_switches).post(add_switch))
+        .route("/switches/{name}/drain", post(drain_switch))
+        .route("/jobs", get(list_jobs).post(create_job))
+        .route("/jobs/{name}", get(show_job).delete(delete_job));
+    Router::new()
+        .nest(PREFIX, v1)
+        .fallback(|| async {
+            ApiError(
+                StatusCode::NOT_FOUND,
+                format!("no such endpoint: this is API {PREFIX}"),
+            )
+        })
+        .layer(middleware::from_fn_with_state(app.clone(), authorize))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// Refuses a request without the token, when one is set.
+async fn authorize(State(app): State<App>, req: Request, next: Next) -> Response {
+    if let Some(token) = &app.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+            return ApiError(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong access token (Authorization: Bearer TOKEN)".into(),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares in time independent of where the inputs differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn health(State(app): State<App>) -> Result<Response, ApiError> {
+    let h = run(&app, |c| Ok(c.health())).await?;
+    Ok(Json(h).into_response())
+}
+
+async fn list_switches(State(app): State<App>) -> Result<Response, ApiError> {
+    let s = run(&app, |c| Ok(c.switches())).await?;
+    Ok(Json(s).into_response())
+}
+
+async fn add_switch(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
+    let spec: SwitchSpec = parse(&body)?;
+    let info = run(&app, move |c| c.add_switch(spec)).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn drain_switch(
+    State(app): State<App>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = run(&app, move |c| c.drain_switch(&name)).await?;
+    Ok(Json(info).into_response())
+}
+
+async fn list_jobs(State(app): State<App>) -> Result<Response, ApiError> {
+    let j = run(&app, |c| Ok(c.jobs())).await?;
+    Ok(Json(j).into_response())
+}
+
+async fn create_job(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
+    let req: JobRequest = parse(&body)?;
+    let info = run(&app, move |c| c.create_job(req)).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn show_job(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let info = run(&app, move |c| c.job(&name)).await?;
+    Ok(Json(info).into_response())
+}
+
+async fn delete_job(
+    State(app): State<App>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    run(&app, move |c| c.delete_job(&name)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing: Vec<String> = Vec::new();
+    loop {
+        tick.tick().await;
+        let ctl = ctl.clone();
+        let failed = tokio::task::spawn_blocking(move || {
+            ctl.lock().unwrap_or_else(|p| p.into_inner()).resync()
+        })
+        .await
+        .unwrap_or_default();
+        let names: Vec<String> = failed.iter().map(|(s, _)| s.clone()).collect();
+        for (switch, e) in &failed {
+            if !failing.contains(switch) {
+                tracing::warn!(%switch, error = %e, "switch unreachable; retrying");
+            }
+        }
+        for s in &failing {
+            if !names.contains(s) {
+                tracing::info!(switch = %s, "switch reachable again");
+            }
+        }
+        failing = names;
+    }
+}

@@ -1,0 +1,293 @@
+//! The controller's operations: change the state, save it, then bring the switches to it
+//! through their drivers. A switch that cannot be reached keeps the change pending; every
+//! [`Controller::resync`] brings each switch from what it holds to what the state wants, so a
+//! restarted switch (which holds nothing) or a restarted controller is provisioned again
+//! without ever giving one slot to two jobs.
+
+use crate::alloc::{self, JobId, Policy, Step};
+use crate::api::{Health, JobInfo, JobRequest, SwitchInfo, SwitchSpec};
+use crate::driver::{DriverError, Install, SoftwareSwitch, SwitchDriver};
+use crate::state::{Change, State, StateError};
+use crate::store::{Store, StoreError};
+use std::collections::BTreeMap;
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("saving the state: {0}")]
+    Store(#[from] StoreError),
+    #[error(
+        "the change is saved, but switch {switch:?} has not taken it yet (it is retried): {source}"
+    )]
+    Driver {
+        switch: String,
+        #[source]
+        source: DriverError,
+    },
+    #[error("the saved state was made with the {saved:?} policy, not {asked:?}: start with --policy {saved_flag} or move {path} away")]
+    PolicyChanged {
+        saved: Policy,
+        asked: Policy,
+        saved_flag: String,
+        path: String,
+    },
+}
+
+/// Makes the driver of a switch.
+pub type DriverFactory = Box<dyn Fn(&SwitchSpec) -> Box<dyn SwitchDriver> + Send>;
+
+/// The controller: its state, where it is saved, and a driver per switch.
+pub struct Controller {
+    state: State,
+    store: Option<Store>,
+    drivers: BTreeMap<String, Box<dyn SwitchDriver>>,
+    factory: DriverFactory,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("state", &self.state)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The software switch's driver for every switch.
+pub fn software_drivers() -> DriverFactory {
+    Box::new(|spec: &SwitchSpec| Box::new(SoftwareSwitch::new(spec.control)))
+}
+
+impl Controller {
+    /// A controller with `policy`, whose state lives in `store` (loaded from it if saved
+    /// before); `None` keeps it in memory only.
+    pub fn open(
+        policy: Policy,
+        store: Option<Store>,
+        factory: DriverFactory,
+    ) -> Result<Controller, ControllerError> {
+        let state = match store.as_ref().map(Store::load).transpose()?.flatten() {
+            Some(saved) if saved.policy != policy => {
+                let flag = serde_json::to_string(&saved.policy)
+                    .unwrap_or_default()
+                    .trim_matches('"')
+                    .replace('_', "-");
+                return Err(ControllerError::PolicyChanged {
+                    saved: saved.policy,
+                    asked: policy,
+                    saved_flag: flag,
+                    path: store
+                        .as_ref()
+                        .map(|s| s.path().display().to_string())
+                        .unwrap_or_default(),
+                });
+            }
+            Some(saved) => saved,
+            None => State::new(policy),
+        };
+        let mut c = Controller {
+            state,
+            store,
+            drivers: BTreeMap::new(),
+            factory,
+        };
+        let specs: Vec<SwitchSpec> = c.state.switches.values().map(|s| s.spec.clone()).collect();
+        for spec in specs {
+            let d = (c.factory)(&spec);
+            c.drivers.insert(spec.name, d);
+        }
+        Ok(c)
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn health(&self) -> Health {
+        Health {
+            version: crate::api::PREFIX.trim_start_matches('/').to_string(),
+            policy: self.state.policy,
+            switches: self.state.switches.len(),
+            jobs: self.state.jobs.len(),
+        }
+    }
+
+    pub fn switches(&self) -> Vec<SwitchInfo> {
+        self.state
+            .switches
+            .keys()
+            .filter_map(|n| self.state.switch_info(n))
+            .collect()
+    }
+
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.state
+            .jobs
+            .keys()
+            .filter_map(|n| self.state.job_info(n))
+            .collect()
+    }
+
+    pub fn job(&self, name: &str) -> Result<JobInfo, ControllerError> {
+        self.state
+            .job_info(name)
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()).into())
+    }
+
+    /// Adds a switch, and brings it to the state (it should hold no jobs of this controller's:
+    /// any job it holds that the state does not place there is removed).
+    pub fn add_switch(&mut self, spec: SwitchSpec) -> Result<SwitchInfo, ControllerError> {
+        let name = spec.name.clone();
+        self.state.add_switch(spec.clone())?;
+        self.save()?;
+        self.drivers.insert(name.clone(), (self.factory)(&spec));
+        tracing::info!(switch = %name, control = %spec.control, slots = spec.slots, "switch added");
+        self.resync_one(&name)?;
+        self.switch_info(&name)
+    }
+
+    /// Stops placing new jobs on a switch.
+    pub fn drain_switch(&mut self, name: &str) -> Result<SwitchInfo, ControllerError> {
+        self.state.drain_switch(name)?;
+        self.save()?;
+        tracing::info!(switch = %name, "switch draining");
+        self.switch_info(name)
+    }
+
+    /// Creates a job and installs it (and the other jobs' new ranges) on its switch.
+    pub fn create_job(&mut self, request: JobRequest) -> Result<JobInfo, ControllerError> {
+        let name = request.name.clone();
+        let changes = self.state.create_job(request)?;
+        self.save()?;
+        self.apply(changes)?;
+        let info = self.job(&name)?;
+        tracing::info!(job = %name, id = info.id, switch = %info.switch, slots = ?info.slots, "job created");
+        Ok(info)
+    }
+
+    /// Deletes a job, frees its slots and gives them to the others on its switch.
+    pub fn delete_job(&mut self, name: &str) -> Result<(), ControllerError> {
+        let changes = self.state.delete_job(name)?;
+        self.save()?;
+        tracing::info!(job = %name, "job deleted");
+        self.apply(changes)
+    }
+
+    /// Brings every switch from what it holds to what the state wants; returns the switches
+    /// that could not be reached, with why.
+    pub fn resync(&mut self) -> Vec<(String, DriverError)> {
+        let names: Vec<String> = self.drivers.keys().cloned().collect();
+        let mut failed = Vec::new();
+        for n in names {
+            if let Err(ControllerError::Driver { switch, source }) = self.resync_one(&n) {
+                failed.push((switch, source));
+            }
+        }
+        failed
+    }
+
+    fn resync_one(&mut self, switch: &str) -> Result<(), ControllerError> {
+        let Some(driver) = self.drivers.get_mut(switch) else {
+            return Ok(());
+        };
+        let held = driver
+            .installed()
+            .map_err(|source| ControllerError::Driver {
+                switch: switch.to_string(),
+                source,
+            })?;
+        let wanted = self.state.wanted(switch);
+        // A job held with the wanted range but not known installed (the controller stopped
+        // between the two) is installed again, to learn its epoch.
+        let mut from = held.clone();
+        for (id, r) in &held {
+            let known = self.state.job_by_id(switch, *id);
+            if known.is_none_or(|j| j.epoch.is_none() || j.slots != Some(*r)) {
+                from.remove(id);
+            }
+        }
+        let mut changes: Vec<Change> = held
+            .keys()
+            .filter(|id| !from.contains_key(id))
+            .map(|id| Change {
+                switch: switch.to_string(),
+                step: Step::Remove(*id),
+            })
+            .collect();
+        changes.extend(alloc::plan(&from, &wanted).into_iter().map(|step| Change {
+            switch: switch.to_string(),
+            step,
+        }));
+        if !changes.is_empty() {
+            tracing::info!(
+                switch,
+                changes = changes.len(),
+                "switch brought to the state"
+            );
+        }
+        self.apply(changes)
+    }
+
+    /// Applies changes in order; stops at the first a switch does not take.
+    fn apply(&mut self, changes: Vec<Change>) -> Result<(), ControllerError> {
+        let mut result = Ok(());
+        for c in changes {
+            let Some(driver) = self.drivers.get_mut(&c.switch) else {
+                continue;
+            };
+            let fail = |source| ControllerError::Driver {
+                switch: c.switch.clone(),
+                source,
+            };
+            let done = match c.step {
+                Step::Remove(id) => driver.remove(id).map(|_| None),
+                Step::Set(id, slots) => {
+                    let Some(job) = self.state.job_by_id(&c.switch, id) else {
+                        continue;
+                    };
+                    let install = Install {
+                        job: id,
+                        slots,
+                        elems_per_packet: job.request.elems_per_packet,
+                        workers: job.request.workers.clone(),
+                    };
+                    driver
+                        .remove(id)
+                        .and_then(|_| driver.install(&install))
+                        .map(|epoch| Some((id, epoch)))
+                }
+            };
+            match done {
+                Ok(Some((id, epoch))) => self.state.installed(&c.switch, id, epoch),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(switch = %c.switch, error = %e, "switch did not take a change");
+                    result = Err(fail(e));
+                    break;
+                }
+            }
+        }
+        self.save()?;
+        result
+    }
+
+    fn save(&self) -> Result<(), ControllerError> {
+        if let Some(s) = &self.store {
+            s.save(&self.state)?;
+        }
+        Ok(())
+    }
+
+    fn switch_info(&self, name: &str) -> Result<SwitchInfo, ControllerError> {
+        self.state
+            .switch_info(name)
+            .ok_or_else(|| StateError::NoSuchSwitch(name.to_string()).into())
+    }
+
+    /// The job numbers placed on a switch (for tests and tools).
+    pub fn placed(&self, switch: &str) -> BTreeMap<JobId, alloc::Range> {
+        self.state.wanted(switch)
+    }
+}

@@ -1,0 +1,401 @@
+//! The controller's state: its switches, its jobs and where they run, and the operations on
+//! them. Pure: an operation changes the state and returns the data-plane changes it implies,
+//! which the caller applies through the switches' drivers. Serializable as a whole, so that a
+//! restarted controller finds it again (see [`crate::store`]).
+
+use crate::alloc::{self, Demand, JobId, Policy, Range, Step};
+use crate::api::{
+    valid_name, JobInfo, JobRequest, JobState, SwitchInfo, SwitchSpec, SwitchState, MAX_NAME,
+    MAX_WORKERS,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+
+/// Why an operation was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("a switch named {0:?} exists")]
+    SwitchExists(String),
+    #[error("no switch named {0:?}")]
+    NoSuchSwitch(String),
+    #[error("a job named {0:?} exists")]
+    JobExists(String),
+    #[error("no job named {0:?}")]
+    NoSuchJob(String),
+    #[error("no active switch can ever hold job {job:?} ({why})")]
+    Unplaceable { job: String, why: String },
+    #[error("every job number is taken")]
+    NoJobId,
+}
+
+/// A switch the controller manages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchRecord {
+    pub spec: SwitchSpec,
+    pub draining: bool,
+}
+
+/// A job the controller manages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub request: JobRequest,
+    pub id: JobId,
+    pub switch: String,
+    pub arrival: u64,
+    /// Its slots, while placed.
+    pub slots: Option<Range>,
+    /// The epoch its switch installed it under (`None` until installed, and after a change of
+    /// its slots until installed again).
+    pub epoch: Option<u16>,
+}
+
+/// One data-plane change on one switch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub switch: String,
+    pub step: Step,
+}
+
+/// Everything the controller knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct State {
+    pub policy: Policy,
+    pub switches: BTreeMap<String, SwitchRecord>,
+    pub jobs: BTreeMap<String, JobRecord>,
+    /// Jobs created so far: the next one's arrival number.
+    pub arrivals: u64,
+}
+
+impl State {
+    pub fn new(policy: Policy) -> State {
+        State {
+            policy,
+            ..State::default()
+        }
+    }
+
+    /// Adds a switch.
+    pub fn add_switch(&mut self, spec: SwitchSpec) -> Result<(), StateError> {
+        if !valid_name(&spec.name) {
+            return Err(bad_name("switch", &spec.name));
+        }
+        if self.switches.contains_key(&spec.name) {
+            return Err(StateError::SwitchExists(spec.name));
+        }
+        if alloc::usable(spec.slots) == 0 {
+            return Err(StateError::BadRequest(format!(
+                "switch {:?}: a pool of {} slots holds no whole block of {}",
+                spec.name,
+                spec.slots,
+                alloc::BLOCK
+            )));
+        }
+        if spec.elems_per_slot == 0 {
+            return Err(StateError::BadRequest(format!(
+                "switch {:?}: elems_per_slot must be at least 1",
+                spec.name
+            )));
+        }
+        if let Some(other) = self
+            .switches
+            .values()
+            .find(|s| s.spec.control == spec.control)
+        {
+            return Err(StateError::BadRequest(format!(
+                "switch {:?} already has the control endpoint {}",
+                other.spec.name, spec.control
+            )));
+        }
+        self.switches.insert(
+            spec.name.clone(),
+            SwitchRecord {
+                spec,
+                draining: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops placing new jobs on a switch; its jobs run on.
+    pub fn drain_switch(&mut self, name: &str) -> Result<(), StateError> {
+        let s = self
+            .switches
+            .get_mut(name)
+            .ok_or_else(|| StateError::NoSuchSwitch(name.to_string()))?;
+        s.draining = true;
+        Ok(())
+    }
+
+    /// Creates a job: places it (or queues it) on its switch, and returns the changes to that
+    /// switch (the new job's installation, and under fair share or priority the other jobs'
+    /// new ranges).
+    pub fn create_job(&mut self, request: JobRequest) -> Result<Vec<Change>, StateError> {
+        self.check_request(&request)?;
+        let switch = match &request.switch {
+            Some(name) => {
+                let s = self
+                    .switches
+                    .get(name)
+                    .ok_or_else(|| StateError::NoSuchSwitch(name.clone()))?;
+                if s.draining {
+                    return Err(StateError::Unplaceable {
+                        job: request.name.clone(),
+                        why: format!("switch {name:?} is draining"),
+                    });
+                }
+                self.check_fits(&request, s)?;
+                name.clone()
+            }
+            None => self.choose_switch(&request)?,
+        };
+        let id = self.free_job_id()?;
+        let arrival = self.arrivals;
+        self.arrivals += 1;
+        self.jobs.insert(
+            request.name.clone(),
+            JobRecord {
+                request,
+                id,
+                switch: switch.clone(),
+                arrival,
+                slots: None,
+                epoch: None,
+            },
+        );
+        Ok(self.relayout(&switch))
+    }
+
+    /// Deletes a job and returns the changes to its switch (its removal, and the other jobs'
+    /// new ranges).
+    pub fn delete_job(&mut self, name: &str) -> Result<Vec<Change>, StateError> {
+        let switch = self
+            .jobs
+            .get(name)
+            .map(|j| j.switch.clone())
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        let before = self.wanted(&switch);
+        self.jobs.remove(name);
+        Ok(self.relayout_from(&switch, before))
+    }
+
+    /// Records the epoch a switch installed a job under.
+    pub fn installed(&mut self, switch: &str, id: JobId, epoch: u16) {
+        if let Some(j) = self
+            .jobs
+            .values_mut()
+            .find(|j| j.switch == switch && j.id == id)
+        {
+            j.epoch = Some(epoch);
+        }
+    }
+
+    /// The layout the controller wants on a switch: every placed job's range.
+    pub fn wanted(&self, switch: &str) -> BTreeMap<JobId, Range> {
+        self.jobs
+            .values()
+            .filter(|j| j.switch == switch)
+            .filter_map(|j| Some((j.id, j.slots?)))
+            .collect()
+    }
+
+    /// The record of job number `id` on `switch`.
+    pub fn job_by_id(&self, switch: &str, id: JobId) -> Option<&JobRecord> {
+        self.jobs
+            .values()
+            .find(|j| j.switch == switch && j.id == id)
+    }
+
+    pub fn switch_info(&self, name: &str) -> Option<SwitchInfo> {
+        let s = self.switches.get(name)?;
+        let used: u32 = self.wanted(name).values().map(|r| u32::from(r.count)).sum();
+        Some(SwitchInfo {
+            spec: s.spec.clone(),
+            state: if s.draining {
+                SwitchState::Draining
+            } else {
+                SwitchState::Active
+            },
+            free_slots: (u32::from(alloc::usable(s.spec.slots)).saturating_sub(used)) as u16,
+            jobs: self
+                .jobs
+                .values()
+                .filter(|j| j.switch == name)
+                .map(|j| j.request.name.clone())
+                .collect(),
+        })
+    }
+
+    pub fn job_info(&self, name: &str) -> Option<JobInfo> {
+        let j = self.jobs.get(name)?;
+        Some(JobInfo {
+            request: j.request.clone(),
+            id: j.id,
+            switch: j.switch.clone(),
+            state: if j.slots.is_some() {
+                JobState::Running
+            } else {
+                JobState::Queued
+            },
+            slots: j.slots,
+            epoch: j.epoch,
+        })
+    }
+
+    /// Runs the policy on `switch` and records the new layout; returns the steps from the
+    /// layout before to the new one, in a safe order.
+    fn relayout(&mut self, switch: &str) -> Vec<Change> {
+        let before = self.wanted(switch);
+        self.relayout_from(switch, before)
+    }
+
+    /// [`relayout`](Self::relayout) from the layout `before` (which may hold a job just
+    /// deleted).
+    fn relayout_from(&mut self, switch: &str, before: BTreeMap<JobId, Range>) -> Vec<Change> {
+        let Some(s) = self.switches.get(switch) else {
+            return Vec::new();
+        };
+        let capacity = s.spec.slots;
+        let demands: Vec<Demand> = self
+            .jobs
+            .values()
+            .filter(|j| j.switch == switch)
+            .map(|j| Demand {
+                job: j.id,
+                want: j.request.window,
+                min: j.request.min_window.unwrap_or(j.request.window),
+                priority: j.request.priority,
+                arrival: j.arrival,
+            })
+            .collect();
+        let layout = alloc::layout(self.policy, capacity, &demands, &before);
+        for j in self.jobs.values_mut().filter(|j| j.switch == switch) {
+            let new = layout.placed.get(&j.id).copied();
+            if new != j.slots {
+                j.slots = new;
+                j.epoch = None;
+            }
+        }
+        alloc::plan(&before, &layout.placed)
+            .into_iter()
+            .map(|step| Change {
+                switch: switch.to_string(),
+                step,
+            })
+            .collect()
+    }
+
+    fn check_request(&self, r: &JobRequest) -> Result<(), StateError> {
+        if !valid_name(&r.name) {
+            return Err(bad_name("job", &r.name));
+        }
+        if self.jobs.contains_key(&r.name) {
+            return Err(StateError::JobExists(r.name.clone()));
+        }
+        let bad = |m: String| Err(StateError::BadRequest(format!("job {:?}: {m}", r.name)));
+        if r.workers.is_empty() || r.workers.len() > MAX_WORKERS {
+            return bad(format!(
+                "{} workers: a job has 1 to {MAX_WORKERS}",
+                r.workers.len()
+            ));
+        }
+        let mut seen = HashSet::new();
+        if let Some(dup) = r.workers.iter().find(|a| !seen.insert(**a)) {
+            return bad(format!("worker address {dup} appears twice"));
+        }
+        if r.elems_per_packet == 0 {
+            return bad("elems_per_packet must be at least 1".into());
+        }
+        let d = Demand {
+            job: 0,
+            want: r.window,
+            min: r.min_window.unwrap_or(r.window),
+            priority: r.priority,
+            arrival: 0,
+        };
+        alloc::check(&d, u16::MAX).map_err(|_| {
+            StateError::BadRequest(format!(
+                "job {:?}: a window of {} slots with a minimum of {}: both must be whole blocks of {} slots, at least one block, the minimum at most the window",
+                r.name,
+                d.want,
+                d.min,
+                alloc::BLOCK
+            ))
+        })?;
+        Ok(())
+    }
+
+    /// Whether `r` can ever run on `s`: its minimum fits the pool, its packets the slots.
+    fn check_fits(&self, r: &JobRequest, s: &SwitchRecord) -> Result<(), StateError> {
+        let min = r.min_window.unwrap_or(r.window);
+        let why = if min > alloc::usable(s.spec.slots) {
+            format!(
+                "a minimum of {min} slots, and switch {:?} has {}",
+                s.spec.name,
+                alloc::usable(s.spec.slots)
+            )
+        } else if r.elems_per_packet > s.spec.elems_per_slot {
+            format!(
+                "{} elements per packet, and switch {:?} holds {} per slot",
+                r.elems_per_packet, s.spec.name, s.spec.elems_per_slot
+            )
+        } else {
+            return Ok(());
+        };
+        Err(StateError::Unplaceable {
+            job: r.name.clone(),
+            why,
+        })
+    }
+
+    /// The first active switch (by name) with room for the job's window, else the first with
+    /// room for its minimum, else the first it can ever run on (where it queues).
+    fn choose_switch(&self, r: &JobRequest) -> Result<String, StateError> {
+        let candidates: Vec<&SwitchRecord> = self
+            .switches
+            .values()
+            .filter(|s| !s.draining && self.check_fits(r, s).is_ok())
+            .collect();
+        let free = |s: &SwitchRecord| {
+            self.switch_info(&s.spec.name)
+                .map(|i| i.free_slots)
+                .unwrap_or(0)
+        };
+        let min = r.min_window.unwrap_or(r.window);
+        candidates
+            .iter()
+            .find(|s| free(s) >= r.window)
+            .or_else(|| candidates.iter().find(|s| free(s) >= min))
+            .or_else(|| candidates.first())
+            .map(|s| s.spec.name.clone())
+            .ok_or_else(|| StateError::Unplaceable {
+                job: r.name.clone(),
+                why: if self.switches.is_empty() {
+                    "the controller has no switches: add one with `ina switch add`".into()
+                } else {
+                    self.switches
+                        .values()
+                        .map(|s| match self.check_fits(r, s) {
+                            Err(StateError::Unplaceable { why, .. }) => why,
+                            _ => format!("switch {:?} is draining", s.spec.name),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+            })
+    }
+
+    fn free_job_id(&self) -> Result<JobId, StateError> {
+        let taken: HashSet<JobId> = self.jobs.values().map(|j| j.id).collect();
+        (1..=JobId::MAX)
+            .find(|id| !taken.contains(id))
+            .ok_or(StateError::NoJobId)
+    }
+}
+
+fn bad_name(what: &str, name: &str) -> StateError {
+    StateError::BadRequest(format!(
+        "{what} name {name:?}: 1 to {MAX_NAME} characters of letters, digits, '.', '_' and '-'"
+    ))
+}

@@ -1,0 +1,421 @@
+//! The controller against real software switches over loopback: jobs placed and installed
+//! through the API, workers summing through them, clear errors, the access token, and both
+//! restarts (the controller's and the switch's).
+#![allow(clippy::unwrap_used)]
+
+use ina_controller::alloc::{self, Policy};
+use ina_controller::api::{JobRequest, JobState, SwitchKind, SwitchSpec};
+use ina_controller::client::{Client, ClientError};
+use ina_controller::server::{self, ServeError, ServerConfig};
+use ina_controller::service::{software_drivers, Controller};
+use ina_controller::store::Store;
+use ina_proto::pipeline::PipelineConfig;
+use ina_switch::{ControlClient, ControlServer, Request, Switch, SwitchConfig, SwitchHandle};
+use ina_worker::{Communicator, WorkerConfig};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct RunningSwitch {
+    udp: SocketAddr,
+    control: SocketAddr,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl RunningSwitch {
+    fn start(udp: &str, control: &str, pool_slots: u16) -> RunningSwitch {
+        let mut cfg = SwitchConfig::new(udp.parse().unwrap());
+        cfg.pipeline = PipelineConfig {
+            pool_slots,
+            max_elems: 256,
+        };
+        let sw = Switch::bind(cfg).unwrap();
+        let udp = sw.local_addr();
+        let handle: SwitchHandle = sw.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = ControlServer::bind(control.parse().unwrap(), sw.handle()).unwrap();
+        let control = server.local_addr().unwrap();
+        let s2 = stop.clone();
+        let threads = vec![
+            std::thread::spawn(move || {
+                sw.run(s2).unwrap();
+            }),
+            server.spawn(stop.clone()).unwrap(),
+        ];
+        let up = Instant::now();
+        while handle.stats().is_err() {
+            assert!(
+                up.elapsed() < Duration::from_secs(10),
+                "switch did not start"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        RunningSwitch {
+            udp,
+            control,
+            stop,
+            threads,
+        }
+    }
+
+    /// The jobs the switch holds: (job, slot base, slot count).
+    fn jobs(&self) -> Vec<(u16, u16, u16)> {
+        let mut c = ControlClient::connect(self.control).unwrap();
+        let mut v: Vec<_> = c
+            .call(&Request::Jobs)
+            .unwrap()
+            .jobs
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.job, j.slot_base, j.slot_count))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for RunningSwitch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+struct RunningController {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl RunningController {
+    fn start(
+        dir: Option<&Path>,
+        policy: Policy,
+        bind: &str,
+        token: Option<&str>,
+    ) -> RunningController {
+        let store = dir.map(|d| Store::open(d).unwrap());
+        let ctl = Controller::open(policy, store, software_drivers()).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let bind: SocketAddr = bind.parse().unwrap();
+        let config = ServerConfig {
+            token: token.map(str::to_string),
+            resync_every: Duration::from_millis(100),
+        };
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(bind).await?;
+                let _ = addr_tx.send(listener.local_addr()?);
+                server::serve(listener, ctl, config, async {
+                    let _ = rx.await;
+                })
+                .await
+            })
+        });
+        let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        RunningController {
+            addr,
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn client(&self, token: Option<&str>) -> Client {
+        Client::new(&self.addr.to_string(), token.map(str::to_string))
+    }
+
+    fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.thread.take().unwrap().join().unwrap().unwrap();
+    }
+}
+
+impl Drop for RunningController {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    socks.iter().map(|s| s.local_addr().unwrap()).collect()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ina-controller-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn switch_spec(name: &str, sw: &RunningSwitch, slots: u16) -> SwitchSpec {
+    SwitchSpec {
+        name: name.into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        slots,
+        elems_per_slot: 256,
+    }
+}
+
+fn job(name: &str, workers: Vec<SocketAddr>, window: u16, min: u16) -> JobRequest {
+    JobRequest {
+        name: name.into(),
+        workers,
+        elems_per_packet: 64,
+        window,
+        min_window: Some(min),
+        priority: 0,
+        switch: None,
+    }
+}
+
+fn tensor(job: usize, rank: usize, len: usize) -> Vec<i32> {
+    (0..len)
+        .map(|i| ((i * 31 + rank * 7 + job * 13) % 1001) as i32 - 500)
+        .collect()
+}
+
+#[test]
+fn four_jobs_share_one_switch_and_every_sum_is_exact() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 1024);
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor-1", &sw, 1024)).unwrap();
+    let sizes = [2usize, 3, 4, 2];
+    let windows = [(512, 128), (256, 64), (256, 128), (128, 64)];
+    let mut jobs = Vec::new();
+    for (j, (&n, &(w, m))) in sizes.iter().zip(&windows).enumerate() {
+        let workers = free_addrs(n);
+        let info = c
+            .create_job(&job(&format!("job-{j}"), workers.clone(), w, m))
+            .unwrap();
+        assert_eq!(info.state, JobState::Running);
+        jobs.push((info, workers));
+    }
+    // Every job holds slots the switch agrees on, and no two overlap; fair share gives the
+    // 1024 slots out as 384 + 256 + 256 + 128 (max-min: the two largest windows split the
+    // rest evenly after the others are satisfied).
+    let held = sw.jobs();
+    for (info, _) in jobs.iter_mut() {
+        *info = c.job(&info.request.name).unwrap();
+    }
+    let mut ranges = Vec::new();
+    for (info, _) in &jobs {
+        let r = info.slots.unwrap();
+        assert!(
+            held.contains(&(info.id, r.base, r.count)),
+            "{held:?} lacks {info:?}"
+        );
+        ranges.push(r);
+        assert!(info.epoch.is_some());
+    }
+    let counts: Vec<u16> = ranges.iter().map(|r| r.count).collect();
+    assert_eq!(counts, vec![384, 256, 256, 128]);
+    for (i, a) in ranges.iter().enumerate() {
+        for b in &ranges[i + 1..] {
+            assert!(!a.overlaps(b));
+        }
+    }
+    // All four jobs' workers sum at once.
+    let len = 50_000;
+    let mut threads = Vec::new();
+    for (j, (info, workers)) in jobs.iter().enumerate() {
+        for (r, &addr) in workers.iter().enumerate() {
+            let cfg = WorkerConfig::new(sw.udp, addr, info.id, r as u8);
+            threads.push(std::thread::spawn(move || {
+                let mut comm = Communicator::connect(cfg).unwrap();
+                let mut t = tensor(j, r, len);
+                comm.allreduce_i32(&mut t).unwrap();
+                (j, t)
+            }));
+        }
+    }
+    for t in threads {
+        let (j, got) = t.join().unwrap();
+        let inputs: Vec<Vec<i32>> = (0..sizes[j]).map(|r| tensor(j, r, len)).collect();
+        let want: Vec<i32> = (0..len)
+            .map(|i| inputs.iter().map(|t| t[i]).sum())
+            .collect();
+        assert!(got == want, "job {j}: wrong sum");
+    }
+    // Deleting the largest job gives its slots to the others, on the switch too.
+    c.delete_job("job-0").unwrap();
+    let after: Vec<u16> = (1..4)
+        .map(|j| c.job(&format!("job-{j}")).unwrap().slots.unwrap().count)
+        .collect();
+    assert_eq!(after, vec![256, 256, 128]);
+    let held = sw.jobs();
+    assert_eq!(held.len(), 3);
+    assert!(!held.iter().any(|(id, _, _)| *id == jobs[0].0.id));
+    ctl.stop();
+}
+
+#[test]
+fn requests_are_validated_with_clear_errors() {
+    let ctl = RunningController::start(None, Policy::FirstFit, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    let api = |r: Result<_, ClientError>| match r {
+        Err(ClientError::Api { status, message }) => (status, message),
+        other => panic!("expected an API error, got {other:?}"),
+    };
+    let (s, m) = api(c.create_job(&job("j", free_addrs(2), 128, 64)).map(|_| ()));
+    assert_eq!(s, 400);
+    assert!(m.contains("no switches"), "{m}");
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    c.add_switch(&switch_spec("s1", &sw, 512)).unwrap();
+    let (s, m) = api(c.add_switch(&switch_spec("s1", &sw, 512)).map(|_| ()));
+    assert_eq!((s, m.contains("exists")), (409, true), "{m}");
+    let (s, m) = api(c
+        .create_job(&job("bad name!", free_addrs(1), 128, 64))
+        .map(|_| ()));
+    assert_eq!((s, m.contains("name")), (400, true), "{m}");
+    let (s, m) = api(c.create_job(&job("j", free_addrs(1), 100, 64)).map(|_| ()));
+    assert_eq!((s, m.contains("whole blocks")), (400, true), "{m}");
+    let (s, m) = api(c
+        .create_job(&job("j", free_addrs(1), 1024, 1024))
+        .map(|_| ()));
+    assert_eq!((s, m.contains("has 512")), (400, true), "{m}");
+    let a = free_addrs(1)[0];
+    let (s, m) = api(c.create_job(&job("j", vec![a, a], 128, 64)).map(|_| ()));
+    assert_eq!((s, m.contains("twice")), (400, true), "{m}");
+    c.create_job(&job("j", free_addrs(2), 256, 256)).unwrap();
+    let (s, _) = api(c.create_job(&job("j", free_addrs(2), 128, 64)).map(|_| ()));
+    assert_eq!(s, 409);
+    // First fit: a job that finds no room queues, and runs once room frees up.
+    c.create_job(&job("k", free_addrs(2), 256, 256)).unwrap();
+    let q = c.create_job(&job("q", free_addrs(2), 128, 128)).unwrap();
+    assert_eq!(q.state, JobState::Queued);
+    c.delete_job("j").unwrap();
+    let q = c.job("q").unwrap();
+    assert_eq!(q.state, JobState::Running);
+    assert!(sw.jobs().iter().any(|(id, _, n)| *id == q.id && *n == 128));
+    let (s, _) = api(c.job("nope").map(|_| ()));
+    assert_eq!(s, 404);
+    let (s, _) = api(c.delete_job("nope"));
+    assert_eq!(s, 404);
+    // A body that is not a request, and a field this version does not know.
+    let http = ureq::post(&format!("http://{}/v1/jobs", ctl.addr))
+        .set("Content-Type", "application/json")
+        .send_string("{\"name\": \"x\", \"colour\": 1}");
+    match http {
+        Err(ureq::Error::Status(400, r)) => {
+            assert!(r.into_string().unwrap().contains("bad request body"))
+        }
+        other => panic!("{other:?}"),
+    }
+    ctl.stop();
+}
+
+#[test]
+fn beyond_loopback_a_token_is_required_and_checked() {
+    // Listening on every address without a token: refused at start.
+    let ctl = Controller::open(Policy::FairShare, None, software_drivers()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        server::serve(l, ctl, ServerConfig::default(), async {}).await
+    });
+    assert!(
+        matches!(err, Err(ServeError::TokenRequired { .. })),
+        "{err:?}"
+    );
+    let token = "0123456789abcdef-token";
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", Some(token));
+    match ctl.client(None).health() {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    match ctl.client(Some("0123456789abcdef-wrong")).jobs() {
+        Err(ClientError::Api { status: 401, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let h = ctl.client(Some(token)).health().unwrap();
+    assert_eq!(h.version, "v1");
+    ctl.stop();
+}
+
+#[test]
+fn restarts_of_the_controller_and_the_switch_keep_every_job() {
+    let dir = temp_dir("restart");
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 1024);
+    let control = sw.control;
+    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 1024)).unwrap();
+    for (j, w) in [512u16, 256, 256].into_iter().enumerate() {
+        c.create_job(&job(&format!("j{j}"), free_addrs(2), w, 64))
+            .unwrap();
+    }
+    let before = c.jobs().unwrap();
+    let held = sw.jobs();
+    ctl.stop();
+
+    // A new controller on the same state: the same jobs, and the switch untouched.
+    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    assert_eq!(c.jobs().unwrap(), before);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sw.jobs(), held);
+    // The wrong policy for the saved state is refused with the way out.
+    let e = Controller::open(
+        Policy::Priority,
+        Some(Store::open(&dir).unwrap()),
+        software_drivers(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--policy fair-share"), "{e}");
+
+    // The switch restarts empty on the same control address: provisioned again.
+    drop(sw);
+    let sw = RunningSwitch::start("127.0.0.1:0", &control.to_string(), 1024);
+    let up = Instant::now();
+    while sw.jobs() != held {
+        assert!(
+            up.elapsed() < Duration::from_secs(10),
+            "not provisioned again: {:?} against {held:?}",
+            sw.jobs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Under new epochs, which the controller now reports.
+    let after = c.jobs().unwrap();
+    let up = Instant::now();
+    loop {
+        let after = c.jobs().unwrap();
+        if after
+            .iter()
+            .zip(&before)
+            .all(|(a, b)| a.epoch.is_some() && a.epoch != b.epoch)
+        {
+            break;
+        }
+        assert!(up.elapsed() < Duration::from_secs(10), "{after:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(alloc::is_sound(
+        1024,
+        &after.iter().map(|j| (j.id, j.slots.unwrap())).collect()
+    ));
+    ctl.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
