@@ -13,7 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SwitchArgs {
+    /// Manage the controller's switches instead of running one.
+    #[command(subcommand)]
+    pub(crate) manage: Option<crate::cmd_controller::SwitchCommand>,
     /// UDP address to serve workers on.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -21,8 +25,19 @@ pub struct SwitchArgs {
     #[arg(long)]
     shards: Option<usize>,
     /// TCP address of the control endpoint (JSON lines: add_job, remove_job, jobs, stats).
+    /// Beyond loopback it needs --control-token.
     #[arg(long)]
     control: Option<SocketAddr>,
+    /// Access token the control endpoint requires as every connection's first request
+    /// (`{"op":"auth","token":...}`), 16 to 256 printable characters.
+    #[arg(long, env = "INA_SWITCH_TOKEN", hide_env_values = true)]
+    control_token: Option<String>,
+    /// Control connections served at once; one more is told so and closed.
+    #[arg(long, default_value_t = 32)]
+    control_max_connections: usize,
+    /// Seconds a control connection may stay without a request before it is closed.
+    #[arg(long, default_value_t = 60)]
+    control_idle_s: u64,
     /// A TOML file with any of the settings below and `[[job]]` tables.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -446,8 +461,12 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     let mut control_local = None;
     let control_thread = match control_addr {
         Some(addr) => {
-            let server = ControlServer::bind(addr, handle.clone())
-                .with_context(|| format!("binding the control endpoint {addr}"))?;
+            let limits = ina_switch::ControlLimits {
+                token: args.control_token.clone(),
+                max_connections: args.control_max_connections.max(1),
+                idle: Duration::from_secs(args.control_idle_s.max(1)),
+            };
+            let server = ControlServer::bind_with(addr, handle.clone(), limits)?;
             control_local = Some(server.local_addr()?);
             Some(server.spawn(stop.clone())?)
         }

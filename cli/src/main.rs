@@ -3,13 +3,16 @@
 //! `ina bench` compares in-network aggregation through the software switch against a ring
 //! all-reduce (and measures the switch against a plain UDP reflector); `ina switch` runs the
 //! software switch daemon; `ina worker` runs one worker process; `ina sim` runs the
-//! deterministic simulator; `ina testbed` builds an emulated rack of network namespaces. The subcommands only parse flags and drive the libraries.
+//! deterministic simulator; `ina testbed` builds an emulated rack of network namespaces;
+//! `ina controller` runs the controller, and `ina job` and `ina switch add|list|drain` talk to
+//! it. The subcommands only parse flags and drive the libraries.
 //!
 //! A command that fails prints `error: ` and the chain of causes on one line to stderr, never
 //! a backtrace (whatever `RUST_BACKTRACE` says: these are configuration and usage errors, not
 //! bugs), and exits with status 2, as clap does for flags it cannot parse.
 
 mod bench;
+mod cmd_controller;
 mod cmd_sim;
 mod cmd_switch;
 mod cmd_switch_ports;
@@ -33,8 +36,13 @@ struct Cli {
 enum Command {
     /// Benchmark in-network aggregation against a ring all-reduce (the default job).
     Bench(bench::BenchArgs),
-    /// Run the software switch daemon.
+    /// Run the software switch daemon; or, with add|list|drain, manage the controller's
+    /// switches.
     Switch(cmd_switch::SwitchArgs),
+    /// Run the controller: slot pools for many jobs on many switches (HTTP/JSON API).
+    Controller(cmd_controller::ControllerArgs),
+    /// Create, list, show or delete jobs through the controller.
+    Job(cmd_controller::JobArgs),
     /// Run one worker: all-reduce generated tensors through a switch or a ring, report as JSON.
     Worker(cmd_worker::WorkerArgs),
     /// Run a scenario in the deterministic simulator.
@@ -82,9 +90,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             init_tracing("warn");
             bench::run(args)
         }
-        Command::Switch(args) => {
+        Command::Switch(mut args) => match args.manage.take() {
+            Some(manage) => {
+                init_tracing("warn");
+                cmd_controller::run_switch(manage)
+            }
+            None => {
+                init_tracing("info");
+                cmd_switch::run(args)
+            }
+        },
+        Command::Controller(args) => {
             init_tracing("info");
-            cmd_switch::run(args)
+            cmd_controller::run_daemon(args)
+        }
+        Command::Job(args) => {
+            init_tracing("warn");
+            cmd_controller::run_job(args)
         }
         Command::Worker(args) => {
             init_tracing("warn");

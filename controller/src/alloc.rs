@@ -32,6 +32,16 @@ pub enum Policy {
     Priority,
 }
 
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::FirstFit => "first-fit",
+            Policy::FairShare => "fair-share",
+            Policy::Priority => "priority",
+        })
+    }
+}
+
 /// A contiguous range of slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Range {

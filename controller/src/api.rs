@@ -51,6 +51,10 @@ pub struct SwitchSpec {
     pub slots: u16,
     /// Elements per slot (the software switch's `--max-elems`).
     pub elems_per_slot: u16,
+    /// The control endpoint's access token, if it has one. Kept by the controller, never
+    /// sent back.
+    #[serde(default, skip_serializing)]
+    pub token: Option<String>,
 }
 
 /// Whether a switch takes new jobs.

@@ -40,14 +40,15 @@ pub trait SwitchDriver: Send {
 }
 
 /// The driver of `ina switch`, through its control endpoint.
-#[derive(Debug)]
 pub struct SoftwareSwitch {
     addr: SocketAddr,
+    token: Option<String>,
 }
 
 impl SoftwareSwitch {
-    pub fn new(addr: SocketAddr) -> SoftwareSwitch {
-        SoftwareSwitch { addr }
+    /// The driver of the switch whose control endpoint is `addr`, presenting `token` if set.
+    pub fn new(addr: SocketAddr, token: Option<String>) -> SoftwareSwitch {
+        SoftwareSwitch { addr, token }
     }
 
     fn call(&self, req: &Request) -> Result<ina_switch::control::Response, DriverError> {
@@ -55,7 +56,8 @@ impl SoftwareSwitch {
             addr: self.addr,
             source,
         };
-        let mut c = ControlClient::connect(self.addr).map_err(unreachable)?;
+        let mut c = ControlClient::connect_with_token(self.addr, self.token.as_deref())
+            .map_err(unreachable)?;
         let r = c.call(req).map_err(unreachable)?;
         if r.ok {
             Ok(r)
@@ -65,6 +67,15 @@ impl SoftwareSwitch {
                 message: r.error.unwrap_or_else(|| "no reason given".into()),
             })
         }
+    }
+}
+
+impl std::fmt::Debug for SoftwareSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftwareSwitch")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
+            .finish()
     }
 }
 

@@ -103,6 +103,18 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("bad request body: {e}")))
 }
 
+/// Checks the access rule: a token, if given, is 16 to 256 printable ASCII characters without
+/// spaces, and one is required to listen beyond loopback.
+pub fn check_access(addr: std::net::SocketAddr, token: Option<&str>) -> Result<(), ServeError> {
+    match token {
+        Some(t) if !((16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic())) => {
+            Err(ServeError::BadToken)
+        }
+        None if !addr.ip().is_loopback() => Err(ServeError::TokenRequired { addr }),
+        _ => Ok(()),
+    }
+}
+
 /// Serves the API on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -111,14 +123,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
-    if let Some(t) = &config.token {
-        let ok = (16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic());
-        if !ok {
-            return Err(ServeError::BadToken);
-        }
-    } else if !addr.ip().is_loopback() {
-        return Err(ServeError::TokenRequired { addr });
-    }
+    check_access(addr, config.token.as_deref())?;
     let app = App {
         ctl: Arc::new(Mutex::new(controller)),
         token: config.token.map(Arc::from),

@@ -26,17 +26,16 @@ pub enum ControllerError {
         #[source]
         source: DriverError,
     },
-    #[error("the saved state was made with the {saved:?} policy, not {asked:?}: start with --policy {saved_flag} or move {path} away")]
+    #[error("the saved state was made with the {saved} policy, not {asked}: start with --policy {saved} or move {path} away")]
     PolicyChanged {
         saved: Policy,
         asked: Policy,
-        saved_flag: String,
         path: String,
     },
 }
 
-/// Makes the driver of a switch.
-pub type DriverFactory = Box<dyn Fn(&SwitchSpec) -> Box<dyn SwitchDriver> + Send>;
+/// Makes the driver of a switch, from its spec and its control endpoint's token.
+pub type DriverFactory = Box<dyn Fn(&SwitchSpec, Option<&str>) -> Box<dyn SwitchDriver> + Send>;
 
 /// The controller: its state, where it is saved, and a driver per switch.
 pub struct Controller {
@@ -57,7 +56,9 @@ impl std::fmt::Debug for Controller {
 
 /// The software switch's driver for every switch.
 pub fn software_drivers() -> DriverFactory {
-    Box::new(|spec: &SwitchSpec| Box::new(SoftwareSwitch::new(spec.control)))
+    Box::new(|spec: &SwitchSpec, token: Option<&str>| {
+        Box::new(SoftwareSwitch::new(spec.control, token.map(str::to_string)))
+    })
 }
 
 impl Controller {
@@ -70,14 +71,9 @@ impl Controller {
     ) -> Result<Controller, ControllerError> {
         let state = match store.as_ref().map(Store::load).transpose()?.flatten() {
             Some(saved) if saved.policy != policy => {
-                let flag = serde_json::to_string(&saved.policy)
-                    .unwrap_or_default()
-                    .trim_matches('"')
-                    .replace('_', "-");
                 return Err(ControllerError::PolicyChanged {
                     saved: saved.policy,
                     asked: policy,
-                    saved_flag: flag,
                     path: store
                         .as_ref()
                         .map(|s| s.path().display().to_string())
@@ -93,10 +89,9 @@ impl Controller {
             drivers: BTreeMap::new(),
             factory,
         };
-        let specs: Vec<SwitchSpec> = c.state.switches.values().map(|s| s.spec.clone()).collect();
-        for spec in specs {
-            let d = (c.factory)(&spec);
-            c.drivers.insert(spec.name, d);
+        for s in c.state.switches.values() {
+            let d = (c.factory)(&s.spec, s.token.as_deref());
+            c.drivers.insert(s.spec.name.clone(), d);
         }
         Ok(c)
     }
@@ -140,9 +135,11 @@ impl Controller {
     /// any job it holds that the state does not place there is removed).
     pub fn add_switch(&mut self, spec: SwitchSpec) -> Result<SwitchInfo, ControllerError> {
         let name = spec.name.clone();
+        let token = spec.token.clone();
         self.state.add_switch(spec.clone())?;
         self.save()?;
-        self.drivers.insert(name.clone(), (self.factory)(&spec));
+        self.drivers
+            .insert(name.clone(), (self.factory)(&spec, token.as_deref()));
         tracing::info!(switch = %name, control = %spec.control, slots = spec.slots, "switch added");
         self.resync_one(&name)?;
         self.switch_info(&name)

@@ -35,6 +35,9 @@ pub enum StateError {
 pub struct SwitchRecord {
     pub spec: SwitchSpec,
     pub draining: bool,
+    /// Its control endpoint's access token (kept here: [`SwitchSpec`] never serializes it).
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 /// A job the controller manages.
@@ -77,7 +80,7 @@ impl State {
     }
 
     /// Adds a switch.
-    pub fn add_switch(&mut self, spec: SwitchSpec) -> Result<(), StateError> {
+    pub fn add_switch(&mut self, mut spec: SwitchSpec) -> Result<(), StateError> {
         if !valid_name(&spec.name) {
             return Err(bad_name("switch", &spec.name));
         }
@@ -108,11 +111,13 @@ impl State {
                 other.spec.name, spec.control
             )));
         }
+        let token = spec.token.take();
         self.switches.insert(
             spec.name.clone(),
             SwitchRecord {
                 spec,
                 draining: false,
+                token,
             },
         );
         Ok(())

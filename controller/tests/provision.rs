@@ -171,6 +171,7 @@ fn switch_spec(name: &str, sw: &RunningSwitch, slots: u16) -> SwitchSpec {
         control: sw.control,
         slots,
         elems_per_slot: 256,
+        token: None,
     }
 }
 
@@ -383,7 +384,7 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
         software_drivers(),
     )
     .unwrap_err();
-    assert!(e.to_string().contains("--policy fair-share"), "{e}");
+    assert!(e.to_string().contains("--policy fair-share or move"), "{e}");
 
     // The switch restarts empty on the same control address: provisioned again.
     drop(sw);

@@ -9,6 +9,12 @@
 //! > {"op":"jobs"}
 //! > {"op":"stats"}
 //! ```
+//!
+//! An endpoint bound beyond loopback requires an access token: the first line of every
+//! connection is then `{"op":"auth","token":"..."}`, and any other request before it is
+//! refused (and the connection closed). Connections are bounded ([`ControlLimits`]): one past
+//! the limit is told so and closed, and a connection that sends no complete request for the
+//! idle time is closed.
 
 use crate::config::JobSpec;
 use crate::shard::{Command, ShardStats, SwitchStats};
@@ -348,8 +354,16 @@ impl SwitchHandle {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    AddJob { job: JobSpec },
-    RemoveJob { job: u16 },
+    /// Presents the access token; must come first where one is required.
+    Auth {
+        token: String,
+    },
+    AddJob {
+        job: JobSpec,
+    },
+    RemoveJob {
+        job: u16,
+    },
     Jobs,
     Stats,
     Ping,
@@ -414,25 +428,94 @@ pub fn serve(handle: &SwitchHandle, req: Request) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Ping => Response::ok(),
+        // (Handled by the connection; a token presented where none is needed is accepted.)
+        Request::Auth { .. } => Response::ok(),
     }
 }
 
 /// The longest request line accepted, without its newline.
 const MAX_LINE: usize = 1 << 20;
 
+/// Bounds on the control endpoint's connections and who may use it.
+#[derive(Debug, Clone)]
+pub struct ControlLimits {
+    /// Required as the first request of every connection when set.
+    pub token: Option<String>,
+    /// Connections served at once; one more is told so and closed.
+    pub max_connections: usize,
+    /// A connection that sends no complete request for this long is closed.
+    pub idle: Duration,
+}
+
+impl Default for ControlLimits {
+    fn default() -> ControlLimits {
+        ControlLimits {
+            token: None,
+            max_connections: 32,
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why the control endpoint was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlBindError {
+    #[error("the control endpoint {addr} is beyond loopback: it needs an access token (--control-token or INA_SWITCH_TOKEN), or bind it to 127.0.0.1")]
+    TokenRequired { addr: SocketAddr },
+    #[error("the control endpoint's access token must be 16 to 256 printable ASCII characters without spaces")]
+    BadToken,
+    #[error("binding the control endpoint {addr}: {source}")]
+    Io {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
 /// The TCP control endpoint.
 #[derive(Debug)]
 pub struct ControlServer {
     listener: TcpListener,
     handle: SwitchHandle,
+    limits: ControlLimits,
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ControlServer {
-    /// Binds the endpoint.
+    /// Binds the endpoint on loopback with the default limits and no token. (An address
+    /// beyond loopback needs [`bind_with`](Self::bind_with) and a token.)
     pub fn bind(addr: SocketAddr, handle: SwitchHandle) -> std::io::Result<ControlServer> {
-        let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        Ok(ControlServer { listener, handle })
+        ControlServer::bind_with(addr, handle, ControlLimits::default()).map_err(|e| match e {
+            ControlBindError::Io { source, .. } => source,
+            other => std::io::Error::new(std::io::ErrorKind::PermissionDenied, other.to_string()),
+        })
+    }
+
+    /// Binds the endpoint with `limits`; refuses an address beyond loopback without a token.
+    pub fn bind_with(
+        addr: SocketAddr,
+        handle: SwitchHandle,
+        limits: ControlLimits,
+    ) -> Result<ControlServer, ControlBindError> {
+        match &limits.token {
+            Some(t)
+                if !((16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic())) =>
+            {
+                return Err(ControlBindError::BadToken)
+            }
+            None if !addr.ip().is_loopback() => {
+                return Err(ControlBindError::TokenRequired { addr })
+            }
+            _ => {}
+        }
+        let io = |source| ControlBindError::Io { addr, source };
+        let listener = TcpListener::bind(addr).map_err(io)?;
+        listener.set_nonblocking(true).map_err(io)?;
+        Ok(ControlServer {
+            listener,
+            handle,
+            limits,
+            open: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        })
     }
 
     /// The endpoint's address.
@@ -440,20 +523,42 @@ impl ControlServer {
         self.listener.local_addr()
     }
 
-    /// Accepts connections until `shutdown` is set; each connection gets a thread.
+    /// Accepts connections until `shutdown` is set; each connection gets a thread, up to
+    /// [`ControlLimits::max_connections`] at once.
     pub fn run(self, shutdown: Arc<AtomicBool>) {
         while !shutdown.load(Ordering::Relaxed) {
             match self.listener.accept() {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
+                    if self.open.load(Ordering::SeqCst) >= self.limits.max_connections {
+                        tracing::warn!(%peer, limit = self.limits.max_connections, "control connection refused: too many open");
+                        let _ = stream.set_nonblocking(false);
+                        let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+                        let _ = writeln!(
+                            stream,
+                            "{}",
+                            to_line(&Response::err(format!(
+                                "too many control connections (limit {})",
+                                self.limits.max_connections
+                            )))
+                        );
+                        continue;
+                    }
+                    self.open.fetch_add(1, Ordering::SeqCst);
                     let handle = self.handle.clone();
                     let stop = shutdown.clone();
-                    let _ = std::thread::Builder::new()
+                    let limits = self.limits.clone();
+                    let open = self.open.clone();
+                    let spawned = std::thread::Builder::new()
                         .name("ina-control".into())
                         .spawn(move || {
-                            if let Err(e) = connection(stream, &handle, &stop) {
+                            if let Err(e) = connection(stream, &handle, &stop, &limits) {
                                 tracing::debug!(%peer, error = %e, "control connection ended");
                             }
+                            open.fetch_sub(1, Ordering::SeqCst);
                         });
+                    if spawned.is_err() {
+                        self.open.fetch_sub(1, Ordering::SeqCst);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -474,13 +579,29 @@ impl ControlServer {
     }
 }
 
-fn connection(stream: TcpStream, handle: &SwitchHandle, stop: &AtomicBool) -> std::io::Result<()> {
+fn connection(
+    stream: TcpStream,
+    handle: &SwitchHandle,
+    stop: &AtomicBool,
+    limits: &ControlLimits,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
+    let mut authorized = limits.token.is_none();
+    let mut last_request = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if last_request.elapsed() >= limits.idle {
+            writeln!(
+                writer,
+                "{}",
+                to_line(&Response::err("idle too long: closed"))
+            )?;
+            return Ok(());
+        }
         // At most one byte past the longest accepted line is ever buffered: a request line
         // streaming in without a newline is cut off there rather than growing the switch.
         let room = (MAX_LINE + 1).saturating_sub(line.len()) as u64;
@@ -503,14 +624,41 @@ fn connection(stream: TcpStream, handle: &SwitchHandle, stop: &AtomicBool) -> st
         if !line.ends_with(b"\n") {
             continue;
         }
-        let resp = match serde_json::from_slice::<Request>(&line) {
+        last_request = std::time::Instant::now();
+        let req = serde_json::from_slice::<Request>(&line);
+        line.clear();
+        let resp = match req {
+            Ok(Request::Auth { token }) => match &limits.token {
+                Some(t) if !same(token.as_bytes(), t.as_bytes()) => {
+                    writeln!(writer, "{}", to_line(&Response::err("wrong access token")))?;
+                    return Ok(());
+                }
+                _ => {
+                    authorized = true;
+                    Response::ok()
+                }
+            },
+            Ok(_) if !authorized => {
+                writeln!(
+                    writer,
+                    "{}",
+                    to_line(&Response::err(
+                        "this endpoint needs an access token: send {\"op\":\"auth\",\"token\":...} first"
+                    ))
+                )?;
+                return Ok(());
+            }
             Ok(req) => serve(handle, req),
             Err(e) => Response::err(ControlError::BadRequest(e.to_string())),
         };
-        line.clear();
         writeln!(writer, "{}", to_line(&resp))?;
     }
     Ok(())
+}
+
+/// Compares in time independent of where the inputs differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn to_line(r: &Response) -> String {
@@ -533,6 +681,26 @@ impl ControlClient {
             writer: s.try_clone()?,
             reader: BufReader::new(s),
         })
+    }
+
+    /// Connects and presents `token` (if any) as the first request.
+    pub fn connect_with_token(
+        addr: SocketAddr,
+        token: Option<&str>,
+    ) -> std::io::Result<ControlClient> {
+        let mut c = ControlClient::connect(addr)?;
+        if let Some(t) = token {
+            let r = c.call(&Request::Auth {
+                token: t.to_string(),
+            })?;
+            if !r.ok {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    r.error.unwrap_or_else(|| "token refused".into()),
+                ));
+            }
+        }
+        Ok(c)
     }
 
     /// Sends one request and reads the answer.

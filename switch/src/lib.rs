@@ -19,7 +19,9 @@ mod shard;
 mod steer;
 
 pub use config::{JobSpec, SwitchConfig, UplinkSpec};
-pub use control::{ControlClient, ControlServer, Request, Response, SwitchHandle};
+pub use control::{
+    ControlBindError, ControlClient, ControlLimits, ControlServer, Request, Response, SwitchHandle,
+};
 pub use shard::{ShardStats, SwitchStats};
 
 use ina_io::{Port, UdpPort};

@@ -436,3 +436,97 @@ fn worker_address_ids_are_freed_when_their_jobs_are_removed() {
     assert_eq!(probe_reply(&old), Some(3));
     assert!(sw.handle.stats().unwrap().total.unknown_source >= 1);
 }
+
+/// Starts a control endpoint with `limits` on loopback for a running switch.
+fn endpoint(sw: &Running, limits: ina_switch::ControlLimits) -> SocketAddr {
+    let server =
+        ControlServer::bind_with("127.0.0.1:0".parse().unwrap(), sw.handle.clone(), limits)
+            .unwrap();
+    let addr = server.local_addr().unwrap();
+    let stop = sw.stop.clone();
+    std::thread::spawn(move || server.run(stop));
+    addr
+}
+
+/// Reads one answer line, or `None` if the endpoint closed the connection.
+fn answer(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line),
+    }
+}
+
+#[test]
+fn beyond_loopback_the_control_endpoint_needs_a_token_and_checks_it() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let refused = ControlServer::bind_with(
+        "0.0.0.0:0".parse().unwrap(),
+        sw.handle.clone(),
+        ina_switch::ControlLimits::default(),
+    );
+    assert!(matches!(
+        refused,
+        Err(ina_switch::ControlBindError::TokenRequired { .. })
+    ));
+    assert!(ControlServer::bind("0.0.0.0:0".parse().unwrap(), sw.handle.clone()).is_err());
+    let token = "a-token-of-twenty-chars";
+    let addr = endpoint(
+        &sw,
+        ina_switch::ControlLimits {
+            token: Some(token.into()),
+            ..Default::default()
+        },
+    );
+    // A request before the token: refused, connection closed.
+    let s = TcpStream::connect(addr).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    writeln!(&s, "{{\"op\":\"jobs\"}}").unwrap();
+    assert!(answer(&mut r).unwrap().contains("needs an access token"));
+    assert_eq!(answer(&mut r), None);
+    // A wrong token: refused, closed.
+    assert!(ControlClient::connect_with_token(addr, Some("a-wrong-token-of-20-chars")).is_err());
+    // The right one: served.
+    let mut c = ControlClient::connect_with_token(addr, Some(token)).unwrap();
+    assert!(c.call(&Request::Jobs).unwrap().ok);
+    assert!(
+        c.call(&Request::AddJob {
+            job: job(1, 0, 64, vec!["127.0.0.1:9".parse().unwrap()])
+        })
+        .unwrap()
+        .ok
+    );
+}
+
+#[test]
+fn control_connections_are_bounded_and_idle_ones_closed() {
+    let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let addr = endpoint(
+        &sw,
+        ina_switch::ControlLimits {
+            token: None,
+            max_connections: 3,
+            idle: Duration::from_millis(600),
+        },
+    );
+    let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // A fourth is told so and closed; the three are still served.
+    let s = TcpStream::connect(addr).unwrap();
+    let mut r = BufReader::new(s);
+    assert!(answer(&mut r)
+        .unwrap()
+        .contains("too many control connections"));
+    assert_eq!(answer(&mut r), None);
+    let mut first = BufReader::new(idle[0].try_clone().unwrap());
+    writeln!(&idle[0], "{{\"op\":\"ping\"}}").unwrap();
+    assert!(answer(&mut first).unwrap().contains("\"ok\":true"));
+    // Idle past the limit: closed, and their places free again.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(answer(&mut first).unwrap().contains("idle too long"));
+    assert_eq!(answer(&mut first), None);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = ControlClient::connect(addr).unwrap();
+    assert!(c.call(&Request::Ping).unwrap().ok);
+    drop(idle);
+}

@@ -1,0 +1,314 @@
+//! `ina controller` (the daemon), `ina job ...` and `ina switch add|list|drain` (its clients).
+
+use anyhow::Context;
+use ina_controller::alloc::{Policy, BLOCK};
+use ina_controller::api::{JobInfo, JobRequest, JobState, SwitchInfo, SwitchKind, SwitchSpec};
+use ina_controller::client::Client;
+use ina_controller::server::{self, ServerConfig};
+use ina_controller::service::{software_drivers, Controller};
+use ina_controller::store::Store;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The controller's default address.
+const DEFAULT_ADDR: &str = "127.0.0.1:7070";
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PolicyArg {
+    /// Jobs keep their range; a new job takes the first hole that fits, or queues.
+    FirstFit,
+    /// Max-min fair shares; running jobs shrink and grow as others come and go.
+    FairShare,
+    /// Strict priority; a lower job loses slots (between its streams) or queues.
+    Priority,
+}
+
+impl From<PolicyArg> for Policy {
+    fn from(p: PolicyArg) -> Policy {
+        match p {
+            PolicyArg::FirstFit => Policy::FirstFit,
+            PolicyArg::FairShare => Policy::FairShare,
+            PolicyArg::Priority => Policy::Priority,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Address of the HTTP/JSON API. Beyond loopback it needs --token.
+    #[arg(long, default_value = DEFAULT_ADDR)]
+    listen: SocketAddr,
+    /// Directory of the state file, kept across restarts.
+    #[arg(long, default_value = "ina-controller")]
+    state_dir: PathBuf,
+    /// How slots are shared when jobs want more than a switch holds.
+    #[arg(long, value_enum, default_value = "fair-share")]
+    policy: PolicyArg,
+    /// Access token every request must carry (Authorization: Bearer TOKEN), 16 to 256
+    /// printable characters.
+    #[arg(long, env = "INA_CONTROLLER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// How often every switch is brought back to the state (a restarted switch is provisioned
+    /// again within this time), milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    resync_ms: u64,
+}
+
+/// Where the controller is.
+#[derive(Debug, clap::Args)]
+pub struct Connect {
+    /// The controller's API address.
+    #[arg(long, env = "INA_CONTROLLER", default_value = DEFAULT_ADDR, global = true)]
+    controller: String,
+    /// Its access token.
+    #[arg(
+        long,
+        env = "INA_CONTROLLER_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+}
+
+impl Connect {
+    fn client(&self) -> Client {
+        Client::new(&self.controller, self.token.clone())
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    #[command(subcommand)]
+    command: JobCommand,
+    #[command(flatten)]
+    connect: Connect,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum JobCommand {
+    /// Create a job: the controller gives it slots on a switch and installs it there.
+    Create {
+        name: String,
+        /// The workers' UDP addresses, in rank order.
+        #[arg(long, value_delimiter = ',', required = true)]
+        workers: Vec<SocketAddr>,
+        /// Elements per packet.
+        #[arg(long, default_value_t = 256)]
+        elems: u16,
+        /// Slots wanted (the window), whole blocks of 64.
+        #[arg(long, default_value_t = 256)]
+        window: u16,
+        /// Slots it can run with, whole blocks of 64 (default: one block).
+        #[arg(long)]
+        min_window: Option<u16>,
+        /// Priority (higher first, under --policy priority).
+        #[arg(long, default_value_t = 0)]
+        priority: u8,
+        /// The switch its workers are attached to (default: the first with room).
+        #[arg(long)]
+        switch: Option<String>,
+    },
+    /// List the jobs.
+    List,
+    /// Show one job as JSON.
+    Show { name: String },
+    /// Delete a job: its slots go back to the pool.
+    Delete { name: String },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SwitchCommand {
+    /// Add a switch to the controller (software switch: its --control endpoint).
+    Add {
+        name: String,
+        /// The switch's control endpoint.
+        #[arg(long)]
+        control: SocketAddr,
+        /// Slots in its pool (the software switch's --pool-slots).
+        #[arg(long)]
+        slots: u16,
+        /// Elements per slot (the software switch's --max-elems).
+        #[arg(long, default_value_t = 256)]
+        elems: u16,
+        /// The switch's control token (its --control-token), if it has one.
+        #[arg(long, env = "INA_SWITCH_TOKEN", hide_env_values = true)]
+        control_token: Option<String>,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List the controller's switches.
+    List {
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Stop placing new jobs on a switch; its jobs run on.
+    Drain {
+        name: String,
+        #[command(flatten)]
+        connect: Connect,
+    },
+}
+
+/// Runs the controller until SIGINT or SIGTERM.
+pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
+    server::check_access(args.listen, args.token.as_deref())?;
+    let store = Store::open(&args.state_dir)?;
+    let ctl = Controller::open(args.policy.into(), Some(store), software_drivers())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let config = ServerConfig {
+        token: args.token,
+        resync_every: Duration::from_millis(args.resync_ms.max(10)),
+    };
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        println!(
+            "{}",
+            serde_json::json!({"event": "ready", "api": addr.to_string(), "state_dir": args.state_dir})
+        );
+        server::serve(listener, ctl, config, shutdown_signal()).await?;
+        println!("{}", serde_json::json!({"event": "stopped"}));
+        anyhow::Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
+    let c = args.connect.client();
+    match args.command {
+        JobCommand::Create {
+            name,
+            workers,
+            elems,
+            window,
+            min_window,
+            priority,
+            switch,
+        } => {
+            let info = c.create_job(&JobRequest {
+                name,
+                workers,
+                elems_per_packet: elems,
+                window,
+                min_window: Some(min_window.unwrap_or(BLOCK.min(window))),
+                priority,
+                switch,
+            })?;
+            print_json(&info)
+        }
+        JobCommand::List => {
+            let jobs = c.jobs()?;
+            println!(
+                "{:<20} {:>5} {:<16} {:<8} {:>13} {:>7} {:>8} {:>6}",
+                "name", "id", "switch", "state", "slots", "window", "workers", "epoch"
+            );
+            for j in jobs {
+                println!("{}", job_line(&j));
+            }
+            Ok(())
+        }
+        JobCommand::Show { name } => print_json(&c.job(&name)?),
+        JobCommand::Delete { name } => {
+            c.delete_job(&name)?;
+            println!("{}", serde_json::json!({"deleted": name}));
+            Ok(())
+        }
+    }
+}
+
+fn job_line(j: &JobInfo) -> String {
+    let slots = j
+        .slots
+        .map(|r| format!("{}..{}", r.base, r.end()))
+        .unwrap_or_else(|| "-".into());
+    let state = match j.state {
+        JobState::Queued => "queued",
+        JobState::Running => "running",
+    };
+    format!(
+        "{:<20} {:>5} {:<16} {:<8} {:>13} {:>7} {:>8} {:>6}",
+        j.request.name,
+        j.id,
+        j.switch,
+        state,
+        slots,
+        j.request.window,
+        j.request.workers.len(),
+        j.epoch.map(|e| e.to_string()).unwrap_or_else(|| "-".into())
+    )
+}
+
+pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
+    match cmd {
+        SwitchCommand::Add {
+            name,
+            control,
+            slots,
+            elems,
+            control_token,
+            connect,
+        } => print_json(&connect.client().add_switch(&SwitchSpec {
+            name,
+            kind: SwitchKind::Software,
+            control,
+            slots,
+            elems_per_slot: elems,
+            token: control_token,
+        })?),
+        SwitchCommand::List { connect } => {
+            let switches = connect.client().switches()?;
+            println!(
+                "{:<16} {:<22} {:<9} {:>6} {:>6} {:>5}",
+                "name", "control", "state", "slots", "free", "jobs"
+            );
+            for s in switches {
+                println!("{}", switch_line(&s));
+            }
+            Ok(())
+        }
+        SwitchCommand::Drain { name, connect } => {
+            print_json(&connect.client().drain_switch(&name)?)
+        }
+    }
+}
+
+fn switch_line(s: &SwitchInfo) -> String {
+    let state = match s.state {
+        ina_controller::api::SwitchState::Active => "active",
+        ina_controller::api::SwitchState::Draining => "draining",
+    };
+    format!(
+        "{:<16} {:<22} {:<9} {:>6} {:>6} {:>5}",
+        s.spec.name,
+        s.spec.control.to_string(),
+        state,
+        s.spec.slots,
+        s.free_slots,
+        s.jobs.len()
+    )
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
