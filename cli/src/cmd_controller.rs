@@ -91,8 +91,12 @@ enum JobCommand {
     Create {
         name: String,
         /// The workers' UDP addresses, in rank order.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present = "size")]
         workers: Vec<SocketAddr>,
+        /// Workers in the job, when they join with their addresses (`ina worker --controller
+        /// ADDR --job-name NAME`) instead of being listed here.
+        #[arg(long, conflicts_with = "workers")]
+        size: Option<u8>,
         /// Elements per packet.
         #[arg(long, default_value_t = 256)]
         elems: u16,
@@ -125,6 +129,9 @@ pub enum SwitchCommand {
         /// The switch's control endpoint.
         #[arg(long)]
         control: SocketAddr,
+        /// The switch's UDP address, which its workers send to.
+        #[arg(long)]
+        data: SocketAddr,
         /// Slots in its pool (the software switch's --pool-slots).
         #[arg(long)]
         slots: u16,
@@ -199,6 +206,7 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
         JobCommand::Create {
             name,
             workers,
+            size,
             elems,
             window,
             min_window,
@@ -208,6 +216,7 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
             let info = c.create_job(&JobRequest {
                 name,
                 workers,
+                size,
                 elems_per_packet: elems,
                 window,
                 min_window: Some(min_window.unwrap_or(BLOCK.min(window))),
@@ -253,7 +262,7 @@ fn job_line(j: &JobInfo) -> String {
         state,
         slots,
         j.request.window,
-        j.request.workers.len(),
+        j.size,
         j.epoch.map(|e| e.to_string()).unwrap_or_else(|| "-".into())
     )
 }
@@ -263,6 +272,7 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
         SwitchCommand::Add {
             name,
             control,
+            data,
             slots,
             elems,
             control_token,
@@ -271,6 +281,7 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
             name,
             kind: SwitchKind::Software,
             control,
+            data,
             slots,
             elems_per_slot: elems,
             token: control_token,

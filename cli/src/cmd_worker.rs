@@ -43,12 +43,27 @@ pub struct WorkerArgs {
     bind: SocketAddr,
     #[arg(long, default_value_t = 1)]
     job: u16,
-    /// This worker's rank in the job (its data and the check of the sums follow it).
-    #[arg(long)]
-    rank: u8,
+    /// This worker's rank in the job (its data and the check of the sums follow it). With
+    /// --job-name, the rank to join as (default: the lowest free one).
+    #[arg(long, required_unless_present = "job_name")]
+    rank: Option<u8>,
     /// Workers in the job: all of them, whatever switch each is attached to.
-    #[arg(long)]
-    workers: usize,
+    #[arg(long, required_unless_present = "job_name")]
+    workers: Option<usize>,
+    /// Ina: join this job through the controller (--controller), which gives the switch, the
+    /// job number, the rank and the number of workers, and installs the job once all its
+    /// workers have joined. --bind must then be this worker's own IP address.
+    #[arg(long, conflicts_with_all = ["switch", "workers", "switch_rank"])]
+    job_name: Option<String>,
+    /// The controller's API address, with --job-name.
+    #[arg(long, env = "INA_CONTROLLER", default_value = "127.0.0.1:7070")]
+    controller: String,
+    /// The controller's access token, with --job-name.
+    #[arg(long, env = "INA_CONTROLLER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// With --job-name: how long to wait for the other workers to join, milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    join_timeout_ms: u64,
     /// Ina, when the switch is a rack switch of an aggregation tree: this worker's rank on
     /// that switch (the switch lists this many fewer workers than --workers, and every
     /// result sums all --workers).
@@ -232,10 +247,17 @@ fn occupancy(slot_ns: u64, active_ns: u64, window: u16) -> f64 {
     slot_ns as f64 / (active_ns as f64 * f64::from(window))
 }
 
-pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    let rank = usize::from(args.rank);
-    if rank >= args.workers {
-        anyhow::bail!("--rank {} but only {} workers", args.rank, args.workers);
+pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
+    let prebound = match args.job_name.clone() {
+        Some(name) => Some(join_through_controller(&mut args, &name)?),
+        None => None,
+    };
+    let (Some(arg_rank), Some(workers)) = (args.rank, args.workers) else {
+        anyhow::bail!("--rank and --workers are required without --job-name");
+    };
+    let rank = usize::from(arg_rank);
+    if rank >= workers {
+        anyhow::bail!("--rank {arg_rank} but only {workers} workers");
     }
     let input = generate(args.seed, rank, args.elements);
     let mut block_elems = 256;
@@ -244,28 +266,31 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let mut reducer: Box<dyn Reducer> = match args.algorithm {
         WorkerAlgorithm::Ina => {
             let switch = args.switch.context("--switch is required for ina")?;
-            let mut port = UdpPort::bind_with(args.bind, &UdpConfig::default())
-                .with_context(|| format!("binding {}", args.bind))?;
+            let mut port = match prebound {
+                Some(p) => p,
+                None => UdpPort::bind_with(args.bind, &UdpConfig::default())
+                    .with_context(|| format!("binding {}", args.bind))?,
+            };
             if let Some(group) = args.group {
                 port.join_group(group)
                     .with_context(|| format!("joining {group}"))?;
             }
             emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
-            let switch_rank = args.switch_rank.unwrap_or(args.rank);
+            let switch_rank = args.switch_rank.unwrap_or(arg_rank);
             let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
             cfg.window = args.window;
             cfg.give_up = Duration::from_millis(args.give_up_ms);
             cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
             if args.switch_rank.is_some() {
                 cfg.total_workers = Some(
-                    u16::try_from(args.workers)
+                    u16::try_from(workers)
                         .ok()
                         .filter(|n| *n <= 1024)
                         .context("--workers: an aggregation tree has at most 1024 workers")?,
                 );
             } else {
                 cfg.expect_workers = Some(
-                    u8::try_from(args.workers)
+                    u8::try_from(workers)
                         .ok()
                         .filter(|n| *n <= 32)
                         .context("--workers: a switch takes at most 32 workers of a job (add --switch-rank for a rack switch of a tree)")?,
@@ -329,8 +354,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
                     .context("parsing --peers")?,
                 None => anyhow::bail!("--peers is required for ring"),
             };
-            if peers.len() != args.workers {
-                anyhow::bail!("{} peers for {} workers", peers.len(), args.workers);
+            if peers.len() != workers {
+                anyhow::bail!("{} peers for {workers} workers", peers.len());
             }
             if args.connect_timeout_ms == 0 {
                 anyhow::bail!("--connect-timeout-ms must be at least 1");
@@ -345,8 +370,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let reference = (!args.no_verify)
-        .then(|| Reference::new(args.seed, args.workers, args.elements, block_elems));
+    let reference =
+        (!args.no_verify).then(|| Reference::new(args.seed, workers, args.elements, block_elems));
     let mut bad = false;
     let result = run_iterations(
         reducer.as_mut(),
@@ -379,4 +404,36 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         }
         Err(e) => fail(&e.kind, e.message),
     }
+}
+
+/// With --job-name: binds this worker's port, joins the job through the controller, waits
+/// until every worker has joined and the job is installed, and fills in the switch, the job
+/// number, the rank and the number of workers. Returns the bound port.
+fn join_through_controller(args: &mut WorkerArgs, name: &str) -> anyhow::Result<UdpPort> {
+    if !matches!(args.algorithm, WorkerAlgorithm::Ina) {
+        anyhow::bail!(
+            "--job-name joins an ina job through the controller: not for --algorithm ring"
+        );
+    }
+    if args.bind.ip().is_unspecified() {
+        anyhow::bail!(
+            "--bind {}: with --job-name the worker's address is its identity on the switch; bind its own IP (and a port, or 0 for any)",
+            args.bind
+        );
+    }
+    let port = UdpPort::bind_with(args.bind, &UdpConfig::default())
+        .with_context(|| format!("binding {}", args.bind))?;
+    let me = port.local_addr();
+    let client = ina_controller::client::Client::new(&args.controller, args.token.clone());
+    let joined = client.join(name, args.rank, me)?;
+    emit(serde_json::json!({
+        "event": "provisioned", "job_name": name, "job": joined.job, "rank": joined.rank,
+        "workers": joined.workers, "switch": joined.switch.to_string(), "udp": me.to_string(),
+    }));
+    client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
+    args.switch = Some(joined.switch);
+    args.job = joined.job;
+    args.rank = Some(joined.rank);
+    args.workers = Some(usize::from(joined.workers));
+    Ok(port)
 }

@@ -66,7 +66,9 @@ fn the_switch_serves_its_counters_to_a_scraper() {
 fn a_worker_serves_its_counters_between_all_reduces() {
     let _serial = serial();
     let sw = SwitchProc::start(&[]);
-    let mut run = Run::new(2, 50_000, 30);
+    // Enough iterations that the workers are still running when the test scrapes after the
+    // first (30 finished in under 0.2 s on an idle host, and the scrape met a closed socket).
+    let mut run = Run::new(2, 50_000, 1000);
     run.warmup = 0;
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut procs: Vec<Proc> = (0..2)

@@ -10,6 +10,7 @@
 //! | `POST /v1/jobs` | [`JobRequest`] | [`JobInfo`], 201 |
 //! | `GET /v1/jobs/{name}` | | [`JobInfo`] |
 //! | `DELETE /v1/jobs/{name}` | | 204 |
+//! | `POST /v1/jobs/{name}/join` | [`JoinRequest`] | [`Joined`] |
 //!
 //! An error is a status (400 a bad request, 401 a missing or wrong token, 404 no such switch
 //! or job, 409 a name taken, 502 a switch that did not take a change) and an [`ErrorBody`].
@@ -47,6 +48,8 @@ pub struct SwitchSpec {
     pub kind: SwitchKind,
     /// Its control endpoint.
     pub control: SocketAddr,
+    /// The UDP address its workers send to.
+    pub data: SocketAddr,
     /// Slots in its pool (the software switch's `--pool-slots`, the P4 program's pool).
     pub slots: u16,
     /// Elements per slot (the software switch's `--max-elems`).
@@ -84,8 +87,13 @@ pub struct SwitchInfo {
 pub struct JobRequest {
     pub name: String,
     /// The workers' addresses, in rank order (the switch accepts a rank's packets only from
-    /// its address).
+    /// its address). Empty: the job has `size` workers, which join with their addresses
+    /// (`POST /v1/jobs/{name}/join`), and it is installed once all have.
+    #[serde(default)]
     pub workers: Vec<SocketAddr>,
+    /// Workers in the job when `workers` is empty.
+    #[serde(default)]
+    pub size: Option<u8>,
     pub elems_per_packet: u16,
     /// Slots it wants: its window, whole blocks of 64.
     pub window: u16,
@@ -122,6 +130,34 @@ pub struct JobInfo {
     pub slots: Option<Range>,
     /// The epoch its switch installed it under, once installed.
     pub epoch: Option<u16>,
+    /// Workers in the job.
+    pub size: u8,
+    /// The workers' addresses known so far, by rank.
+    pub members: Vec<(u8, SocketAddr)>,
+}
+
+/// `POST /v1/jobs/{name}/join`: a worker's address, and the rank it wants (the lowest free
+/// one if none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    #[serde(default)]
+    pub rank: Option<u8>,
+    pub addr: SocketAddr,
+}
+
+/// What a worker that joined needs to run: everything but the epoch, which it learns from
+/// the switch once the job is installed (see [`JobInfo::epoch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Joined {
+    /// The data plane's job number.
+    pub job: JobId,
+    pub rank: u8,
+    /// Workers in the job.
+    pub workers: u8,
+    /// The switch's UDP address.
+    pub switch: SocketAddr,
+    pub elems_per_packet: u16,
 }
 
 /// `GET /v1/health`.

@@ -1,6 +1,9 @@
 //! A typed, blocking client of the controller's API (see [`crate::api`]).
 
-use crate::api::{ErrorBody, Health, JobInfo, JobRequest, SwitchInfo, SwitchSpec, PREFIX};
+use crate::api::{
+    ErrorBody, Health, JobInfo, JobRequest, JobState, JoinRequest, Joined, SwitchInfo, SwitchSpec,
+    PREFIX,
+};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -13,6 +16,15 @@ pub enum ClientError {
     /// The controller could not be reached.
     #[error("controller at {addr} unreachable: {message}")]
     Unreachable { addr: String, message: String },
+    /// The job was not installed in time.
+    #[error("job {job:?} not installed after {waited:?}: {joined} of {size} workers joined{}", if *queued { ", and it waits for slots" } else { "" })]
+    NotReady {
+        job: String,
+        joined: usize,
+        size: u8,
+        queued: bool,
+        waited: Duration,
+    },
     /// The answer was not what this version of the API sends.
     #[error("controller at {addr}: unexpected answer: {message}")]
     Decode { addr: String, message: String },
@@ -65,6 +77,43 @@ impl Client {
 
     pub fn job(&self, name: &str) -> Result<JobInfo, ClientError> {
         self.call("GET", &format!("/jobs/{}", segment(name)), None)
+    }
+
+    /// Joins job `name` from `addr`, as `rank` or the lowest free rank.
+    pub fn join(
+        &self,
+        name: &str,
+        rank: Option<u8>,
+        addr: std::net::SocketAddr,
+    ) -> Result<Joined, ClientError> {
+        let req = JoinRequest { rank, addr };
+        self.call(
+            "POST",
+            &format!("/jobs/{}/join", segment(name)),
+            Some(to_value(&req)),
+        )
+    }
+
+    /// Waits until job `name` is installed on its switch (every worker joined, slots given,
+    /// an epoch known), up to `timeout`.
+    pub fn wait_installed(&self, name: &str, timeout: Duration) -> Result<JobInfo, ClientError> {
+        let start = std::time::Instant::now();
+        loop {
+            let j = self.job(name)?;
+            if j.state == JobState::Running && j.epoch.is_some() {
+                return Ok(j);
+            }
+            if start.elapsed() >= timeout {
+                return Err(ClientError::NotReady {
+                    job: name.to_string(),
+                    joined: j.members.len(),
+                    size: j.size,
+                    queued: j.state == JobState::Queued,
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn delete_job(&self, name: &str) -> Result<(), ClientError> {

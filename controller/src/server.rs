@@ -1,7 +1,7 @@
 //! The HTTP/JSON server of the API (see [`crate::api`]), on tokio and axum. It takes its
 //! listener and a shutdown future, and resyncs the switches periodically in the background.
 
-use crate::api::{ErrorBody, JobRequest, SwitchSpec, PREFIX};
+use crate::api::{ErrorBody, JobRequest, JoinRequest, SwitchSpec, PREFIX};
 use crate::service::{Controller, ControllerError};
 use crate::state::StateError;
 use axum::body::Bytes;
@@ -144,7 +144,8 @@ fn router(app: App) -> Router {
         .route("/switches", get(list_switches).post(add_switch))
         .route("/switches/{name}/drain", post(drain_switch))
         .route("/jobs", get(list_jobs).post(create_job))
-        .route("/jobs/{name}", get(show_job).delete(delete_job));
+        .route("/jobs/{name}", get(show_job).delete(delete_job))
+        .route("/jobs/{name}/join", post(join_job));
     Router::new()
         .nest(PREFIX, v1)
         .fallback(|| async {
@@ -228,6 +229,16 @@ async fn delete_job(
 ) -> Result<Response, ApiError> {
     run(&app, move |c| c.delete_job(&name)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn join_job(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: JoinRequest = parse(&body)?;
+    let joined = run(&app, move |c| c.join(&name, req)).await?;
+    Ok(Json(joined).into_response())
 }
 
 async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {

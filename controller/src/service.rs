@@ -5,7 +5,7 @@
 //! without ever giving one slot to two jobs.
 
 use crate::alloc::{self, JobId, Policy, Step};
-use crate::api::{Health, JobInfo, JobRequest, SwitchInfo, SwitchSpec};
+use crate::api::{Health, JobInfo, JobRequest, JoinRequest, Joined, SwitchInfo, SwitchSpec};
 use crate::driver::{DriverError, Install, SoftwareSwitch, SwitchDriver};
 use crate::state::{Change, State, StateError};
 use crate::store::{Store, StoreError};
@@ -164,6 +164,31 @@ impl Controller {
         Ok(info)
     }
 
+    /// A worker joins a job; once all have, the job is installed.
+    pub fn join(&mut self, name: &str, req: JoinRequest) -> Result<Joined, ControllerError> {
+        let (rank, changes) = self.state.join(name, req.rank, req.addr)?;
+        self.save()?;
+        tracing::info!(job = %name, rank, addr = %req.addr, "worker joined");
+        self.apply(changes)?;
+        let j = self
+            .state
+            .jobs
+            .get(name)
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        let switch = self
+            .state
+            .switches
+            .get(&j.switch)
+            .ok_or_else(|| StateError::NoSuchSwitch(j.switch.clone()))?;
+        Ok(Joined {
+            job: j.id,
+            rank,
+            workers: j.size(),
+            switch: switch.spec.data,
+            elems_per_packet: j.request.elems_per_packet,
+        })
+    }
+
     /// Deletes a job, frees its slots and gives them to the others on its switch.
     pub fn delete_job(&mut self, name: &str) -> Result<(), ControllerError> {
         let changes = self.state.delete_job(name)?;
@@ -244,11 +269,15 @@ impl Controller {
                     let Some(job) = self.state.job_by_id(&c.switch, id) else {
                         continue;
                     };
+                    // Not every worker has joined: its slots wait for it, uninstalled.
+                    let Some(workers) = job.addresses() else {
+                        continue;
+                    };
                     let install = Install {
                         job: id,
                         slots,
                         elems_per_packet: job.request.elems_per_packet,
-                        workers: job.request.workers.clone(),
+                        workers,
                     };
                     driver
                         .remove(id)

@@ -10,6 +10,7 @@ use crate::api::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
 
 /// Why an operation was refused. Nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +53,28 @@ pub struct JobRecord {
     /// The epoch its switch installed it under (`None` until installed, and after a change of
     /// its slots until installed again).
     pub epoch: Option<u16>,
+    /// The workers' addresses by rank (all of them from the start when the request listed
+    /// them; else as they join).
+    #[serde(default)]
+    pub members: BTreeMap<u8, SocketAddr>,
+}
+
+impl JobRecord {
+    /// Workers in the job.
+    pub fn size(&self) -> u8 {
+        if self.request.workers.is_empty() {
+            self.request.size.unwrap_or(0)
+        } else {
+            self.request.workers.len() as u8
+        }
+    }
+
+    /// Every worker's address in rank order, once all are known.
+    pub fn addresses(&self) -> Option<Vec<SocketAddr>> {
+        (0..self.size())
+            .map(|r| self.members.get(&r).copied())
+            .collect()
+    }
 }
 
 /// One data-plane change on one switch.
@@ -104,11 +127,11 @@ impl State {
         if let Some(other) = self
             .switches
             .values()
-            .find(|s| s.spec.control == spec.control)
+            .find(|s| s.spec.control == spec.control || s.spec.data == spec.data)
         {
             return Err(StateError::BadRequest(format!(
-                "switch {:?} already has the control endpoint {}",
-                other.spec.name, spec.control
+                "switch {:?} already has the control endpoint {} or the data address {}",
+                other.spec.name, spec.control, spec.data
             )));
         }
         let token = spec.token.take();
@@ -158,6 +181,12 @@ impl State {
         let id = self.free_job_id()?;
         let arrival = self.arrivals;
         self.arrivals += 1;
+        let members = request
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(r, a)| (r as u8, *a))
+            .collect();
         self.jobs.insert(
             request.name.clone(),
             JobRecord {
@@ -167,6 +196,7 @@ impl State {
                 arrival,
                 slots: None,
                 epoch: None,
+                members,
             },
         );
         Ok(self.relayout(&switch))
@@ -183,6 +213,75 @@ impl State {
         let before = self.wanted(&switch);
         self.jobs.remove(name);
         Ok(self.relayout_from(&switch, before))
+    }
+
+    /// A worker joins job `name` at `addr`, as `rank` or the lowest free rank. Returns its
+    /// rank and, if that made the job's membership complete, the job's installation.
+    pub fn join(
+        &mut self,
+        name: &str,
+        rank: Option<u8>,
+        addr: SocketAddr,
+    ) -> Result<(u8, Vec<Change>), StateError> {
+        let j = self
+            .jobs
+            .get_mut(name)
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        let size = j.size();
+        let bad = |m: String| Err(StateError::BadRequest(format!("job {name:?}: {m}")));
+        if addr.ip().is_unspecified() || addr.port() == 0 {
+            return bad(format!(
+                "{addr} is not an address the switch can check packets against: bind the worker to its own IP and port"
+            ));
+        }
+        // The rank this address already holds, if any: joining again is idempotent.
+        let held = j.members.iter().find(|(_, a)| **a == addr).map(|(r, _)| *r);
+        let rank = match (rank, held) {
+            (Some(r), _) if r >= size => {
+                return bad(format!(
+                    "rank {r}, but the job has {size} workers (0..{size})"
+                ))
+            }
+            (Some(r), Some(h)) if r != h => {
+                return bad(format!("{addr} has joined as rank {h} already"))
+            }
+            (Some(r), _) => r,
+            (None, Some(h)) => h,
+            (None, None) => match (0..size).find(|r| !j.members.contains_key(r)) {
+                Some(r) => r,
+                None => return bad(format!("all {size} ranks have joined")),
+            },
+        };
+        if !j.request.workers.is_empty() {
+            // The request named every address: a join only confirms one.
+            return if j.members.get(&rank) == Some(&addr) {
+                Ok((rank, Vec::new()))
+            } else {
+                bad(format!(
+                    "rank {rank} is {} in the job's request, not {addr}",
+                    j.members
+                        .get(&rank)
+                        .map(|a| a.to_string())
+                        .unwrap_or_default()
+                ))
+            };
+        }
+        if j.members.get(&rank) == Some(&addr) {
+            return Ok((rank, Vec::new()));
+        }
+        j.members.insert(rank, addr);
+        // The last address missing, or one changed: (re)install once complete.
+        let changes = match (j.addresses(), j.slots) {
+            (Some(_), Some(slots)) => {
+                j.epoch = None;
+                vec![Change {
+                    switch: j.switch.clone(),
+                    step: Step::Set(j.id, slots),
+                }]
+            }
+            _ => Vec::new(),
+        };
+        Ok((rank, changes))
     }
 
     /// Records the epoch a switch installed a job under.
@@ -245,6 +344,8 @@ impl State {
             },
             slots: j.slots,
             epoch: j.epoch,
+            size: j.size(),
+            members: j.members.iter().map(|(r, a)| (*r, *a)).collect(),
         })
     }
 
@@ -299,10 +400,29 @@ impl State {
             return Err(StateError::JobExists(r.name.clone()));
         }
         let bad = |m: String| Err(StateError::BadRequest(format!("job {:?}: {m}", r.name)));
-        if r.workers.is_empty() || r.workers.len() > MAX_WORKERS {
+        let size = match (r.workers.len(), r.size) {
+            (0, Some(n)) => usize::from(n),
+            (0, None) => {
+                return bad(
+                    "give the workers' addresses, or their number (size) for workers that join"
+                        .into(),
+                )
+            }
+            (n, Some(s)) if usize::from(s) != n => {
+                return bad(format!("size {s} but {n} worker addresses"))
+            }
+            (n, _) => n,
+        };
+        if size == 0 || size > MAX_WORKERS {
+            return bad(format!("{size} workers: a job has 1 to {MAX_WORKERS}"));
+        }
+        if let Some(a) = r
+            .workers
+            .iter()
+            .find(|a| a.ip().is_unspecified() || a.port() == 0)
+        {
             return bad(format!(
-                "{} workers: a job has 1 to {MAX_WORKERS}",
-                r.workers.len()
+                "worker address {a}: give each worker's own IP and port"
             ));
         }
         let mut seen = HashSet::new();

@@ -169,6 +169,7 @@ fn switch_spec(name: &str, sw: &RunningSwitch, slots: u16) -> SwitchSpec {
         name: name.into(),
         kind: SwitchKind::Software,
         control: sw.control,
+        data: sw.udp,
         slots,
         elems_per_slot: 256,
         token: None,
@@ -179,6 +180,7 @@ fn job(name: &str, workers: Vec<SocketAddr>, window: u16, min: u16) -> JobReques
     JobRequest {
         name: name.into(),
         workers,
+        size: None,
         elems_per_packet: 64,
         window,
         min_window: Some(min),
@@ -265,6 +267,71 @@ fn four_jobs_share_one_switch_and_every_sum_is_exact() {
     let held = sw.jobs();
     assert_eq!(held.len(), 3);
     assert!(!held.iter().any(|(id, _, _)| *id == jobs[0].0.id));
+    ctl.stop();
+}
+
+#[test]
+fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
+    let mut req = job("joined", Vec::new(), 256, 64);
+    req.size = Some(3);
+    let info = c.create_job(&req).unwrap();
+    assert_eq!((info.state, info.epoch), (JobState::Running, None));
+    assert!(sw.jobs().is_empty(), "installed before its workers joined");
+    let len = 20_000;
+    let ctl_addr = ctl.addr.to_string();
+    let threads: Vec<_> = (0..3)
+        .map(|i| {
+            let ctl_addr = ctl_addr.clone();
+            std::thread::spawn(move || {
+                // Each worker knows only the controller and the job's name.
+                let c = Client::new(&ctl_addr, None);
+                let port = ina_io::UdpPort::bind_with(
+                    "127.0.0.1:0".parse().unwrap(),
+                    &ina_io::UdpConfig::default(),
+                )
+                .unwrap();
+                let me = ina_io::Port::local_addr(&port);
+                // Rank 2 asks for its rank; the others take the lowest free one.
+                let joined = c.join("joined", (i == 2).then_some(2), me).unwrap();
+                c.wait_installed("joined", Duration::from_secs(20)).unwrap();
+                let cfg = WorkerConfig::new(joined.switch, me, joined.job, joined.rank);
+                let mut comm = Communicator::with_port(port, cfg).unwrap();
+                let mut t = tensor(9, usize::from(joined.rank), len);
+                comm.allreduce_i32(&mut t).unwrap();
+                (joined.rank, t)
+            })
+        })
+        .collect();
+    let mut ranks = Vec::new();
+    let inputs: Vec<Vec<i32>> = (0..3).map(|r| tensor(9, r, len)).collect();
+    let want: Vec<i32> = (0..len)
+        .map(|i| inputs.iter().map(|t| t[i]).sum())
+        .collect();
+    for t in threads {
+        let (rank, got) = t.join().unwrap();
+        assert!(got == want, "rank {rank}: wrong sum");
+        ranks.push(rank);
+    }
+    ranks.sort();
+    assert_eq!(ranks, vec![0, 1, 2]);
+    let info = c.job("joined").unwrap();
+    assert_eq!(info.members.len(), 3);
+    assert_eq!(sw.jobs(), vec![(info.id, 0, 256)]);
+    // A fourth worker, an unspecified address, a rank out of range: refused.
+    for (rank, addr) in [
+        (None, "127.0.0.1:9"),
+        (Some(0), "0.0.0.0:5"),
+        (Some(7), "127.0.0.1:10"),
+    ] {
+        match c.join("joined", rank, addr.parse().unwrap()) {
+            Err(ClientError::Api { status: 400, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
     ctl.stop();
 }
 
