@@ -258,6 +258,49 @@ fn four_jobs_share_one_switch_and_every_sum_is_exact() {
             .collect();
         assert!(got == want, "job {j}: wrong sum");
     }
+    // Isolation: job 0's rank 0, from its own address, writes into job 1 (as job 1's rank 0)
+    // and into job 1's slots (as itself): both dropped, and counted.
+    let stats = |sw: &RunningSwitch| {
+        let mut c = ControlClient::connect(sw.control).unwrap();
+        c.call(&Request::Stats).unwrap().stats.unwrap().total.pipeline
+    };
+    let before = stats(&sw);
+    let (a, a_workers) = &jobs[0];
+    let (b, _) = &jobs[1];
+    let from = UdpSocket::bind(a_workers[0]).unwrap();
+    let b_slot = b.slots.unwrap().base;
+    for (job, epoch, slot) in [
+        (b.id, b.epoch.unwrap(), b_slot),
+        (a.id, a.epoch.unwrap(), b_slot),
+    ] {
+        let h = ina_wire::AggRepr {
+            kind: ina_wire::MessageType::Data,
+            set: 0,
+            gap: None,
+            job,
+            epoch,
+            rank: 0,
+            exponent: 0,
+            slot,
+            count: 64,
+            seq: 1 << 20,
+        };
+        let mut bytes = vec![0u8; ina_wire::HEADER_LEN + 4 * 64];
+        h.emit_into(&mut bytes).unwrap();
+        from.send_to(&bytes, sw.udp).unwrap();
+    }
+    let up = Instant::now();
+    loop {
+        let after = stats(&sw);
+        if after.wrong_port > before.wrong_port
+            && after.slot_out_of_range > before.slot_out_of_range
+        {
+            break;
+        }
+        assert!(up.elapsed() < Duration::from_secs(5), "{after:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(from);
     // Deleting the largest job gives its slots to the others, on the switch too.
     c.delete_job("job-0").unwrap();
     let after: Vec<u16> = (1..4)
