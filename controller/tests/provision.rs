@@ -262,7 +262,12 @@ fn four_jobs_share_one_switch_and_every_sum_is_exact() {
     // and into job 1's slots (as itself): both dropped, and counted.
     let stats = |sw: &RunningSwitch| {
         let mut c = ControlClient::connect(sw.control).unwrap();
-        c.call(&Request::Stats).unwrap().stats.unwrap().total.pipeline
+        c.call(&Request::Stats)
+            .unwrap()
+            .stats
+            .unwrap()
+            .total
+            .pipeline
     };
     let before = stats(&sw);
     let (a, a_workers) = &jobs[0];

@@ -1,0 +1,159 @@
+//! The controller as it is deployed: separate processes for the switch, the controller and
+//! the workers; the workers know only the controller and the job's name; the controller is
+//! killed with SIGKILL mid-run and restarted, and the running job finishes correctly.
+#![allow(clippy::unwrap_used)]
+
+// (Each test binary uses part of the shared harness.)
+#[allow(dead_code)]
+mod common;
+
+use common::*;
+use ina_controller::api::{JobRequest, SwitchKind, SwitchSpec};
+use ina_controller::client::Client;
+use ina_switch::Request;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+fn controller(dir: &Path) -> (Proc, SocketAddr) {
+    let mut p = Proc::spawn(
+        "controller",
+        &[
+            "controller".to_string(),
+            "--listen=127.0.0.1:0".into(),
+            format!("--state-dir={}", dir.display()),
+            "--resync-ms=200".into(),
+        ],
+    );
+    let ready = p.expect("ready", after(START));
+    let api = ready.addr("api");
+    (p, api)
+}
+
+fn epochs(sw: &SwitchProc) -> Vec<(u16, Option<u16>)> {
+    sw.call(&Request::Jobs)
+        .jobs
+        .unwrap()
+        .iter()
+        .map(|j| (j.job, j.epoch))
+        .collect()
+}
+
+#[test]
+fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-controller-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sw = SwitchProc::start(&[]);
+    let (mut ctl, api) = controller(&dir);
+    let c = Client::new(&api.to_string(), None);
+    c.add_switch(&SwitchSpec {
+        name: "tor".into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        data: sw.udp,
+        slots: 4096,
+        elems_per_slot: 256,
+        token: None,
+    })
+    .unwrap();
+    c.create_job(&JobRequest {
+        name: "train".into(),
+        workers: Vec::new(),
+        size: Some(2),
+        elems_per_packet: 256,
+        window: 256,
+        min_window: Some(64),
+        priority: 0,
+        switch: None,
+    })
+    .unwrap();
+    // Enough to be running when the controller is killed (about 2 s here).
+    let iterations = 400;
+    let mut workers: Vec<Proc> = (0..2)
+        .map(|r| {
+            let args = vec![
+                "worker".to_string(),
+                "--job-name=train".into(),
+                format!("--controller={api}"),
+                "--bind=127.0.0.1:0".into(),
+                format!("--rank={r}"),
+                "--elements=200000".into(),
+                format!("--iterations={iterations}"),
+                "--warmup=0".into(),
+                "--seed=7".into(),
+                "--give-up-ms=5000".into(),
+            ];
+            Proc::spawn(&format!("worker {r}"), &args)
+        })
+        .collect();
+    let p = workers[0].expect("provisioned", after(START));
+    assert_eq!(p.value.get("rank").and_then(|v| v.as_u64()), Some(0));
+    workers[0].expect("joined", after(Duration::from_secs(60)));
+    let held = epochs(&sw);
+    let before = c.job("train").unwrap();
+    assert!(before.epoch.is_some());
+    // SIGKILL mid-run, then a new controller on the same state.
+    ctl.kill();
+    let (_ctl, api) = controller(&dir);
+    let c = Client::new(&api.to_string(), None);
+    assert_eq!(c.job("train").unwrap(), before);
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(120)));
+    for o in &outcomes {
+        o.assert_verified(iterations);
+    }
+    // The switch kept the job as installed: same epoch, never reinstalled.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(epochs(&sw), held);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wrong_controller_flags_fail_with_a_clear_error() {
+    let _serial = serial();
+    let mut p = Proc::spawn(
+        "controller",
+        &[
+            "controller",
+            "--listen=0.0.0.0:0",
+            "--state-dir=/nonexistent-unused",
+        ],
+    );
+    let status = p.wait(after(START));
+    assert_eq!(status.code(), Some(2));
+    assert!(
+        p.stderr_text().contains("needs an access token"),
+        "{}",
+        p.stderr_text()
+    );
+    let mut p = Proc::spawn(
+        "worker",
+        &[
+            "worker",
+            "--job-name=x",
+            "--bind=0.0.0.0:0",
+            "--controller=127.0.0.1:1",
+        ],
+    );
+    assert_eq!(p.wait(after(START)).code(), Some(2));
+    assert!(
+        p.stderr_text().contains("its own IP"),
+        "{}",
+        p.stderr_text()
+    );
+    let mut p = Proc::spawn(
+        "worker",
+        &[
+            "worker",
+            "--job-name=x",
+            "--bind=127.0.0.1:0",
+            "--controller=127.0.0.1:1",
+        ],
+    );
+    assert_eq!(p.wait(after(START)).code(), Some(2));
+    assert!(
+        p.stderr_text().contains("unreachable"),
+        "{}",
+        p.stderr_text()
+    );
+}
