@@ -112,6 +112,11 @@ enum JobCommand {
         /// The switch its workers are attached to (default: the first with room).
         #[arg(long)]
         switch: Option<String>,
+        /// Workers joined with --job-name send a heartbeat this often, milliseconds; a worker
+        /// silent for three periods fails the job (removed from its switch, the others told
+        /// which ranks went silent).
+        #[arg(long)]
+        heartbeat_ms: Option<u32>,
     },
     /// List the jobs.
     List,
@@ -212,6 +217,7 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
             min_window,
             priority,
             switch,
+            heartbeat_ms,
         } => {
             let info = c.create_job(&JobRequest {
                 name,
@@ -222,6 +228,7 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
                 min_window: Some(min_window.unwrap_or(BLOCK.min(window))),
                 priority,
                 switch,
+                heartbeat_ms,
             })?;
             print_json(&info)
         }
@@ -253,6 +260,7 @@ fn job_line(j: &JobInfo) -> String {
     let state = match j.state {
         JobState::Queued => "queued",
         JobState::Running => "running",
+        JobState::Failed => "failed",
     };
     format!(
         "{:<20} {:>5} {:<16} {:<8} {:>13} {:>7} {:>8} {:>6}",

@@ -430,10 +430,48 @@ fn join_through_controller(args: &mut WorkerArgs, name: &str) -> anyhow::Result<
         "event": "provisioned", "job_name": name, "job": joined.job, "rank": joined.rank,
         "workers": joined.workers, "switch": joined.switch.to_string(), "udp": me.to_string(),
     }));
-    client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
+    let job = client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
+    if let Some(period) = job.request.heartbeat_ms {
+        spawn_heartbeat(client, name.to_string(), joined.rank, period);
+    }
     args.switch = Some(joined.switch);
     args.job = joined.job;
     args.rank = Some(joined.rank);
     args.workers = Some(usize::from(joined.workers));
     Ok(port)
+}
+
+/// Sends this worker's heartbeat every `period_ms` for the process's life. When the
+/// controller answers that the job failed (another worker went silent), the worker stops
+/// with a `job_failed` error naming the missing ranks. A controller that cannot be reached
+/// changes nothing: the switch does not need it to run the job.
+fn spawn_heartbeat(client: ina_controller::client::Client, name: String, rank: u8, period_ms: u32) {
+    let period = Duration::from_millis(u64::from(period_ms.max(1)));
+    let spawned = std::thread::Builder::new()
+        .name("heartbeat".into())
+        .spawn(move || {
+            let mut unreachable = false;
+            loop {
+                match client.heartbeat(&name, rank) {
+                    Ok(j) if j.state == ina_controller::api::JobState::Failed => fail(
+                        "job_failed",
+                        format!(
+                            "job {name:?}: ranks {:?} stopped sending heartbeats, and the controller removed the job from its switch",
+                            j.missing
+                        ),
+                    ),
+                    Ok(_) => unreachable = false,
+                    Err(e) => {
+                        if !unreachable {
+                            tracing::warn!(error = %e, "heartbeat not delivered; the job runs on");
+                        }
+                        unreachable = true;
+                    }
+                }
+                std::thread::sleep(period);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no heartbeat thread");
+    }
 }

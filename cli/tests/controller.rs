@@ -66,6 +66,7 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
         min_window: Some(64),
         priority: 0,
         switch: None,
+        heartbeat_ms: None,
     })
     .unwrap();
     // Enough to be running when the controller is killed (about 2 s here).
@@ -156,4 +157,80 @@ fn wrong_controller_flags_fail_with_a_clear_error() {
         "{}",
         p.stderr_text()
     );
+}
+
+#[test]
+fn a_worker_killed_mid_run_fails_its_job_and_the_others_are_told_which_rank() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-heartbeat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sw = SwitchProc::start(&[]);
+    let (_ctl, api) = controller(&dir);
+    let c = Client::new(&api.to_string(), None);
+    c.add_switch(&SwitchSpec {
+        name: "tor".into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        data: sw.udp,
+        slots: 4096,
+        elems_per_slot: 256,
+        token: None,
+    })
+    .unwrap();
+    c.create_job(&JobRequest {
+        name: "hb".into(),
+        workers: Vec::new(),
+        size: Some(3),
+        elems_per_packet: 256,
+        window: 256,
+        min_window: Some(64),
+        priority: 0,
+        switch: None,
+        heartbeat_ms: Some(200),
+    })
+    .unwrap();
+    let mut workers: Vec<Proc> = (0..3)
+        .map(|r| {
+            let args = vec![
+                "worker".to_string(),
+                "--job-name=hb".into(),
+                format!("--controller={api}"),
+                "--bind=127.0.0.1:0".into(),
+                format!("--rank={r}"),
+                "--elements=100000".into(),
+                // Far more than the test waits for.
+                "--iterations=1000000".into(),
+                "--warmup=0".into(),
+                "--give-up-ms=60000".into(),
+            ];
+            Proc::spawn(&format!("worker {r}"), &args)
+        })
+        .collect();
+    for w in &mut workers {
+        w.expect("joined", after(Duration::from_secs(60)));
+    }
+    workers[2].kill();
+    // Each survivor stops with a typed error naming rank 2: the controller's (its heartbeat
+    // answered "failed") or its own stream's (it gave up on a use rank 2 never joined),
+    // whichever comes first.
+    for w in &mut workers[..2] {
+        let o = Outcome::collect(w, after(Duration::from_secs(30)));
+        let end = format!("{:?}", o.end);
+        match o.error_kind() {
+            Some("job_failed") => assert!(end.contains("ranks [2]"), "{end}"),
+            Some("timeout") => assert!(end.contains("missing ranks 2"), "{end}"),
+            other => panic!("{}: {other:?}: {end}", o.name),
+        }
+    }
+    // The controller fails the job and takes it off the switch.
+    let up = std::time::Instant::now();
+    loop {
+        let j = c.job("hb").unwrap();
+        if j.missing == vec![2] && sw.call(&Request::Jobs).jobs.unwrap().is_empty() {
+            break;
+        }
+        assert!(up.elapsed() < Duration::from_secs(10), "{j:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

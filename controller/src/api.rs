@@ -11,6 +11,7 @@
 //! | `GET /v1/jobs/{name}` | | [`JobInfo`] |
 //! | `DELETE /v1/jobs/{name}` | | 204 |
 //! | `POST /v1/jobs/{name}/join` | [`JoinRequest`] | [`Joined`] |
+//! | `POST /v1/jobs/{name}/heartbeat` | [`Heartbeat`] | [`JobInfo`] |
 //!
 //! An error is a status (400 a bad request, 401 a missing or wrong token, 404 no such switch
 //! or job, 409 a name taken, 502 a switch that did not take a change) and an [`ErrorBody`].
@@ -106,6 +107,12 @@ pub struct JobRequest {
     /// The switch its workers are attached to (default: the first active switch with room).
     #[serde(default)]
     pub switch: Option<String>,
+    /// When set, every worker sends a heartbeat at least this often, milliseconds; a job
+    /// installed on its switch whose worker is silent for three periods fails: it is removed
+    /// from the switch, its slots go to the others, and its workers' heartbeats are answered
+    /// with the missing ranks.
+    #[serde(default)]
+    pub heartbeat_ms: Option<u32>,
 }
 
 /// Where a job stands.
@@ -116,6 +123,8 @@ pub enum JobState {
     Queued,
     /// Holding slots on its switch.
     Running,
+    /// A worker stopped sending heartbeats: see [`JobInfo::missing`].
+    Failed,
 }
 
 /// A job and where it runs.
@@ -134,6 +143,17 @@ pub struct JobInfo {
     pub size: u8,
     /// The workers' addresses known so far, by rank.
     pub members: Vec<(u8, SocketAddr)>,
+    /// When it failed: the ranks whose heartbeats stopped.
+    #[serde(default)]
+    pub missing: Vec<u8>,
+}
+
+/// `POST /v1/jobs/{name}/heartbeat`: a worker is alive. Answered with the job (its state says
+/// whether it failed, and `missing` which ranks went silent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    pub rank: u8,
 }
 
 /// `POST /v1/jobs/{name}/join`: a worker's address, and the rank it wants (the lowest free

@@ -16,6 +16,9 @@ pub enum ClientError {
     /// The controller could not be reached.
     #[error("controller at {addr} unreachable: {message}")]
     Unreachable { addr: String, message: String },
+    /// The job failed: these ranks stopped sending heartbeats.
+    #[error("job {job:?} failed: ranks {missing:?} stopped sending heartbeats, and the controller removed it from its switch")]
+    JobFailed { job: String, missing: Vec<u8> },
     /// The job was not installed in time.
     #[error("job {job:?} not installed after {waited:?}: {joined} of {size} workers joined{}", if *queued { ", and it waits for slots" } else { "" })]
     NotReady {
@@ -103,6 +106,12 @@ impl Client {
             if j.state == JobState::Running && j.epoch.is_some() {
                 return Ok(j);
             }
+            if j.state == JobState::Failed {
+                return Err(ClientError::JobFailed {
+                    job: name.to_string(),
+                    missing: j.missing,
+                });
+            }
             if start.elapsed() >= timeout {
                 return Err(ClientError::NotReady {
                     job: name.to_string(),
@@ -114,6 +123,17 @@ impl Client {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Reports rank `rank` of job `name` alive; returns the job, whose state says whether it
+    /// failed (and `missing`, which ranks went silent).
+    pub fn heartbeat(&self, name: &str, rank: u8) -> Result<JobInfo, ClientError> {
+        let hb = crate::api::Heartbeat { rank };
+        self.call(
+            "POST",
+            &format!("/jobs/{}/heartbeat", segment(name)),
+            Some(to_value(&hb)),
+        )
     }
 
     pub fn delete_job(&self, name: &str) -> Result<(), ClientError> {

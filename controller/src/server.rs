@@ -1,7 +1,7 @@
 //! The HTTP/JSON server of the API (see [`crate::api`]), on tokio and axum. It takes its
 //! listener and a shutdown future, and resyncs the switches periodically in the background.
 
-use crate::api::{ErrorBody, JobRequest, JoinRequest, SwitchSpec, PREFIX};
+use crate::api::{ErrorBody, Heartbeat, JobRequest, JoinRequest, SwitchSpec, PREFIX};
 use crate::service::{Controller, ControllerError};
 use crate::state::StateError;
 use axum::body::Bytes;
@@ -145,7 +145,8 @@ fn router(app: App) -> Router {
         .route("/switches/{name}/drain", post(drain_switch))
         .route("/jobs", get(list_jobs).post(create_job))
         .route("/jobs/{name}", get(show_job).delete(delete_job))
-        .route("/jobs/{name}/join", post(join_job));
+        .route("/jobs/{name}/join", post(join_job))
+        .route("/jobs/{name}/heartbeat", post(heartbeat));
     Router::new()
         .nest(PREFIX, v1)
         .fallback(|| async {
@@ -241,6 +242,17 @@ async fn join_job(
     Ok(Json(joined).into_response())
 }
 
+async fn heartbeat(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let hb: Heartbeat = parse(&body)?;
+    let now = std::time::Instant::now();
+    let info = run(&app, move |c| c.heartbeat(&name, hb.rank, now)).await?;
+    Ok(Json(info).into_response())
+}
+
 async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -249,7 +261,9 @@ async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {
         tick.tick().await;
         let ctl = ctl.clone();
         let failed = tokio::task::spawn_blocking(move || {
-            ctl.lock().unwrap_or_else(|p| p.into_inner()).resync()
+            let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
+            c.check_members(std::time::Instant::now());
+            c.resync()
         })
         .await
         .unwrap_or_default();

@@ -43,6 +43,9 @@ pub struct Controller {
     store: Option<Store>,
     drivers: BTreeMap<String, Box<dyn SwitchDriver>>,
     factory: DriverFactory,
+    /// The latest heartbeat of each job's ranks (in memory: a restarted controller starts
+    /// every clock afresh).
+    heartbeats: BTreeMap<(String, u8), std::time::Instant>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -88,6 +91,7 @@ impl Controller {
             store,
             drivers: BTreeMap::new(),
             factory,
+            heartbeats: BTreeMap::new(),
         };
         for s in c.state.switches.values() {
             let d = (c.factory)(&s.spec, s.token.as_deref());
@@ -189,9 +193,65 @@ impl Controller {
         })
     }
 
+    /// A worker of job `name` is alive; returns the job (failed, if its peers went silent).
+    pub fn heartbeat(
+        &mut self,
+        name: &str,
+        rank: u8,
+        now: std::time::Instant,
+    ) -> Result<JobInfo, ControllerError> {
+        let j = self.job(name)?;
+        if rank >= j.size {
+            return Err(StateError::BadRequest(format!(
+                "job {name:?}: rank {rank}, but the job has {} workers",
+                j.size
+            ))
+            .into());
+        }
+        self.heartbeats.insert((name.to_string(), rank), now);
+        Ok(j)
+    }
+
+    /// Fails every job installed on its switch with heartbeats whose rank has been silent for
+    /// three heartbeat periods (counted from its latest heartbeat, or from when the job was
+    /// first seen installed here). Returns the failed jobs and their missing ranks.
+    pub fn check_members(&mut self, now: std::time::Instant) -> Vec<(String, Vec<u8>)> {
+        let mut failing = Vec::new();
+        for (name, j) in &self.state.jobs {
+            let (Some(period), None, Some(_)) = (j.request.heartbeat_ms, &j.failed, j.epoch) else {
+                continue;
+            };
+            let limit = std::time::Duration::from_millis(u64::from(period) * 3);
+            let mut missing = Vec::new();
+            for rank in 0..j.size() {
+                let seen = *self.heartbeats.entry((name.clone(), rank)).or_insert(now);
+                if now.saturating_duration_since(seen) > limit {
+                    missing.push(rank);
+                }
+            }
+            if !missing.is_empty() {
+                failing.push((name.clone(), missing));
+            }
+        }
+        for (name, missing) in &failing {
+            tracing::warn!(job = %name, ?missing, "job failed: no heartbeat from these ranks");
+            match self.state.fail_job(name, missing.clone()) {
+                Ok(changes) => {
+                    let _ = self.save();
+                    if let Err(e) = self.apply(changes) {
+                        tracing::warn!(job = %name, error = %e, "removing the failed job");
+                    }
+                }
+                Err(e) => tracing::warn!(job = %name, error = %e, "failing the job"),
+            }
+        }
+        failing
+    }
+
     /// Deletes a job, frees its slots and gives them to the others on its switch.
     pub fn delete_job(&mut self, name: &str) -> Result<(), ControllerError> {
         let changes = self.state.delete_job(name)?;
+        self.heartbeats.retain(|(job, _), _| job != name);
         self.save()?;
         tracing::info!(job = %name, "job deleted");
         self.apply(changes)

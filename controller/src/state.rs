@@ -57,6 +57,9 @@ pub struct JobRecord {
     /// them; else as they join).
     #[serde(default)]
     pub members: BTreeMap<u8, SocketAddr>,
+    /// Set when the job failed: the ranks whose heartbeats stopped.
+    #[serde(default)]
+    pub failed: Option<Vec<u8>>,
 }
 
 impl JobRecord {
@@ -197,6 +200,7 @@ impl State {
                 slots: None,
                 epoch: None,
                 members,
+                failed: None,
             },
         );
         Ok(self.relayout(&switch))
@@ -269,6 +273,12 @@ impl State {
         if j.members.get(&rank) == Some(&addr) {
             return Ok((rank, Vec::new()));
         }
+        if j.failed.is_some() {
+            return bad(
+                "it failed (a worker stopped sending heartbeats): delete it and create it again"
+                    .into(),
+            );
+        }
         j.members.insert(rank, addr);
         // The last address missing, or one changed: (re)install once complete.
         let changes = match (j.addresses(), j.slots) {
@@ -282,6 +292,24 @@ impl State {
             _ => Vec::new(),
         };
         Ok((rank, changes))
+    }
+
+    /// Fails job `name` because `missing` went silent: it leaves its switch (its slots go to
+    /// the others) and stays listed, failed, until deleted. Returns the switch's changes.
+    pub fn fail_job(&mut self, name: &str, missing: Vec<u8>) -> Result<Vec<Change>, StateError> {
+        let j = self
+            .jobs
+            .get_mut(name)
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        if j.failed.is_some() {
+            return Ok(Vec::new());
+        }
+        let switch = j.switch.clone();
+        let before = self.wanted(&switch);
+        if let Some(j) = self.jobs.get_mut(name) {
+            j.failed = Some(missing);
+        }
+        Ok(self.relayout_from(&switch, before))
     }
 
     /// Records the epoch a switch installed a job under.
@@ -299,7 +327,7 @@ impl State {
     pub fn wanted(&self, switch: &str) -> BTreeMap<JobId, Range> {
         self.jobs
             .values()
-            .filter(|j| j.switch == switch)
+            .filter(|j| j.switch == switch && j.failed.is_none())
             .filter_map(|j| Some((j.id, j.slots?)))
             .collect()
     }
@@ -337,7 +365,9 @@ impl State {
             request: j.request.clone(),
             id: j.id,
             switch: j.switch.clone(),
-            state: if j.slots.is_some() {
+            state: if j.failed.is_some() {
+                JobState::Failed
+            } else if j.slots.is_some() {
                 JobState::Running
             } else {
                 JobState::Queued
@@ -346,6 +376,7 @@ impl State {
             epoch: j.epoch,
             size: j.size(),
             members: j.members.iter().map(|(r, a)| (*r, *a)).collect(),
+            missing: j.failed.clone().unwrap_or_default(),
         })
     }
 
@@ -366,7 +397,7 @@ impl State {
         let demands: Vec<Demand> = self
             .jobs
             .values()
-            .filter(|j| j.switch == switch)
+            .filter(|j| j.switch == switch && j.failed.is_none())
             .map(|j| Demand {
                 job: j.id,
                 want: j.request.window,
@@ -376,7 +407,11 @@ impl State {
             })
             .collect();
         let layout = alloc::layout(self.policy, capacity, &demands, &before);
-        for j in self.jobs.values_mut().filter(|j| j.switch == switch) {
+        for j in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.switch == switch && j.failed.is_none())
+        {
             let new = layout.placed.get(&j.id).copied();
             if new != j.slots {
                 j.slots = new;

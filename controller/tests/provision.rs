@@ -186,6 +186,7 @@ fn job(name: &str, workers: Vec<SocketAddr>, window: u16, min: u16) -> JobReques
         min_window: Some(min),
         priority: 0,
         switch: None,
+        heartbeat_ms: None,
     }
 }
 
@@ -380,6 +381,47 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
             other => panic!("{other:?}"),
         }
     }
+    ctl.stop();
+}
+
+#[test]
+fn a_silent_worker_fails_its_job_and_frees_its_slots() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
+    let mut hb = job("watched", free_addrs(3), 512, 64);
+    hb.heartbeat_ms = Some(100);
+    let watched = c.create_job(&hb).unwrap();
+    let other = c.create_job(&job("other", free_addrs(2), 512, 64)).unwrap();
+    assert_eq!(c.job("other").unwrap().slots.unwrap().count, 256);
+    // Ranks 0 and 1 beat; rank 2 never does.
+    let up = Instant::now();
+    let failed = loop {
+        let a = c.heartbeat("watched", 0).unwrap();
+        c.heartbeat("watched", 1).unwrap();
+        if a.state == JobState::Failed {
+            break a;
+        }
+        assert!(up.elapsed() < Duration::from_secs(10), "{a:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(failed.missing, vec![2]);
+    // Off the switch, its slots to the other job, and joining it again is refused.
+    let up = Instant::now();
+    while sw.jobs() != vec![(other.id, 0, 512)] {
+        assert!(up.elapsed() < Duration::from_secs(10), "{:?}", sw.jobs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!sw.jobs().iter().any(|(id, _, _)| *id == watched.id));
+    match c.wait_installed("watched", Duration::from_secs(1)) {
+        Err(ClientError::JobFailed { missing, .. }) => assert_eq!(missing, vec![2]),
+        other => panic!("{other:?}"),
+    }
+    // Deleting it lets the name be used again.
+    c.delete_job("watched").unwrap();
+    c.create_job(&job("watched", free_addrs(1), 128, 64))
+        .unwrap();
     ctl.stop();
 }
 
