@@ -53,6 +53,9 @@ pub struct ControllerArgs {
     /// again within this time), milliseconds.
     #[arg(long, default_value_t = 2000)]
     resync_ms: u64,
+    /// Serve the controller's counters in Prometheus' text format on this address.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 /// Where the controller is.
@@ -175,6 +178,7 @@ pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         token: args.token,
         resync_every: Duration::from_millis(args.resync_ms.max(10)),
+        metrics: args.metrics,
     };
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)

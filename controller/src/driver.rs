@@ -7,6 +7,12 @@ use ina_switch::control::{ControlClient, Request};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+/// How long connecting to a software switch's control endpoint may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long one of its answers may take (installing a job waits for every shard).
+pub const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What installing a job on a switch takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Install {
@@ -56,8 +62,15 @@ impl SoftwareSwitch {
             addr: self.addr,
             source,
         };
-        let mut c = ControlClient::connect_with_token(self.addr, self.token.as_deref())
-            .map_err(unreachable)?;
+        // Short: the controller holds its state while it waits, and an unreachable switch
+        // must not hold every API request up for long.
+        let mut c = ControlClient::connect_with_token_within(
+            self.addr,
+            self.token.as_deref(),
+            CONNECT_TIMEOUT,
+            IO_TIMEOUT,
+        )
+        .map_err(unreachable)?;
         let r = c.call(req).map_err(unreachable)?;
         if r.ok {
             Ok(r)

@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// How often every switch is brought to the state (a restarted switch is provisioned
     /// again within this time).
     pub resync_every: Duration,
+    /// Where to serve the controller's counters in Prometheus' text format, if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -45,6 +47,7 @@ impl Default for ServerConfig {
         ServerConfig {
             token: None,
             resync_every: Duration::from_secs(2),
+            metrics: None,
         }
     }
 }
@@ -92,7 +95,12 @@ async fn run<T: Send + 'static>(
     let ctl = app.ctl.clone();
     tokio::task::spawn_blocking(move || {
         let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut c).map_err(ApiError::from)
+        f(&mut c).map_err(|e| {
+            if matches!(e, ControllerError::State(_)) {
+                c.refused();
+            }
+            ApiError::from(e)
+        })
     })
     .await
     .unwrap_or_else(|e| Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())))
@@ -127,6 +135,21 @@ pub async fn serve(
     let app = App {
         ctl: Arc::new(Mutex::new(controller)),
         token: config.token.map(Arc::from),
+    };
+    let stop_metrics = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _metrics = match config.metrics {
+        Some(at) => {
+            let ctl = app.ctl.clone();
+            let m = ina_io::metrics::MetricsServer::spawn(
+                at,
+                move || ctl.lock().unwrap_or_else(|p| p.into_inner()).metrics_text(),
+                stop_metrics.clone(),
+            )
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+            tracing::info!(addr = %m.local_addr, "metrics");
+            Some(m)
+        }
+        None => None,
     };
     let resync = tokio::spawn(resync_loop(app.ctl.clone(), config.resync_every));
     let router = router(app);
@@ -260,24 +283,25 @@ async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {
     loop {
         tick.tick().await;
         let ctl = ctl.clone();
-        let failed = tokio::task::spawn_blocking(move || {
+        let (failed, unreachable) = tokio::task::spawn_blocking(move || {
             let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
-            c.check_members(std::time::Instant::now());
-            c.resync()
+            let now = std::time::Instant::now();
+            c.check_members(now);
+            let failed = c.resync(now, every);
+            (failed, c.unreachable())
         })
         .await
         .unwrap_or_default();
-        let names: Vec<String> = failed.iter().map(|(s, _)| s.clone()).collect();
         for (switch, e) in &failed {
             if !failing.contains(switch) {
-                tracing::warn!(%switch, error = %e, "switch unreachable; retrying");
+                tracing::warn!(%switch, error = %e, "switch unreachable; retrying with backoff");
             }
         }
         for s in &failing {
-            if !names.contains(s) {
+            if !unreachable.contains(s) {
                 tracing::info!(switch = %s, "switch reachable again");
             }
         }
-        failing = names;
+        failing = unreachable;
     }
 }

@@ -46,7 +46,30 @@ pub struct Controller {
     /// The latest heartbeat of each job's ranks (in memory: a restarted controller starts
     /// every clock afresh).
     heartbeats: BTreeMap<(String, u8), std::time::Instant>,
+    /// Switches that could not be reached: when to try each again, and the wait after that.
+    retry: BTreeMap<String, (std::time::Instant, std::time::Duration)>,
+    counters: Counters,
 }
+
+/// What the controller has done since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub jobs_created: u64,
+    pub jobs_deleted: u64,
+    /// Jobs failed because a worker stopped sending heartbeats.
+    pub jobs_failed: u64,
+    pub joins: u64,
+    pub heartbeats: u64,
+    /// Data-plane changes a switch took (installs, removals).
+    pub changes_applied: u64,
+    /// Data-plane changes a switch did not take (retried by the resync).
+    pub changes_failed: u64,
+    /// Requests refused as invalid, or naming no such switch or job.
+    pub requests_refused: u64,
+}
+
+/// The longest wait between two resyncs of an unreachable switch.
+const MAX_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,6 +115,8 @@ impl Controller {
             drivers: BTreeMap::new(),
             factory,
             heartbeats: BTreeMap::new(),
+            retry: BTreeMap::new(),
+            counters: Counters::default(),
         };
         for s in c.state.switches.values() {
             let d = (c.factory)(&s.spec, s.token.as_deref());
@@ -102,6 +127,95 @@ impl Controller {
 
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Counts a request refused before it changed anything.
+    pub fn refused(&mut self) {
+        self.counters.requests_refused += 1;
+    }
+
+    /// The controller's counters and gauges in Prometheus' text format.
+    pub fn metrics_text(&self) -> String {
+        let c = &self.counters;
+        let mut e = ina_io::metrics::Exposition::new();
+        e.counter(
+            "ina_controller_jobs_created_total",
+            "Jobs created.",
+            c.jobs_created,
+        )
+        .counter(
+            "ina_controller_jobs_deleted_total",
+            "Jobs deleted.",
+            c.jobs_deleted,
+        )
+        .counter(
+            "ina_controller_jobs_failed_total",
+            "Jobs failed because a worker stopped sending heartbeats.",
+            c.jobs_failed,
+        )
+        .counter("ina_controller_joins_total", "Workers joined.", c.joins)
+        .counter(
+            "ina_controller_heartbeats_total",
+            "Heartbeats received.",
+            c.heartbeats,
+        )
+        .counter(
+            "ina_controller_changes_applied_total",
+            "Data-plane changes the switches took.",
+            c.changes_applied,
+        )
+        .counter(
+            "ina_controller_changes_failed_total",
+            "Data-plane changes a switch did not take (retried).",
+            c.changes_failed,
+        )
+        .counter(
+            "ina_controller_requests_refused_total",
+            "Requests refused as invalid or naming nothing.",
+            c.requests_refused,
+        );
+        let jobs = self.jobs();
+        let count = |s: crate::api::JobState| jobs.iter().filter(|j| j.state == s).count() as f64;
+        e.gauge(
+            "ina_controller_jobs_running",
+            "Jobs holding slots.",
+            count(crate::api::JobState::Running),
+        )
+        .gauge(
+            "ina_controller_jobs_queued",
+            "Jobs waiting for slots.",
+            count(crate::api::JobState::Queued),
+        )
+        .gauge(
+            "ina_controller_jobs_failed",
+            "Failed jobs not yet deleted.",
+            count(crate::api::JobState::Failed),
+        )
+        .gauge(
+            "ina_controller_switches",
+            "Switches.",
+            self.state.switches.len() as f64,
+        )
+        .gauge(
+            "ina_controller_switches_unreachable",
+            "Switches not reachable at their last resync.",
+            self.retry.len() as f64,
+        );
+        let free: u64 = self
+            .switches()
+            .iter()
+            .map(|s| u64::from(s.free_slots))
+            .sum();
+        e.gauge(
+            "ina_controller_free_slots",
+            "Slots no job holds, on every switch.",
+            free as f64,
+        );
+        e.finish()
     }
 
     pub fn health(&self) -> Health {
@@ -161,6 +275,7 @@ impl Controller {
     pub fn create_job(&mut self, request: JobRequest) -> Result<JobInfo, ControllerError> {
         let name = request.name.clone();
         let changes = self.state.create_job(request)?;
+        self.counters.jobs_created += 1;
         self.save()?;
         self.apply(changes)?;
         let info = self.job(&name)?;
@@ -171,6 +286,7 @@ impl Controller {
     /// A worker joins a job; once all have, the job is installed.
     pub fn join(&mut self, name: &str, req: JoinRequest) -> Result<Joined, ControllerError> {
         let (rank, changes) = self.state.join(name, req.rank, req.addr)?;
+        self.counters.joins += 1;
         self.save()?;
         tracing::info!(job = %name, rank, addr = %req.addr, "worker joined");
         self.apply(changes)?;
@@ -209,6 +325,7 @@ impl Controller {
             .into());
         }
         self.heartbeats.insert((name.to_string(), rank), now);
+        self.counters.heartbeats += 1;
         Ok(j)
     }
 
@@ -237,6 +354,7 @@ impl Controller {
             tracing::warn!(job = %name, ?missing, "job failed: no heartbeat from these ranks");
             match self.state.fail_job(name, missing.clone()) {
                 Ok(changes) => {
+                    self.counters.jobs_failed += 1;
                     let _ = self.save();
                     if let Err(e) = self.apply(changes) {
                         tracing::warn!(job = %name, error = %e, "removing the failed job");
@@ -251,6 +369,7 @@ impl Controller {
     /// Deletes a job, frees its slots and gives them to the others on its switch.
     pub fn delete_job(&mut self, name: &str) -> Result<(), ControllerError> {
         let changes = self.state.delete_job(name)?;
+        self.counters.jobs_deleted += 1;
         self.heartbeats.retain(|(job, _), _| job != name);
         self.save()?;
         tracing::info!(job = %name, "job deleted");
@@ -258,16 +377,40 @@ impl Controller {
     }
 
     /// Brings every switch from what it holds to what the state wants; returns the switches
-    /// that could not be reached, with why.
-    pub fn resync(&mut self) -> Vec<(String, DriverError)> {
+    /// that could not be reached, with why. A switch that could not be reached is tried again
+    /// after a wait that doubles, from one period up to 30 s, so that a switch that is gone
+    /// costs little (each attempt may wait for its connection timeout).
+    pub fn resync(
+        &mut self,
+        now: std::time::Instant,
+        period: std::time::Duration,
+    ) -> Vec<(String, DriverError)> {
         let names: Vec<String> = self.drivers.keys().cloned().collect();
         let mut failed = Vec::new();
         for n in names {
-            if let Err(ControllerError::Driver { switch, source }) = self.resync_one(&n) {
-                failed.push((switch, source));
+            if self.retry.get(&n).is_some_and(|(at, _)| now < *at) {
+                continue;
+            }
+            match self.resync_one(&n) {
+                Err(ControllerError::Driver { switch, source }) => {
+                    let wait = self
+                        .retry
+                        .get(&n)
+                        .map_or(period, |(_, w)| (*w * 2).min(MAX_RETRY));
+                    self.retry.insert(n, (now + wait, wait));
+                    failed.push((switch, source));
+                }
+                _ => {
+                    self.retry.remove(&n);
+                }
             }
         }
         failed
+    }
+
+    /// The switches not reachable at their last resync.
+    pub fn unreachable(&self) -> Vec<String> {
+        self.retry.keys().cloned().collect()
     }
 
     fn resync_one(&mut self, switch: &str) -> Result<(), ControllerError> {
@@ -346,9 +489,13 @@ impl Controller {
                 }
             };
             match done {
-                Ok(Some((id, epoch))) => self.state.installed(&c.switch, id, epoch),
-                Ok(None) => {}
+                Ok(Some((id, epoch))) => {
+                    self.counters.changes_applied += 1;
+                    self.state.installed(&c.switch, id, epoch)
+                }
+                Ok(None) => self.counters.changes_applied += 1,
                 Err(e) => {
+                    self.counters.changes_failed += 1;
                     tracing::warn!(switch = %c.switch, error = %e, "switch did not take a change");
                     result = Err(fail(e));
                     break;

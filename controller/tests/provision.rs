@@ -99,6 +99,16 @@ impl RunningController {
         bind: &str,
         token: Option<&str>,
     ) -> RunningController {
+        RunningController::start_with_metrics(dir, policy, bind, token, None)
+    }
+
+    fn start_with_metrics(
+        dir: Option<&Path>,
+        policy: Policy,
+        bind: &str,
+        token: Option<&str>,
+        metrics: Option<SocketAddr>,
+    ) -> RunningController {
         let store = dir.map(|d| Store::open(d).unwrap());
         let ctl = Controller::open(policy, store, software_drivers()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -107,6 +117,7 @@ impl RunningController {
         let config = ServerConfig {
             token: token.map(str::to_string),
             resync_every: Duration::from_millis(100),
+            metrics,
         };
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -387,7 +398,17 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
 #[test]
 fn a_silent_worker_fails_its_job_and_frees_its_slots() {
     let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let ctl = RunningController::start_with_metrics(
+        None,
+        Policy::FairShare,
+        "127.0.0.1:0",
+        None,
+        Some(metrics),
+    );
     let c = ctl.client(None);
     c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let mut hb = job("watched", free_addrs(3), 512, 64);
@@ -422,6 +443,21 @@ fn a_silent_worker_fails_its_job_and_frees_its_slots() {
     c.delete_job("watched").unwrap();
     c.create_job(&job("watched", free_addrs(1), 128, 64))
         .unwrap();
+    // The counters say so.
+    let text = ureq::get(&format!("http://{metrics}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    for line in [
+        "ina_controller_jobs_created_total 3",
+        "ina_controller_jobs_failed_total 1",
+        "ina_controller_jobs_deleted_total 1",
+        "ina_controller_jobs_running 2",
+        "ina_controller_switches_unreachable 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
     ctl.stop();
 }
 

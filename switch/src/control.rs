@@ -675,8 +675,18 @@ pub struct ControlClient {
 impl ControlClient {
     /// Connects to a control endpoint.
     pub fn connect(addr: SocketAddr) -> std::io::Result<ControlClient> {
-        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        ControlClient::connect_within(addr, Duration::from_secs(5), Duration::from_secs(10))
+    }
+
+    /// Connects within `connect` and waits at most `io` for each answer.
+    pub fn connect_within(
+        addr: SocketAddr,
+        connect: Duration,
+        io: Duration,
+    ) -> std::io::Result<ControlClient> {
+        let s = TcpStream::connect_timeout(&addr, connect)?;
+        s.set_read_timeout(Some(io))?;
+        s.set_write_timeout(Some(io))?;
         Ok(ControlClient {
             writer: s.try_clone()?,
             reader: BufReader::new(s),
@@ -688,7 +698,23 @@ impl ControlClient {
         addr: SocketAddr,
         token: Option<&str>,
     ) -> std::io::Result<ControlClient> {
-        let mut c = ControlClient::connect(addr)?;
+        ControlClient::connect_with_token_within(
+            addr,
+            token,
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// [`connect_with_token`](Self::connect_with_token) within the given times (see
+    /// [`connect_within`](Self::connect_within)).
+    pub fn connect_with_token_within(
+        addr: SocketAddr,
+        token: Option<&str>,
+        connect: Duration,
+        io: Duration,
+    ) -> std::io::Result<ControlClient> {
+        let mut c = ControlClient::connect_within(addr, connect, io)?;
         if let Some(t) = token {
             let r = c.call(&Request::Auth {
                 token: t.to_string(),
