@@ -14,7 +14,8 @@
 //! one slot to two jobs at any instant ([`alloc::plan`] orders every change so).
 //! [`alloc`] and [`state`] are pure: no I/O, no clock.
 
-pub mod alloc;
+/// The slot allocator, pure, in `ina-proto` so that the simulator runs it too.
+pub use ina_proto::alloc;
 pub mod api;
 pub mod client;
 pub mod driver;

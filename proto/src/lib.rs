@@ -2,7 +2,8 @@
 //!
 //! Everything whose correctness matters lives here: the block floating point [`quant`]izer, the
 //! switch's data plane ([`pipeline`], mirroring the P4 programs register for register), the
-//! worker's stream [`session`] with its [`rtt`] estimator, and the [`ring`] all-reduce schedule.
+//! worker's stream [`session`] with its [`rtt`] estimator, the [`ring`] all-reduce schedule, and
+//! the controller's slot allocator ([`alloc`]).
 //!
 //! What it must not do: touch sockets, threads, clocks, files or an async runtime. Every
 //! machine takes the current [`time::Instant`] as an argument and hands packets back to its
@@ -11,6 +12,7 @@
 // have those features (see `kernels`), and allowed only where it is used.
 #![deny(unsafe_code)]
 
+pub mod alloc;
 pub mod event;
 mod kernels;
 pub mod l2;

@@ -2,7 +2,7 @@
 //! policy; the layouts never overlap, never leak, respect every job's bounds, and the fair
 //! share holds its bound; the change plans never give a slot to two jobs on the way.
 
-use ina_controller::alloc::{self, Demand, JobId, Policy, Range, Step, BLOCK};
+use ina_proto::alloc::{self, Demand, JobId, Policy, Range, Step, BLOCK};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -5,6 +5,7 @@
 //! Slots are handed out in whole blocks of [`BLOCK`] (the switch's gap register keeps one cell
 //! per block and rank, and a lane must cover whole blocks to use it; PROTOCOL.md §5).
 
+#[cfg(feature = "serde")]
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -15,8 +16,9 @@ pub const BLOCK: u16 = 64;
 pub type JobId = u16;
 
 /// How a switch's pool is shared when jobs want more than it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Policy {
     /// Jobs keep the range they got; a new job takes the first hole that fits its window (or
     /// failing that the largest hole of at least its minimum), else it queues.
@@ -43,7 +45,8 @@ impl std::fmt::Display for Policy {
 }
 
 /// A contiguous range of slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Range {
     pub base: u16,
     pub count: u16,
@@ -67,7 +70,8 @@ impl Range {
 }
 
 /// What one job asks of its switch's pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct Demand {
     pub job: JobId,
     /// Slots it wants (its window: a few bandwidth-delay products), whole blocks.
@@ -280,7 +284,8 @@ fn pack(demands: &[Demand], sizes: &[u16], out: &mut Layout) {
 }
 
 /// One change to a switch's data plane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub enum Step {
     /// The job stops holding slots (removed, preempted, or cleared to let another move).
     Remove(JobId),
