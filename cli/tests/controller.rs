@@ -30,22 +30,18 @@ fn controller(dir: &Path) -> (Proc, SocketAddr) {
     (p, api)
 }
 
-fn epochs(sw: &SwitchProc) -> Vec<(u16, Option<u16>)> {
-    sw.call(&Request::Jobs)
-        .jobs
-        .unwrap()
-        .iter()
-        .map(|j| (j.job, j.epoch))
-        .collect()
-}
-
-#[test]
-fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
-    let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("ina-cli-controller-{}", std::process::id()));
+/// A switch, a controller with its state in a fresh directory named `tag`, the switch added,
+/// and a job `name` of `size` workers that join by name.
+fn rack_with_job(
+    tag: &str,
+    name: &str,
+    size: u8,
+    heartbeat_ms: Option<u32>,
+) -> (SwitchProc, Proc, SocketAddr, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ina-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let sw = SwitchProc::start(&[]);
-    let (mut ctl, api) = controller(&dir);
+    let (ctl, api) = controller(&dir);
     let c = Client::new(&api.to_string(), None);
     c.add_switch(&SwitchSpec {
         name: "tor".into(),
@@ -58,36 +54,76 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
     })
     .unwrap();
     c.create_job(&JobRequest {
-        name: "train".into(),
+        name: name.into(),
         workers: Vec::new(),
-        size: Some(2),
+        size: Some(size),
         elems_per_packet: 256,
         window: 256,
         min_window: Some(64),
         priority: 0,
         switch: None,
-        heartbeat_ms: None,
+        heartbeat_ms,
     })
     .unwrap();
-    // Enough to be running when the controller is killed (about 2 s here).
-    let iterations = 400;
-    let mut workers: Vec<Proc> = (0..2)
+    (sw, ctl, api, dir)
+}
+
+/// Runs `ina ARGS`, which must fail with status 2 and `needle` in its error.
+fn fails_with(args: &[&str], needle: &str) {
+    let mut p = Proc::spawn(args[0], args);
+    assert_eq!(p.wait(after(START)).code(), Some(2), "{args:?}");
+    assert!(
+        p.stderr_text().contains(needle),
+        "{args:?}: {}",
+        p.stderr_text()
+    );
+}
+
+/// `size` workers of job `name` that join through the controller at `api`, each running
+/// `iterations` all-reduces of `elements` with seed 7.
+fn joining_workers(
+    api: SocketAddr,
+    name: &str,
+    size: usize,
+    elements: usize,
+    iterations: usize,
+) -> Vec<Proc> {
+    (0..size)
         .map(|r| {
             let args = vec![
                 "worker".to_string(),
-                "--job-name=train".into(),
+                format!("--job-name={name}"),
                 format!("--controller={api}"),
                 "--bind=127.0.0.1:0".into(),
                 format!("--rank={r}"),
-                "--elements=200000".into(),
+                format!("--elements={elements}"),
                 format!("--iterations={iterations}"),
                 "--warmup=0".into(),
                 "--seed=7".into(),
-                "--give-up-ms=5000".into(),
+                "--give-up-ms=60000".into(),
             ];
             Proc::spawn(&format!("worker {r}"), &args)
         })
-        .collect();
+        .collect()
+}
+
+fn epochs(sw: &SwitchProc) -> Vec<(u16, Option<u16>)> {
+    sw.call(&Request::Jobs)
+        .jobs
+        .unwrap()
+        .iter()
+        .map(|j| (j.job, j.epoch))
+        .collect()
+}
+
+#[test]
+fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
+    let _serial = serial();
+    let (sw, mut ctl, api, dir) = rack_with_job("controller", "train", 2, None);
+    let c = Client::new(&api.to_string(), None);
+    // Enough to be running when the controller is killed (about 2 s here).
+    let iterations = 400;
+    let mut workers = joining_workers(api, "train", 2, 200_000, iterations);
     let p = workers[0].expect("provisioned", after(START));
     assert_eq!(p.value.get("rank").and_then(|v| v.as_u64()), Some(0));
     workers[0].expect("joined", after(Duration::from_secs(60)));
@@ -112,100 +148,41 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
 #[test]
 fn wrong_controller_flags_fail_with_a_clear_error() {
     let _serial = serial();
-    let mut p = Proc::spawn(
-        "controller",
+    fails_with(
         &[
             "controller",
             "--listen=0.0.0.0:0",
             "--state-dir=/nonexistent-unused",
         ],
+        "needs an access token",
     );
-    let status = p.wait(after(START));
-    assert_eq!(status.code(), Some(2));
-    assert!(
-        p.stderr_text().contains("needs an access token"),
-        "{}",
-        p.stderr_text()
-    );
-    let mut p = Proc::spawn(
-        "worker",
+    fails_with(
         &[
             "worker",
             "--job-name=x",
             "--bind=0.0.0.0:0",
             "--controller=127.0.0.1:1",
         ],
+        "its own IP",
     );
-    assert_eq!(p.wait(after(START)).code(), Some(2));
-    assert!(
-        p.stderr_text().contains("its own IP"),
-        "{}",
-        p.stderr_text()
-    );
-    let mut p = Proc::spawn(
-        "worker",
+    fails_with(
         &[
             "worker",
             "--job-name=x",
             "--bind=127.0.0.1:0",
             "--controller=127.0.0.1:1",
         ],
-    );
-    assert_eq!(p.wait(after(START)).code(), Some(2));
-    assert!(
-        p.stderr_text().contains("unreachable"),
-        "{}",
-        p.stderr_text()
+        "unreachable",
     );
 }
 
 #[test]
 fn a_worker_killed_mid_run_fails_its_job_and_the_others_are_told_which_rank() {
     let _serial = serial();
-    let dir = std::env::temp_dir().join(format!("ina-cli-heartbeat-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let sw = SwitchProc::start(&[]);
-    let (_ctl, api) = controller(&dir);
+    let (sw, _ctl, api, dir) = rack_with_job("heartbeat", "hb", 3, Some(200));
     let c = Client::new(&api.to_string(), None);
-    c.add_switch(&SwitchSpec {
-        name: "tor".into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots: 4096,
-        elems_per_slot: 256,
-        token: None,
-    })
-    .unwrap();
-    c.create_job(&JobRequest {
-        name: "hb".into(),
-        workers: Vec::new(),
-        size: Some(3),
-        elems_per_packet: 256,
-        window: 256,
-        min_window: Some(64),
-        priority: 0,
-        switch: None,
-        heartbeat_ms: Some(200),
-    })
-    .unwrap();
-    let mut workers: Vec<Proc> = (0..3)
-        .map(|r| {
-            let args = vec![
-                "worker".to_string(),
-                "--job-name=hb".into(),
-                format!("--controller={api}"),
-                "--bind=127.0.0.1:0".into(),
-                format!("--rank={r}"),
-                "--elements=100000".into(),
-                // Far more than the test waits for.
-                "--iterations=1000000".into(),
-                "--warmup=0".into(),
-                "--give-up-ms=60000".into(),
-            ];
-            Proc::spawn(&format!("worker {r}"), &args)
-        })
-        .collect();
+    // Far more iterations than the test waits for.
+    let mut workers = joining_workers(api, "hb", 3, 100_000, 1_000_000);
     for w in &mut workers {
         w.expect("joined", after(Duration::from_secs(60)));
     }
