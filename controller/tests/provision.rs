@@ -45,14 +45,10 @@ impl RunningSwitch {
             }),
             server.spawn(stop.clone()).unwrap(),
         ];
-        let up = Instant::now();
-        while handle.stats().is_err() {
-            assert!(
-                up.elapsed() < Duration::from_secs(10),
-                "switch did not start"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        assert!(
+            handle.wait_running(Duration::from_secs(10)),
+            "switch did not start"
+        );
         RunningSwitch {
             udp,
             control,

@@ -96,6 +96,19 @@ impl SwitchHandle {
         self.running.store(on, Ordering::SeqCst);
     }
 
+    /// Waits until the switch runs (its shards answer), up to `within`; returns whether it
+    /// does. A request sent before is refused with "not running".
+    pub fn wait_running(&self, within: Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.stats().is_err() {
+            if start.elapsed() >= within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
     /// The switch's data address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

@@ -44,14 +44,10 @@ fn start(cfg: SwitchConfig) -> Running {
     ];
     // The switch runs on its own thread: a request sent before that thread is up would be
     // refused with "not running".
-    let up = std::time::Instant::now();
-    while handle.stats().is_err() {
-        assert!(
-            up.elapsed() < Duration::from_secs(10),
-            "the switch did not start"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    assert!(
+        handle.wait_running(Duration::from_secs(10)),
+        "the switch did not start"
+    );
     Running {
         udp,
         control,
