@@ -457,6 +457,9 @@ impl Controller {
 
     /// Applies changes in order; stops at the first a switch does not take.
     fn apply(&mut self, changes: Vec<Change>) -> Result<(), ControllerError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
         let mut result = Ok(());
         for c in changes {
             let Some(driver) = self.drivers.get_mut(&c.switch) else {

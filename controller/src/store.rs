@@ -1,6 +1,7 @@
 //! The controller's state on disk: one JSON file, replaced atomically after every change
 //! (written beside it, fsynced, renamed over it, the directory fsynced). A controller killed at
-//! any instant finds either the state before the change or the state after it.
+//! any instant finds either the state before the change or the state after it. The file is
+//! readable by its owner only: it holds the switches' control tokens.
 
 use crate::state::State;
 use std::fs::{self, File};
@@ -72,7 +73,17 @@ impl Store {
             path: temp.clone(),
             source: std::io::Error::other(e),
         })?;
-        let mut f = File::create(&temp).map_err(io(&temp))?;
+        // Owner only: the state holds the switches' control tokens.
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)
+                .map_err(io(&temp))?
+        };
         f.write_all(&bytes).map_err(io(&temp))?;
         f.sync_all().map_err(io(&temp))?;
         drop(f);

@@ -558,6 +558,14 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
     }
     let before = c.jobs().unwrap();
     let held = sw.jobs();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("controller-state.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the state file holds tokens");
+    }
     ctl.stop();
 
     // A new controller on the same state: the same jobs, and the switch untouched.
