@@ -60,17 +60,18 @@ pub struct SimArgs {
     /// Elements per packet.
     #[arg(long, default_value_t = 256)]
     pub(crate) elems: u16,
-    /// Slots per job (the window). The default is the larger of sixteen bandwidth-delay
+    /// Slots per job (the window). The default is the larger of twelve bandwidth-delay
     /// products of the round trip between a worker and its own switch and eight of the round
     /// trip through every level of switches, in whole blocks of 64 (the switch's gap
-    /// register): 1856 at the default link (100 Gbit/s, 5 µs, 256-element packets: 116 packets
-    /// in flight fill one switch's round trip), on one switch and with --rack-size alike.
+    /// register): 1408 on one switch at the default link (100 Gbit/s, 5 µs, 256-element
+    /// packets: 116 packets in flight fill one switch's round trip), 1856 with --rack-size.
     /// Lossless, two would do; under loss a use of a slot lasts as long as its repairs, and the
     /// link stays busy only while the window covers the mean use (n = 8 on one switch, as a
-    /// fraction of the lossless goodput: at 10% loss, 0.46 with 256 slots, 0.71 with 512, 0.82
-    /// with 960, 0.84 with 1856; at 20% loss with 5% duplication and 5% reordering, 0.57 with
-    /// 960 and 0.65 with 1856; at 1%, 0.97 from 512 on; in a tree of 4 racks of 32 at 1%, 0.73
-    /// with 512 and 0.91 from 1024 on).
+    /// fraction of the lossless goodput, 8-12 seeds: at 1% loss, 0.971 with 960 slots, 0.973
+    /// with 1216, 0.971 with 1408, 0.970 with 1600, 0.969 with 1856; at 20% loss with 5%
+    /// duplication and 5% reordering, 0.56, 0.61, 0.64, 0.64 and 0.65; at 10%, 0.46 with 256
+    /// slots, 0.71 with 512, 0.82 with 960; in a tree of 4 racks of 32 at 1%, 0.73 with 512
+    /// and 0.91 from 1024 on).
     #[arg(long)]
     pub(crate) window: Option<u16>,
     /// Link speed, Gbit/s.
@@ -217,10 +218,10 @@ impl SimArgs {
     }
 }
 
-/// The larger of sixteen bandwidth-delay products of the round trip between a worker and its
+/// The larger of twelve bandwidth-delay products of the round trip between a worker and its
 /// own switch and eight of the round trip through every level (to the upper switch and back,
 /// with racks), in packets of `--elems` elements with their frame headers, rounded up to whole
-/// blocks of 64 slots: 1856 at the default link, on one switch and in racks alike.
+/// blocks of 64 slots: 1408 on one switch at the default link, 1856 in racks.
 fn default_window(args: &SimArgs) -> u16 {
     let block = f64::from(ina_wire::agg::GAP_BLOCK);
     let own_rtt_s = 2.0 * args.latency_us * 1e-6;
@@ -232,7 +233,7 @@ fn default_window(args: &SimArgs) -> u16 {
         4 * usize::from(args.elems) + ina_wire::HEADER_LEN + ina_wire::frame::FRAME_HEADER_LEN;
     let frame_bits = 8.0 * frame_bytes as f64;
     let bdp = |rtt_s: f64| args.gbps * 1e9 * rtt_s / frame_bits;
-    let slots = (16.0 * bdp(own_rtt_s)).max(8.0 * bdp(rtt_s));
+    let slots = (12.0 * bdp(own_rtt_s)).max(8.0 * bdp(rtt_s));
     let blocks = (slots / block).ceil().clamp(1.0, 60_000.0 / block);
     (blocks * block) as u16
 }
@@ -499,7 +500,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         if args.window.is_some() {
             ""
         } else {
-            " (sixteen bandwidth-delay products of one switch's round trip)"
+            " (the default: twelve bandwidth-delay products of one switch's round trip, eight of a tree's)"
         }
     );
     println!(
