@@ -715,6 +715,7 @@ fn run_cluster(args: &SimArgs, n: usize) -> anyhow::Result<()> {
         Scheme::Controller(Policy::FairShare),
         Scheme::Controller(Policy::Priority),
         Scheme::LeastAttained,
+        Scheme::FinishTimeFairness,
     ];
     println!(
         "{n} jobs per stream, load {:.2}, pool {} slots, {} Gbit/s links, host fallback {} Gbit/s, seeds {}..{}",

@@ -47,6 +47,11 @@ pub enum Scheme {
     /// a job has moved, the higher its priority (in 2× steps from 1 Gbit on), so short jobs
     /// overtake long ones and a long job is preempted between its streams.
     LeastAttained,
+    /// The controller's priority policy with Themis' finish-time fairness: the further a job's
+    /// finish time would fall behind the time it would take alone (`ρ = (elapsed + remaining
+    /// alone) / length alone`), the higher its priority (in steps of 1/16 of ρ), re-ranked at
+    /// least every [`FAIRNESS_STEP`] seconds.
+    FinishTimeFairness,
     /// The pool cut into this many equal partitions; a job takes a free one (first come,
     /// first served) or waits.
     StaticPartitions(u16),
@@ -60,11 +65,15 @@ impl std::fmt::Display for Scheme {
         match self {
             Scheme::Controller(p) => write!(f, "controller, {p}"),
             Scheme::LeastAttained => write!(f, "controller, least attained service"),
+            Scheme::FinishTimeFairness => write!(f, "controller, finish-time fairness"),
             Scheme::StaticPartitions(n) => write!(f, "static partitions ({n})"),
             Scheme::BestEffortHash => write!(f, "best effort, hashed (ATP-like)"),
         }
     }
 }
+
+/// How often finish-time fairness re-ranks the jobs, seconds.
+pub const FAIRNESS_STEP: f64 = 0.5;
 
 /// When each job finished.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +156,7 @@ pub fn run(cfg: &ClusterConfig, jobs: &[ClusterJob], scheme: Scheme) -> ClusterR
         // Who runs, and at what rate.
         let active: Vec<usize> = (0..arrived).filter(|&i| done_at[i].is_none()).collect();
         let rates: Vec<(usize, f64)> = match scheme {
-            Scheme::Controller(_) | Scheme::LeastAttained => {
+            Scheme::Controller(_) | Scheme::LeastAttained | Scheme::FinishTimeFairness => {
                 let policy = match scheme {
                     Scheme::Controller(p) => p,
                     _ => Policy::Priority,
@@ -160,6 +169,11 @@ pub fn run(cfg: &ClusterConfig, jobs: &[ClusterJob], scheme: Scheme) -> ClusterR
                         min: jobs[i].min,
                         priority: match scheme {
                             Scheme::LeastAttained => las_priority(jobs[i].bits - left[i]),
+                            Scheme::FinishTimeFairness => {
+                                let alone = jobs[i].bits / link;
+                                let rho = (now - jobs[i].arrival + left[i] / link) / alone;
+                                (rho * 16.0).clamp(0.0, 255.0) as u8
+                            }
                             _ => 0,
                         },
                         arrival: i as u64,
@@ -253,6 +267,7 @@ pub fn run(cfg: &ClusterConfig, jobs: &[ClusterJob], scheme: Scheme) -> ClusterR
                     now + (next - moved).max(1.0) / r
                 })
                 .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t)))),
+            Scheme::FinishTimeFairness if !rates.is_empty() => Some(now + FAIRNESS_STEP),
             _ => None,
         };
         let t = [next_arrival, next_done, las_step]

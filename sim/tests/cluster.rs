@@ -76,6 +76,20 @@ fn least_attained_service_lets_a_short_job_overtake_a_long_one() {
 }
 
 #[test]
+fn finish_time_fairness_serves_the_job_that_fell_furthest_behind() {
+    // A long job holds the pool; a short one arrives and, in arrival order, runs with the
+    // minimum the long one leaves. Its finish time falls behind its length at once, so
+    // finish-time fairness gives it the pool.
+    let jobs = [job(0.0, 100.0, 1024), job(5.0, 1.0, 1024)];
+    let fifo = cluster::run(&CFG, &jobs, Scheme::Controller(Policy::Priority));
+    let ftf = cluster::run(&CFG, &jobs, Scheme::FinishTimeFairness);
+    assert!(ftf.jct[1] < 3.0, "{ftf:?}");
+    assert!(ftf.jct[1] < fifo.jct[1]);
+    // The long job gives up little: about the short one's length.
+    assert!(ftf.jct[0] < fifo.jct[0] + 2.0, "{ftf:?} against {fifo:?}");
+}
+
+#[test]
 fn under_load_sharing_beats_static_partitions_on_every_seed() {
     let cfg = ClusterConfig { pool: 8192, ..CFG };
     for seed in 1..=4 {
