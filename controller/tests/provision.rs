@@ -458,6 +458,35 @@ fn a_silent_worker_fails_its_job_and_frees_its_slots() {
 }
 
 #[test]
+fn a_higher_priority_job_preempts_a_lower_one_and_gives_its_slots_back() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let ctl = RunningController::start(None, Policy::Priority, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
+    let low = c.create_job(&job("low", free_addrs(2), 512, 256)).unwrap();
+    assert_eq!(sw.jobs(), vec![(low.id, 0, 512)]);
+    // A higher-priority job that needs 384: the low one cannot keep its minimum of 256, so it
+    // is preempted (off the switch, queued) rather than shrunk below it.
+    let mut req = job("high", free_addrs(2), 384, 384);
+    req.priority = 7;
+    let high = c.create_job(&req).unwrap();
+    assert_eq!(c.job("low").unwrap().state, JobState::Queued);
+    assert_eq!(sw.jobs(), vec![(high.id, 0, 384)]);
+    // A second high-priority job takes the rest: 128.
+    let mut req = job("high2", free_addrs(1), 128, 64);
+    req.priority = 7;
+    let high2 = c.create_job(&req).unwrap();
+    assert_eq!(high2.slots.map(|r| r.count), Some(128));
+    // When the high jobs leave, the low one runs again with its whole window.
+    c.delete_job("high").unwrap();
+    c.delete_job("high2").unwrap();
+    let low = c.job("low").unwrap();
+    assert_eq!(low.state, JobState::Running);
+    assert_eq!(sw.jobs(), vec![(low.id, 0, 512)]);
+    ctl.stop();
+}
+
+#[test]
 fn requests_are_validated_with_clear_errors() {
     let ctl = RunningController::start(None, Policy::FirstFit, "127.0.0.1:0", None);
     let c = ctl.client(None);
