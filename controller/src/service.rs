@@ -4,7 +4,7 @@
 //! restarted switch (which holds nothing) or a restarted controller is provisioned again
 //! without ever giving one slot to two jobs.
 
-use crate::alloc::{self, JobId, Policy, Step};
+use crate::alloc::{self, Policy, Step};
 use crate::api::{Health, JobInfo, JobRequest, JoinRequest, Joined, SwitchInfo, SwitchSpec};
 use crate::driver::{DriverError, Install, SoftwareSwitch, SwitchDriver};
 use crate::state::{Change, State, StateError};
@@ -520,10 +520,5 @@ impl Controller {
         self.state
             .switch_info(name)
             .ok_or_else(|| StateError::NoSuchSwitch(name.to_string()).into())
-    }
-
-    /// The job numbers placed on a switch (for tests and tools).
-    pub fn placed(&self, switch: &str) -> BTreeMap<JobId, alloc::Range> {
-        self.state.wanted(switch)
     }
 }
