@@ -5,7 +5,7 @@ use ina_controller::alloc::{Policy, BLOCK};
 use ina_controller::api::{JobInfo, JobRequest, JobState, SwitchInfo, SwitchKind, SwitchSpec};
 use ina_controller::client::Client;
 use ina_controller::server::{self, ServerConfig};
-use ina_controller::service::{software_drivers, Controller};
+use ina_controller::service::{drivers, Controller};
 use ina_controller::store::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -129,23 +129,50 @@ enum JobCommand {
     Delete { name: String },
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KindArg {
+    Software,
+    Bmv2,
+    Tofino,
+}
+
+impl From<KindArg> for SwitchKind {
+    fn from(k: KindArg) -> SwitchKind {
+        match k {
+            KindArg::Software => SwitchKind::Software,
+            KindArg::Bmv2 => SwitchKind::Bmv2,
+            KindArg::Tofino => SwitchKind::Tofino,
+        }
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum SwitchCommand {
-    /// Add a switch to the controller (software switch: its --control endpoint).
+    /// Add a switch to the controller: a software switch (its --control endpoint), a bmv2
+    /// (its thrift server) or a Tofino (its BfRt entries file), the last two with --p4.
     Add {
         name: String,
-        /// The switch's control endpoint.
+        /// What kind of switch.
+        #[arg(long, value_enum, default_value_t = KindArg::Software)]
+        kind: KindArg,
+        /// The switch's control endpoint (bmv2: its thrift server; tofino: its BfRt server).
         #[arg(long)]
         control: SocketAddr,
-        /// The switch's UDP address, which its workers send to.
+        /// The switch's UDP address, which its workers send to (a P4 switch: its IPv4 address
+        /// and ina's UDP port, the default).
+        #[arg(long, required_if_eq("kind", "software"))]
+        data: Option<SocketAddr>,
+        /// Slots in its pool (the software switch's --pool-slots; a P4 switch: its program's
+        /// pool, the default).
+        #[arg(long, required_if_eq("kind", "software"))]
+        slots: Option<u16>,
+        /// Elements per slot (the software switch's --max-elems; the Tofino program: 64).
         #[arg(long)]
-        data: SocketAddr,
-        /// Slots in its pool (the software switch's --pool-slots).
-        #[arg(long)]
-        slots: u16,
-        /// Elements per slot (the software switch's --max-elems).
-        #[arg(long, default_value_t = 256)]
-        elems: u16,
+        elems: Option<u16>,
+        /// bmv2 and tofino: a JSON file describing the switch's data plane (its address,
+        /// ports, L2 table and worker hosts; see docs/CONTROLLER.md).
+        #[arg(long, required_if_eq_any([("kind", "bmv2"), ("kind", "tofino")]))]
+        p4: Option<std::path::PathBuf>,
         /// The switch's control token (its --control-token), if it has one.
         #[arg(long, env = "INA_SWITCH_TOKEN", hide_env_values = true)]
         control_token: Option<String>,
@@ -169,7 +196,7 @@ pub enum SwitchCommand {
 pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
     server::check_access(args.listen, args.token.as_deref())?;
     let store = Store::open(&args.state_dir)?;
-    let ctl = Controller::open(args.policy.into(), Some(store), software_drivers())?;
+    let ctl = Controller::open(args.policy.into(), Some(store), drivers())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -283,21 +310,56 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
     match cmd {
         SwitchCommand::Add {
             name,
+            kind,
             control,
             data,
             slots,
             elems,
+            p4,
             control_token,
             connect,
-        } => print_json(&connect.client().add_switch(&SwitchSpec {
-            name,
-            kind: SwitchKind::Software,
-            control,
-            data,
-            slots,
-            elems_per_slot: elems,
-            token: control_token,
-        })?),
+        } => {
+            let kind = SwitchKind::from(kind);
+            let p4 = match (&p4, kind) {
+                (Some(path), SwitchKind::Bmv2 | SwitchKind::Tofino) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading --p4 {}", path.display()))?;
+                    Some(
+                        serde_json::from_str::<ina_controller::api::P4Spec>(&text)
+                            .with_context(|| format!("--p4 {}", path.display()))?,
+                    )
+                }
+                (Some(_), SwitchKind::Software) => {
+                    anyhow::bail!(
+                        "--p4 describes a bmv2 or tofino switch: add --kind bmv2 or --kind tofino"
+                    )
+                }
+                (None, _) => None,
+            };
+            let (pool, most) = match kind {
+                SwitchKind::Software => (0, 256),
+                SwitchKind::Bmv2 => (ina_switch_p4::v1model::POOL_SLOTS, 256),
+                SwitchKind::Tofino => (
+                    u16::try_from(ina_switch_p4::tna::POOL_SLOTS).unwrap_or(u16::MAX),
+                    ina_switch_p4::tna::ELEMS,
+                ),
+            };
+            let data = match (data, &p4) {
+                (Some(d), _) => d,
+                (None, Some(p4)) => SocketAddr::from((p4.switch.ip, ina_wire::agg::UDP_PORT)),
+                (None, None) => anyhow::bail!("--data is required"),
+            };
+            print_json(&connect.client().add_switch(&SwitchSpec {
+                name,
+                kind,
+                control,
+                data,
+                slots: slots.unwrap_or(pool),
+                elems_per_slot: elems.unwrap_or(most),
+                token: control_token,
+                p4,
+            })?)
+        }
         SwitchCommand::List { connect } => {
             let switches = connect.client().switches()?;
             println!(

@@ -38,7 +38,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run the software switch daemon; or, with add|list|drain, manage the controller's
     /// switches.
-    Switch(cmd_switch::SwitchArgs),
+    Switch(Box<cmd_switch::SwitchArgs>),
     /// Run the controller: slot pools for many jobs on many switches (HTTP/JSON API).
     Controller(cmd_controller::ControllerArgs),
     /// Create, list, show or delete jobs through the controller.
@@ -97,7 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             None => {
                 init_tracing("info");
-                cmd_switch::run(args)
+                cmd_switch::run(*args)
             }
         },
         Command::Controller(args) => {

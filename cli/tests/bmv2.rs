@@ -10,9 +10,11 @@
 mod common;
 
 use common::*;
+use ina_controller::api::{P4Host, P4Spec};
 use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC_BYTES};
 use ina_proto::event::Event;
 use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
+use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
 use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -107,6 +109,248 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     ] {
         assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
     }
+    drop(sw);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `ina ARGS` in `netns` to completion; it must succeed. Returns its standard output.
+fn ina_ok(netns: &str, args: &[String]) -> String {
+    let mut p = Proc::spawn_in(Some(netns), &args[0], args);
+    let deadline = after(Duration::from_secs(60));
+    let mut out = Vec::new();
+    while let Next::Line(l) = p.next(deadline) {
+        out.push(match l.value {
+            serde_json::Value::String(s) => s,
+            v => v.to_string(),
+        });
+    }
+    let status = p.wait(deadline);
+    assert!(status.success(), "ina {args:?}: {}", p.stderr_text());
+    out.join("\n")
+}
+
+/// What the bmv2 holds in its tables of jobs, and its multicast groups.
+fn held(sw: &Bmv2) -> (Vec<DumpedEntry>, usize, usize, Vec<u16>) {
+    let dump = |t: &str| parse_table_dump(&sw.cli(&[format!("table_dump {t}")]).unwrap()).unwrap();
+    let groups = parse_mc_dump(&sw.cli(&["mc_dump".to_string()]).unwrap()).unwrap();
+    (
+        dump("InaIngress.ina_job"),
+        dump("InaIngress.ina_rank").len(),
+        dump("InaEgress.ina_rank_addr").len(),
+        groups.keys().copied().collect(),
+    )
+}
+
+#[test]
+fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
+    let _guard = serial();
+    if !bmv2::available() {
+        return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
+    }
+    const WORKERS: usize = 3;
+    let rack = match Rack::new("bc", WORKERS) {
+        Ok(r) => r,
+        Err(e) => return skip(e),
+    };
+    let dir = std::env::temp_dir().join(format!("ina-bmv2-controller-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let start = || {
+        Bmv2::start(Bmv2Config {
+            program: program.clone(),
+            ports: (0..WORKERS).map(|r| (r as u16, Rack::port(r))).collect(),
+            thrift_port: 9092,
+            netns: Some(rack.hub()),
+            log_file: dir.join("simple_switch.log"),
+            packet_log: None,
+        })
+        .unwrap()
+    };
+    let sw = start();
+    // The switch as an operator describes it: addresses, ports, L2 table, worker hosts.
+    let spec = P4Spec {
+        switch: SwitchDesc {
+            mac: MacAddr(SWITCH_MAC_BYTES),
+            ip: SWITCH_IP,
+            ports: (0..WORKERS as u16).collect(),
+            l2: (0..WORKERS)
+                .map(|r| L2Entry {
+                    mac: MacAddr(Rack::worker_mac_bytes(r)),
+                    port: r as u16,
+                })
+                .collect(),
+            flood_mgrp: 0xffff,
+        },
+        hosts: (0..WORKERS)
+            .map(|r| P4Host {
+                ip: Rack::worker_ip(r),
+                mac: MacAddr(Rack::worker_mac_bytes(r)),
+            })
+            .collect(),
+        netns: Some(rack.hub()),
+        bfrt_file: None,
+    };
+    let spec_file = dir.join("bmv2.json");
+    std::fs::write(&spec_file, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    // The controller in worker 0's namespace, listening beyond loopback (so with a token):
+    // every worker reaches it through the bmv2's L2 forwarding.
+    let ns0 = rack.worker_ns(0);
+    let api = SocketAddr::from((Rack::worker_ip(0), 7070));
+    let connect = [
+        format!("--controller={api}"),
+        "--token=bmv2-controller-t0ken".to_string(),
+    ];
+    let mut ctl = Proc::spawn_in(
+        Some(&ns0),
+        "controller",
+        &[
+            "controller".to_string(),
+            format!("--listen={api}"),
+            "--token=bmv2-controller-t0ken".into(),
+            format!("--state-dir={}", dir.join("state").display()),
+            "--resync-ms=200".into(),
+        ],
+    );
+    ctl.expect("ready", after(Duration::from_secs(30)));
+    let with = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .map(|a| a.to_string())
+            .chain(connect.iter().cloned())
+            .collect()
+    };
+    let added = ina_ok(
+        &ns0,
+        &with(&[
+            "switch",
+            "add",
+            "bm",
+            "--kind=bmv2",
+            "--control=127.0.0.1:9092",
+            &format!("--p4={}", spec_file.display()),
+        ]),
+    );
+    assert!(added.contains("\"kind\": \"bmv2\""), "{added}");
+    // A fresh bmv2 is configured when it is added: its L2 table holds every worker and the
+    // broadcast entry.
+    let l2 = sw
+        .cli(&["table_num_entries InaIngress.l2_forward".to_string()])
+        .unwrap();
+    assert_eq!(parse_num_entries(&l2).unwrap(), WORKERS as u64 + 1);
+    ina_ok(
+        &ns0,
+        &with(&[
+            "job",
+            "create",
+            "allreduce",
+            "--size=3",
+            "--window=128",
+            "--elems=256",
+        ]),
+    );
+    let run = Run::new(WORKERS, 65_536, 2);
+    let joining = |run: &Run| -> Vec<Proc> {
+        (0..WORKERS)
+            .map(|r| {
+                let mut args = with(&["worker", "--job-name=allreduce"]);
+                args.extend([
+                    format!("--bind={}:9000", Rack::worker_ip(r)),
+                    format!("--rank={r}"),
+                    format!("--elements={}", run.elements),
+                    format!("--iterations={}", run.iterations),
+                    format!("--warmup={}", run.warmup),
+                    "--give-up-ms=20000".into(),
+                    format!("--seed={}", run.seed),
+                ]);
+                Proc::spawn_in(Some(&rack.worker_ns(r)), &format!("worker {r}"), &args)
+            })
+            .collect()
+    };
+    // (`ina job list`: a table, as its stdout lines arrive here as text.)
+    let job = |name: &str| -> (u64, u64, u64, u64) {
+        let list = ina_ok(&ns0, &with(&["job", "list"]));
+        let line = list
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {list}"));
+        // name id switch state base..end window size epoch
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (base, end) = f[4].split_once("..").unwrap();
+        let (base, end): (u64, u64) = (base.parse().unwrap(), end.parse().unwrap());
+        (
+            f[1].parse().unwrap(),
+            f[7].parse().unwrap(),
+            base,
+            end - base,
+        )
+    };
+    let check_run = |sw: &Bmv2| {
+        let mut procs = joining(&run);
+        let outcomes: Vec<Outcome> = procs
+            .iter_mut()
+            .map(|p| Outcome::collect(p, after(Duration::from_secs(180))))
+            .collect();
+        let (events, _) = sw.counters().unwrap();
+        assert_all_exact(
+            &outcomes,
+            run.total(),
+            &format!("bmv2 counters: {events:?}"),
+        );
+        // The switch holds the job under the controller's epoch, on the controller's slots.
+        let (id, epoch, base, count) = job("allreduce");
+        let (jobs, ranks, addrs, groups) = held(sw);
+        assert_eq!(jobs.len(), 1, "{jobs:?}");
+        assert_eq!(jobs[0].key, vec![id]);
+        assert_eq!(jobs[0].data[..3], [epoch, base, count], "{jobs:?}");
+        assert_eq!((ranks, addrs), (WORKERS, WORKERS));
+        assert_eq!(groups, vec![id as u16, 0xffff]);
+        epoch
+    };
+    let first_epoch = check_run(&sw);
+    // A restarted bmv2 holds nothing; the controller's resync configures it and installs the
+    // job again, under a new epoch.
+    drop(sw);
+    let sw = start();
+    let deadline = after(Duration::from_secs(30));
+    while held(&sw).0.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bmv2 not provisioned again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second_epoch = check_run(&sw);
+    assert_ne!(first_epoch, second_epoch);
+    // A worker whose address is not one of the switch's hosts cannot join.
+    let added = std::process::Command::new("ip")
+        .args(["-n", &ns0, "addr", "add", "198.18.1.99/16", "dev", "eth0"])
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let mut stranger = Proc::spawn_in(
+        Some(&ns0),
+        "stranger",
+        &with(&["worker", "--job-name=allreduce", "--bind=198.18.1.99:9000"]),
+    );
+    assert_eq!(
+        stranger.wait(after(Duration::from_secs(30))).code(),
+        Some(2)
+    );
+    assert!(
+        stranger
+            .stderr_text()
+            .contains("198.18.1.99 is not one of the switch's hosts"),
+        "{}",
+        stranger.stderr_text()
+    );
+    // Deleting the job removes every entry and its group from the bmv2.
+    ina_ok(&ns0, &with(&["job", "delete", "allreduce"]));
+    let (jobs, ranks, addrs, groups) = held(&sw);
+    assert!(
+        jobs.is_empty() && ranks == 0 && addrs == 0,
+        "{jobs:?} {ranks} {addrs}"
+    );
+    assert_eq!(groups, vec![0xffff]);
+    drop(ctl);
     drop(sw);
     let _ = std::fs::remove_dir_all(&dir);
 }

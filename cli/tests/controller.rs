@@ -51,6 +51,7 @@ fn rack_with_job(
         slots: 4096,
         elems_per_slot: 256,
         token: None,
+        p4: None,
     })
     .unwrap();
     c.create_job(&JobRequest {

@@ -19,6 +19,7 @@
 //! TOKEN`.
 
 use crate::alloc::{JobId, Policy, Range};
+use ina_switch_p4::runtime::{MacAddr, SwitchDesc};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -38,6 +39,49 @@ pub enum SwitchKind {
     /// `ina switch`, through its TCP control endpoint.
     #[default]
     Software,
+    /// bmv2's `simple_switch` running the v1model program, through `simple_switch_CLI` (the
+    /// control endpoint is its thrift server); needs [`SwitchSpec::p4`].
+    Bmv2,
+    /// A Tofino running the TNA program: the controller writes the switch's BfRt entries to
+    /// [`P4Spec::bfrt_file`], for the BfRt client on the switch to apply; needs
+    /// [`SwitchSpec::p4`].
+    Tofino,
+}
+
+impl std::fmt::Display for SwitchKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SwitchKind::Software => "software",
+            SwitchKind::Bmv2 => "bmv2",
+            SwitchKind::Tofino => "tofino",
+        })
+    }
+}
+
+/// A worker host behind a P4 switch: its IPv4 address and MAC (the port it is behind comes
+/// from the switch's L2 table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P4Host {
+    pub ip: std::net::Ipv4Addr,
+    pub mac: MacAddr,
+}
+
+/// What the controller must know of a P4 switch's data plane to install jobs on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P4Spec {
+    /// The switch's addresses, ports, L2 table and flood group (configured by the driver on
+    /// a switch that holds none yet: a freshly started bmv2).
+    pub switch: SwitchDesc,
+    /// Where workers may be: a worker joins with an address listed here.
+    pub hosts: Vec<P4Host>,
+    /// bmv2: the network namespace to run `simple_switch_CLI` in (none: the controller's).
+    #[serde(default)]
+    pub netns: Option<String>,
+    /// Tofino: the file the switch's BfRt entries are written to.
+    #[serde(default)]
+    pub bfrt_file: Option<std::path::PathBuf>,
 }
 
 /// A switch as an operator declares it.
@@ -59,6 +103,9 @@ pub struct SwitchSpec {
     /// sent back.
     #[serde(default, skip_serializing)]
     pub token: Option<String>,
+    /// The data plane of a bmv2 or Tofino switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p4: Option<P4Spec>,
 }
 
 /// Whether a switch takes new jobs.

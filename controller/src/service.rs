@@ -5,7 +5,10 @@
 //! without ever giving one slot to two jobs.
 
 use crate::alloc::{self, Policy, Step};
+use crate::api::SwitchKind;
 use crate::api::{Health, JobInfo, JobRequest, JoinRequest, Joined, SwitchInfo, SwitchSpec};
+use crate::driver::bmv2::Bmv2Switch;
+use crate::driver::tofino::TofinoSwitch;
 use crate::driver::{DriverError, Install, SoftwareSwitch, SwitchDriver};
 use crate::state::{Change, State, StateError};
 use crate::store::{Store, StoreError};
@@ -80,11 +83,19 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-/// The software switch's driver for every switch.
-pub fn software_drivers() -> DriverFactory {
-    Box::new(|spec: &SwitchSpec, token: Option<&str>| {
-        Box::new(SoftwareSwitch::new(spec.control, token.map(str::to_string)))
-    })
+/// The driver of each switch's kind: the software switch's control endpoint, bmv2's runtime
+/// CLI, or the Tofino's BfRt entries.
+pub fn drivers() -> DriverFactory {
+    Box::new(
+        |spec: &SwitchSpec, token: Option<&str>| -> Box<dyn SwitchDriver> {
+            match (spec.kind, spec.p4.clone()) {
+                (SwitchKind::Bmv2, Some(p4)) => Box::new(Bmv2Switch::new(spec.control, p4)),
+                (SwitchKind::Tofino, Some(p4)) => Box::new(TofinoSwitch::new(spec.control, p4)),
+                // (A P4 switch without its description is refused before it gets a driver.)
+                _ => Box::new(SoftwareSwitch::new(spec.control, token.map(str::to_string))),
+            }
+        },
+    )
 }
 
 impl Controller {
@@ -274,7 +285,20 @@ impl Controller {
     /// Creates a job and installs it (and the other jobs' new ranges) on its switch.
     pub fn create_job(&mut self, request: JobRequest) -> Result<JobInfo, ControllerError> {
         let name = request.name.clone();
+        let workers = request.workers.clone();
         let changes = self.state.create_job(request)?;
+        // Listed workers must be where the chosen switch can reach them (a P4 switch knows
+        // its hosts); if not, the job is taken back before anything is saved or installed.
+        let switch = self.job(&name)?.switch;
+        if let Some(d) = self.drivers.get(&switch) {
+            if let Some(why) = workers.iter().find_map(|a| d.check_worker(*a).err()) {
+                let _ = self.state.delete_job(&name);
+                return Err(StateError::BadRequest(format!(
+                    "job {name:?}: switch {switch:?} refuses {why}"
+                ))
+                .into());
+            }
+        }
         self.counters.jobs_created += 1;
         self.save()?;
         self.apply(changes)?;
@@ -285,6 +309,12 @@ impl Controller {
 
     /// A worker joins a job; once all have, the job is installed.
     pub fn join(&mut self, name: &str, req: JoinRequest) -> Result<Joined, ControllerError> {
+        let switch = self.job(name)?.switch;
+        if let Some(d) = self.drivers.get(&switch) {
+            d.check_worker(req.addr).map_err(|why| {
+                StateError::BadRequest(format!("job {name:?}: switch {switch:?} refuses {why}"))
+            })?;
+        }
         let (rank, changes) = self.state.join(name, req.rank, req.addr)?;
         self.counters.joins += 1;
         self.save()?;

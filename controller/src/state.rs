@@ -121,6 +121,7 @@ impl State {
                 alloc::BLOCK
             )));
         }
+        crate::driver::check_spec(&spec).map_err(StateError::BadRequest)?;
         if spec.elems_per_slot == 0 {
             return Err(StateError::BadRequest(format!(
                 "switch {:?}: elems_per_slot must be at least 1",

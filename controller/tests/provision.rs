@@ -7,7 +7,7 @@ use ina_controller::alloc::{self, Policy};
 use ina_controller::api::{JobRequest, JobState, SwitchKind, SwitchSpec};
 use ina_controller::client::{Client, ClientError};
 use ina_controller::server::{self, ServeError, ServerConfig};
-use ina_controller::service::{software_drivers, Controller};
+use ina_controller::service::{drivers, Controller};
 use ina_controller::store::Store;
 use ina_proto::pipeline::PipelineConfig;
 use ina_switch::{ControlClient, ControlServer, Request, Switch, SwitchConfig, SwitchHandle};
@@ -106,7 +106,7 @@ impl RunningController {
         metrics: Option<SocketAddr>,
     ) -> RunningController {
         let store = dir.map(|d| Store::open(d).unwrap());
-        let ctl = Controller::open(policy, store, software_drivers()).unwrap();
+        let ctl = Controller::open(policy, store, drivers()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let bind: SocketAddr = bind.parse().unwrap();
@@ -180,6 +180,7 @@ fn switch_spec(name: &str, sw: &RunningSwitch, slots: u16) -> SwitchSpec {
         slots,
         elems_per_slot: 256,
         token: None,
+        p4: None,
     }
 }
 
@@ -545,7 +546,7 @@ fn requests_are_validated_with_clear_errors() {
 #[test]
 fn beyond_loopback_a_token_is_required_and_checked() {
     // Listening on every address without a token: refused at start.
-    let ctl = Controller::open(Policy::FairShare, None, software_drivers()).unwrap();
+    let ctl = Controller::open(Policy::FairShare, None, drivers()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -607,7 +608,7 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
     let e = Controller::open(
         Policy::Priority,
         Some(Store::open(&dir).unwrap()),
-        software_drivers(),
+        drivers(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("--policy fair-share or move"), "{e}");

@@ -7,7 +7,6 @@
 
 use crate::runtime::{bmv2_commands, bmv2_counter_commands, ConfigError, JobDesc, SwitchDesc};
 use ina_proto::event::Event;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,6 +41,8 @@ pub enum Bmv2Error {
     Config(#[from] ConfigError),
     #[error("unexpected counter output: {0}")]
     Counter(String),
+    #[error("unexpected simple_switch_CLI output: {0}")]
+    Output(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Bmv2Error {
@@ -210,47 +211,17 @@ impl Bmv2 {
     /// Runs `commands` through `simple_switch_CLI`; returns its output. Fails if the CLI
     /// cannot connect or reports an error for any command.
     pub fn cli(&self, commands: &[String]) -> Result<String, Bmv2Error> {
-        let mut child = in_netns(self.cfg.netns.as_deref(), &tool("simple_switch_CLI")?)
-            .arg("--thrift-port")
-            .arg(self.cfg.thrift_port.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(io_err("starting simple_switch_CLI"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            let text = commands.join("\n") + "\n";
-            stdin
-                .write_all(text.as_bytes())
-                .map_err(io_err("writing to simple_switch_CLI"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(io_err("running simple_switch_CLI"))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // (It exits 0 after most errors: they are in its output.)
-        let errors: Vec<&str> = text
-            .lines()
-            .filter(|l| {
-                l.contains("Error")
-                    || l.contains("Invalid")
-                    || l.contains("Could not connect")
-                    || l.contains("Traceback")
-                    || l.contains("error:")
-            })
-            .collect();
-        if !out.status.success() || !errors.is_empty() {
-            return Err(Bmv2Error::Cli(if errors.is_empty() {
-                text
-            } else {
-                errors.join("; ")
-            }));
-        }
-        Ok(text)
+        self.runtime().run(commands)
+    }
+
+    /// The runtime CLI of this switch (from its own namespace).
+    pub fn runtime(&self) -> crate::bmv2_cli::Bmv2Cli {
+        let mut cli = crate::bmv2_cli::Bmv2Cli::new(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            self.cfg.thrift_port,
+        )));
+        cli.netns = self.cfg.netns.clone();
+        cli
     }
 
     /// Configures the switch and its jobs ([`bmv2_commands`]).

@@ -13,6 +13,7 @@
 //! `tests/`) holds all of them to the same behaviour.
 
 pub mod bmv2;
+pub mod bmv2_cli;
 pub mod runtime;
 pub mod tna;
 pub mod v1model;

@@ -399,6 +399,19 @@ pub fn v1model_registers() -> Vec<String> {
 /// from 0, as a fresh switch hands them out.
 pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Vec<String>, ConfigError> {
     validate(sw, jobs)?;
+    let mut out = bmv2_switch_commands(sw)?;
+    let mut next_node = 1u32;
+    for job in jobs {
+        out.extend(bmv2_job_commands(job, &mut next_node));
+    }
+    Ok(out)
+}
+
+/// The commands that configure a freshly started `simple_switch` for `sw`, before any job:
+/// every register reset, the switch's address, the L2 table, and its flood group (multicast
+/// node 0, the first a fresh switch hands out).
+pub fn bmv2_switch_commands(sw: &SwitchDesc) -> Result<Vec<String>, ConfigError> {
+    validate(sw, &[])?;
     let mut out = Vec::new();
     for r in v1model_registers() {
         out.push(format!("register_reset InaIngress.{r}"));
@@ -424,10 +437,6 @@ pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Vec<String>, C
     let ports: Vec<String> = sw.ports.iter().map(|p| p.to_string()).collect();
     out.push(format!("mc_node_create 0 {}", ports.join(" ")));
     out.push(format!("mc_node_associate {} 0", sw.flood_mgrp));
-    let mut next_node = 1u32;
-    for job in jobs {
-        out.extend(bmv2_job_commands(job, &mut next_node));
-    }
     Ok(out)
 }
 
@@ -435,6 +444,18 @@ pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Vec<String>, C
 /// per rank (replication id = rank), and zeros in the control registers of its slots.
 /// `next_node` is the handle the switch gives the next node it creates; it is advanced.
 pub fn bmv2_job_commands(job: &JobDesc, next_node: &mut u32) -> Vec<String> {
+    let mut out = bmv2_job_entry_commands(job);
+    let nodes: Vec<u32> = (*next_node..*next_node + job.ranks.len() as u32).collect();
+    *next_node += job.ranks.len() as u32;
+    out.extend(bmv2_job_attach_commands(job, &nodes));
+    out
+}
+
+/// The first half of installing a job when the node handles are not known in advance (a
+/// switch that has held other jobs): its table entries, its multicast group and one node per
+/// rank. The switch answers each `mc_node_create` with the node's handle
+/// ([`crate::bmv2_cli::parse_created_nodes`]), which the second half takes.
+pub fn bmv2_job_entry_commands(job: &JobDesc) -> Vec<String> {
     let mut out = vec![format!(
         "table_add InaIngress.ina_job InaIngress.set_job {} => {} {} {} {} {} {}",
         job.id,
@@ -462,9 +483,17 @@ pub fn bmv2_job_commands(job: &JobDesc, next_node: &mut u32) -> Vec<String> {
             r.udp_port
         ));
         out.push(format!("mc_node_create {rank} {}", r.port));
-        out.push(format!("mc_node_associate {} {}", job.mgrp, *next_node));
-        *next_node += 1;
     }
+    out
+}
+
+/// The second half: the rank nodes (handles `nodes`, in rank order) joined to the job's group,
+/// and zeros in the control registers of its slots.
+pub fn bmv2_job_attach_commands(job: &JobDesc, nodes: &[u32]) -> Vec<String> {
+    let mut out: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("mc_node_associate {} {n}", job.mgrp))
+        .collect();
     for reg in CONTROL_REGISTERS {
         for slot in job.slot_base..job.slot_base + job.slot_count {
             out.push(format!("register_write InaIngress.{reg} {slot} 0"));

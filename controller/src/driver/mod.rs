@@ -1,5 +1,20 @@
-//! Switch drivers: how the controller changes one switch's data plane. The software switch's
-//! driver speaks its TCP control endpoint (one JSON line per request).
+//! Switch drivers: how the controller changes one switch's data plane.
+//!
+//! - [`SoftwareSwitch`]: `ina switch`, through its TCP control endpoint (one JSON line per
+//!   request); the switch picks each job's epoch.
+//! - [`bmv2::Bmv2Switch`]: bmv2's `simple_switch` running the v1model program, through
+//!   `simple_switch_CLI`'s runtime commands.
+//! - [`tofino::TofinoSwitch`]: the Tofino program's BfRt entries, written as one document for
+//!   the BfRt client on the switch.
+//!
+//! The P4 drivers describe each job with `ina_switch_p4::runtime` (the one description every
+//! P4 target is configured from), checked against the target's limits before anything is
+//! sent.
+
+pub mod bmv2;
+mod p4;
+pub use p4::check_spec;
+pub mod tofino;
 
 use crate::alloc::{JobId, Range};
 use ina_switch::config::JobSpec;
@@ -43,6 +58,12 @@ pub trait SwitchDriver: Send {
     fn remove(&mut self, job: JobId) -> Result<(), DriverError>;
     /// The jobs the switch holds now, with their slots.
     fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError>;
+    /// Whether a worker may join from `addr` (a P4 switch must know where the address
+    /// lives); the answer says why not.
+    fn check_worker(&self, addr: SocketAddr) -> Result<(), String> {
+        let _ = addr;
+        Ok(())
+    }
 }
 
 /// The driver of `ina switch`, through its control endpoint.
