@@ -248,9 +248,14 @@ fn occupancy(slot_ns: u64, active_ns: u64, window: u16) -> f64 {
 }
 
 pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
-    let prebound = match args.job_name.clone() {
-        Some(name) => Some(join_through_controller(&mut args, &name)?),
-        None => None,
+    // With --job-name: the port the controller knows, and the membership that heartbeats
+    // and holds the communicator while the controller moves the job.
+    let (prebound, membership) = match args.job_name.clone() {
+        Some(name) => {
+            let (port, member) = join_through_controller(&mut args, &name)?;
+            (Some(port), member)
+        }
+        None => (None, None),
     };
     let (Some(arg_rank), Some(workers)) = (args.rank, args.workers) else {
         anyhow::bail!("--rank and --workers are required without --job-name");
@@ -306,10 +311,13 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                     ..ina_proto::window::WindowConfig::default()
                 });
             }
-            let comm = match Communicator::with_port(port, cfg) {
+            let mut comm = match Communicator::with_port(port, cfg) {
                 Ok(c) => c,
                 Err(e) => fail(e.kind(), e.to_string()),
             };
+            if let Some((gate, _)) = &membership {
+                comm.set_gate(gate.clone());
+            }
             let job = comm.job();
             block_elems = usize::from(job.info.elems_per_packet);
             emit(serde_json::json!({
@@ -409,7 +417,10 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
 /// With --job-name: binds this worker's port, joins the job through the controller, waits
 /// until every worker has joined and the job is installed, and fills in the switch, the job
 /// number, the rank and the number of workers. Returns the bound port.
-fn join_through_controller(args: &mut WorkerArgs, name: &str) -> anyhow::Result<UdpPort> {
+fn join_through_controller(
+    args: &mut WorkerArgs,
+    name: &str,
+) -> anyhow::Result<(UdpPort, Option<Membership>)> {
     if !matches!(args.algorithm, WorkerAlgorithm::Ina) {
         anyhow::bail!(
             "--job-name joins an ina job through the controller: not for --algorithm ring"
@@ -431,47 +442,42 @@ fn join_through_controller(args: &mut WorkerArgs, name: &str) -> anyhow::Result<
         "workers": joined.workers, "switch": joined.switch.to_string(), "udp": me.to_string(),
     }));
     let job = client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
-    if let Some(period) = job.request.heartbeat_ms {
-        spawn_heartbeat(client, name.to_string(), joined.rank, period);
-    }
+    let membership = match job.request.heartbeat_ms {
+        Some(period) => {
+            let gate = std::sync::Arc::new(ina_worker::Gate::new());
+            let job_name = name.to_string();
+            let member = ina_controller::member::Member::spawn(
+                client,
+                name.to_string(),
+                joined.rank,
+                Duration::from_millis(u64::from(period.max(1))),
+                gate.clone(),
+                move |missing| {
+                    fail(
+                        "job_failed",
+                        format!(
+                            "job {job_name:?}: ranks {missing:?} stopped sending heartbeats, and the controller removed the job from its switch"
+                        ),
+                    )
+                },
+            )
+            .context("starting the heartbeat thread")?;
+            Some((gate, member))
+        }
+        None => None,
+    };
     args.switch = Some(joined.switch);
     args.job = joined.job;
     args.rank = Some(joined.rank);
     args.workers = Some(usize::from(joined.workers));
-    Ok(port)
+    Ok((port, membership))
 }
 
-/// Sends this worker's heartbeat every `period_ms` for the process's life. When the
-/// controller answers that the job failed (another worker went silent), the worker stops
-/// with a `job_failed` error naming the missing ranks. A controller that cannot be reached
-/// changes nothing: the switch does not need it to run the job.
-fn spawn_heartbeat(client: ina_controller::client::Client, name: String, rank: u8, period_ms: u32) {
-    let period = Duration::from_millis(u64::from(period_ms.max(1)));
-    let spawned = std::thread::Builder::new()
-        .name("heartbeat".into())
-        .spawn(move || {
-            let mut unreachable = false;
-            loop {
-                match client.heartbeat(&name, rank) {
-                    Ok(j) if j.state == ina_controller::api::JobState::Failed => fail(
-                        "job_failed",
-                        format!(
-                            "job {name:?}: ranks {:?} stopped sending heartbeats, and the controller removed the job from its switch",
-                            j.missing
-                        ),
-                    ),
-                    Ok(_) => unreachable = false,
-                    Err(e) => {
-                        if !unreachable {
-                            tracing::warn!(error = %e, "heartbeat not delivered; the job runs on");
-                        }
-                        unreachable = true;
-                    }
-                }
-                std::thread::sleep(period);
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "no heartbeat thread");
-    }
-}
+/// A worker's membership of its job: the gate its communicator is behind, and the thread
+/// that heartbeats (every period; a job that failed ends the worker with a `job_failed` error
+/// naming the missing ranks) and holds the gate while the controller moves the job. A
+/// controller that cannot be reached changes nothing: the switch does not need it.
+type Membership = (
+    std::sync::Arc<ina_worker::Gate>,
+    ina_controller::member::Member,
+);

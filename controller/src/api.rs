@@ -193,6 +193,11 @@ pub struct JobInfo {
     /// When it failed: the ranks whose heartbeats stopped.
     #[serde(default)]
     pub missing: Vec<u8>,
+    /// Set while the controller moves the job to other slots (a resize, or a preemption):
+    /// its workers start no tensor past this count until it clears, and report when they
+    /// are parked at it (see `ina_worker::gate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park_at: Option<u64>,
 }
 
 /// `POST /v1/jobs/{name}/heartbeat`: a worker is alive. Answered with the job (its state says
@@ -201,6 +206,12 @@ pub struct JobInfo {
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     pub rank: u8,
+    /// Tensors this worker started so far (its gate's count), when it can be held.
+    #[serde(default)]
+    pub started: Option<u64>,
+    /// Held at [`JobInfo::park_at`] and at it, with nothing in flight.
+    #[serde(default)]
+    pub parked: bool,
 }
 
 /// `POST /v1/jobs/{name}/join`: a worker's address, and the rank it wants (the lowest free

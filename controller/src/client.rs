@@ -128,11 +128,22 @@ impl Client {
     /// Reports rank `rank` of job `name` alive; returns the job, whose state says whether it
     /// failed (and `missing`, which ranks went silent).
     pub fn heartbeat(&self, name: &str, rank: u8) -> Result<JobInfo, ClientError> {
-        let hb = crate::api::Heartbeat { rank };
+        self.report(
+            name,
+            &crate::api::Heartbeat {
+                rank,
+                started: None,
+                parked: false,
+            },
+        )
+    }
+
+    /// A heartbeat with the worker's gate (see [`crate::member`]).
+    pub fn report(&self, name: &str, hb: &crate::api::Heartbeat) -> Result<JobInfo, ClientError> {
         self.call(
             "POST",
             &format!("/jobs/{}/heartbeat", segment(name)),
-            Some(to_value(&hb)),
+            Some(to_value(hb)),
         )
     }
 

@@ -19,6 +19,7 @@ pub use ina_proto::alloc;
 pub mod api;
 pub mod client;
 pub mod driver;
+pub mod member;
 pub mod server;
 pub mod service;
 pub mod state;

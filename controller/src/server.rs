@@ -272,7 +272,7 @@ async fn heartbeat(
 ) -> Result<Response, ApiError> {
     let hb: Heartbeat = parse(&body)?;
     let now = std::time::Instant::now();
-    let info = run(&app, move |c| c.heartbeat(&name, hb.rank, now)).await?;
+    let info = run(&app, move |c| c.heartbeat(&name, &hb, now)).await?;
     Ok(Json(info).into_response())
 }
 

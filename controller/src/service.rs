@@ -4,7 +4,7 @@
 //! restarted switch (which holds nothing) or a restarted controller is provisioned again
 //! without ever giving one slot to two jobs.
 
-use crate::alloc::{self, Policy, Step};
+use crate::alloc::{self, JobId, Policy, Range, Step};
 use crate::api::SwitchKind;
 use crate::api::{Health, JobInfo, JobRequest, JoinRequest, Joined, SwitchInfo, SwitchSpec};
 use crate::driver::bmv2::Bmv2Switch;
@@ -51,8 +51,28 @@ pub struct Controller {
     heartbeats: BTreeMap<(String, u8), std::time::Instant>,
     /// Switches that could not be reached: when to try each again, and the wait after that.
     retry: BTreeMap<String, (std::time::Instant, std::time::Duration)>,
+    /// What each switch holds, as last seen (its resync) or changed (a change it took).
+    holding: BTreeMap<String, BTreeMap<JobId, Range>>,
+    /// Jobs being moved to other slots, waiting for their workers to park.
+    moving: BTreeMap<String, Moving>,
+    /// The latest report of each job's ranks: tensors started (if the worker can be held)
+    /// and whether it is parked.
+    reports: BTreeMap<(String, u8), (Option<u64>, bool)>,
     counters: Counters,
 }
+
+/// A running job whose slots change: its workers are held at `park_at` tensors (the most any
+/// of them reported), and the change waits until all are parked there.
+#[derive(Debug, Clone, Copy)]
+struct Moving {
+    since: std::time::Instant,
+    park_at: u64,
+}
+
+/// The longest a move waits for a job's workers to park before it is made anyway (the
+/// tensors in flight then fail with `switch_restarted`, and the next ones run on the new
+/// slots): at least this, and five heartbeat periods.
+pub const MOVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the controller has done since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +89,10 @@ pub struct Counters {
     pub changes_failed: u64,
     /// Requests refused as invalid, or naming no such switch or job.
     pub requests_refused: u64,
+    /// Running jobs moved to other slots with every worker parked between tensors.
+    pub moves_live: u64,
+    /// Running jobs moved without (workers that cannot be held, or did not park in time).
+    pub moves_forced: u64,
 }
 
 /// The longest wait between two resyncs of an unreachable switch.
@@ -127,6 +151,9 @@ impl Controller {
             factory,
             heartbeats: BTreeMap::new(),
             retry: BTreeMap::new(),
+            holding: BTreeMap::new(),
+            moving: BTreeMap::new(),
+            reports: BTreeMap::new(),
             counters: Counters::default(),
         };
         for s in c.state.switches.values() {
@@ -188,6 +215,16 @@ impl Controller {
             "ina_controller_requests_refused_total",
             "Requests refused as invalid or naming nothing.",
             c.requests_refused,
+        )
+        .counter(
+            "ina_controller_moves_live_total",
+            "Running jobs moved to other slots with every worker parked between tensors.",
+            c.moves_live,
+        )
+        .counter(
+            "ina_controller_moves_forced_total",
+            "Running jobs moved with tensors in flight (workers that cannot be held or did not park in time).",
+            c.moves_forced,
         );
         let jobs = self.jobs();
         let count = |s: crate::api::JobState| jobs.iter().filter(|j| j.state == s).count() as f64;
@@ -250,14 +287,17 @@ impl Controller {
         self.state
             .jobs
             .keys()
-            .filter_map(|n| self.state.job_info(n))
+            .filter_map(|n| self.job(n).ok())
             .collect()
     }
 
     pub fn job(&self, name: &str) -> Result<JobInfo, ControllerError> {
-        self.state
+        let mut info = self
+            .state
             .job_info(name)
-            .ok_or_else(|| StateError::NoSuchJob(name.to_string()).into())
+            .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        info.park_at = self.moving.get(name).map(|m| m.park_at);
+        Ok(info)
     }
 
     /// Adds a switch, and brings it to the state (it should hold no jobs of this controller's:
@@ -339,14 +379,17 @@ impl Controller {
         })
     }
 
-    /// A worker of job `name` is alive; returns the job (failed, if its peers went silent).
+    /// A worker of job `name` is alive, has started `started` tensors (if it can be held) and
+    /// is `parked` or not; returns the job (failed, if its peers went silent; with `park_at`
+    /// while it is being moved). The report that completes a move's parking makes the move.
     pub fn heartbeat(
         &mut self,
         name: &str,
-        rank: u8,
+        hb: &crate::api::Heartbeat,
         now: std::time::Instant,
     ) -> Result<JobInfo, ControllerError> {
         let j = self.job(name)?;
+        let rank = hb.rank;
         if rank >= j.size {
             return Err(StateError::BadRequest(format!(
                 "job {name:?}: rank {rank}, but the job has {} workers",
@@ -355,8 +398,61 @@ impl Controller {
             .into());
         }
         self.heartbeats.insert((name.to_string(), rank), now);
+        let before = self
+            .reports
+            .insert((name.to_string(), rank), (hb.started, hb.parked));
         self.counters.heartbeats += 1;
-        Ok(j)
+        if let Some(m) = self.moving.get_mut(name) {
+            m.park_at = m.park_at.max(hb.started.unwrap_or(0));
+            // The report that completes the parking makes the move at once (a preempted job
+            // stays parked, and its reports change nothing until it runs again).
+            let now_parked = (Some(m.park_at), true);
+            if before != Some(now_parked) && self.parked(name, j.size) {
+                if let Err(e) = self.resync_one(&j.switch) {
+                    tracing::warn!(job = %name, error = %e, "moving the parked job");
+                }
+            }
+        }
+        self.job(name)
+    }
+
+    /// Whether every rank of a moving job reported itself parked at the move's count.
+    fn parked(&self, name: &str, size: u8) -> bool {
+        let Some(m) = self.moving.get(name) else {
+            return false;
+        };
+        (0..size)
+            .all(|r| self.reports.get(&(name.to_string(), r)) == Some(&(Some(m.park_at), true)))
+    }
+
+    /// Whether a change of a running job's slots can be made now: every worker is parked,
+    /// or some worker cannot be held, or the wait ran out (the last two are counted as forced
+    /// moves). If it cannot, the job is marked moving (its workers are told to park).
+    fn may_move(&mut self, name: &str, size: u8, heartbeat_ms: u32) -> bool {
+        let now = std::time::Instant::now();
+        let unholdable =
+            (0..size).any(|r| matches!(self.reports.get(&(name.to_string(), r)), Some((None, _))));
+        if self.parked(name, size) {
+            self.counters.moves_live += 1;
+            return true;
+        }
+        let timeout = MOVE_TIMEOUT.max(std::time::Duration::from_millis(
+            u64::from(heartbeat_ms) * 5,
+        ));
+        let reported = (0..size)
+            .filter_map(|r| self.reports.get(&(name.to_string(), r)).and_then(|x| x.0))
+            .max()
+            .unwrap_or(0);
+        let m = self.moving.entry(name.to_string()).or_insert(Moving {
+            since: now,
+            park_at: reported,
+        });
+        if unholdable || now.saturating_duration_since(m.since) >= timeout {
+            tracing::warn!(job = %name, unholdable, "moving a running job without parking its workers: tensors in flight fail");
+            self.counters.moves_forced += 1;
+            return true;
+        }
+        false
     }
 
     /// Fails every job installed on its switch with heartbeats whose rank has been silent for
@@ -382,6 +478,7 @@ impl Controller {
         }
         for (name, missing) in &failing {
             tracing::warn!(job = %name, ?missing, "job failed: no heartbeat from these ranks");
+            self.moving.remove(name);
             match self.state.fail_job(name, missing.clone()) {
                 Ok(changes) => {
                     self.counters.jobs_failed += 1;
@@ -401,6 +498,8 @@ impl Controller {
         let changes = self.state.delete_job(name)?;
         self.counters.jobs_deleted += 1;
         self.heartbeats.retain(|(job, _), _| job != name);
+        self.reports.retain(|(job, _), _| job != name);
+        self.moving.remove(name);
         self.save()?;
         tracing::info!(job = %name, "job deleted");
         self.apply(changes)
@@ -453,6 +552,7 @@ impl Controller {
                 switch: switch.to_string(),
                 source,
             })?;
+        self.holding.insert(switch.to_string(), held.clone());
         let wanted = self.state.wanted(switch);
         // A job held with the wanted range but not known installed (the controller stopped
         // between the two) is installed again, to learn its epoch.
@@ -492,16 +592,38 @@ impl Controller {
         }
         let mut result = Ok(());
         for c in changes {
-            let Some(driver) = self.drivers.get_mut(&c.switch) else {
+            if !self.drivers.contains_key(&c.switch) {
                 continue;
-            };
+            }
             let fail = |source| ControllerError::Driver {
                 switch: c.switch.clone(),
                 source,
             };
-            let done = match c.step {
-                Step::Remove(id) => driver.remove(id).map(|_| None),
-                Step::Set(id, slots) => {
+            let (id, to) = match c.step {
+                Step::Remove(id) => (id, None),
+                Step::Set(id, slots) => (id, Some(slots)),
+            };
+            // A running job that can be held moves (or is preempted) between tensors: the
+            // change, and every one after it (which may need its slots), waits for its
+            // workers to park. A preempted job's workers stay parked until it runs again.
+            let from = self
+                .holding
+                .get(&c.switch)
+                .and_then(|h| h.get(&id))
+                .copied();
+            if let Some(job) = self.state.job_by_id(&c.switch, id) {
+                if let (Some(period), None, Some(from)) =
+                    (job.request.heartbeat_ms, &job.failed, from)
+                {
+                    let (name, size) = (job.request.name.clone(), job.size());
+                    if Some(from) != to && !self.may_move(&name, size, period) {
+                        break;
+                    }
+                }
+            }
+            let install = match to {
+                None => None,
+                Some(slots) => {
                     let Some(job) = self.state.job_by_id(&c.switch, id) else {
                         continue;
                     };
@@ -509,24 +631,53 @@ impl Controller {
                     let Some(workers) = job.addresses() else {
                         continue;
                     };
-                    let install = Install {
+                    Some(Install {
                         job: id,
                         slots,
                         elems_per_packet: job.request.elems_per_packet,
                         workers,
-                    };
-                    driver
-                        .remove(id)
-                        .and_then(|_| driver.install(&install))
-                        .map(|epoch| Some((id, epoch)))
+                    })
                 }
+            };
+            let Some(driver) = self.drivers.get_mut(&c.switch) else {
+                continue;
+            };
+            let done = match (c.step, install) {
+                (Step::Remove(id), _) => driver.remove(id).map(|_| None),
+                (Step::Set(id, _), Some(install)) => driver
+                    .remove(id)
+                    .and_then(|_| driver.install(&install))
+                    .map(|epoch| Some((id, epoch))),
+                (Step::Set(..), None) => continue,
             };
             match done {
                 Ok(Some((id, epoch))) => {
                     self.counters.changes_applied += 1;
+                    if let Step::Set(_, slots) = c.step {
+                        self.holding
+                            .entry(c.switch.clone())
+                            .or_default()
+                            .insert(id, slots);
+                    }
+                    if let Some(name) = self
+                        .state
+                        .job_by_id(&c.switch, id)
+                        .map(|j| j.request.name.clone())
+                    {
+                        if self.moving.remove(&name).is_some() {
+                            tracing::info!(job = %name, slots = ?c.step, "running job moved");
+                        }
+                    }
                     self.state.installed(&c.switch, id, epoch)
                 }
-                Ok(None) => self.counters.changes_applied += 1,
+                Ok(None) => {
+                    self.counters.changes_applied += 1;
+                    if let Step::Remove(id) = c.step {
+                        if let Some(h) = self.holding.get_mut(&c.switch) {
+                            h.remove(&id);
+                        }
+                    }
+                }
                 Err(e) => {
                     self.counters.changes_failed += 1;
                     tracing::warn!(switch = %c.switch, error = %e, "switch did not take a change");

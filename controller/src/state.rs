@@ -378,6 +378,7 @@ impl State {
             size: j.size(),
             members: j.members.iter().map(|(r, a)| (*r, *a)).collect(),
             missing: j.failed.clone().unwrap_or_default(),
+            park_at: None,
         })
     }
 

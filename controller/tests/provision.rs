@@ -647,3 +647,214 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
     ctl.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The workers of a job with heartbeats, as training processes run them: each a communicator
+/// behind a gate, a membership, and `allreduce_i32` in a loop, each sum checked, until
+/// `stop_at` operations.
+struct HeldJob {
+    name: &'static str,
+    id: u16,
+    workers: Vec<SocketAddr>,
+    /// Operations each rank finished.
+    progress: Arc<Vec<std::sync::atomic::AtomicU64>>,
+    stop_at: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HeldJob {
+    fn new(name: &'static str, id: u16, workers: Vec<SocketAddr>, stop_at: u64) -> HeldJob {
+        HeldJob {
+            name,
+            id,
+            progress: Arc::new(workers.iter().map(|_| Default::default()).collect()),
+            workers,
+            stop_at: Arc::new(stop_at.into()),
+        }
+    }
+
+    /// Operations every rank finished.
+    fn ops(&self) -> u64 {
+        self.progress
+            .iter()
+            .map(|x| x.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Lets every rank stop a few operations after the furthest one.
+    fn stop_soon(&self) {
+        let last = self.progress.iter().map(|x| x.load(Ordering::SeqCst)).max();
+        self.stop_at.store(last.unwrap_or(0) + 5, Ordering::SeqCst);
+    }
+
+    /// Starts every rank; each thread returns the slot counts it ran with.
+    fn start(
+        &self,
+        ctl: &RunningController,
+        sw: &RunningSwitch,
+    ) -> Vec<std::thread::JoinHandle<std::collections::BTreeSet<u16>>> {
+        let size = self.workers.len();
+        (0..size)
+            .map(|rank| {
+                let (client, switch, addr) = (ctl.client(None), sw.udp, self.workers[rank]);
+                let (name, id) = (self.name, self.id);
+                let (progress, stop_at) = (self.progress.clone(), self.stop_at.clone());
+                std::thread::spawn(move || {
+                    let gate = Arc::new(ina_worker::Gate::new());
+                    let mut comm =
+                        Communicator::connect(WorkerConfig::new(switch, addr, id, rank as u8))
+                            .unwrap();
+                    comm.set_gate(gate.clone());
+                    let _member = ina_controller::member::Member::spawn(
+                        client,
+                        name.into(),
+                        rank as u8,
+                        Duration::from_millis(100),
+                        gate,
+                        move |missing| panic!("job {name} failed: missing {missing:?}"),
+                    )
+                    .unwrap();
+                    let mut windows = std::collections::BTreeSet::new();
+                    let len = 20_000;
+                    let mut i = 0u64;
+                    while i < stop_at.load(Ordering::SeqCst) {
+                        let seed = i as usize + 100 * usize::from(id);
+                        let mut t = tensor(seed, rank, len);
+                        comm.allreduce_i32(&mut t)
+                            .unwrap_or_else(|e| panic!("{name} rank {rank} op {i}: {e}"));
+                        let inputs: Vec<Vec<i32>> =
+                            (0..size).map(|r| tensor(seed, r, len)).collect();
+                        let want: Vec<i32> = (0..len)
+                            .map(|k| inputs.iter().map(|t| t[k]).sum())
+                            .collect();
+                        assert!(t == want, "{name} rank {rank} op {i}: wrong sum");
+                        windows.insert(comm.job().info.slot_count);
+                        i += 1;
+                        progress[rank].store(i, Ordering::SeqCst);
+                    }
+                    windows
+                })
+            })
+            .collect()
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "waited 30 s for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn running_jobs_shrink_and_grow_live_between_tensors_and_every_sum_is_exact() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let ctl = RunningController::start_with_metrics(
+        None,
+        Policy::FairShare,
+        "127.0.0.1:0",
+        None,
+        Some(metrics),
+    );
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
+    let mut req = job("a", free_addrs(2), 512, 64);
+    req.heartbeat_ms = Some(100);
+    let a = c.create_job(&req).unwrap();
+    assert_eq!(a.slots.unwrap().count, 512);
+    let held_a = HeldJob::new("a", a.id, req.workers.clone(), u64::MAX);
+    let a_threads = held_a.start(&ctl, &sw);
+    wait_for("a's first operations", || held_a.ops() >= 10);
+    // B arrives: fair share gives each 256, and A moves to its new slots between two of its
+    // tensors, while it runs.
+    let mut req_b = job("b", free_addrs(2), 512, 64);
+    req_b.heartbeat_ms = Some(100);
+    let b = c.create_job(&req_b).unwrap();
+    let moved = |c: &Client, n: &str, count: u16| {
+        let j = c.job(n).unwrap();
+        j.park_at.is_none() && j.epoch.is_some() && j.slots.map(|r| r.count) == Some(count)
+    };
+    wait_for("a to shrink", || moved(&c, "a", 256));
+    c.wait_installed("b", Duration::from_secs(30)).unwrap();
+    let b_threads = HeldJob::new("b", b.id, req_b.workers.clone(), 30).start(&ctl, &sw);
+    let before = held_a.ops();
+    wait_for("a to go on after the move", || held_a.ops() >= before + 10);
+    for t in b_threads {
+        assert_eq!(t.join().unwrap().into_iter().collect::<Vec<_>>(), vec![256]);
+    }
+    // B leaves: A grows back to its whole window, again between tensors.
+    c.delete_job("b").unwrap();
+    wait_for("a to grow", || moved(&c, "a", 512));
+    let before = held_a.ops();
+    wait_for("a to go on after growing", || held_a.ops() >= before + 10);
+    held_a.stop_soon();
+    for t in a_threads {
+        let windows: Vec<u16> = t.join().unwrap().into_iter().collect();
+        assert_eq!(
+            windows,
+            vec![256, 512],
+            "a ran with its halved and its whole window"
+        );
+    }
+    let s = c.job("a").unwrap().slots.unwrap();
+    assert_eq!(sw.jobs(), vec![(a.id, s.base, 512)]);
+    let text = ureq::get(&format!("http://{metrics}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    for line in [
+        "ina_controller_moves_live_total 2",
+        "ina_controller_moves_forced_total 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    ctl.stop();
+}
+
+#[test]
+fn a_preempted_job_parks_between_tensors_and_resumes_with_exact_sums() {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let ctl = RunningController::start(None, Policy::Priority, "127.0.0.1:0", None);
+    let c = ctl.client(None);
+    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
+    let mut req = job("low", free_addrs(2), 512, 256);
+    req.heartbeat_ms = Some(100);
+    let low = c.create_job(&req).unwrap();
+    let held_low = HeldJob::new("low", low.id, req.workers.clone(), u64::MAX);
+    let threads = held_low.start(&ctl, &sw);
+    wait_for("low's first operations", || held_low.ops() >= 10);
+    // A higher-priority job that leaves less than low's minimum: low is taken off the switch
+    // once its workers park, and they stay parked while it is queued.
+    let mut high = job("high", free_addrs(2), 384, 384);
+    high.priority = 9;
+    high.heartbeat_ms = Some(100);
+    let h = c.create_job(&high).unwrap();
+    c.wait_installed("high", Duration::from_secs(30)).unwrap();
+    assert_eq!(c.job("low").unwrap().state, JobState::Queued);
+    let parked_at = held_low.ops();
+    for t in HeldJob::new("high", h.id, high.workers.clone(), 20).start(&ctl, &sw) {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        held_low.ops(),
+        parked_at,
+        "a preempted job's workers ran on"
+    );
+    // The high job leaves: low runs again on its whole window, from where it parked.
+    c.delete_job("high").unwrap();
+    wait_for("low to run again", || held_low.ops() >= parked_at + 10);
+    held_low.stop_soon();
+    for t in threads {
+        assert_eq!(t.join().unwrap().into_iter().collect::<Vec<_>>(), vec![512]);
+    }
+    assert_eq!(c.job("low").unwrap().state, JobState::Running);
+    ctl.stop();
+}

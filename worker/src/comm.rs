@@ -251,6 +251,10 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     joined: Option<SocketAddrV4>,
     /// Joins the port to a group the switch names: set for UDP ports.
     join: Option<JoinGroup<P>>,
+    /// Held by the controller's agent while the job's slots move (see [`crate::gate`]).
+    gate: Option<std::sync::Arc<crate::gate::Gate>>,
+    /// The job moved (new slots, new epoch): ask the switch before the next operation.
+    moved: bool,
 }
 
 /// How a communicator joins its port to a multicast group.
@@ -336,6 +340,8 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             nonce: fresh_nonce(),
             joined,
             join,
+            gate: None,
+            moved: false,
             cfg,
         };
         comm.probe()?;
@@ -566,6 +572,11 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
     /// Before an operation: a failed earlier operation leaves the lanes out of step with the
     /// other workers; if the switch has since reinstalled the job (new epoch), start afresh.
     fn ready(&mut self) -> Result<(), WorkerError> {
+        if std::mem::take(&mut self.moved) {
+            // Between operations on every worker (the gate saw to it): start afresh on the
+            // job's new slots and epoch.
+            self.probe()?;
+        }
         let Some(err) = self.broken.clone() else {
             return Ok(());
         };
@@ -594,6 +605,12 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             give_up: self.cfg.give_up,
             gap_reports: self.job.gap_reports,
         }
+    }
+
+    /// Puts this communicator behind `gate`: each call of `allreduce_*` waits while the gate
+    /// is held, and asks the switch for the job again after the gate was released.
+    pub fn set_gate(&mut self, gate: std::sync::Arc<crate::gate::Gate>) {
+        self.gate = Some(gate);
     }
 
     /// Sums `data` over all workers of the job, in place.
@@ -641,6 +658,17 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         source: &mut dyn FnMut() -> Option<(usize, Tensor<'t>)>,
         done: &mut dyn FnMut(usize, Result<OpStats, WorkerError>, Tensor<'t>),
     ) {
+        self.run_open(source, done);
+        if let Some(g) = &self.gate {
+            g.idle();
+        }
+    }
+
+    fn run_open<'t>(
+        &mut self,
+        source: &mut dyn FnMut() -> Option<(usize, Tensor<'t>)>,
+        done: &mut dyn FnMut(usize, Result<OpStats, WorkerError>, Tensor<'t>),
+    ) {
         struct Active<'t> {
             token: usize,
             stream: Stream<'t>,
@@ -662,15 +690,32 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 let Some((token, tensor)) = waiting.take() else {
                     break;
                 };
-                if let Err(e) = self.ready() {
-                    done(token, Err(e), tensor);
-                    continue;
-                }
                 let lane_idx = self.next_lane % lanes;
                 if active[lane_idx].is_some() {
                     waiting = Some((token, tensor));
                     break;
                 }
+                // Held by the controller's agent: start nothing more; once nothing is in
+                // flight, wait for the release (see `crate::gate`).
+                if let Some(g) = &self.gate {
+                    let go = match g.try_start() {
+                        Some(moved) => Some(moved),
+                        None if active.iter().all(Option::is_none) => Some(g.wait_start()),
+                        None => None,
+                    };
+                    match go {
+                        Some(moved) => self.moved |= moved,
+                        None => {
+                            waiting = Some((token, tensor));
+                            break;
+                        }
+                    }
+                }
+                if let Err(e) = self.ready() {
+                    done(token, Err(e), tensor);
+                    continue;
+                }
+                let lane_idx = self.next_lane % lanes;
                 let elements = tensor.len();
                 let cfg = self.stream_config(self.lanes[lane_idx]);
                 if let Err(e) = cfg.validate() {

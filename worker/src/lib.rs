@@ -11,6 +11,8 @@
 //! implement protocol decisions of its own.
 
 pub mod comm;
+pub mod gate;
 pub mod ring;
 
 pub use comm::{AsyncCommunicator, Communicator, OpStats, Pending, WorkerConfig, WorkerError};
+pub use gate::Gate;
