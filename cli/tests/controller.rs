@@ -212,3 +212,56 @@ fn a_worker_killed_mid_run_fails_its_job_and_the_others_are_told_which_rank() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sw = SwitchProc::start(&["--pool-slots=512"]);
+    let (_ctl, api) = controller(&dir);
+    let c = Client::new(&api.to_string(), None);
+    c.add_switch(&SwitchSpec {
+        name: "tor".into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        data: sw.udp,
+        slots: 512,
+        elems_per_slot: 256,
+        token: None,
+        p4: None,
+    })
+    .unwrap();
+    let request = |name: &str| JobRequest {
+        name: name.into(),
+        workers: Vec::new(),
+        size: Some(2),
+        elems_per_packet: 256,
+        window: 512,
+        min_window: Some(64),
+        priority: 0,
+        switch: None,
+        heartbeat_ms: Some(200),
+    };
+    c.create_job(&request("first")).unwrap();
+    let iterations = 300;
+    let mut first = joining_workers(api, "first", 2, 200_000, iterations);
+    for w in &mut first {
+        w.expect("joined", after(Duration::from_secs(60)));
+    }
+    let before = c.job("first").unwrap();
+    assert_eq!(before.slots.map(|r| r.count), Some(512));
+    // A second job halves the first one's slots while it runs.
+    c.create_job(&request("second")).unwrap();
+    let mut second = joining_workers(api, "second", 2, 200_000, 20);
+    for o in collect_all(&mut second, after(Duration::from_secs(120))) {
+        o.assert_verified(20);
+    }
+    let during = c.job("first").unwrap();
+    assert_eq!(during.slots.map(|r| r.count), Some(256), "{during:?}");
+    assert_ne!(during.epoch, before.epoch);
+    for o in collect_all(&mut first, after(Duration::from_secs(120))) {
+        o.assert_verified(iterations);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

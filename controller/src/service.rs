@@ -51,8 +51,9 @@ pub struct Controller {
     heartbeats: BTreeMap<(String, u8), std::time::Instant>,
     /// Switches that could not be reached: when to try each again, and the wait after that.
     retry: BTreeMap<String, (std::time::Instant, std::time::Duration)>,
-    /// What each switch holds, as last seen (its resync) or changed (a change it took).
-    holding: BTreeMap<String, BTreeMap<JobId, Range>>,
+    /// What each switch holds, as last seen (its resync) or changed (a change it took), with
+    /// the epoch when this controller installed it.
+    holding: BTreeMap<String, BTreeMap<JobId, (Range, Option<u16>)>>,
     /// Jobs being moved to other slots, waiting for their workers to park.
     moving: BTreeMap<String, Moving>,
     /// The latest report of each job's ranks: tensors started (if the worker can be held)
@@ -326,7 +327,7 @@ impl Controller {
     pub fn create_job(&mut self, request: JobRequest) -> Result<JobInfo, ControllerError> {
         let name = request.name.clone();
         let workers = request.workers.clone();
-        let changes = self.state.create_job(request)?;
+        self.state.create_job(request)?;
         // Listed workers must be where the chosen switch can reach them (a P4 switch knows
         // its hosts); if not, the job is taken back before anything is saved or installed.
         let switch = self.job(&name)?.switch;
@@ -341,7 +342,7 @@ impl Controller {
         }
         self.counters.jobs_created += 1;
         self.save()?;
-        self.apply(changes)?;
+        self.bring(&switch)?;
         let info = self.job(&name)?;
         tracing::info!(job = %name, id = info.id, switch = %info.switch, slots = ?info.slots, "job created");
         Ok(info)
@@ -359,7 +360,9 @@ impl Controller {
         self.counters.joins += 1;
         self.save()?;
         tracing::info!(job = %name, rank, addr = %req.addr, "worker joined");
-        self.apply(changes)?;
+        if !changes.is_empty() {
+            self.bring(&switch)?;
+        }
         let j = self
             .state
             .jobs
@@ -480,10 +483,11 @@ impl Controller {
             tracing::warn!(job = %name, ?missing, "job failed: no heartbeat from these ranks");
             self.moving.remove(name);
             match self.state.fail_job(name, missing.clone()) {
-                Ok(changes) => {
+                Ok(_) => {
                     self.counters.jobs_failed += 1;
                     let _ = self.save();
-                    if let Err(e) = self.apply(changes) {
+                    let switch = self.state.jobs.get(name).map(|j| j.switch.clone());
+                    if let Err(e) = switch.map_or(Ok(()), |s| self.bring(&s)) {
                         tracing::warn!(job = %name, error = %e, "removing the failed job");
                     }
                 }
@@ -495,14 +499,15 @@ impl Controller {
 
     /// Deletes a job, frees its slots and gives them to the others on its switch.
     pub fn delete_job(&mut self, name: &str) -> Result<(), ControllerError> {
-        let changes = self.state.delete_job(name)?;
+        let switch = self.job(name)?.switch;
+        self.state.delete_job(name)?;
         self.counters.jobs_deleted += 1;
         self.heartbeats.retain(|(job, _), _| job != name);
         self.reports.retain(|(job, _), _| job != name);
         self.moving.remove(name);
         self.save()?;
         tracing::info!(job = %name, "job deleted");
-        self.apply(changes)
+        self.bring(&switch)
     }
 
     /// Brings every switch from what it holds to what the state wants; returns the switches
@@ -542,6 +547,7 @@ impl Controller {
         self.retry.keys().cloned().collect()
     }
 
+    /// Asks a switch what it holds, then brings it to the state.
     fn resync_one(&mut self, switch: &str) -> Result<(), ControllerError> {
         let Some(driver) = self.drivers.get_mut(switch) else {
             return Ok(());
@@ -552,25 +558,56 @@ impl Controller {
                 switch: switch.to_string(),
                 source,
             })?;
-        self.holding.insert(switch.to_string(), held.clone());
-        let wanted = self.state.wanted(switch);
-        // A job held with the wanted range but not known installed (the controller stopped
-        // between the two) is installed again, to learn its epoch.
-        let mut from = held.clone();
-        for (id, r) in &held {
-            let known = self.state.job_by_id(switch, *id);
-            if known.is_none_or(|j| j.epoch.is_none() || j.slots != Some(*r)) {
-                from.remove(id);
-            }
-        }
-        let mut changes: Vec<Change> = held
-            .keys()
-            .filter(|id| !from.contains_key(id))
-            .map(|id| Change {
-                switch: switch.to_string(),
-                step: Step::Remove(*id),
+        // The epochs this controller installed under stand while the ranges do.
+        let known = self.holding.remove(switch).unwrap_or_default();
+        let held = held
+            .into_iter()
+            .map(|(id, r)| {
+                let epoch = known
+                    .get(&id)
+                    .filter(|(k, _)| *k == r)
+                    .and_then(|(_, e)| *e);
+                (id, (r, epoch))
             })
             .collect();
+        self.holding.insert(switch.to_string(), held);
+        self.bring(switch)
+    }
+
+    /// Brings a switch from what it holds (as last seen) to what the state wants, every
+    /// change ordered so that no slot is ever given to two jobs; a switch not seen yet is
+    /// asked first.
+    fn bring(&mut self, switch: &str) -> Result<(), ControllerError> {
+        let Some(held) = self.holding.get(switch).cloned() else {
+            return self.resync_one(switch);
+        };
+        let wanted = self.state.wanted(switch);
+        // A job held with its wanted range keeps running; the state learns its epoch again
+        // if a cancelled change had dropped it. One whose epoch nobody knows (the controller
+        // stopped between installing it and saving) is installed again, to learn it.
+        let mut from = BTreeMap::new();
+        let mut changes = Vec::new();
+        for (id, (r, epoch)) in &held {
+            let wants = self
+                .state
+                .job_by_id(switch, *id)
+                .map(|j| (j.slots, j.epoch));
+            match wants {
+                Some((Some(w), None)) if w == *r => match epoch {
+                    Some(e) => {
+                        self.state.installed(switch, *id, *e);
+                        from.insert(*id, *r);
+                    }
+                    None => changes.push(Change {
+                        switch: switch.to_string(),
+                        step: Step::Remove(*id),
+                    }),
+                },
+                _ => {
+                    from.insert(*id, *r);
+                }
+            }
+        }
         changes.extend(alloc::plan(&from, &wanted).into_iter().map(|step| Change {
             switch: switch.to_string(),
             step,
@@ -579,7 +616,7 @@ impl Controller {
             tracing::info!(
                 switch,
                 changes = changes.len(),
-                "switch brought to the state"
+                "bringing the switch to the state"
             );
         }
         self.apply(changes)
@@ -610,7 +647,7 @@ impl Controller {
                 .holding
                 .get(&c.switch)
                 .and_then(|h| h.get(&id))
-                .copied();
+                .map(|(r, _)| *r);
             if let Some(job) = self.state.job_by_id(&c.switch, id) {
                 if let (Some(period), None, Some(from)) =
                     (job.request.heartbeat_ms, &job.failed, from)
@@ -657,7 +694,7 @@ impl Controller {
                         self.holding
                             .entry(c.switch.clone())
                             .or_default()
-                            .insert(id, slots);
+                            .insert(id, (slots, Some(epoch)));
                     }
                     if let Some(name) = self
                         .state
