@@ -104,7 +104,8 @@ pub struct SimArgs {
     #[arg(long, value_delimiter = ',')]
     pub(crate) sweep_loss: Vec<f64>,
     /// With --sweep-loss: an SVG of the fraction of lossless goodput against loss, with the
-    /// ideal 1 − p drawn.
+    /// ideal 1 − p drawn. With --cluster and several loads: an SVG of each scheme's mean and
+    /// p99 completion time against load.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
     /// The slot-sharing experiment instead of the packet simulation: a stream of this many
@@ -113,9 +114,11 @@ pub struct SimArgs {
     /// prints mean and tail job completion times (see docs/CONTROLLER.md).
     #[arg(long)]
     pub(crate) cluster: Option<usize>,
-    /// With --cluster: arrivals at this many times the rate the pool serves at full windows.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) cluster_load: f64,
+    /// With --cluster: arrivals at this many times the rate the pool serves at full windows;
+    /// several (`0.5,1,1.5`) run the experiment at each, and with --plot draw mean and p99
+    /// completion time against load.
+    #[arg(long, value_delimiter = ',', default_value = "1.0")]
+    pub(crate) cluster_load: Vec<f64>,
     /// With --cluster: the pool's slots.
     #[arg(long, default_value_t = 8192)]
     pub(crate) cluster_pool: u16,
@@ -388,7 +391,7 @@ pub fn run(mut args: SimArgs) -> anyhow::Result<()> {
         None => Faults::default(),
     };
     if let Some(n) = args.cluster {
-        return run_cluster(&args, n);
+        return crate::sim_cluster::run(&args, n);
     }
     if !args.sweep_loss.is_empty() {
         return crate::sim_sweep::run(args, &faults);
@@ -690,77 +693,4 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         );
     }
     Ok(results)
-}
-
-/// `ina sim --cluster N`: the slot-sharing experiment over `--seeds` job streams.
-fn run_cluster(args: &SimArgs, n: usize) -> anyhow::Result<()> {
-    use ina_proto::alloc::Policy;
-    use ina_sim::cluster::{self, ClusterConfig, Scheme};
-    if n == 0 || !(args.cluster_load.is_finite() && args.cluster_load > 0.0) {
-        bail!("--cluster needs at least one job and a positive --cluster-load");
-    }
-    let cfg = ClusterConfig {
-        pool: args.cluster_pool,
-        link_gbps: args.gbps,
-        host_gbps: args.cluster_host_gbps,
-    };
-    if ina_proto::alloc::usable(cfg.pool) < 2048 {
-        bail!("--cluster-pool must hold at least 2048 slots (the largest window of the workload)");
-    }
-    let schemes = [
-        Scheme::StaticPartitions(4),
-        Scheme::StaticPartitions(16),
-        Scheme::BestEffortHash,
-        Scheme::Controller(Policy::FirstFit),
-        Scheme::Controller(Policy::FairShare),
-        Scheme::Controller(Policy::Priority),
-        Scheme::LeastAttained,
-        Scheme::FinishTimeFairness,
-    ];
-    println!(
-        "{n} jobs per stream, load {:.2}, pool {} slots, {} Gbit/s links, host fallback {} Gbit/s, seeds {}..{}",
-        args.cluster_load,
-        cfg.pool,
-        cfg.link_gbps,
-        cfg.host_gbps,
-        args.seed,
-        args.seed + args.seeds - 1
-    );
-    println!(
-        "{:<40} {:>10} {:>10} {:>10} {:>12}",
-        "scheme", "mean s", "p50 s", "p99 s", "mean / static"
-    );
-    let mut base = None;
-    let mut rows = Vec::new();
-    for scheme in schemes {
-        let mut mean = 0.0;
-        let mut p50 = 0.0;
-        let mut p99 = 0.0;
-        for seed in args.seed..args.seed + args.seeds {
-            let jobs = cluster::workload(seed, n, args.cluster_load, &cfg);
-            let r = cluster::run(&cfg, &jobs, scheme);
-            mean += r.mean();
-            p50 += r.quantile(0.5);
-            p99 += r.quantile(0.99);
-        }
-        let k = args.seeds as f64;
-        let (mean, p50, p99) = (mean / k, p50 / k, p99 / k);
-        let b = *base.get_or_insert(mean);
-        println!(
-            "{:<40} {:>10.2} {:>10.2} {:>10.2} {:>12.3}",
-            scheme.to_string(),
-            mean,
-            p50,
-            p99,
-            mean / b
-        );
-        rows.push(serde_json::json!({
-            "scheme": scheme.to_string(), "mean_s": mean, "p50_s": p50, "p99_s": p99,
-        }));
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
 }

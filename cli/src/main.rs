@@ -20,6 +20,7 @@ mod cmd_testbed;
 mod cmd_worker;
 mod data;
 mod mem;
+mod sim_cluster;
 mod sim_sweep;
 
 use clap::{Parser, Subcommand};
