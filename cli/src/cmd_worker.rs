@@ -442,6 +442,13 @@ fn join_through_controller(
         "workers": joined.workers, "switch": joined.switch.to_string(), "udp": me.to_string(),
     }));
     let job = client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
+    // Everything the controller gave this worker: the switch, its job's slots and epoch,
+    // and its peers by rank (the ring's order).
+    emit(serde_json::json!({
+        "event": "installed", "job_name": name, "switch": joined.switch.to_string(),
+        "slots": job.slots, "window": job.slots.map(|r| r.count), "epoch": job.epoch,
+        "peers": job.members.iter().map(|(_, a)| a.to_string()).collect::<Vec<_>>(),
+    }));
     let membership = match job.request.heartbeat_ms {
         Some(period) => {
             let gate = std::sync::Arc::new(ina_worker::Gate::new());

@@ -127,6 +127,13 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
     let mut workers = joining_workers(api, "train", 2, 200_000, iterations);
     let p = workers[0].expect("provisioned", after(START));
     assert_eq!(p.value.get("rank").and_then(|v| v.as_u64()), Some(0));
+    // Once installed, the worker has its slots, epoch and peers from the controller.
+    let i = workers[1].expect("installed", after(Duration::from_secs(60)));
+    assert_eq!(i.value["window"].as_u64(), Some(256), "{}", i.value);
+    assert!(i.value["epoch"].as_u64().is_some(), "{}", i.value);
+    let peers = i.value["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 2);
+    assert_eq!(peers[0].as_str(), Some(p.addr("udp").to_string().as_str()));
     workers[0].expect("joined", after(Duration::from_secs(60)));
     let held = epochs(&sw);
     let before = c.job("train").unwrap();
