@@ -54,6 +54,8 @@
 
 mod batch;
 mod counters;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 mod error;
 mod mem;
 pub mod metrics;

@@ -157,6 +157,34 @@ pub fn arp_reply_in_place(frame: &mut [u8], mac: [u8; 6], ip: [u8; 4]) -> Result
     Ok(())
 }
 
+/// Bytes of an ARP request frame (Ethernet header and ARP packet, no padding).
+pub const ARP_FRAME_LEN: usize = ETHERNET_LEN + ARP_LEN;
+
+/// Writes into `buf` the broadcast ARP request of the host (`mac`, `ip`) for `target`; returns
+/// its length ([`ARP_FRAME_LEN`]).
+pub fn emit_arp_request(
+    buf: &mut [u8],
+    mac: [u8; 6],
+    ip: [u8; 4],
+    target: [u8; 4],
+) -> Result<usize> {
+    check(buf, ARP_FRAME_LEN)?;
+    buf[0..6].copy_from_slice(&BROADCAST);
+    buf[6..12].copy_from_slice(&mac);
+    buf[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
+    let arp = &mut buf[ETHERNET_LEN..ARP_FRAME_LEN];
+    arp[0..2].copy_from_slice(&1u16.to_be_bytes());
+    arp[2..4].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    arp[4] = 6;
+    arp[5] = 4;
+    arp[6..8].copy_from_slice(&ARP_REQUEST.to_be_bytes());
+    arp[8..14].copy_from_slice(&mac);
+    arp[14..18].copy_from_slice(&ip);
+    arp[18..24].copy_from_slice(&[0; 6]);
+    arp[24..28].copy_from_slice(&target);
+    Ok(ARP_FRAME_LEN)
+}
+
 /// The fixed 20 bytes of an IPv4 header (options, if any, are not part of the view).
 #[derive(Debug, Clone, Copy)]
 pub struct Ipv4Header<'a>(&'a [u8]);
@@ -280,8 +308,23 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn an_emitted_arp_request_reads_back(mac in any::<[u8; 6]>(), ip in any::<[u8; 4]>(),
+                                             target in any::<[u8; 4]>()) {
+            let mut buf = [0u8; 64];
+            let n = emit_arp_request(&mut buf, mac, ip, target).unwrap();
+            prop_assert_eq!(&buf[..n], &request(mac, ip, target, 0)[..]);
+            let e = EthernetFrame::new_checked(&buf[..n]).unwrap();
+            let a = ArpPacket::new_checked(e.payload()).unwrap();
+            prop_assert!(a.is_ipv4_request());
+            prop_assert_eq!((a.sha(), a.spa(), a.tpa()), (mac, ip, target));
+        }
+    }
+
     #[test]
     fn short_buffers_are_refused() {
+        assert!(emit_arp_request(&mut [0; 41], [0; 6], [0; 4], [0; 4]).is_err());
         assert!(EthernetFrame::new_checked(&[0; 13]).is_err());
         assert!(ArpPacket::new_checked(&[0; 27]).is_err());
         assert!(Ipv4Header::new_checked(&[0; 19]).is_err());

@@ -1,0 +1,44 @@
+/* The fast path of DPDK is made of static inline functions, which a binding cannot call.
+ * These wrappers cross the language boundary once per burst, never once per packet. */
+#ifndef INA_DPDK_SHIM_H
+#define INA_DPDK_SHIM_H
+
+#include <stdint.h>
+#include <rte_config.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_version.h>
+
+/* rte_errno of the calling thread. */
+int ina_errno(void);
+
+/* Receives up to n frames on (port, queue): each frame's mbuf, data pointer and length.
+ * The frames stay valid until ina_free_bulk(mbufs, count). Returns the count. */
+uint16_t ina_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs,
+                      const uint8_t **data, uint16_t *len, uint16_t n);
+
+/* Frees n mbufs. */
+void ina_free_bulk(struct rte_mbuf **mbufs, unsigned int n);
+
+/* Sends n frames, frame i being len[i] bytes at buf + off[i]: allocates n mbufs from pool,
+ * copies each frame in, and transmits the burst on (port, queue). Frames longer than an
+ * mbuf's room, and those the queue did not take, are dropped; returns how many were taken
+ * (a prefix of the burst), or -1 if no mbuf could be allocated. */
+int ina_tx_copy(uint16_t port, uint16_t queue, struct rte_mempool *pool, const uint8_t *buf,
+                const uint32_t *off, const uint16_t *len, uint16_t n);
+
+/* Transmits the frames it received (an mbuf array from ina_rx_burst) unchanged on (port,
+ * queue), freeing those the queue did not take; returns how many it took. */
+uint16_t ina_tx_mbufs(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs, uint16_t n);
+
+/* The data room of an mbuf of this pool: the largest frame it holds. */
+uint16_t ina_pool_data_room(struct rte_mempool *pool);
+
+/* The version string of the DPDK this was built against. */
+const char *ina_version(void);
+
+#endif
