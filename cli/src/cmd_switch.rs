@@ -21,6 +21,8 @@ pub struct SwitchArgs {
     /// UDP address to serve workers on.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    #[command(flatten)]
+    dpdk: crate::dpdk_args::DpdkArgs,
     /// Threads; the block of 64 slots `b` (slots `64b..64b+64`) belongs to thread `b mod shards`.
     #[arg(long)]
     shards: Option<usize>,
@@ -456,7 +458,23 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())
         .context("installing the SIGTERM handler")?;
 
-    let switch = Switch::bind(cfg).context("starting the switch")?;
+    let switch = match args.dpdk.port {
+        crate::dpdk_args::PortKind::Udp => Switch::bind(cfg).context("starting the switch")?,
+        crate::dpdk_args::PortKind::Dpdk => {
+            if cfg.shards != 1 {
+                bail!("--port dpdk runs one shard (one queue of one device): drop --shards");
+            }
+            let local = crate::dpdk_args::DpdkArgs::local(listen, "--listen")?;
+            #[allow(unreachable_code, clippy::diverging_sub_expression)]
+            let port = args.dpdk.open(local, Vec::new())?;
+            #[cfg(feature = "dpdk")]
+            {
+                Switch::with_dpdk(cfg, port).context("starting the switch")?
+            }
+            #[cfg(not(feature = "dpdk"))]
+            match port {}
+        }
+    };
     let handle = switch.handle();
     let mut control_local = None;
     let control_thread = match control_addr {

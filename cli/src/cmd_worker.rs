@@ -115,6 +115,8 @@ pub struct WorkerArgs {
     /// Skip checking results against the exact sums.
     #[arg(long)]
     no_verify: bool,
+    #[command(flatten)]
+    dpdk: crate::dpdk_args::DpdkArgs,
     /// The multicast group the switch sends the job's results to (ina; the job's `group`).
     /// Without it the worker joins the group the switch names for the job, if any; a group
     /// other than the job's fails the worker with `job_mismatch`.
@@ -271,78 +273,54 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
     let mut reducer: Box<dyn Reducer> = match args.algorithm {
         WorkerAlgorithm::Ina => {
             let switch = args.switch.context("--switch is required for ina")?;
-            let mut port = match prebound {
-                Some(p) => p,
-                None => UdpPort::bind_with(args.bind, &UdpConfig::default())
-                    .with_context(|| format!("binding {}", args.bind))?,
-            };
-            if let Some(group) = args.group {
-                port.join_group(group)
-                    .with_context(|| format!("joining {group}"))?;
-            }
-            emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
-            let switch_rank = args.switch_rank.unwrap_or(arg_rank);
-            let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
-            cfg.window = args.window;
-            cfg.give_up = Duration::from_millis(args.give_up_ms);
-            cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
-            if args.switch_rank.is_some() {
-                cfg.total_workers = Some(
-                    u16::try_from(workers)
-                        .ok()
-                        .filter(|n| *n <= 1024)
-                        .context("--workers: an aggregation tree has at most 1024 workers")?,
-                );
-            } else {
-                cfg.expect_workers = Some(
-                    u8::try_from(workers)
-                        .ok()
-                        .filter(|n| *n <= 32)
-                        .context("--workers: a switch takes at most 32 workers of a job (add --switch-rank for a rack switch of a tree)")?,
-                );
-            }
-            cfg.group = args.group;
-            if args.adaptive_window {
-                if !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0) {
-                    anyhow::bail!("--target-queueing-us must be a positive number of microseconds");
+            let (reducer, elems, server) = match args.dpdk.port {
+                crate::dpdk_args::PortKind::Udp => {
+                    let mut port = match prebound {
+                        Some(p) => p,
+                        None => UdpPort::bind_with(args.bind, &UdpConfig::default())
+                            .with_context(|| format!("binding {}", args.bind))?,
+                    };
+                    if let Some(group) = args.group {
+                        port.join_group(group)
+                            .with_context(|| format!("joining {group}"))?;
+                    }
+                    emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
+                    ina_reducer(port, &args, switch, arg_rank, workers, &membership)?
                 }
-                cfg.window_control = Some(ina_proto::window::WindowConfig {
-                    target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
-                    ..ina_proto::window::WindowConfig::default()
-                });
-            }
-            let mut comm = match Communicator::with_port(port, cfg) {
-                Ok(c) => c,
-                Err(e) => fail(e.kind(), e.to_string()),
+                crate::dpdk_args::PortKind::Dpdk => {
+                    if args.job_name.is_some() {
+                        anyhow::bail!("--port dpdk with --job-name is not supported: give --switch, --rank and --workers");
+                    }
+                    let local = crate::dpdk_args::DpdkArgs::local(args.bind, "--bind")?;
+                    let SocketAddr::V4(switch4) = switch else {
+                        anyhow::bail!("--port dpdk: --switch {switch} must be an IPv4 address");
+                    };
+                    let groups = args.group.into_iter().collect();
+                    #[allow(unreachable_code, clippy::diverging_sub_expression)]
+                    #[allow(unused_mut)]
+                    let mut port = args.dpdk.open(local, groups)?;
+                    #[cfg(feature = "dpdk")]
+                    {
+                        let mac = port
+                            .resolve(*switch4.ip(), Duration::from_millis(args.probe_timeout_ms))
+                            .context("resolving the switch's MAC address")?;
+                        emit(serde_json::json!({
+                            "event": "bound", "dpdk": local.to_string(),
+                            "device": port.device().name(),
+                            "switch_mac": format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]),
+                        }));
+                        ina_reducer(port, &args, switch, arg_rank, workers, &membership)?
+                    }
+                    #[cfg(not(feature = "dpdk"))]
+                    {
+                        let _ = switch4;
+                        match port {}
+                    }
+                }
             };
-            if let Some((gate, _)) = &membership {
-                comm.set_gate(gate.clone());
-            }
-            let job = comm.job();
-            block_elems = usize::from(job.info.elems_per_packet);
-            emit(serde_json::json!({
-                "event": "joined", "epoch": job.epoch, "window": job.window,
-                "elems_per_packet": job.info.elems_per_packet, "workers": job.info.workers,
-                "group": job.group.map(|g| g.to_string()),
-            }));
-            let mut reducer = InaReducer::new(comm);
-            if let Some(addr) = args.metrics {
-                let totals = std::sync::Arc::new(std::sync::Mutex::new(StreamTotals::default()));
-                reducer.totals = Some(totals.clone());
-                let server = ina_io::metrics::MetricsServer::spawn(
-                    addr,
-                    move || {
-                        let t = totals.lock().map(|t| *t).unwrap_or_default();
-                        render_metrics(&t)
-                    },
-                    std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
-                )?;
-                emit(
-                    serde_json::json!({"event": "metrics", "addr": server.local_addr.to_string()}),
-                );
-                metrics = Some(server);
-            }
-            Box::new(reducer)
+            block_elems = elems;
+            metrics = server;
+            reducer
         }
         WorkerAlgorithm::Ring => {
             let listener =
@@ -488,3 +466,83 @@ type Membership = (
     std::sync::Arc<ina_worker::Gate>,
     ina_controller::member::Member,
 );
+
+/// The ina reducer of this worker on `port` (a kernel UDP socket or a DPDK device): the
+/// communicator behind the controller's gate, the `joined` line, and the metrics endpoint.
+/// Returns it with the job's elements per packet and the metrics server, if any.
+fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
+    port: P,
+    args: &WorkerArgs,
+    switch: SocketAddr,
+    arg_rank: u8,
+    workers: usize,
+    membership: &Option<Membership>,
+) -> anyhow::Result<(
+    Box<dyn Reducer>,
+    usize,
+    Option<ina_io::metrics::MetricsServer>,
+)> {
+    let mut metrics = None;
+    let switch_rank = args.switch_rank.unwrap_or(arg_rank);
+    let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
+    cfg.window = args.window;
+    cfg.give_up = Duration::from_millis(args.give_up_ms);
+    cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
+    if args.switch_rank.is_some() {
+        cfg.total_workers = Some(
+            u16::try_from(workers)
+                .ok()
+                .filter(|n| *n <= 1024)
+                .context("--workers: an aggregation tree has at most 1024 workers")?,
+        );
+    } else {
+        cfg.expect_workers = Some(
+            u8::try_from(workers)
+                .ok()
+                .filter(|n| *n <= 32)
+                .context("--workers: a switch takes at most 32 workers of a job (add --switch-rank for a rack switch of a tree)")?,
+        );
+    }
+    cfg.group = args.group;
+    if args.adaptive_window {
+        if !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0) {
+            anyhow::bail!("--target-queueing-us must be a positive number of microseconds");
+        }
+        cfg.window_control = Some(ina_proto::window::WindowConfig {
+            target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
+            ..ina_proto::window::WindowConfig::default()
+        });
+    }
+    let mut comm = match Communicator::with_port(port, cfg) {
+        Ok(c) => c,
+        Err(e) => fail(e.kind(), e.to_string()),
+    };
+    if let Some((gate, _)) = &membership {
+        comm.set_gate(gate.clone());
+    }
+    let job = comm.job();
+    let block_elems = usize::from(job.info.elems_per_packet);
+    emit(serde_json::json!({
+        "event": "joined", "epoch": job.epoch, "window": job.window,
+        "elems_per_packet": job.info.elems_per_packet, "workers": job.info.workers,
+        "group": job.group.map(|g| g.to_string()),
+    }));
+    let mut reducer = InaReducer::new(comm);
+    if let Some(addr) = args.metrics {
+        let totals = std::sync::Arc::new(std::sync::Mutex::new(StreamTotals::default()));
+        reducer.totals = Some(totals.clone());
+        let server = ina_io::metrics::MetricsServer::spawn(
+            addr,
+            move || {
+                let t = totals.lock().map(|t| *t).unwrap_or_default();
+                render_metrics(&t)
+            },
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        )?;
+        emit(
+            serde_json::json!({"event": "metrics", "addr": server.local_addr.to_string()}),
+        );
+        metrics = Some(server);
+    }
+    Ok((Box::new(reducer), block_elems, metrics))
+}

@@ -19,6 +19,7 @@ mod cmd_switch_ports;
 mod cmd_testbed;
 mod cmd_worker;
 mod data;
+mod dpdk_args;
 mod mem;
 mod sim_cluster;
 mod sim_sweep;

@@ -60,6 +60,7 @@ fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
         &DpdkUdpConfig {
             local: a_addr,
             neighbours: vec![],
+            groups: vec![],
         },
     );
     let mut b = DpdkUdpPort::new(
@@ -67,6 +68,7 @@ fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
         &DpdkUdpConfig {
             local: b_addr,
             neighbours: vec![],
+            groups: vec![],
         },
     );
     // The memif link comes up once the client connects: resolve with both ends polling.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod frames;
 mod loss;
+mod port;
 mod shard;
 mod steer;
 
@@ -26,6 +27,7 @@ pub use shard::{ShardStats, SwitchStats};
 
 use ina_io::{Port, UdpPort};
 use ina_proto::pipeline::Pipeline;
+use port::ShardPort;
 use shard::{Command, Shard};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +61,7 @@ pub enum SwitchError {
 #[derive(Debug)]
 pub struct Switch {
     cfg: SwitchConfig,
-    ports: Vec<UdpPort>,
+    ports: Vec<ShardPort>,
     local: SocketAddr,
     handle: SwitchHandle,
     commands: Vec<mpsc::Receiver<Command>>,
@@ -124,6 +126,29 @@ impl Switch {
         } else {
             false
         };
+        let ports = ports.into_iter().map(ShardPort::Udp).collect();
+        Switch::assemble(cfg, ports, local, steered)
+    }
+
+    /// One shard on a DPDK port: the switch answers ARP for the port's address and sends
+    /// every reply out of its device.
+    #[cfg(feature = "dpdk")]
+    pub fn with_dpdk(
+        mut cfg: SwitchConfig,
+        port: ina_io::dpdk::DpdkUdpPort,
+    ) -> Result<Switch, SwitchError> {
+        cfg.shards = 1;
+        let local = port.local_addr();
+        cfg.listen = local;
+        Switch::assemble(cfg, vec![ShardPort::Dpdk(Box::new(port))], local, false)
+    }
+
+    fn assemble(
+        cfg: SwitchConfig,
+        ports: Vec<ShardPort>,
+        local: SocketAddr,
+        steered: bool,
+    ) -> Result<Switch, SwitchError> {
         let mut senders = Vec::new();
         let mut commands = Vec::new();
         for _ in 0..cfg.shards {

@@ -1,7 +1,8 @@
 //! One shard: a socket of the reuseport group, a pipeline and its registers, one thread.
 
 use crate::loss::Loss;
-use ina_io::{Port, RecvBatch, SendBatch, UdpPort};
+use crate::port::ShardPort;
+use ina_io::{Port, RecvBatch, SendBatch};
 use ina_proto::pipeline::{Burst, Counters, JobConfig, Pipeline, PortId, Report, Verdict};
 use ina_proto::Instant;
 use ina_wire::agg::{ProbeGroup, ProbeInfo, GAP_BLOCK};
@@ -207,7 +208,7 @@ impl std::hash::Hasher for AddrHasher {
 
 pub(crate) struct Shard {
     index: usize,
-    port: UdpPort,
+    port: ShardPort,
     pipe: Pipeline,
     commands: mpsc::Receiver<Command>,
     /// Worker address -> port, looked up for every datagram.
@@ -507,7 +508,7 @@ impl Shard {
         index: usize,
         mesh: Mesh,
         joins: Joins,
-        port: UdpPort,
+        port: ShardPort,
         pipe: Pipeline,
         commands: mpsc::Receiver<Command>,
         (loss, seed): (f64, u64),

@@ -64,21 +64,21 @@ pub struct StreamTotals {
     pub window: u16,
 }
 
-/// In-network aggregation through a switch.
+/// In-network aggregation through a switch, over a kernel UDP socket or another port.
 #[derive(Debug)]
-pub struct InaReducer {
-    pub comm: Communicator,
+pub struct InaReducer<P: ina_io::Port<Addr = std::net::SocketAddr> = ina_io::UdpPort> {
+    pub comm: Communicator<P>,
     /// Where each all-reduce's statistics are added, if anywhere.
     pub totals: Option<std::sync::Arc<std::sync::Mutex<StreamTotals>>>,
 }
 
-impl InaReducer {
-    pub fn new(comm: Communicator) -> InaReducer {
+impl<P: ina_io::Port<Addr = std::net::SocketAddr>> InaReducer<P> {
+    pub fn new(comm: Communicator<P>) -> InaReducer<P> {
         InaReducer { comm, totals: None }
     }
 }
 
-impl Reducer for InaReducer {
+impl<P: ina_io::Port<Addr = std::net::SocketAddr>> Reducer for InaReducer<P> {
     fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
         let s = self.comm.allreduce_f32(data)?;
         if let Some(t) = &self.totals {

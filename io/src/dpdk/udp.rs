@@ -25,6 +25,8 @@ pub struct DpdkUdpConfig {
     pub local: SocketAddrV4,
     /// Neighbours known in advance (IPv4 → MAC).
     pub neighbours: Vec<(Ipv4Addr, [u8; 6])>,
+    /// Multicast groups whose datagrams the port also receives (a job's results group).
+    pub groups: Vec<SocketAddrV4>,
 }
 
 /// Frames of other kinds the port dropped, by reason.
@@ -48,6 +50,7 @@ pub struct DpdkUdpPort {
     dev: Device,
     local: SocketAddrV4,
     neighbours: HashMap<Ipv4Addr, [u8; 6]>,
+    groups: Vec<SocketAddrV4>,
     /// When each unresolved destination was last asked for.
     asked: HashMap<Ipv4Addr, Instant>,
     counters: Counters,
@@ -66,6 +69,7 @@ impl DpdkUdpPort {
             dev,
             local: cfg.local,
             neighbours: cfg.neighbours.iter().copied().collect(),
+            groups: cfg.groups.clone(),
             asked: HashMap::new(),
             counters: Counters::default(),
             stats: DpdkUdpStats::default(),
@@ -136,6 +140,7 @@ impl DpdkUdpPort {
             return 0;
         }
         let (mac, ip, port) = (self.dev.mac(), self.local.ip().octets(), self.local.port());
+        let groups = &self.groups;
         let mut replies: Vec<u8> = Vec::new();
         let mut learned: Vec<(Ipv4Addr, [u8; 6])> = Vec::new();
         let mut delivered = 0;
@@ -166,7 +171,12 @@ impl DpdkUdpPort {
                     }
                 }
                 ETHERTYPE_IPV4 => match frame::parse(f) {
-                    Ok(u) if u.addrs.dst_ip == ip && u.addrs.dst_port == port => {
+                    Ok(u)
+                        if (u.addrs.dst_ip == ip && u.addrs.dst_port == port)
+                            || groups.iter().any(|g| {
+                                g.ip().octets() == u.addrs.dst_ip && g.port() == u.addrs.dst_port
+                            }) =>
+                    {
                         let src = SocketAddr::from((u.addrs.src_ip, u.addrs.src_port));
                         learned.push((Ipv4Addr::from(u.addrs.src_ip), u.addrs.src_mac));
                         let pushed = batch.as_deref_mut().is_some_and(|b| b.push(src, u.payload));
@@ -243,7 +253,13 @@ impl Port for DpdkUdpPort {
                 refused += 1;
                 continue;
             };
-            let Some(dst_mac) = self.neighbours.get(dst.ip()).copied() else {
+            let known = if dst.ip().is_multicast() {
+                let o = dst.ip().octets();
+                Some([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+            } else {
+                self.neighbours.get(dst.ip()).copied()
+            };
+            let Some(dst_mac) = known else {
                 self.stats.unresolved += 1;
                 refused += 1;
                 self.ask(*dst.ip());
