@@ -284,14 +284,19 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                         port.join_group(group)
                             .with_context(|| format!("joining {group}"))?;
                     }
-                    emit(serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}));
-                    ina_reducer(port, &args, switch, arg_rank, workers, &membership)?
+                    emit(
+                        serde_json::json!({"event": "bound", "udp": port.local_addr().to_string()}),
+                    );
+                    ina_reducer(port, &args, switch, arg_rank, workers, &membership, None)?
                 }
                 crate::dpdk_args::PortKind::Dpdk => {
                     if args.job_name.is_some() {
                         anyhow::bail!("--port dpdk with --job-name is not supported: give --switch, --rank and --workers");
                     }
                     let local = crate::dpdk_args::DpdkArgs::local(args.bind, "--bind")?;
+                    if args.dpdk.dpdk_device.len() > 1 {
+                        anyhow::bail!("--dpdk-device: a worker uses one device");
+                    }
                     let SocketAddr::V4(switch4) = switch else {
                         anyhow::bail!("--port dpdk: --switch {switch} must be an IPv4 address");
                     };
@@ -306,10 +311,16 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                             .context("resolving the switch's MAC address")?;
                         emit(serde_json::json!({
                             "event": "bound", "dpdk": local.to_string(),
-                            "device": port.device().name(),
+                            "device": port.devices().iter().map(|d| d.name()).collect::<Vec<_>>(),
                             "switch_mac": format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]),
                         }));
-                        ina_reducer(port, &args, switch, arg_rank, workers, &membership)?
+                        // The path's MTU is the device's largest frame's.
+                        let mtu = port
+                            .devices()
+                            .iter()
+                            .map(|d| d.max_frame().saturating_sub(14))
+                            .min();
+                        ina_reducer(port, &args, switch, arg_rank, workers, &membership, mtu)?
                     }
                     #[cfg(not(feature = "dpdk"))]
                     {
@@ -477,6 +488,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     arg_rank: u8,
     workers: usize,
     membership: &Option<Membership>,
+    mtu: Option<usize>,
 ) -> anyhow::Result<(
     Box<dyn Reducer>,
     usize,
@@ -486,6 +498,9 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     let switch_rank = args.switch_rank.unwrap_or(arg_rank);
     let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
     cfg.window = args.window;
+    if let Some(m) = mtu {
+        cfg.mtu = Some(m);
+    }
     cfg.give_up = Duration::from_millis(args.give_up_ms);
     cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
     if args.switch_rank.is_some() {
@@ -539,9 +554,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
             },
             std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         )?;
-        emit(
-            serde_json::json!({"event": "metrics", "addr": server.local_addr.to_string()}),
-        );
+        emit(serde_json::json!({"event": "metrics", "addr": server.local_addr.to_string()}));
         metrics = Some(server);
     }
     Ok((Box::new(reducer), block_elems, metrics))

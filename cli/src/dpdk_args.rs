@@ -23,41 +23,62 @@ pub struct DpdkArgs {
     /// --vdev=net_memif0,role=client,socket=/run/ina.sock" (a NIC: "-a 0000:3b:00.0").
     #[arg(long, allow_hyphen_values = true)]
     pub dpdk: Option<String>,
-    /// With --port dpdk: the device, by DPDK name (default: the first --vdev of --dpdk).
-    #[arg(long)]
-    pub dpdk_device: Option<String>,
+    /// With --port dpdk: the devices, by DPDK name, comma-separated (default: every --vdev of
+    /// --dpdk). A worker uses one; the switch takes one link per device, all with its address.
+    #[arg(long, value_delimiter = ',')]
+    pub dpdk_device: Vec<String>,
     /// With --port dpdk: neighbours known in advance, IP=MAC, comma-separated (others are
     /// asked for with ARP).
     #[arg(long, value_delimiter = ',')]
     pub dpdk_neighbour: Vec<String>,
 }
 
+/// The DPDK flags, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub eal: Vec<String>,
+    pub devices: Vec<String>,
+    pub neighbours: Vec<(Ipv4Addr, [u8; 6])>,
+}
+
 impl DpdkArgs {
-    /// The EAL arguments, the device name and the neighbours, checked.
-    pub fn parsed(&self) -> anyhow::Result<(Vec<String>, String, Vec<(Ipv4Addr, [u8; 6])>)> {
+    /// The EAL arguments, the device names and the neighbours, checked.
+    pub fn parsed(&self) -> anyhow::Result<Parsed> {
         let Some(eal) = &self.dpdk else {
             bail!("--port dpdk needs --dpdk \"EAL ARGUMENTS\" (e.g. \"--no-huge --no-pci --vdev=net_memif0,role=client\")");
         };
         let args: Vec<String> = eal.split_whitespace().map(str::to_string).collect();
-        let device = match &self.dpdk_device {
-            Some(d) => d.clone(),
-            None => args
-                .iter()
-                .find_map(|a| a.strip_prefix("--vdev=").or_else(|| a.strip_prefix("--vdev ")))
+        let devices: Vec<String> = if self.dpdk_device.is_empty() {
+            args.iter()
+                .filter_map(|a| a.strip_prefix("--vdev="))
                 .map(|v| v.split(',').next().unwrap_or(v).to_string())
-                .ok_or_else(|| anyhow::anyhow!("--port dpdk: name the device with --dpdk-device (no --vdev in --dpdk)"))?,
+                .collect()
+        } else {
+            self.dpdk_device.clone()
         };
+        if devices.is_empty() {
+            bail!("--port dpdk: name the device with --dpdk-device (there is no --vdev=NAME,... in --dpdk)");
+        }
         let mut neighbours = Vec::new();
         for n in &self.dpdk_neighbour {
             let (ip, mac) = n
                 .split_once('=')
                 .ok_or_else(|| anyhow::anyhow!("--dpdk-neighbour {n:?}: expected IP=MAC"))?;
-            let ip: Ipv4Addr = ip
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--dpdk-neighbour {n:?}: {ip:?} is not an IPv4 address"))?;
-            neighbours.push((ip, parse_mac(mac).ok_or_else(|| anyhow::anyhow!("--dpdk-neighbour {n:?}: {mac:?} is not a MAC address"))?));
+            let ip: Ipv4Addr = ip.parse().map_err(|_| {
+                anyhow::anyhow!("--dpdk-neighbour {n:?}: {ip:?} is not an IPv4 address")
+            })?;
+            neighbours.push((
+                ip,
+                parse_mac(mac).ok_or_else(|| {
+                    anyhow::anyhow!("--dpdk-neighbour {n:?}: {mac:?} is not a MAC address")
+                })?,
+            ));
         }
-        Ok((args, device, neighbours))
+        Ok(Parsed {
+            eal: args,
+            devices,
+            neighbours,
+        })
     }
 
     /// The local address of a DPDK port: a specific IPv4 address and port.
@@ -76,12 +97,20 @@ impl DpdkArgs {
         groups: Vec<SocketAddrV4>,
     ) -> anyhow::Result<ina_io::dpdk::DpdkUdpPort> {
         use ina_io::dpdk::{Device, DeviceConfig, DpdkUdpConfig, DpdkUdpPort, Eal};
-        let (args, device, neighbours) = self.parsed()?;
+        let Parsed {
+            eal: args,
+            devices,
+            neighbours,
+        } = self.parsed()?;
         let eal = Eal::init(&args)?;
-        let dev = Device::open(&eal, &device, DeviceConfig::default())?;
-        tracing::info!(device, mac = ?dev.mac(), %local, version = Eal::version(), "DPDK port");
-        Ok(DpdkUdpPort::new(
-            dev,
+        let mut devs = Vec::new();
+        for name in &devices {
+            let dev = Device::open(&eal, name, DeviceConfig::default())?;
+            tracing::info!(device = name, mac = ?dev.mac(), %local, version = Eal::version(), "DPDK device");
+            devs.push(dev);
+        }
+        Ok(DpdkUdpPort::on_devices(
+            devs,
             &DpdkUdpConfig {
                 local,
                 neighbours,
@@ -92,7 +121,11 @@ impl DpdkArgs {
 
     /// Without the `dpdk` feature: a clear error.
     #[cfg(not(feature = "dpdk"))]
-    pub fn open(&self, _local: SocketAddrV4, _groups: Vec<SocketAddrV4>) -> anyhow::Result<std::convert::Infallible> {
+    pub fn open(
+        &self,
+        _local: SocketAddrV4,
+        _groups: Vec<SocketAddrV4>,
+    ) -> anyhow::Result<std::convert::Infallible> {
         self.parsed()?;
         bail!("--port dpdk: this ina was built without DPDK (build it with `cargo build --release --features dpdk`, with DPDK's development package installed: apt-get install libdpdk-dev)")
     }

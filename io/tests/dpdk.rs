@@ -72,7 +72,7 @@ fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
         },
     );
     // The memif link comes up once the client connects: resolve with both ends polling.
-    let b_mac = b.device().mac();
+    let b_mac = b.devices()[0].mac();
     let start = Instant::now();
     let resolved = loop {
         let mut batch = RecvBatch::new(8, 2048);

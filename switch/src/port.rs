@@ -8,6 +8,8 @@ use std::time::Duration;
 
 /// A shard's port.
 #[derive(Debug)]
+// (One per shard, made once: the size of the UDP variant costs nothing.)
+#[allow(clippy::large_enum_variant)]
 pub enum ShardPort {
     Udp(UdpPort),
     #[cfg(feature = "dpdk")]

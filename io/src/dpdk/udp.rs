@@ -1,4 +1,8 @@
-//! [`DpdkUdpPort`]: UDP datagrams over a DPDK device, as a batched [`Port`].
+//! [`DpdkUdpPort`]: UDP datagrams over one or more DPDK devices, as a batched [`Port`].
+//!
+//! Several devices make one host with one address on several links (a switch with a memif
+//! link per worker): the port receives from all of them and sends each datagram out of the
+//! device its destination was learned on; ARP requests and multicast go out of every device.
 //!
 //! The port owns one IPv4 address and UDP port on the device. It answers ARP requests for its
 //! address, learns neighbours from ARP and from the datagrams it receives, asks (ARP) for a
@@ -44,19 +48,23 @@ pub struct DpdkUdpStats {
     pub unresolved: u64,
 }
 
-/// UDP over a DPDK device.
+/// UDP over DPDK devices.
 #[derive(Debug)]
 pub struct DpdkUdpPort {
-    dev: Device,
+    devs: Vec<Device>,
     local: SocketAddrV4,
-    neighbours: HashMap<Ipv4Addr, [u8; 6]>,
+    /// Destination → (device, MAC).
+    neighbours: HashMap<Ipv4Addr, (usize, [u8; 6])>,
     groups: Vec<SocketAddrV4>,
     /// When each unresolved destination was last asked for.
     asked: HashMap<Ipv4Addr, Instant>,
+    /// The device polled first next time, so that none starves the others.
+    next_dev: usize,
     counters: Counters,
     stats: DpdkUdpStats,
     tx_buf: Vec<u8>,
-    tx_frames: Vec<(u32, u16)>,
+    /// Frames staged in `tx_buf`, by device.
+    tx_frames: Vec<Vec<(u32, u16)>>,
 }
 
 /// How often an unresolved destination is asked for again.
@@ -65,22 +73,34 @@ const ARP_RETRY: Duration = Duration::from_millis(100);
 impl DpdkUdpPort {
     /// The port on `dev`, addressed as `cfg` says.
     pub fn new(dev: Device, cfg: &DpdkUdpConfig) -> DpdkUdpPort {
+        DpdkUdpPort::on_devices(vec![dev], cfg)
+    }
+
+    /// The port on several devices (static neighbours are on the first). With no device it
+    /// receives and sends nothing.
+    pub fn on_devices(devs: Vec<Device>, cfg: &DpdkUdpConfig) -> DpdkUdpPort {
+        let n = devs.len();
         DpdkUdpPort {
-            dev,
+            devs,
             local: cfg.local,
-            neighbours: cfg.neighbours.iter().copied().collect(),
+            neighbours: cfg
+                .neighbours
+                .iter()
+                .map(|(ip, mac)| (*ip, (0, *mac)))
+                .collect(),
             groups: cfg.groups.clone(),
             asked: HashMap::new(),
+            next_dev: 0,
             counters: Counters::default(),
             stats: DpdkUdpStats::default(),
             tx_buf: Vec::with_capacity(BURST * 2048),
-            tx_frames: Vec::with_capacity(BURST),
+            tx_frames: vec![Vec::with_capacity(BURST); n],
         }
     }
 
-    /// The device underneath.
-    pub fn device(&self) -> &Device {
-        &self.dev
+    /// The devices underneath.
+    pub fn devices(&self) -> &[Device] {
+        &self.devs
     }
 
     /// What the port dropped, and its ARP exchanges.
@@ -93,12 +113,12 @@ impl DpdkUdpPort {
     pub fn resolve(&mut self, ip: Ipv4Addr, timeout: Duration) -> Result<[u8; 6], DpdkError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(mac) = self.neighbours.get(&ip) {
+            if let Some((_, mac)) = self.neighbours.get(&ip) {
                 return Ok(*mac);
             }
             if Instant::now() >= deadline {
                 return Err(DpdkError::Device {
-                    name: self.dev.name().to_string(),
+                    name: self.devs.first().map_or("", |d| d.name()).to_string(),
                     what: "ARP",
                     reason: format!("no answer from {ip} within {timeout:?}"),
                 });
@@ -108,7 +128,7 @@ impl DpdkUdpPort {
         }
     }
 
-    /// Sends an ARP request for `ip`, at most once per [`ARP_RETRY`].
+    /// Sends an ARP request for `ip` out of every device, at most once per [`ARP_RETRY`].
     fn ask(&mut self, ip: Ipv4Addr) {
         let now = Instant::now();
         if self
@@ -119,34 +139,48 @@ impl DpdkUdpPort {
             return;
         }
         self.asked.insert(ip, now);
-        let mut f = [0u8; ARP_FRAME_LEN];
-        if emit_arp_request(
-            &mut f,
-            self.dev.mac(),
-            self.local.ip().octets(),
-            ip.octets(),
-        )
-        .is_ok()
-        {
-            self.dev.send(&f, &[(0, ARP_FRAME_LEN as u16)]);
-            self.stats.arp_requests_sent += 1;
+        let local = self.local.ip().octets();
+        for dev in &mut self.devs {
+            let mut f = [0u8; ARP_FRAME_LEN];
+            if emit_arp_request(&mut f, dev.mac(), local, ip.octets()).is_ok() {
+                dev.send(&f, &[(0, ARP_FRAME_LEN as u16)]);
+                self.stats.arp_requests_sent += 1;
+            }
         }
     }
 
-    /// One burst: ARP handled, datagrams to this port pushed into `batch` (if any).
+    /// One burst from each device: ARP handled, datagrams to this port pushed into `batch`
+    /// (if any). Returns how many datagrams were delivered.
     fn poll(&mut self, mut batch: Option<&mut RecvBatch<SocketAddr>>) -> usize {
+        let n = self.devs.len();
+        if n == 0 {
+            return 0;
+        }
+        let first = self.next_dev % n;
+        self.next_dev = (first + 1) % n;
+        let mut delivered = 0;
+        for k in 0..n {
+            delivered += self.poll_device((first + k) % n, batch.as_deref_mut());
+        }
+        delivered
+    }
+
+    fn poll_device(&mut self, d: usize, mut batch: Option<&mut RecvBatch<SocketAddr>>) -> usize {
         let max = batch.as_ref().map_or(BURST, |b| b.remaining().min(BURST));
+        let Some(dev) = self.devs.get_mut(d) else {
+            return 0;
+        };
         if max == 0 {
             return 0;
         }
-        let (mac, ip, port) = (self.dev.mac(), self.local.ip().octets(), self.local.port());
+        let (mac, ip, port) = (dev.mac(), self.local.ip().octets(), self.local.port());
         let groups = &self.groups;
         let mut replies: Vec<u8> = Vec::new();
         let mut learned: Vec<(Ipv4Addr, [u8; 6])> = Vec::new();
         let mut delivered = 0;
         let stats = &mut self.stats;
         let counters = &mut self.counters;
-        self.dev.recv(max, |f| {
+        dev.recv(max, |f| {
             let Ok(eth) = EthernetFrame::new_checked(f) else {
                 stats.malformed += 1;
                 return;
@@ -194,18 +228,41 @@ impl DpdkUdpPort {
                 _ => stats.foreign += 1,
             }
         });
-        for (ip, mac) in learned {
-            if mac != [0; 6] && mac != [0xff; 6] {
-                self.neighbours.insert(ip, mac);
-            }
-        }
         if !replies.is_empty() {
             let frames: Vec<(u32, u16)> = (0..replies.len() / ARP_FRAME_LEN)
                 .map(|i| ((i * ARP_FRAME_LEN) as u32, ARP_FRAME_LEN as u16))
                 .collect();
-            self.stats.arp_replies_sent += self.dev.send(&replies, &frames) as u64;
+            self.stats.arp_replies_sent += dev.send(&replies, &frames) as u64;
+        }
+        for (ip, mac) in learned {
+            if mac != [0; 6] && mac != [0xff; 6] {
+                self.neighbours.insert(ip, (d, mac));
+            }
         }
         delivered
+    }
+
+    /// Sends the frames staged in `tx_buf` out of their devices, waiting (briefly) for room
+    /// in the queues; returns how many went (a group's datagram counts once per device).
+    fn flush(&mut self) -> usize {
+        let mut total = 0;
+        for (dev, frames) in self.devs.iter_mut().zip(&mut self.tx_frames) {
+            let mut done = 0;
+            let mut stalls = 0;
+            while done < frames.len() && stalls < 10_000 {
+                let n = dev.send(&self.tx_buf, &frames[done..]);
+                done += n;
+                if n == 0 {
+                    stalls += 1;
+                    std::thread::yield_now();
+                }
+            }
+            self.counters.tx_errors += (frames.len() - done) as u64;
+            total += done;
+            frames.clear();
+        }
+        self.tx_buf.clear();
+        total
     }
 }
 
@@ -243,9 +300,10 @@ impl Port for DpdkUdpPort {
 
     fn send_batch(&mut self, batch: &SendBatch<SocketAddr>) -> Result<usize, IoError> {
         self.tx_buf.clear();
-        self.tx_frames.clear();
-        let mac = self.dev.mac();
-        let max = self.dev.max_frame();
+        for f in &mut self.tx_frames {
+            f.clear();
+        }
+        let max = self.devs.iter().map(Device::max_frame).min().unwrap_or(0);
         let mut sent = 0;
         let mut refused = 0u64;
         for (addr, data) in batch.iter() {
@@ -253,13 +311,14 @@ impl Port for DpdkUdpPort {
                 refused += 1;
                 continue;
             };
+            // A group goes out of every device, to its multicast MAC.
             let known = if dst.ip().is_multicast() {
                 let o = dst.ip().octets();
-                Some([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+                Some((None, [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]))
             } else {
-                self.neighbours.get(dst.ip()).copied()
+                self.neighbours.get(dst.ip()).map(|(d, m)| (Some(*d), *m))
             };
-            let Some(dst_mac) = known else {
+            let Some((out, dst_mac)) = known else {
                 self.stats.unresolved += 1;
                 refused += 1;
                 self.ask(*dst.ip());
@@ -270,10 +329,11 @@ impl Port for DpdkUdpPort {
                 refused += 1;
                 continue;
             }
+            let src_mac = self.devs.get(out.unwrap_or(0)).map_or([0; 6], Device::mac);
             let at = self.tx_buf.len();
             self.tx_buf.resize(at + len, 0);
             let addrs = FrameAddrs {
-                src_mac: mac,
+                src_mac,
                 dst_mac,
                 src_ip: self.local.ip().octets(),
                 dst_ip: dst.ip().octets(),
@@ -286,9 +346,16 @@ impl Port for DpdkUdpPort {
                 continue;
             }
             self.tx_buf[at + FRAME_HEADER_LEN..at + len].copy_from_slice(data);
-            self.tx_frames.push((at as u32, len as u16));
+            match out.and_then(|d| self.tx_frames.get_mut(d)) {
+                Some(frames) => frames.push((at as u32, len as u16)),
+                None => {
+                    for frames in &mut self.tx_frames {
+                        frames.push((at as u32, len as u16));
+                    }
+                }
+            }
             self.counters.tx_bytes += data.len() as u64;
-            if self.tx_frames.len() == BURST {
+            if self.tx_frames.iter().any(|f| f.len() >= BURST) {
                 sent += self.flush();
             }
         }
@@ -309,25 +376,5 @@ impl Port for DpdkUdpPort {
 
     fn counters(&self) -> Counters {
         self.counters
-    }
-}
-
-impl DpdkUdpPort {
-    /// Sends the frames staged in `tx_buf`, waiting (briefly) for room in the queue.
-    fn flush(&mut self) -> usize {
-        let mut done = 0;
-        let mut stalls = 0;
-        while done < self.tx_frames.len() && stalls < 10_000 {
-            let n = self.dev.send(&self.tx_buf, &self.tx_frames[done..]);
-            done += n;
-            if n == 0 {
-                stalls += 1;
-                std::thread::yield_now();
-            }
-        }
-        self.counters.tx_errors += (self.tx_frames.len() - done) as u64;
-        self.tx_buf.clear();
-        self.tx_frames.clear();
-        done
     }
 }
