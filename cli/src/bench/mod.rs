@@ -31,6 +31,10 @@ pub enum Algorithm {
     Switch,
     /// Packet rate of a plain UDP reflector with the same generators and batched I/O.
     Reflector,
+    /// Packet rate of the switch on DPDK (memif links, this process; feature `dpdk`).
+    DpdkSwitch,
+    /// Packet rate of the reflector on the same DPDK links and I/O code.
+    DpdkReflector,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -96,6 +100,10 @@ pub struct BenchArgs {
     /// L2 software switch, or bmv2; the last two take --elems 64 or 256).
     #[arg(long, value_enum, default_value = "bridge")]
     pub hub: crate::cmd_testbed::HubKind,
+    /// The DPDK EAL arguments of the dpdk-switch and dpdk-reflector algorithms (default: no
+    /// hugepages, no PCI, 1 GiB; their memif links are created by the benchmark).
+    #[arg(long, allow_hyphen_values = true)]
+    pub dpdk: Option<String>,
     #[command(flatten)]
     pub links: crate::cmd_testbed::LinkArgs,
     /// A scenario file (TOML; see `benches/`): its settings replace the flags', and it runs
@@ -356,6 +364,12 @@ pub struct BenchReport {
     pub ina_over_ring: Option<f64>,
     /// Switch packet rate over reflector packet rate.
     pub switch_over_reflector: Option<f64>,
+    /// The DPDK switch's packet rate over the DPDK reflector's.
+    #[serde(default)]
+    pub dpdk_switch_over_dpdk_reflector: Option<f64>,
+    /// The DPDK switch's packet rate over the kernel UDP switch's.
+    #[serde(default)]
+    pub dpdk_switch_over_switch: Option<f64>,
     pub bench_peak_rss_kib: Option<u64>,
 }
 
@@ -546,11 +560,15 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         bail!("no --algorithms given");
     }
     let testbed = if args.testbed {
-        if args
-            .algorithms
-            .iter()
-            .any(|a| matches!(a, Algorithm::Switch | Algorithm::Reflector))
-        {
+        if args.algorithms.iter().any(|a| {
+            matches!(
+                a,
+                Algorithm::Switch
+                    | Algorithm::Reflector
+                    | Algorithm::DpdkSwitch
+                    | Algorithm::DpdkReflector
+            )
+        }) {
             bail!("--testbed runs the ina and ring algorithms; the packet-rate algorithms (switch, reflector) are for loopback");
         }
         if args.loss > 0.0 {
@@ -628,6 +646,14 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
                 (Algorithm::Ring, true) => procs::ring(&ctx),
                 (Algorithm::Switch, _) => rate::switch(&ctx),
                 (Algorithm::Reflector, _) => rate::reflector(&ctx),
+                #[cfg(feature = "dpdk")]
+                (Algorithm::DpdkSwitch, _) => rate::dpdk::switch(&ctx),
+                #[cfg(feature = "dpdk")]
+                (Algorithm::DpdkReflector, _) => rate::dpdk::reflector(&ctx),
+                #[cfg(not(feature = "dpdk"))]
+                (Algorithm::DpdkSwitch | Algorithm::DpdkReflector, _) => Err(anyhow::anyhow!(
+                    "this ina was built without DPDK (cargo build --release --features dpdk, with libdpdk-dev installed)"
+                )),
             }
             .with_context(|| format!("running {algo:?}"))?;
             if warming {
@@ -652,6 +678,14 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         },
         _ => None,
     };
+    let rate_of = |a: Algorithm| {
+        find(a)
+            .and_then(|r| r.rate.as_ref())
+            .map(|r| r.packets_per_s)
+    };
+    let ratio = |a: Algorithm, b: Algorithm| Some(rate_of(a)? / rate_of(b)?);
+    let dpdk_switch_over_dpdk_reflector = ratio(Algorithm::DpdkSwitch, Algorithm::DpdkReflector);
+    let dpdk_switch_over_switch = ratio(Algorithm::DpdkSwitch, Algorithm::Switch);
     let report = BenchReport {
         testbed: testbed.as_ref().map(|t| {
             let mut r = testbed::report(
@@ -679,6 +713,8 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         results,
         ina_over_ring,
         switch_over_reflector,
+        dpdk_switch_over_dpdk_reflector,
+        dpdk_switch_over_switch,
         bench_peak_rss_kib: peak_rss_kib(),
     };
     print_report(&report);
@@ -827,6 +863,12 @@ fn print_report(r: &BenchReport) {
     }
     if let Some(x) = r.switch_over_reflector {
         println!("switch / reflector pkt rate: {x:.2}x");
+    }
+    if let Some(x) = r.dpdk_switch_over_dpdk_reflector {
+        println!("dpdk-switch / dpdk-reflector pkt rate: {x:.2}x");
+    }
+    if let Some(x) = r.dpdk_switch_over_switch {
+        println!("dpdk-switch / switch (kernel UDP) pkt rate: {x:.2}x");
     }
     for x in &r.results {
         if let Some(s) = &x.switch {

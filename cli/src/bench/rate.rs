@@ -47,8 +47,8 @@ fn header(cfg: &GenConfig, position: u64) -> AggRepr {
 }
 
 /// Runs one generator until `stop`; counts answered packets in `done`.
-fn generate(
-    mut port: UdpPort,
+fn generate<P: Port<Addr = SocketAddr>>(
+    mut port: P,
     cfg: GenConfig,
     stop: &AtomicBool,
     done: &AtomicU64,
@@ -68,7 +68,7 @@ fn generate(
         send.push(cfg.server, packet);
         Ok(())
     };
-    let flush = |port: &mut UdpPort, send: &mut SendBatch| {
+    let flush = |port: &mut P, send: &mut SendBatch| {
         if !send.is_empty() {
             // A refused datagram is a loss; the resend timer covers it.
             let _ = port.send_batch(send);
@@ -132,9 +132,9 @@ fn generate(
 }
 
 /// Drives `workers` generators against `server` and measures the answered rate.
-fn measure(
+fn measure<P: Port<Addr = SocketAddr> + Send>(
     ctx: &Ctx,
-    ports: Vec<UdpPort>,
+    ports: Vec<P>,
     cfgs: Vec<GenConfig>,
     packet_bytes: usize,
 ) -> anyhow::Result<RateResult> {
@@ -178,9 +178,9 @@ fn measure(
 }
 
 /// One generator per port against `server`, measured.
-fn drive(
+fn drive<P: Port<Addr = SocketAddr> + Send>(
     ctx: &Ctx,
-    ports: Vec<UdpPort>,
+    ports: Vec<P>,
     server: SocketAddr,
     epoch: u16,
     echo: bool,
@@ -308,4 +308,172 @@ pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     stop.store(true, Ordering::SeqCst);
     let _ = thread.join();
     Ok(result(ctx, Algorithm::Reflector, run?))
+}
+
+/// The same measurements on DPDK: the switch and the reflector each on one memif link per
+/// generator, the generators on the other ends, all in this process (one EAL), each link a
+/// pair of virtual devices created for the run.
+#[cfg(feature = "dpdk")]
+pub(crate) mod dpdk {
+    use super::*;
+    use ina_io::dpdk::{Device, DeviceConfig, DpdkUdpConfig, DpdkUdpPort, Eal};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::sync::atomic::AtomicU32;
+    use std::sync::OnceLock;
+
+    static EAL: OnceLock<Result<Eal, String>> = OnceLock::new();
+    static LINKS: AtomicU32 = AtomicU32::new(0);
+
+    fn eal(ctx: &Ctx) -> anyhow::Result<&'static Eal> {
+        let r = EAL.get_or_init(|| {
+            let args: Vec<String> = match &ctx.args.dpdk {
+                Some(a) => a.split_whitespace().map(str::to_string).collect(),
+                None => format!(
+                    "--no-huge --no-pci --no-shconf -m 1024 --log-level=*:warning --file-prefix=ina-bench-{}",
+                    std::process::id()
+                )
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            };
+            Eal::init(&args).map_err(|e| e.to_string())
+        });
+        r.as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// `n` memif links: (server ends, client ends).
+    fn links(ctx: &Ctx, n: usize) -> anyhow::Result<(Vec<Device>, Vec<Device>)> {
+        let eal = eal(ctx)?;
+        let mut servers = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            let k = LINKS.fetch_add(1, Ordering::SeqCst);
+            let sock =
+                std::env::temp_dir().join(format!("ina-bench-{}-{k}.sock", std::process::id()));
+            let _ = std::fs::remove_file(&sock);
+            let sock = sock.display();
+            servers.push(Device::create(
+                eal,
+                &format!(
+                    "net_memif{},role=server,socket={sock},socket-abstract=no",
+                    2 * k
+                ),
+                DeviceConfig::default(),
+            )?);
+            clients.push(Device::create(
+                eal,
+                &format!(
+                    "net_memif{},role=client,socket={sock},socket-abstract=no",
+                    2 * k + 1
+                ),
+                DeviceConfig::default(),
+            )?);
+        }
+        Ok((servers, clients))
+    }
+
+    /// The generators' ports: rank `r` at 198.18.1.{r+1}:9000 on client end `r`, knowing the
+    /// server's MAC on its link.
+    fn generators(
+        server: SocketAddrV4,
+        servers: &[Device],
+        clients: Vec<Device>,
+    ) -> Vec<DpdkUdpPort> {
+        clients
+            .into_iter()
+            .zip(servers)
+            .enumerate()
+            .map(|(r, (c, s))| {
+                DpdkUdpPort::new(
+                    c,
+                    &DpdkUdpConfig {
+                        local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, r as u8 + 1), 9000),
+                        neighbours: vec![(*server.ip(), s.mac())],
+                        groups: Vec::new(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+        let args = &ctx.args;
+        let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), ina_wire::UDP_PORT);
+        let (servers, clients) = links(ctx, args.workers)?;
+        let ports = generators(local, &servers, clients);
+        let port = DpdkUdpPort::on_devices(
+            servers,
+            &DpdkUdpConfig {
+                local,
+                neighbours: Vec::new(),
+                groups: Vec::new(),
+            },
+        );
+        let mut cfg = SwitchConfig::new(SocketAddr::V4(local));
+        cfg.pipeline.pool_slots = args.slots;
+        cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
+        let sw = Switch::with_dpdk(cfg, port).context("starting the switch on DPDK")?;
+        let handle = sw.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = sw.spawn(stop.clone())?;
+        let run = (|| {
+            let window = window(ctx);
+            let job = handle
+                .add_job(JobSpec {
+                    job: 1,
+                    epoch: None,
+                    slot_base: 0,
+                    slot_count: window,
+                    elems_per_packet: args.elems,
+                    workers: ports.iter().map(|p| p.local_addr()).collect(),
+                    group: None,
+                    uplink: None,
+                })
+                .context("installing the job")?;
+            drive(
+                ctx,
+                ports,
+                SocketAddr::V4(local),
+                job.epoch.unwrap_or(0),
+                false,
+            )
+        })();
+        stop.store(true, Ordering::SeqCst);
+        let stats = thread.join();
+        let rate = run?;
+        let mut r = result(ctx, Algorithm::DpdkSwitch, rate);
+        if let Ok(Ok(s)) = stats {
+            r.switch = Some(crate::bench::switch_summary(&s.total, None));
+        }
+        Ok(r)
+    }
+
+    pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+        let args = &ctx.args;
+        let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
+        let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 101), ina_wire::UDP_PORT);
+        let (servers, clients) = links(ctx, args.workers)?;
+        let ports = generators(local, &servers, clients);
+        let port = DpdkUdpPort::on_devices(
+            servers,
+            &DpdkUdpConfig {
+                local,
+                neighbours: Vec::new(),
+                groups: Vec::new(),
+            },
+        );
+        let refl = Reflector::with_config(
+            port,
+            ReflectorConfig {
+                slot_size: bytes.max(2048) + 1,
+                ..ReflectorConfig::default()
+            },
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = refl.spawn(stop.clone())?;
+        let run = drive(ctx, ports, SocketAddr::V4(local), 0, true);
+        stop.store(true, Ordering::SeqCst);
+        let _ = thread.join();
+        Ok(result(ctx, Algorithm::DpdkReflector, run?))
+    }
 }

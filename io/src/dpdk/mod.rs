@@ -97,9 +97,24 @@ impl Eal {
         }
         let mut argv: Vec<*mut std::os::raw::c_char> =
             argv_owned.iter().map(|c| c.as_ptr() as *mut _).collect();
+        // The EAL pins the calling thread to its main lcore's CPU, and every thread created
+        // afterwards would inherit that one CPU. The application's threads are its own (no
+        // EAL worker lcores are launched), so the thread's CPU set is restored afterwards.
+        // SAFETY: a zeroed cpu_set_t is valid; the size is its own.
+        let mut cpus: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: pid 0 is the calling thread; the set is ours.
+        let saved = unsafe {
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut cpus)
+        } == 0;
         // SAFETY: argv points at NUL-terminated strings that outlive the call; the EAL may
         // permute the array, which is ours.
         let r = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+        if saved {
+            // SAFETY: as above, with the set read before.
+            let _ = unsafe {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus)
+            };
+        }
         if r < 0 {
             // SAFETY: reads the calling thread's rte_errno.
             let code = unsafe { sys::ina_errno() };
@@ -188,6 +203,23 @@ unsafe impl Send for Device {}
 static POOLS: Mutex<u32> = Mutex::new(0);
 
 impl Device {
+    /// Creates the virtual device `devargs` (`net_memif7,role=server,socket=/run/x.sock`: a
+    /// name not used before in this process, and its arguments) and opens it.
+    pub fn create(eal: &Eal, devargs: &str, cfg: DeviceConfig) -> Result<Device, DpdkError> {
+        let c = CString::new(devargs).map_err(|_| DpdkError::Argument(devargs.into()))?;
+        // SAFETY: after rte_eal_init; the string outlives the call.
+        let r = unsafe { sys::rte_dev_probe(c.as_ptr()) };
+        let name = devargs.split(',').next().unwrap_or(devargs);
+        if r != 0 {
+            return Err(DpdkError::Device {
+                name: name.into(),
+                what: "create",
+                reason: reason(r),
+            });
+        }
+        Device::open(eal, name, cfg)
+    }
+
     /// Opens the device `name` (a `--vdev` name such as `net_memif0`, or a PCI address),
     /// configures one queue each way and starts it.
     pub fn open(_eal: &Eal, name: &str, cfg: DeviceConfig) -> Result<Device, DpdkError> {
