@@ -28,7 +28,9 @@ fn main() {
         cc.include(p);
     }
     // DPDK's headers need its configuration first and the target's vector extensions.
-    cc.flag("-include").flag("rte_config.h").flag("-march=corei7");
+    cc.flag("-include")
+        .flag("rte_config.h")
+        .flag("-march=corei7");
     cc.warnings(false);
     cc.compile("ina_dpdk_shim");
 

@@ -5,7 +5,12 @@
 //!
 //! What it must not do: wrap anything (that is the safe layer's job) or be built without
 //! DPDK installed: its build script stops with the package to install.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
