@@ -58,9 +58,18 @@ pub struct SwitchHandle {
     state: Arc<Mutex<State>>,
     running: Arc<AtomicBool>,
     local: SocketAddr,
+    /// The MTU of every path, when the switch's port fixes it (a DPDK device) rather than the
+    /// kernel's routes.
+    link_mtu: Option<usize>,
 }
 
 impl SwitchHandle {
+    /// Every path's MTU is `mtu` (the switch's port fixes it).
+    pub(crate) fn with_link_mtu(mut self, mtu: usize) -> SwitchHandle {
+        self.link_mtu = Some(mtu);
+        self
+    }
+
     pub(crate) fn new(
         pipeline: PipelineConfig,
         shards: Vec<mpsc::Sender<Command>>,
@@ -82,6 +91,7 @@ impl SwitchHandle {
             })),
             running: Arc::new(AtomicBool::new(false)),
             local,
+            link_mtu: None,
         }
     }
 
@@ -246,7 +256,11 @@ impl SwitchHandle {
                     .map(|u| (format!("the upper switch at {}", u.addr), u.addr)),
             );
         for (who, addr) in to {
-            let mtu = match ina_io::mtu::path_mtu(self.local.ip(), addr) {
+            let path = match self.link_mtu {
+                Some(m) => Ok(m),
+                None => ina_io::mtu::path_mtu(self.local.ip(), addr),
+            };
+            let mtu = match path {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!(job = spec.job, %addr, error = %e, "cannot find the path MTU; not checked");

@@ -127,7 +127,7 @@ impl Switch {
             false
         };
         let ports = ports.into_iter().map(ShardPort::Udp).collect();
-        Switch::assemble(cfg, ports, local, steered)
+        Switch::assemble(cfg, ports, local, steered, None)
     }
 
     /// One shard on a DPDK port: the switch answers ARP for the port's address and sends
@@ -140,7 +140,19 @@ impl Switch {
         cfg.shards = 1;
         let local = port.local_addr();
         cfg.listen = local;
-        Switch::assemble(cfg, vec![ShardPort::Dpdk(Box::new(port))], local, false)
+        let mtu = port
+            .devices()
+            .iter()
+            .map(|d| d.max_frame().saturating_sub(14))
+            .min()
+            .unwrap_or(0);
+        Switch::assemble(
+            cfg,
+            vec![ShardPort::Dpdk(Box::new(port))],
+            local,
+            false,
+            Some(mtu),
+        )
     }
 
     fn assemble(
@@ -148,6 +160,7 @@ impl Switch {
         ports: Vec<ShardPort>,
         local: SocketAddr,
         steered: bool,
+        link_mtu: Option<usize>,
     ) -> Result<Switch, SwitchError> {
         let mut senders = Vec::new();
         let mut commands = Vec::new();
@@ -156,7 +169,10 @@ impl Switch {
             senders.push(tx);
             commands.push(rx);
         }
-        let handle = SwitchHandle::new(cfg.pipeline, senders, local);
+        let mut handle = SwitchHandle::new(cfg.pipeline, senders, local);
+        if let Some(mtu) = link_mtu {
+            handle = handle.with_link_mtu(mtu);
+        }
         for job in &cfg.jobs {
             handle
                 .add_job(job.clone())

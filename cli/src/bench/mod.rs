@@ -35,6 +35,9 @@ pub enum Algorithm {
     DpdkSwitch,
     /// Packet rate of the reflector on the same DPDK links and I/O code.
     DpdkReflector,
+    /// Packet rate of DPDK's `dpdk-testpmd` forwarding on a memif link (io mode, loop), one
+    /// generator: the yardstick of the DPDK reflector.
+    DpdkTestpmd,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -370,6 +373,9 @@ pub struct BenchReport {
     /// The DPDK switch's packet rate over the kernel UDP switch's.
     #[serde(default)]
     pub dpdk_switch_over_switch: Option<f64>,
+    /// The DPDK reflector's packet rate over `dpdk-testpmd`'s.
+    #[serde(default)]
+    pub dpdk_reflector_over_testpmd: Option<f64>,
     pub bench_peak_rss_kib: Option<u64>,
 }
 
@@ -650,8 +656,13 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
                 (Algorithm::DpdkSwitch, _) => rate::dpdk::switch(&ctx),
                 #[cfg(feature = "dpdk")]
                 (Algorithm::DpdkReflector, _) => rate::dpdk::reflector(&ctx),
+                #[cfg(feature = "dpdk")]
+                (Algorithm::DpdkTestpmd, _) => rate::dpdk::testpmd(&ctx),
                 #[cfg(not(feature = "dpdk"))]
-                (Algorithm::DpdkSwitch | Algorithm::DpdkReflector, _) => Err(anyhow::anyhow!(
+                (
+                    Algorithm::DpdkSwitch | Algorithm::DpdkReflector | Algorithm::DpdkTestpmd,
+                    _,
+                ) => Err(anyhow::anyhow!(
                     "this ina was built without DPDK (cargo build --release --features dpdk, with libdpdk-dev installed)"
                 )),
             }
@@ -686,6 +697,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     let ratio = |a: Algorithm, b: Algorithm| Some(rate_of(a)? / rate_of(b)?);
     let dpdk_switch_over_dpdk_reflector = ratio(Algorithm::DpdkSwitch, Algorithm::DpdkReflector);
     let dpdk_switch_over_switch = ratio(Algorithm::DpdkSwitch, Algorithm::Switch);
+    let dpdk_reflector_over_testpmd = ratio(Algorithm::DpdkReflector, Algorithm::DpdkTestpmd);
     let report = BenchReport {
         testbed: testbed.as_ref().map(|t| {
             let mut r = testbed::report(
@@ -715,6 +727,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         switch_over_reflector,
         dpdk_switch_over_dpdk_reflector,
         dpdk_switch_over_switch,
+        dpdk_reflector_over_testpmd,
         bench_peak_rss_kib: peak_rss_kib(),
     };
     print_report(&report);
@@ -869,6 +882,9 @@ fn print_report(r: &BenchReport) {
     }
     if let Some(x) = r.dpdk_switch_over_switch {
         println!("dpdk-switch / switch (kernel UDP) pkt rate: {x:.2}x");
+    }
+    if let Some(x) = r.dpdk_reflector_over_testpmd {
+        println!("dpdk-reflector / dpdk-testpmd pkt rate: {x:.2}x");
     }
     for x in &r.results {
         if let Some(s) = &x.switch {

@@ -448,6 +448,109 @@ pub(crate) mod dpdk {
         Ok(r)
     }
 
+    /// DPDK's own forwarder as the server: `dpdk-testpmd` in io mode on a memif link in loop
+    /// topology (every frame goes back out of the port it came in, unchanged), one forwarding
+    /// core, in its own process. One generator sends to its own address, so the frames it gets
+    /// back are its own: the reflector's measure with DPDK's tool in the reflector's place.
+    pub(crate) fn testpmd(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+        let tool = ["/usr/bin/dpdk-testpmd", "/usr/local/bin/dpdk-testpmd"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .context("dpdk-testpmd not found (Debian: apt-get install dpdk-dev)")?;
+        let eal = eal(ctx)?;
+        let k = LINKS.fetch_add(1, Ordering::SeqCst);
+        let sock = std::env::temp_dir().join(format!("ina-bench-{}-{k}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let log = std::fs::File::create(sock.with_extension("log"))
+            .context("creating dpdk-testpmd's log")?;
+        let log_err = log.try_clone().context("dpdk-testpmd's log")?;
+        let mut child = std::process::Command::new(tool)
+            .args([
+                "--no-huge",
+                "--no-pci",
+                "--no-shconf",
+                "-m",
+                "512",
+                "-l",
+                "0-1",
+                "--log-level=*:warning",
+            ])
+            .arg(format!(
+                "--file-prefix=ina-testpmd-{}-{k}",
+                std::process::id()
+            ))
+            .arg(format!(
+                "--vdev=net_memif0,role=server,socket={},socket-abstract=no",
+                sock.display()
+            ))
+            .args([
+                "--",
+                "--forward-mode=io",
+                "--port-topology=loop",
+                "--nb-cores=1",
+                "--total-num-mbufs=16384",
+                "--auto-start",
+            ])
+            .arg("--stats-period=1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .context("starting dpdk-testpmd")?;
+        let run = (|| {
+            let up = Instant::now();
+            while !sock.exists() {
+                if up.elapsed() > Duration::from_secs(20) {
+                    anyhow::bail!("dpdk-testpmd did not open {} within 20 s", sock.display());
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    anyhow::bail!("dpdk-testpmd exited ({status})");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // The socket exists before testpmd accepts on it, and a memif client that found
+            // nobody does not try again: a client whose link stays down is replaced.
+            let mut attempt = 0;
+            let dev = loop {
+                let n = LINKS.fetch_add(1, Ordering::SeqCst);
+                let dev = Device::create(
+                    eal,
+                    &format!(
+                        "net_memif{},role=client,socket={},socket-abstract=no",
+                        2 * n + 1,
+                        sock.display()
+                    ),
+                    DeviceConfig::default(),
+                )?;
+                if dev.wait_link(Duration::from_secs(2)) {
+                    break dev;
+                }
+                attempt += 1;
+                if attempt == 10 {
+                    anyhow::bail!("the memif link to dpdk-testpmd did not come up (10 tries)");
+                }
+            };
+            let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), 9000);
+            let mac = dev.mac();
+            let port = DpdkUdpPort::new(
+                dev,
+                &DpdkUdpConfig {
+                    local,
+                    neighbours: vec![(*local.ip(), mac)],
+                    groups: Vec::new(),
+                },
+            );
+            drive(ctx, vec![port], SocketAddr::V4(local), 0, true)
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_file(sock.with_extension("log"));
+        let mut r = result(ctx, Algorithm::DpdkTestpmd, run?);
+        r.workers = 1;
+        Ok(r)
+    }
+
     pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
         let args = &ctx.args;
         let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);

@@ -430,6 +430,26 @@ impl Device {
         taken
     }
 
+    /// Whether the device's link is up (a memif link is up once both ends are connected).
+    pub fn link_up(&self) -> bool {
+        let mut link = sys::rte_eth_link::default();
+        // SAFETY: a valid port and a place for its link state.
+        let r = unsafe { sys::rte_eth_link_get_nowait(self.port, &mut link) };
+        r == 0 && link.link_status() != 0
+    }
+
+    /// Waits up to `timeout` for the link to come up; returns whether it did.
+    pub fn wait_link(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.link_up() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        true
+    }
+
     /// The device's counters.
     pub fn stats(&self) -> DeviceStats {
         let mut s = sys::rte_eth_stats::default();
