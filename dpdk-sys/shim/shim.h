@@ -36,6 +36,17 @@ int ina_tx_copy(uint16_t port, uint16_t queue, struct rte_mempool *pool, const u
  * queue), freeing those the queue did not take; returns how many it took. */
 uint16_t ina_tx_mbufs(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs, uint16_t n);
 
+/* Allocates n mbufs from pool, each one's data pointer and the bytes it can hold. Returns 0, or
+ * -1 if the pool has fewer than n free. */
+int ina_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, uint8_t **data,
+                   uint16_t *room, unsigned int n);
+
+/* Sets mbuf i's frame length to len[i] (written in place by the caller) and transmits the
+ * burst on (port, queue); returns how many the queue took (a prefix). The rest stay the
+ * caller's, to send again or free. */
+uint16_t ina_tx_filled(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs,
+                       const uint16_t *len, uint16_t n);
+
 /* The data room of an mbuf of this pool: the largest frame it holds. */
 uint16_t ina_pool_data_room(struct rte_mempool *pool);
 

@@ -114,6 +114,56 @@ pub fn emit_headers(buf: &mut [u8], addrs: &FrameAddrs, payload_len: usize) -> R
     Ok(total)
 }
 
+/// The headers of every frame between one pair of addresses, built once: [`write`] copies
+/// them and fills in what the payload changes (the IPv4 and UDP lengths, the IPv4 checksum),
+/// for ports that send many frames to few destinations.
+///
+/// [`write`]: FrameTemplate::write
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTemplate {
+    bytes: [u8; FRAME_HEADER_LEN],
+}
+
+/// Offsets in the frame of the fields a payload changes.
+const IP_TOTAL_LEN: usize = 14 + 2;
+const IP_CHECKSUM: usize = 14 + 10;
+const UDP_LEN: usize = 14 + 20 + 4;
+
+impl FrameTemplate {
+    pub fn new(addrs: &FrameAddrs) -> Result<FrameTemplate> {
+        let mut bytes = [0u8; FRAME_HEADER_LEN];
+        emit_headers(&mut bytes, addrs, 0)?;
+        Ok(FrameTemplate { bytes })
+    }
+
+    /// Writes the headers for a UDP payload of `payload_len` bytes into the first
+    /// [`FRAME_HEADER_LEN`] bytes of `buf`; returns the length of the whole frame. The same
+    /// bytes as [`emit_headers`] writes.
+    pub fn write(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
+        let header = buf
+            .get_mut(..FRAME_HEADER_LEN)
+            .ok_or(Error::BufferTooSmall {
+                need: FRAME_HEADER_LEN,
+                have: 0,
+            })?;
+        let ip_len = u16::try_from(20 + 8 + payload_len)
+            .map_err(|_| Error::Frame("payload too long for IPv4"))?;
+        header.copy_from_slice(&self.bytes);
+        header[IP_TOTAL_LEN..IP_TOTAL_LEN + 2].copy_from_slice(&ip_len.to_be_bytes());
+        header[UDP_LEN..UDP_LEN + 2].copy_from_slice(&(ip_len - 20).to_be_bytes());
+        header[IP_CHECKSUM..IP_CHECKSUM + 2].copy_from_slice(&[0, 0]);
+        let mut sum: u32 = 0;
+        for pair in header[14..34].chunks_exact(2) {
+            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        header[IP_CHECKSUM..IP_CHECKSUM + 2].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        Ok(FRAME_HEADER_LEN + payload_len)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +188,18 @@ mod tests {
             prop_assert_eq!(parsed.addrs, a);
             prop_assert_eq!(parsed.payload, &payload[..]);
             prop_assert_eq!(parsed.addrs.reversed().reversed(), a);
+        }
+
+        #[test]
+        fn a_template_writes_what_emit_headers_writes(a in addrs(), payload_len in 0usize..9000) {
+            let mut want = vec![0u8; FRAME_HEADER_LEN];
+            let mut got = vec![0u8; FRAME_HEADER_LEN];
+            let n = emit_headers(&mut want, &a, payload_len).unwrap();
+            let t = FrameTemplate::new(&a).unwrap();
+            prop_assert_eq!(t.write(&mut got, payload_len).unwrap(), n);
+            prop_assert_eq!(got, want);
+            prop_assert!(t.write(&mut [0u8; FRAME_HEADER_LEN - 1], 0).is_err());
+            prop_assert!(t.write(&mut [0u8; FRAME_HEADER_LEN], 70_000).is_err());
         }
 
         #[test]

@@ -194,6 +194,15 @@ pub struct Device {
     pub rx_segmented: u64,
     /// Frames the caller placed outside its buffer (never sent).
     pub tx_invalid: u64,
+    rx: Box<RxArrays>,
+}
+
+/// What one receive burst fills in.
+#[derive(Debug)]
+struct RxArrays {
+    mbufs: [*mut sys::rte_mbuf; BURST],
+    data: [*const u8; BURST],
+    len: [u16; BURST],
 }
 
 // SAFETY: a device is used by one thread at a time (`&mut self` on every burst); DPDK allows
@@ -276,6 +285,11 @@ impl Device {
                 .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16),
             rx_segmented: 0,
             tx_invalid: 0,
+            rx: Box::new(RxArrays {
+                mbufs: [std::ptr::null_mut(); BURST],
+                data: [std::ptr::null(); BURST],
+                len: [0; BURST],
+            }),
         };
         let conf = sys::rte_eth_conf::default();
         // SAFETY: a valid port; conf is a zeroed configuration (no offloads, one queue).
@@ -349,33 +363,33 @@ impl Device {
     /// returns how many. The frames are freed when `f` has seen them all.
     pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
         let n = max.min(BURST) as u16;
-        let mut mbufs = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST];
-        let mut data = [std::ptr::null::<u8>(); BURST];
-        let mut len = [0u16; BURST];
-        // SAFETY: arrays of BURST entries; n <= BURST.
+        let rx = &mut self.rx;
+        // SAFETY: arrays of BURST entries, reused from call to call (a poll that finds nothing
+        // costs no initialisation); n <= BURST.
         let got = unsafe {
             sys::ina_rx_burst(
                 self.port,
                 0,
-                mbufs.as_mut_ptr(),
-                data.as_mut_ptr(),
-                len.as_mut_ptr(),
+                rx.mbufs.as_mut_ptr(),
+                rx.data.as_mut_ptr(),
+                rx.len.as_mut_ptr(),
                 n,
             )
         } as usize;
         for i in 0..got {
-            if len[i] == 0 || data[i].is_null() {
+            let (data, len) = (rx.data[i], rx.len[i]);
+            if len == 0 || data.is_null() {
                 self.rx_segmented += 1;
                 continue;
             }
             // SAFETY: the shim gave this mbuf's data pointer and its single segment's length;
             // the mbuf lives until the bulk free below.
-            let frame = unsafe { std::slice::from_raw_parts(data[i], usize::from(len[i])) };
+            let frame = unsafe { std::slice::from_raw_parts(data, usize::from(len)) };
             f(frame);
         }
         if got > 0 {
             // SAFETY: the mbufs rx_burst returned, freed once.
-            unsafe { sys::ina_free_bulk(mbufs.as_mut_ptr(), got as u32) };
+            unsafe { sys::ina_free_bulk(rx.mbufs.as_mut_ptr(), got as u32) };
         }
         got
     }
@@ -428,6 +442,83 @@ impl Device {
             }
         }
         taken
+    }
+
+    /// Sends up to `n` frames (at most [`BURST`]) written straight into the device's buffers:
+    /// `fill(i, buf)` writes frame `i` into `buf` and returns its length (0: no frame). Frames
+    /// the transmit queue does not take at once are offered again for a while, then dropped;
+    /// returns how many went.
+    pub fn send_with(
+        &mut self,
+        n: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> usize,
+    ) -> usize {
+        let n = n.min(BURST);
+        if n == 0 {
+            return 0;
+        }
+        let mut mbufs = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST];
+        let mut data = [std::ptr::null_mut::<u8>(); BURST];
+        let mut room = [0u16; BURST];
+        // SAFETY: arrays of BURST entries; n <= BURST; the pool is this device's.
+        let r = unsafe {
+            sys::ina_alloc_bulk(
+                self.pool,
+                mbufs.as_mut_ptr(),
+                data.as_mut_ptr(),
+                room.as_mut_ptr(),
+                n as u32,
+            )
+        };
+        if r != 0 {
+            return 0;
+        }
+        let mut len = [0u16; BURST];
+        let mut keep = 0;
+        let mut empty = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST];
+        let mut dropped = 0;
+        for i in 0..n {
+            // SAFETY: the shim gave each fresh mbuf's data pointer and room; the buffer is
+            // ours until it is transmitted or freed.
+            let buf = unsafe { std::slice::from_raw_parts_mut(data[i], usize::from(room[i])) };
+            let l = fill(i, buf).min(buf.len());
+            if l == 0 {
+                empty[dropped] = mbufs[i];
+                dropped += 1;
+            } else {
+                mbufs[keep] = mbufs[i];
+                len[keep] = l as u16;
+                keep += 1;
+            }
+        }
+        if dropped > 0 {
+            // SAFETY: mbufs allocated above and not sent, freed once.
+            unsafe { sys::ina_free_bulk(empty.as_mut_ptr(), dropped as u32) };
+        }
+        let mut done = 0;
+        let mut stalls = 0;
+        while done < keep && stalls < 10_000 {
+            // SAFETY: mbufs[done..keep] are filled and ours; len matches them.
+            let sent = unsafe {
+                sys::ina_tx_filled(
+                    self.port,
+                    0,
+                    mbufs.as_mut_ptr().add(done),
+                    len.as_ptr().add(done),
+                    (keep - done) as u16,
+                )
+            };
+            done += usize::from(sent);
+            if sent == 0 {
+                stalls += 1;
+                std::thread::yield_now();
+            }
+        }
+        if done < keep {
+            // SAFETY: the ones the queue never took, freed once.
+            unsafe { sys::ina_free_bulk(mbufs.as_mut_ptr().add(done), (keep - done) as u32) };
+        }
+        done
     }
 
     /// Whether the device's link is up (a memif link is up once both ends are connected).

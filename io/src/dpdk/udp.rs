@@ -17,7 +17,7 @@ use ina_wire::ether::{
     arp_reply_in_place, emit_arp_request, ArpPacket, EthernetFrame, ARP_FRAME_LEN, ARP_REPLY,
     ETHERTYPE_ARP, ETHERTYPE_IPV4,
 };
-use ina_wire::frame::{self, FrameAddrs, FRAME_HEADER_LEN};
+use ina_wire::frame::{self, FrameAddrs, FrameTemplate, FRAME_HEADER_LEN};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -62,10 +62,15 @@ pub struct DpdkUdpPort {
     next_dev: usize,
     counters: Counters,
     stats: DpdkUdpStats,
-    tx_buf: Vec<u8>,
-    /// Frames staged in `tx_buf`, by device.
-    tx_frames: Vec<Vec<(u32, u16)>>,
+    /// The datagrams of the batch being sent, by device: (index in the batch, the headers of
+    /// its frame).
+    tx_plan: Vec<Vec<(usize, FrameTemplate)>>,
+    /// The headers of frames already sent, by (device, destination, its MAC).
+    templates: HashMap<(usize, SocketAddrV4, [u8; 6]), FrameTemplate>,
 }
+
+/// Most remembered frame headers (the cache starts afresh beyond).
+const MAX_TEMPLATES: usize = 4096;
 
 /// How often an unresolved destination is asked for again.
 const ARP_RETRY: Duration = Duration::from_millis(100);
@@ -93,9 +98,30 @@ impl DpdkUdpPort {
             next_dev: 0,
             counters: Counters::default(),
             stats: DpdkUdpStats::default(),
-            tx_buf: Vec::with_capacity(BURST * 2048),
-            tx_frames: vec![Vec::with_capacity(BURST); n],
+            tx_plan: vec![Vec::with_capacity(BURST); n],
+            templates: HashMap::new(),
         }
+    }
+
+    /// The headers of frames out of device `d` to `dst` at `mac` (made once).
+    fn template(&mut self, d: usize, dst: SocketAddrV4, mac: [u8; 6]) -> Option<FrameTemplate> {
+        if let Some(t) = self.templates.get(&(d, dst, mac)) {
+            return Some(*t);
+        }
+        let addrs = FrameAddrs {
+            src_mac: self.devs.get(d)?.mac(),
+            dst_mac: mac,
+            src_ip: self.local.ip().octets(),
+            dst_ip: dst.ip().octets(),
+            src_port: self.local.port(),
+            dst_port: dst.port(),
+        };
+        let t = FrameTemplate::new(&addrs).ok()?;
+        if self.templates.len() >= MAX_TEMPLATES {
+            self.templates.clear();
+        }
+        self.templates.insert((d, dst, mac), t);
+        Some(t)
     }
 
     /// The devices underneath.
@@ -241,29 +267,6 @@ impl DpdkUdpPort {
         }
         delivered
     }
-
-    /// Sends the frames staged in `tx_buf` out of their devices, waiting (briefly) for room
-    /// in the queues; returns how many went (a group's datagram counts once per device).
-    fn flush(&mut self) -> usize {
-        let mut total = 0;
-        for (dev, frames) in self.devs.iter_mut().zip(&mut self.tx_frames) {
-            let mut done = 0;
-            let mut stalls = 0;
-            while done < frames.len() && stalls < 10_000 {
-                let n = dev.send(&self.tx_buf, &frames[done..]);
-                done += n;
-                if n == 0 {
-                    stalls += 1;
-                    std::thread::yield_now();
-                }
-            }
-            self.counters.tx_errors += (frames.len() - done) as u64;
-            total += done;
-            frames.clear();
-        }
-        self.tx_buf.clear();
-        total
-    }
 }
 
 impl Port for DpdkUdpPort {
@@ -302,68 +305,77 @@ impl Port for DpdkUdpPort {
     }
 
     fn send_batch(&mut self, batch: &SendBatch<SocketAddr>) -> Result<usize, IoError> {
-        self.tx_buf.clear();
-        for f in &mut self.tx_frames {
-            f.clear();
+        for plan in &mut self.tx_plan {
+            plan.clear();
         }
         let max = self.devs.iter().map(Device::max_frame).min().unwrap_or(0);
-        let mut sent = 0;
         let mut refused = 0u64;
-        for (addr, data) in batch.iter() {
+        for (i, (addr, data)) in batch.iter().enumerate() {
             let SocketAddr::V4(dst) = addr else {
                 refused += 1;
                 continue;
             };
+            if FRAME_HEADER_LEN + data.len() > max {
+                refused += 1;
+                continue;
+            }
             // A group goes out of every device, to its multicast MAC.
-            let known = if dst.ip().is_multicast() {
+            if dst.ip().is_multicast() {
                 let o = dst.ip().octets();
-                Some((None, [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]))
-            } else {
-                self.neighbours.get(dst.ip()).map(|(d, m)| (Some(*d), *m))
-            };
-            let Some((out, dst_mac)) = known else {
-                self.stats.unresolved += 1;
-                refused += 1;
-                self.ask(*dst.ip());
-                continue;
-            };
-            let len = FRAME_HEADER_LEN + data.len();
-            if len > max {
-                refused += 1;
-                continue;
-            }
-            let src_mac = self.devs.get(out.unwrap_or(0)).map_or([0; 6], Device::mac);
-            let at = self.tx_buf.len();
-            self.tx_buf.resize(at + len, 0);
-            let addrs = FrameAddrs {
-                src_mac,
-                dst_mac,
-                src_ip: self.local.ip().octets(),
-                dst_ip: dst.ip().octets(),
-                src_port: self.local.port(),
-                dst_port: dst.port(),
-            };
-            if frame::emit_headers(&mut self.tx_buf[at..], &addrs, data.len()).is_err() {
-                self.tx_buf.truncate(at);
-                refused += 1;
-                continue;
-            }
-            self.tx_buf[at + FRAME_HEADER_LEN..at + len].copy_from_slice(data);
-            match out.and_then(|d| self.tx_frames.get_mut(d)) {
-                Some(frames) => frames.push((at as u32, len as u16)),
-                None => {
-                    for frames in &mut self.tx_frames {
-                        frames.push((at as u32, len as u16));
+                let mac = [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]];
+                for d in 0..self.devs.len() {
+                    match self.template(d, dst, mac) {
+                        Some(t) => self.tx_plan[d].push((i, t)),
+                        None => refused += 1,
                     }
                 }
+                continue;
             }
-            self.counters.tx_bytes += data.len() as u64;
-            if self.tx_frames.iter().any(|f| f.len() >= BURST) {
-                sent += self.flush();
+            match self.neighbours.get(dst.ip()).copied() {
+                Some((d, mac)) => match self.template(d, dst, mac) {
+                    Some(t) => self.tx_plan[d].push((i, t)),
+                    None => refused += 1,
+                },
+                None => {
+                    self.stats.unresolved += 1;
+                    refused += 1;
+                    self.ask(*dst.ip());
+                }
             }
         }
-        sent += self.flush();
+        // Each frame is written straight into its mbuf: headers, then the payload.
+        let mut sent = 0;
+        let mut bytes = 0u64;
+        for (dev, plan) in self.devs.iter_mut().zip(&self.tx_plan) {
+            for chunk in plan.chunks(BURST) {
+                let mut chunk_bytes = 0u64;
+                let went = dev.send_with(chunk.len(), |k, buf| {
+                    let Some((i, t)) = chunk.get(k) else {
+                        return 0;
+                    };
+                    let Some((_, data)) = batch.get(*i) else {
+                        return 0;
+                    };
+                    let Ok(len) = t.write(buf, data.len()) else {
+                        return 0;
+                    };
+                    let Some(payload) = buf.get_mut(FRAME_HEADER_LEN..len) else {
+                        return 0;
+                    };
+                    payload.copy_from_slice(data);
+                    chunk_bytes += data.len() as u64;
+                    len
+                });
+                sent += went;
+                if went == chunk.len() {
+                    bytes += chunk_bytes;
+                } else {
+                    refused += (chunk.len() - went) as u64;
+                }
+            }
+        }
         self.counters.tx_datagrams += sent as u64;
+        self.counters.tx_bytes += bytes;
         self.counters.tx_errors += refused;
         if sent == 0 && !batch.is_empty() {
             return Err(IoError::Send {
