@@ -2,7 +2,9 @@
 //! whatever the text, they answer or refuse, never panic.
 #![no_main]
 
-use ina_switch_p4::bmv2_cli::{parse_created_nodes, parse_mc_dump, parse_num_entries, parse_table_dump};
+use ina_switch_p4::bmv2_cli::{
+    parse_created_nodes, parse_mc_dump, parse_num_entries, parse_table_dump,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

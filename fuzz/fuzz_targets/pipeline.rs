@@ -9,9 +9,7 @@
 //! port.
 #![no_main]
 
-use ina_proto::pipeline::{
-    Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict,
-};
+use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict};
 use ina_proto::Instant;
 use ina_wire::frame::{self, FrameAddrs, FRAME_HEADER_LEN};
 use ina_wire::{AggRepr, MessageType, HEADER_LEN, UDP_PORT};
