@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs every worker on a thread of its own; `make(rank)` builds its reducer on that thread.
-fn run_workers<F>(ctx: &Ctx, make: F) -> anyhow::Result<Vec<Vec<IterRecord>>>
+pub(crate) fn run_workers<F>(ctx: &Ctx, make: F) -> anyhow::Result<Vec<Vec<IterRecord>>>
 where
     F: Fn(usize) -> Result<Box<dyn Reducer>, RunError> + Sync,
 {

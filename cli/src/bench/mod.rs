@@ -35,6 +35,9 @@ pub enum Algorithm {
     DpdkSwitch,
     /// Packet rate of the reflector on the same DPDK links and I/O code.
     DpdkReflector,
+    /// The all-reduce with the switch and the workers on DPDK (memif links, this process;
+    /// results sent to each worker).
+    DpdkIna,
     /// Packet rate of DPDK's `dpdk-testpmd` forwarding on a memif link (io mode, loop), one
     /// generator: the yardstick of the DPDK reflector.
     DpdkTestpmd,
@@ -376,6 +379,9 @@ pub struct BenchReport {
     /// The DPDK reflector's packet rate over `dpdk-testpmd`'s.
     #[serde(default)]
     pub dpdk_reflector_over_testpmd: Option<f64>,
+    /// The all-reduce goodput with DPDK workers and switch over the kernel UDP one's.
+    #[serde(default)]
+    pub dpdk_ina_over_ina: Option<f64>,
     pub bench_peak_rss_kib: Option<u64>,
 }
 
@@ -593,7 +599,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     let tensor_algos = args
         .algorithms
         .iter()
-        .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring))
+        .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring | Algorithm::DpdkIna))
         .count();
     let progress = ProgressBar::new(
         ((args.warmup_rounds + args.rounds * (args.warmup + args.iterations)) * tensor_algos)
@@ -658,9 +664,14 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
                 (Algorithm::DpdkReflector, _) => rate::dpdk::reflector(&ctx),
                 #[cfg(feature = "dpdk")]
                 (Algorithm::DpdkTestpmd, _) => rate::dpdk::testpmd(&ctx),
+                #[cfg(feature = "dpdk")]
+                (Algorithm::DpdkIna, _) => rate::dpdk::ina(&ctx),
                 #[cfg(not(feature = "dpdk"))]
                 (
-                    Algorithm::DpdkSwitch | Algorithm::DpdkReflector | Algorithm::DpdkTestpmd,
+                    Algorithm::DpdkSwitch
+                    | Algorithm::DpdkReflector
+                    | Algorithm::DpdkTestpmd
+                    | Algorithm::DpdkIna,
                     _,
                 ) => Err(anyhow::anyhow!(
                     "this ina was built without DPDK (cargo build --release --features dpdk, with libdpdk-dev installed)"
@@ -698,6 +709,10 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     let dpdk_switch_over_dpdk_reflector = ratio(Algorithm::DpdkSwitch, Algorithm::DpdkReflector);
     let dpdk_switch_over_switch = ratio(Algorithm::DpdkSwitch, Algorithm::Switch);
     let dpdk_reflector_over_testpmd = ratio(Algorithm::DpdkReflector, Algorithm::DpdkTestpmd);
+    let dpdk_ina_over_ina = match (find(Algorithm::DpdkIna), find(Algorithm::Ina)) {
+        (Some(d), Some(i)) => Some(d.goodput_gbit_per_s / i.goodput_gbit_per_s),
+        _ => None,
+    };
     let report = BenchReport {
         testbed: testbed.as_ref().map(|t| {
             let mut r = testbed::report(
@@ -728,6 +743,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         dpdk_switch_over_dpdk_reflector,
         dpdk_switch_over_switch,
         dpdk_reflector_over_testpmd,
+        dpdk_ina_over_ina,
         bench_peak_rss_kib: peak_rss_kib(),
     };
     print_report(&report);
@@ -885,6 +901,9 @@ fn print_report(r: &BenchReport) {
     }
     if let Some(x) = r.dpdk_reflector_over_testpmd {
         println!("dpdk-reflector / dpdk-testpmd pkt rate: {x:.2}x");
+    }
+    if let Some(x) = r.dpdk_ina_over_ina {
+        println!("dpdk-ina / ina goodput: {x:.2}x");
     }
     for x in &r.results {
         if let Some(s) = &x.switch {

@@ -551,6 +551,79 @@ pub(crate) mod dpdk {
         Ok(r)
     }
 
+    /// The all-reduce (the `ina` algorithm) with the switch and every worker on DPDK: a
+    /// memif link per worker, results sent to each worker.
+    pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+        use crate::bench::runner::{InaReducer, Reducer, RunError};
+        use ina_worker::{Communicator, WorkerConfig};
+        let args = &ctx.args;
+        let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 102), ina_wire::UDP_PORT);
+        let (servers, clients) = links(ctx, args.workers)?;
+        let ports = generators(local, &servers, clients);
+        let addrs: Vec<SocketAddr> = ports.iter().map(|p| p.local_addr()).collect();
+        let mtu = servers
+            .iter()
+            .map(|d| d.max_frame().saturating_sub(14))
+            .min()
+            .unwrap_or(0);
+        let port = DpdkUdpPort::on_devices(
+            servers,
+            &DpdkUdpConfig {
+                local,
+                neighbours: Vec::new(),
+                groups: Vec::new(),
+            },
+        );
+        let mut cfg = SwitchConfig::new(SocketAddr::V4(local));
+        cfg.pipeline.pool_slots = args.slots;
+        cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
+        let sw = Switch::with_dpdk(cfg, port).context("starting the switch on DPDK")?;
+        let handle = sw.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = sw.spawn(stop.clone())?;
+        let result = (|| {
+            handle
+                .add_job(JobSpec {
+                    job: 1,
+                    epoch: None,
+                    slot_base: 0,
+                    slot_count: args.slots,
+                    elems_per_packet: args.elems,
+                    workers: addrs.clone(),
+                    group: None,
+                    uplink: None,
+                })
+                .context("installing the job")?;
+            let ports = std::sync::Mutex::new(ports.into_iter().map(Some).collect::<Vec<_>>());
+            let records = crate::bench::inproc::run_workers(ctx, |rank| {
+                let port = ports
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.get_mut(rank).and_then(Option::take))
+                    .ok_or_else(|| RunError {
+                        kind: "internal".into(),
+                        message: "port taken twice".into(),
+                    })?;
+                let mut wc = WorkerConfig::new(SocketAddr::V4(local), addrs[rank], 1, rank as u8);
+                wc.window = args.window;
+                wc.give_up = Duration::from_millis(args.give_up_ms);
+                wc.mtu = Some(mtu);
+                Ok(
+                    Box::new(InaReducer::new(Communicator::with_port(port, wc)?))
+                        as Box<dyn Reducer>,
+                )
+            })?;
+            let stats = handle.stats().context("reading switch statistics")?;
+            anyhow::Ok((records, stats))
+        })();
+        stop.store(true, Ordering::SeqCst);
+        let _ = thread.join();
+        let (records, stats) = result?;
+        let mut r = crate::bench::summarize(ctx, Algorithm::DpdkIna, &records)?;
+        r.switch = Some(crate::bench::switch_summary(&stats.total, None));
+        Ok(r)
+    }
+
     pub(crate) fn reflector(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
         let args = &ctx.args;
         let bytes = ina_wire::HEADER_LEN + 4 * usize::from(args.elems);
