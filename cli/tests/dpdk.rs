@@ -221,3 +221,106 @@ fn bad_dpdk_flags_fail_with_a_clear_error() {
         "no answer from 198.18.0.100",
     );
 }
+
+#[test]
+fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
+    let _serial = serial();
+    if !is_root() {
+        return skip("DPDK's virtual devices and network namespaces need root");
+    }
+    if !ina_switch_p4::bmv2::available() {
+        return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
+    }
+    use ina_io::netns::SWITCH_MAC_BYTES;
+    use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
+    use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+    const WORKERS: usize = 3;
+    let rack = match Rack::new("db", WORKERS) {
+        Ok(r) => r,
+        Err(e) => return skip(e),
+    };
+    let dir = std::env::temp_dir().join(format!("ina-dpdk-bmv2-{}", std::process::id()));
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let sw = Bmv2::start(Bmv2Config {
+        program,
+        ports: (0..WORKERS).map(|r| (r as u16, Rack::port(r))).collect(),
+        thrift_port: 9093,
+        netns: Some(rack.hub()),
+        log_file: dir.join("simple_switch.log"),
+        packet_log: None,
+    })
+    .unwrap();
+    let desc = SwitchDesc {
+        mac: MacAddr(SWITCH_MAC_BYTES),
+        ip: SWITCH_IP,
+        ports: (0..WORKERS as u16).collect(),
+        l2: (0..WORKERS)
+            .map(|r| L2Entry {
+                mac: MacAddr(Rack::worker_mac_bytes(r)),
+                port: r as u16,
+            })
+            .collect(),
+        flood_mgrp: 0xffff,
+    };
+    let job = JobDesc {
+        id: 1,
+        epoch: 3,
+        slot_base: 0,
+        slot_count: 32,
+        elems: 256,
+        mgrp: 1,
+        ranks: (0..WORKERS)
+            .map(|r| RankDesc {
+                port: r as u16,
+                mac: MacAddr(Rack::worker_mac_bytes(r)),
+                ip: Rack::worker_ip(r),
+                udp_port: 9000,
+            })
+            .collect(),
+    };
+    sw.configure(&desc, &[job]).unwrap();
+    // Rank 0 on DPDK: net_af_packet on its namespace's interface, the same frames as a
+    // kernel socket's, resolved by the P4 program's ARP answer; ranks 1 and 2 on kernel UDP.
+    let mut run = Run::new(WORKERS, 65_536, 2);
+    run.give_up_ms = 20_000;
+    let mut args = run.common(0);
+    args.extend([
+        "--port=dpdk".to_string(),
+        format!(
+            "--dpdk={}",
+            eal("bw0", 1, &["net_af_packet0,iface=eth0".to_string()])
+        ),
+        format!("--bind={}:9000", Rack::worker_ip(0)),
+        format!("--switch={SWITCH_IP}:18766"),
+    ]);
+    let mut procs = vec![Proc::spawn_in(
+        Some(&rack.worker_ns(0)),
+        "dpdk worker 0",
+        &args,
+    )];
+    for r in 1..WORKERS {
+        let mut args = run.common(r);
+        args.extend([
+            "--algorithm=ina".to_string(),
+            format!("--switch={SWITCH_IP}:18766"),
+            format!("--bind={}:9000", Rack::worker_ip(r)),
+        ]);
+        procs.push(Proc::spawn_in(
+            Some(&rack.worker_ns(r)),
+            &format!("worker {r}"),
+            &args,
+        ));
+    }
+    let outcomes: Vec<Outcome> = procs
+        .iter_mut()
+        .map(|p| Outcome::collect(p, after(Duration::from_secs(300))))
+        .collect();
+    let (events, _) = sw.counters().unwrap();
+    assert_all_exact(
+        &outcomes,
+        run.total(),
+        &format!("bmv2 counters: {events:?}"),
+    );
+    drop(sw);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,6 +11,10 @@
 //! implement protocol decisions of its own.
 
 pub mod comm;
+/// DPDK ports (feature `dpdk`): a [`Communicator`] on a DPDK device is
+/// `Communicator::with_port(DpdkUdpPort::new(device, &config), worker_config)`.
+#[cfg(feature = "dpdk")]
+pub use ina_io::dpdk;
 pub mod gate;
 pub mod ring;
 
