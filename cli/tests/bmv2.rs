@@ -11,11 +11,11 @@ mod common;
 
 use common::*;
 use ina_controller::api::{P4Host, P4Spec};
-use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC_BYTES};
+use ina_io::netns::{privileged_required, Rack, SWITCH_IP};
 use ina_proto::event::Event;
-use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
+use ina_switch_p4::bmv2::{self, Bmv2};
 use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
-use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+use ina_switch_p4::runtime::MacAddr;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -37,43 +37,8 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     };
     let dir = std::env::temp_dir().join(format!("ina-bmv2-test-{}", std::process::id()));
     let program = bmv2::compile_v1model(&dir).unwrap();
-    let sw = Bmv2::start(Bmv2Config {
-        program,
-        ports: (0..WORKERS).map(|r| (r as u16, Rack::port(r))).collect(),
-        thrift_port: 9090,
-        netns: Some(rack.hub()),
-        log_file: dir.join("simple_switch.log"),
-        packet_log: None,
-    })
-    .unwrap();
-    let desc = SwitchDesc {
-        mac: MacAddr(SWITCH_MAC_BYTES),
-        ip: SWITCH_IP,
-        ports: (0..WORKERS as u16).collect(),
-        l2: (0..WORKERS)
-            .map(|r| L2Entry {
-                mac: MacAddr(Rack::worker_mac_bytes(r)),
-                port: r as u16,
-            })
-            .collect(),
-        flood_mgrp: 0xffff,
-    };
-    let job = JobDesc {
-        id: 1,
-        epoch: 3,
-        slot_base: 0,
-        slot_count: 32,
-        elems: 256,
-        mgrp: 1,
-        ranks: (0..WORKERS)
-            .map(|r| RankDesc {
-                port: r as u16,
-                mac: MacAddr(Rack::worker_mac_bytes(r)),
-                ip: Rack::worker_ip(r),
-                udp_port: 9000,
-            })
-            .collect(),
-    };
+    let sw = start_bmv2(&rack, &program, &dir, 9090);
+    let (desc, job) = rack_descriptions(WORKERS, 256);
     sw.configure(&desc, &[job]).unwrap();
     // 1 MiB of float32 per worker.
     let run = Run::new(WORKERS, 262_144, 2);
@@ -155,32 +120,11 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     let dir = std::env::temp_dir().join(format!("ina-bmv2-controller-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let program = bmv2::compile_v1model(&dir).unwrap();
-    let start = || {
-        Bmv2::start(Bmv2Config {
-            program: program.clone(),
-            ports: (0..WORKERS).map(|r| (r as u16, Rack::port(r))).collect(),
-            thrift_port: 9092,
-            netns: Some(rack.hub()),
-            log_file: dir.join("simple_switch.log"),
-            packet_log: None,
-        })
-        .unwrap()
-    };
+    let start = || start_bmv2(&rack, &program, &dir, 9092);
     let sw = start();
     // The switch as an operator describes it: addresses, ports, L2 table, worker hosts.
     let spec = P4Spec {
-        switch: SwitchDesc {
-            mac: MacAddr(SWITCH_MAC_BYTES),
-            ip: SWITCH_IP,
-            ports: (0..WORKERS as u16).collect(),
-            l2: (0..WORKERS)
-                .map(|r| L2Entry {
-                    mac: MacAddr(Rack::worker_mac_bytes(r)),
-                    port: r as u16,
-                })
-                .collect(),
-            flood_mgrp: 0xffff,
-        },
+        switch: rack_descriptions(WORKERS, 256).0,
         hosts: (0..WORKERS)
             .map(|r| P4Host {
                 ip: Rack::worker_ip(r),

@@ -231,9 +231,7 @@ fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
     if !ina_switch_p4::bmv2::available() {
         return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
     }
-    use ina_io::netns::SWITCH_MAC_BYTES;
-    use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
-    use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+    use ina_switch_p4::bmv2;
     const WORKERS: usize = 3;
     let rack = match Rack::new("db", WORKERS) {
         Ok(r) => r,
@@ -241,43 +239,8 @@ fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
     };
     let dir = std::env::temp_dir().join(format!("ina-dpdk-bmv2-{}", std::process::id()));
     let program = bmv2::compile_v1model(&dir).unwrap();
-    let sw = Bmv2::start(Bmv2Config {
-        program,
-        ports: (0..WORKERS).map(|r| (r as u16, Rack::port(r))).collect(),
-        thrift_port: 9093,
-        netns: Some(rack.hub()),
-        log_file: dir.join("simple_switch.log"),
-        packet_log: None,
-    })
-    .unwrap();
-    let desc = SwitchDesc {
-        mac: MacAddr(SWITCH_MAC_BYTES),
-        ip: SWITCH_IP,
-        ports: (0..WORKERS as u16).collect(),
-        l2: (0..WORKERS)
-            .map(|r| L2Entry {
-                mac: MacAddr(Rack::worker_mac_bytes(r)),
-                port: r as u16,
-            })
-            .collect(),
-        flood_mgrp: 0xffff,
-    };
-    let job = JobDesc {
-        id: 1,
-        epoch: 3,
-        slot_base: 0,
-        slot_count: 32,
-        elems: 256,
-        mgrp: 1,
-        ranks: (0..WORKERS)
-            .map(|r| RankDesc {
-                port: r as u16,
-                mac: MacAddr(Rack::worker_mac_bytes(r)),
-                ip: Rack::worker_ip(r),
-                udp_port: 9000,
-            })
-            .collect(),
-    };
+    let sw = start_bmv2(&rack, &program, &dir, 9093);
+    let (desc, job) = rack_descriptions(WORKERS, 256);
     sw.configure(&desc, &[job]).unwrap();
     // Rank 0 on DPDK: net_af_packet on its namespace's interface, the same frames as a
     // kernel socket's, resolved by the P4 program's ARP answer; ranks 1 and 2 on kernel UDP.

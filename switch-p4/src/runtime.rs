@@ -340,6 +340,25 @@ pub fn validate_job_for(
 }
 
 impl SwitchDesc {
+    /// A switch whose port `r` leads to the host with MAC `hosts[r]` (its L2 table), flooding
+    /// broadcasts on group 0xffff: a rack with one host per port.
+    pub fn one_host_per_port(mac: MacAddr, ip: Ipv4Addr, hosts: &[MacAddr]) -> SwitchDesc {
+        SwitchDesc {
+            mac,
+            ip,
+            ports: (0..hosts.len() as u16).collect(),
+            l2: hosts
+                .iter()
+                .enumerate()
+                .map(|(r, mac)| L2Entry {
+                    mac: *mac,
+                    port: r as u16,
+                })
+                .collect(),
+            flood_mgrp: default_flood_mgrp(),
+        }
+    }
+
     /// The configuration of the frame model with the v1model program's pool.
     pub fn frame_switch(&self) -> FrameSwitchConfig {
         FrameSwitchConfig {
@@ -356,6 +375,36 @@ impl SwitchDesc {
 }
 
 impl JobDesc {
+    /// Job `id` whose rank `r` is the host behind port `r` (`hosts[r]`: its MAC and IPv4
+    /// address), at UDP port `udp_port`, on slots `0..slot_count`, with results on group 1.
+    pub fn one_rank_per_port(
+        id: u16,
+        epoch: u16,
+        slot_count: u16,
+        elems: u16,
+        hosts: &[(MacAddr, Ipv4Addr)],
+        udp_port: u16,
+    ) -> JobDesc {
+        JobDesc {
+            id,
+            epoch,
+            slot_base: 0,
+            slot_count,
+            elems,
+            mgrp: 1,
+            ranks: hosts
+                .iter()
+                .enumerate()
+                .map(|(r, (mac, ip))| RankDesc {
+                    port: r as u16,
+                    mac: *mac,
+                    ip: *ip,
+                    udp_port,
+                })
+                .collect(),
+        }
+    }
+
     /// The job of the frame model.
     pub fn frame_job(&self) -> FrameJob {
         FrameJob {

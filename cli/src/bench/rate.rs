@@ -396,11 +396,19 @@ pub(crate) mod dpdk {
             .collect()
     }
 
-    pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+    /// A running switch at `local` on the server ends of `servers`.
+    type Running = (
+        ina_switch::SwitchHandle,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<Result<ina_switch::SwitchStats, ina_switch::SwitchError>>,
+    );
+
+    fn start_switch(
+        ctx: &Ctx,
+        local: SocketAddrV4,
+        servers: Vec<Device>,
+    ) -> anyhow::Result<Running> {
         let args = &ctx.args;
-        let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), ina_wire::UDP_PORT);
-        let (servers, clients) = links(ctx, args.workers)?;
-        let ports = generators(local, &servers, clients);
         let port = DpdkUdpPort::on_devices(
             servers,
             &DpdkUdpConfig {
@@ -416,6 +424,15 @@ pub(crate) mod dpdk {
         let handle = sw.handle();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = sw.spawn(stop.clone())?;
+        Ok((handle, stop, thread))
+    }
+
+    pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
+        let args = &ctx.args;
+        let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 100), ina_wire::UDP_PORT);
+        let (servers, clients) = links(ctx, args.workers)?;
+        let ports = generators(local, &servers, clients);
+        let (handle, stop, thread) = start_switch(ctx, local, servers)?;
         let run = (|| {
             let window = window(ctx);
             let job = handle
@@ -566,21 +583,7 @@ pub(crate) mod dpdk {
             .map(|d| d.max_frame().saturating_sub(14))
             .min()
             .unwrap_or(0);
-        let port = DpdkUdpPort::on_devices(
-            servers,
-            &DpdkUdpConfig {
-                local,
-                neighbours: Vec::new(),
-                groups: Vec::new(),
-            },
-        );
-        let mut cfg = SwitchConfig::new(SocketAddr::V4(local));
-        cfg.pipeline.pool_slots = args.slots;
-        cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
-        let sw = Switch::with_dpdk(cfg, port).context("starting the switch on DPDK")?;
-        let handle = sw.handle();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = sw.spawn(stop.clone())?;
+        let (handle, stop, thread) = start_switch(ctx, local, servers)?;
         let result = (|| {
             handle
                 .add_job(JobSpec {

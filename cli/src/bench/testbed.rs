@@ -11,7 +11,7 @@ use crate::cmd_testbed::{HubKind, LinkArgs};
 use anyhow::{bail, Context};
 use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
 use ina_switch_p4::bmv2::{Bmv2, Bmv2Config};
-use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+use ina_switch_p4::runtime::{JobDesc, MacAddr, SwitchDesc};
 use std::io::Write;
 
 /// The multicast group results go to on a bridge hub (unless `--unicast`).
@@ -158,34 +158,13 @@ impl HubSwitch {
                     log_file: f.scratch.join("simple_switch.log"),
                     packet_log: None,
                 })?;
-                let desc = SwitchDesc {
-                    mac: MacAddr(SWITCH_MAC_BYTES),
-                    ip: SWITCH_IP,
-                    ports: (0..f.rack.workers as u16).collect(),
-                    l2: (0..f.rack.workers)
-                        .map(|r| L2Entry {
-                            mac: MacAddr(Rack::worker_mac_bytes(r)),
-                            port: r as u16,
-                        })
-                        .collect(),
-                    flood_mgrp: 0xffff,
-                };
-                let job = JobDesc {
-                    id: 1,
-                    epoch: 1,
-                    slot_base: 0,
-                    slot_count: a.slots,
-                    elems: a.elems,
-                    mgrp: 1,
-                    ranks: (0..f.rack.workers)
-                        .map(|r| RankDesc {
-                            port: r as u16,
-                            mac: MacAddr(Rack::worker_mac_bytes(r)),
-                            ip: Rack::worker_ip(r),
-                            udp_port: UDP_PORT,
-                        })
-                        .collect(),
-                };
+                let hosts: Vec<(MacAddr, std::net::Ipv4Addr)> = (0..f.rack.workers)
+                    .map(|r| (MacAddr(Rack::worker_mac_bytes(r)), Rack::worker_ip(r)))
+                    .collect();
+                let macs: Vec<MacAddr> = hosts.iter().map(|h| h.0).collect();
+                let desc =
+                    SwitchDesc::one_host_per_port(MacAddr(SWITCH_MAC_BYTES), SWITCH_IP, &macs);
+                let job = JobDesc::one_rank_per_port(1, 1, a.slots, a.elems, &hosts, UDP_PORT);
                 sw.configure(&desc, &[job])?;
                 Ok(HubSwitch::Bmv2(sw))
             }

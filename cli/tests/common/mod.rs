@@ -714,3 +714,46 @@ pub fn assert_all_exact(outcomes: &[Outcome], iterations: usize, context: &dyn s
     }
     assert!(prints.windows(2).all(|w| w[0] == w[1]), "{prints:?}");
 }
+
+/// The switch and job descriptions of an emulated rack: port `r` leads to worker `r`, which is
+/// rank `r` of job 1 (epoch 3, slots `0..32`, `elems` per packet, UDP port 9000).
+pub fn rack_descriptions(
+    workers: usize,
+    elems: u16,
+) -> (
+    ina_switch_p4::runtime::SwitchDesc,
+    ina_switch_p4::runtime::JobDesc,
+) {
+    use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC_BYTES};
+    use ina_switch_p4::runtime::{JobDesc, MacAddr, SwitchDesc};
+    let hosts: Vec<(MacAddr, std::net::Ipv4Addr)> = (0..workers)
+        .map(|r| (MacAddr(Rack::worker_mac_bytes(r)), Rack::worker_ip(r)))
+        .collect();
+    let macs: Vec<MacAddr> = hosts.iter().map(|h| h.0).collect();
+    (
+        SwitchDesc::one_host_per_port(MacAddr(SWITCH_MAC_BYTES), SWITCH_IP, &macs),
+        JobDesc::one_rank_per_port(1, 3, 32, elems, &hosts, 9000),
+    )
+}
+
+/// `simple_switch` running the v1model program (compiled into `dir`) on the hub's ports of
+/// `rack`, with its runtime CLI on `thrift_port`.
+pub fn start_bmv2(
+    rack: &ina_io::netns::Rack,
+    program: &std::path::Path,
+    dir: &std::path::Path,
+    thrift_port: u16,
+) -> ina_switch_p4::bmv2::Bmv2 {
+    use ina_switch_p4::bmv2::{Bmv2, Bmv2Config};
+    Bmv2::start(Bmv2Config {
+        program: program.to_path_buf(),
+        ports: (0..rack.config().workers)
+            .map(|r| (r as u16, ina_io::netns::Rack::port(r)))
+            .collect(),
+        thrift_port,
+        netns: Some(rack.hub()),
+        log_file: dir.join("simple_switch.log"),
+        packet_log: None,
+    })
+    .expect("starting simple_switch")
+}
