@@ -42,6 +42,7 @@ fn main() {
         .allowlist_function("ina_.*")
         .allowlist_function("rte_eal_(init|cleanup)")
         .allowlist_function("rte_dev_probe")
+        .allowlist_function("rte_thread_(register|unregister)")
         .allowlist_function("rte_eth_(dev_count_avail|dev_get_port_by_name|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|dev_start|dev_stop|dev_close|dev_socket_id|macaddr_get|promiscuous_enable|stats_get|dev_set_mtu|link_get_nowait)")
         .allowlist_function("rte_pktmbuf_pool_create")
         .allowlist_function("rte_mempool_free")

@@ -211,6 +211,23 @@ unsafe impl Send for Device {}
 
 static POOLS: Mutex<u32> = Mutex::new(0);
 
+thread_local! {
+    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the calling thread an EAL thread once (an lcore id of its own), so that the mempools
+/// keep a cache for it: without one every mbuf allocation and free goes to the pool's shared
+/// ring. Best effort: when the EAL has no lcore id left, the thread runs without a cache.
+fn register_thread() {
+    REGISTERED.with(|r| {
+        if !r.replace(true) {
+            // SAFETY: after rte_eal_init (a Device exists); once per thread.
+            let ok = unsafe { sys::rte_thread_register() } == 0;
+            tracing::debug!(ok, "DPDK thread registration");
+        }
+    });
+}
+
 impl Device {
     /// Creates the virtual device `devargs` (`net_memif7,role=server,socket=/run/x.sock`: a
     /// name not used before in this process, and its arguments) and opens it.
@@ -362,6 +379,7 @@ impl Device {
     /// Receives one burst of up to `max` frames (at most [`BURST`]) and hands each to `f`;
     /// returns how many. The frames are freed when `f` has seen them all.
     pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        register_thread();
         let n = max.min(BURST) as u16;
         let rx = &mut self.rx;
         // SAFETY: arrays of BURST entries, reused from call to call (a poll that finds nothing
@@ -453,6 +471,7 @@ impl Device {
         n: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> usize,
     ) -> usize {
+        register_thread();
         let n = n.min(BURST);
         if n == 0 {
             return 0;
