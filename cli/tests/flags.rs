@@ -195,3 +195,43 @@ fn max_elems_is_named_and_sized_from_the_jobs() {
     assert_eq!(ready["event"], "ready", "{first}");
     assert_eq!(ready["jobs"][0]["elems_per_packet"], 2048, "{first}");
 }
+
+/// `--port dpdk` on a build without DPDK says how to get one; its other flags are checked
+/// first, with the same errors as on a DPDK build.
+#[cfg(not(feature = "dpdk"))]
+#[test]
+fn port_dpdk_without_the_feature_says_how_to_build_it() {
+    let common = [
+        "worker",
+        "--port=dpdk",
+        "--rank=0",
+        "--workers=1",
+        "--switch=198.18.0.100:18766",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        common
+            .iter()
+            .copied()
+            .chain(extra.iter().copied())
+            .collect()
+    };
+    let (_, err) = run_failing(&with(&[
+        "--bind=198.18.1.1:9000",
+        "--dpdk=--no-huge --vdev=net_null0",
+    ]));
+    assert!(
+        err.contains("built without DPDK") && err.contains("--features dpdk"),
+        "{err}"
+    );
+    let (_, err) = run_failing(&with(&["--bind=198.18.1.1:9000"]));
+    assert!(err.contains("needs --dpdk"), "{err}");
+    let (_, err) = run_failing(&with(&["--bind=0.0.0.0:9000", "--dpdk=--no-huge"]));
+    assert!(err.contains("owns one IPv4 address"), "{err}");
+    let (_, err) = run_failing(&[
+        "switch",
+        "--port=dpdk",
+        "--listen=198.18.0.100:18766",
+        "--dpdk=--no-huge --vdev=net_null0",
+    ]);
+    assert!(err.contains("built without DPDK"), "{err}");
+}
