@@ -103,9 +103,17 @@ enum JobCommand {
         /// Elements per packet.
         #[arg(long, default_value_t = 256)]
         elems: u16,
-        /// Slots wanted (the window), whole blocks of 64.
-        #[arg(long, default_value_t = 256)]
-        window: u16,
+        /// Slots wanted (the window), whole blocks of 64 (default: 256, or twelve
+        /// bandwidth-delay products of --link-gbps and --rtt-us).
+        #[arg(long, conflicts_with = "link_gbps")]
+        window: Option<u16>,
+        /// The workers' link speed, Gbit/s: with --rtt-us, sizes the window to twelve
+        /// bandwidth-delay products of the round trip to the switch.
+        #[arg(long, requires = "rtt_us")]
+        link_gbps: Option<f64>,
+        /// The round trip between a worker and the switch, microseconds (with --link-gbps).
+        #[arg(long, requires = "link_gbps")]
+        rtt_us: Option<f64>,
         /// Slots it can run with, whole blocks of 64 (default: one block).
         #[arg(long)]
         min_window: Option<u16>,
@@ -245,11 +253,23 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
             size,
             elems,
             window,
+            link_gbps,
+            rtt_us,
             min_window,
             priority,
             switch,
             heartbeat_ms,
         } => {
+            let window = match (window, link_gbps, rtt_us) {
+                (Some(w), _, _) => w,
+                (None, Some(g), Some(r)) => {
+                    if !(g.is_finite() && g > 0.0 && r.is_finite() && r > 0.0) {
+                        anyhow::bail!("--link-gbps and --rtt-us must be positive numbers");
+                    }
+                    ina_controller::alloc::window_for(g, r, elems)
+                }
+                _ => 256,
+            };
             let info = c.create_job(&JobRequest {
                 name,
                 workers,

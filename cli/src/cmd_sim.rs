@@ -226,19 +226,16 @@ impl SimArgs {
 /// with racks), in packets of `--elems` elements with their frame headers, rounded up to whole
 /// blocks of 64 slots: 1408 on one switch at the default link, 1856 in racks.
 fn default_window(args: &SimArgs) -> u16 {
-    let block = f64::from(ina_wire::agg::GAP_BLOCK);
     let own_rtt_s = 2.0 * args.latency_us * 1e-6;
     let mut rtt_s = own_rtt_s;
     if args.rack_size > 0 {
         rtt_s += 2.0 * args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6;
     }
-    let frame_bytes =
-        4 * usize::from(args.elems) + ina_wire::HEADER_LEN + ina_wire::frame::FRAME_HEADER_LEN;
-    let frame_bits = 8.0 * frame_bytes as f64;
-    let bdp = |rtt_s: f64| args.gbps * 1e9 * rtt_s / frame_bits;
-    let slots = (12.0 * bdp(own_rtt_s)).max(8.0 * bdp(rtt_s));
-    let blocks = (slots / block).ceil().clamp(1.0, 60_000.0 / block);
-    (blocks * block) as u16
+    // Twelve round trips to the job's own switch, or eight through every level (which is
+    // twelve of two thirds of that round trip).
+    let own = ina_proto::alloc::window_for(args.gbps, own_rtt_s * 1e6, args.elems);
+    let through = ina_proto::alloc::window_for(args.gbps, rtt_s * 1e6 * 8.0 / 12.0, args.elems);
+    own.max(through)
 }
 
 /// Reads `path` into `args`; returns its faults.

@@ -272,3 +272,53 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_job_window_is_sized_from_the_link_and_round_trip() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-bdp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sw = SwitchProc::start(&[]);
+    let (_ctl, api) = controller(&dir);
+    let c = Client::new(&api.to_string(), None);
+    c.add_switch(&SwitchSpec {
+        name: "tor".into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        data: sw.udp,
+        slots: 4096,
+        elems_per_slot: 256,
+        token: None,
+        p4: None,
+    })
+    .unwrap();
+    // 100 Gbit/s and a 10 µs round trip: 117 frames of 256 elements in flight, twelve of
+    // those in whole blocks.
+    let mut p = Proc::spawn(
+        "job create",
+        &[
+            "job",
+            "create",
+            "bdp",
+            "--size=2",
+            "--link-gbps=100",
+            "--rtt-us=10",
+            &format!("--controller={api}"),
+        ],
+    );
+    assert!(p.wait(after(START)).success(), "{}", p.stderr_text());
+    assert_eq!(c.job("bdp").unwrap().request.window, 1408);
+    fails_with(
+        &[
+            "job",
+            "create",
+            "bad",
+            "--size=2",
+            "--link-gbps=-1",
+            "--rtt-us=10",
+            &format!("--controller={api}"),
+        ],
+        "must be positive",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
