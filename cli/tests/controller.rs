@@ -30,6 +30,20 @@ fn controller(dir: &Path) -> (Proc, SocketAddr) {
     (p, api)
 }
 
+/// The spec of the software switch `sw` as "tor", with `slots` slots of 256 elements.
+fn software_switch(sw: &SwitchProc, slots: u16) -> SwitchSpec {
+    SwitchSpec {
+        name: "tor".into(),
+        kind: SwitchKind::Software,
+        control: sw.control,
+        data: sw.udp,
+        slots,
+        elems_per_slot: 256,
+        token: None,
+        p4: None,
+    }
+}
+
 /// A switch, a controller with its state in a fresh directory named `tag`, the switch added,
 /// and a job `name` of `size` workers that join by name.
 fn rack_with_job(
@@ -43,17 +57,7 @@ fn rack_with_job(
     let sw = SwitchProc::start(&[]);
     let (ctl, api) = controller(&dir);
     let c = Client::new(&api.to_string(), None);
-    c.add_switch(&SwitchSpec {
-        name: "tor".into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots: 4096,
-        elems_per_slot: 256,
-        token: None,
-        p4: None,
-    })
-    .unwrap();
+    c.add_switch(&software_switch(&sw, 4096)).unwrap();
     c.create_job(&JobRequest {
         name: name.into(),
         workers: Vec::new(),
@@ -228,17 +232,7 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     let sw = SwitchProc::start(&["--pool-slots=512"]);
     let (_ctl, api) = controller(&dir);
     let c = Client::new(&api.to_string(), None);
-    c.add_switch(&SwitchSpec {
-        name: "tor".into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots: 512,
-        elems_per_slot: 256,
-        token: None,
-        p4: None,
-    })
-    .unwrap();
+    c.add_switch(&software_switch(&sw, 512)).unwrap();
     let request = |name: &str| JobRequest {
         name: name.into(),
         workers: Vec::new(),
@@ -281,17 +275,7 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
     let sw = SwitchProc::start(&[]);
     let (_ctl, api) = controller(&dir);
     let c = Client::new(&api.to_string(), None);
-    c.add_switch(&SwitchSpec {
-        name: "tor".into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots: 4096,
-        elems_per_slot: 256,
-        token: None,
-        p4: None,
-    })
-    .unwrap();
+    c.add_switch(&software_switch(&sw, 4096)).unwrap();
     // 100 Gbit/s and a 10 µs round trip: 117 frames of 256 elements in flight, twelve of
     // those in whole blocks.
     let mut p = Proc::spawn(

@@ -158,6 +158,28 @@ impl Drop for RunningController {
     }
 }
 
+/// A software switch of 512 slots, and a fair-share controller holding it that serves its
+/// metrics; returns them with the metrics' address.
+fn switch_and_fair_share_controller_with_metrics() -> (RunningSwitch, RunningController, SocketAddr)
+{
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let ctl = RunningController::start_with_metrics(
+        None,
+        Policy::FairShare,
+        "127.0.0.1:0",
+        None,
+        Some(metrics),
+    );
+    ctl.client(None)
+        .add_switch(&switch_spec("tor", &sw, 512))
+        .unwrap();
+    (sw, ctl, metrics)
+}
+
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
     let socks: Vec<UdpSocket> = (0..n)
         .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
@@ -394,20 +416,8 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
 
 #[test]
 fn a_silent_worker_fails_its_job_and_frees_its_slots() {
-    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let ctl = RunningController::start_with_metrics(
-        None,
-        Policy::FairShare,
-        "127.0.0.1:0",
-        None,
-        Some(metrics),
-    );
+    let (sw, ctl, metrics) = switch_and_fair_share_controller_with_metrics();
     let c = ctl.client(None);
-    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let mut hb = job("watched", free_addrs(3), 512, 64);
     hb.heartbeat_ms = Some(100);
     let watched = c.create_job(&hb).unwrap();
@@ -751,20 +761,8 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn running_jobs_shrink_and_grow_live_between_tensors_and_every_sum_is_exact() {
-    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let ctl = RunningController::start_with_metrics(
-        None,
-        Policy::FairShare,
-        "127.0.0.1:0",
-        None,
-        Some(metrics),
-    );
+    let (sw, ctl, metrics) = switch_and_fair_share_controller_with_metrics();
     let c = ctl.client(None);
-    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let mut req = job("a", free_addrs(2), 512, 64);
     req.heartbeat_ms = Some(100);
     let a = c.create_job(&req).unwrap();
