@@ -158,6 +158,16 @@ impl Drop for RunningController {
     }
 }
 
+/// A software switch of 512 slots, and a controller under `policy` holding it.
+fn switch_and_controller(policy: Policy) -> (RunningSwitch, RunningController) {
+    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
+    let ctl = RunningController::start(None, policy, "127.0.0.1:0", None);
+    ctl.client(None)
+        .add_switch(&switch_spec("tor", &sw, 512))
+        .unwrap();
+    (sw, ctl)
+}
+
 /// A software switch of 512 slots, and a fair-share controller holding it that serves its
 /// metrics; returns them with the metrics' address.
 fn switch_and_fair_share_controller_with_metrics() -> (RunningSwitch, RunningController, SocketAddr)
@@ -178,6 +188,18 @@ fn switch_and_fair_share_controller_with_metrics() -> (RunningSwitch, RunningCon
         .add_switch(&switch_spec("tor", &sw, 512))
         .unwrap();
     (sw, ctl, metrics)
+}
+
+/// The controller's metrics at `addr` hold every one of `lines`.
+fn assert_metrics(addr: SocketAddr, lines: &[&str]) {
+    let text = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    for line in lines {
+        assert!(text.lines().any(|l| l == *line), "no {line:?} in\n{text}");
+    }
 }
 
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
@@ -451,29 +473,23 @@ fn a_silent_worker_fails_its_job_and_frees_its_slots() {
     c.create_job(&job("watched", free_addrs(1), 128, 64))
         .unwrap();
     // The counters say so.
-    let text = ureq::get(&format!("http://{metrics}/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    for line in [
-        "ina_controller_jobs_created_total 3",
-        "ina_controller_jobs_failed_total 1",
-        "ina_controller_jobs_deleted_total 1",
-        "ina_controller_jobs_running 2",
-        "ina_controller_switches_unreachable 0",
-    ] {
-        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
-    }
+    assert_metrics(
+        metrics,
+        &[
+            "ina_controller_jobs_created_total 3",
+            "ina_controller_jobs_failed_total 1",
+            "ina_controller_jobs_deleted_total 1",
+            "ina_controller_jobs_running 2",
+            "ina_controller_switches_unreachable 0",
+        ],
+    );
     ctl.stop();
 }
 
 #[test]
 fn a_higher_priority_job_preempts_a_lower_one_and_gives_its_slots_back() {
-    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let ctl = RunningController::start(None, Policy::Priority, "127.0.0.1:0", None);
+    let (sw, ctl) = switch_and_controller(Policy::Priority);
     let c = ctl.client(None);
-    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let low = c.create_job(&job("low", free_addrs(2), 512, 256)).unwrap();
     assert_eq!(sw.jobs(), vec![(low.id, 0, 512)]);
     // A higher-priority job that needs 384: the low one cannot keep its minimum of 256, so it
@@ -803,26 +819,20 @@ fn running_jobs_shrink_and_grow_live_between_tensors_and_every_sum_is_exact() {
     }
     let s = c.job("a").unwrap().slots.unwrap();
     assert_eq!(sw.jobs(), vec![(a.id, s.base, 512)]);
-    let text = ureq::get(&format!("http://{metrics}/metrics"))
-        .call()
-        .unwrap()
-        .into_string()
-        .unwrap();
-    for line in [
-        "ina_controller_moves_live_total 2",
-        "ina_controller_moves_forced_total 0",
-    ] {
-        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
-    }
+    assert_metrics(
+        metrics,
+        &[
+            "ina_controller_moves_live_total 2",
+            "ina_controller_moves_forced_total 0",
+        ],
+    );
     ctl.stop();
 }
 
 #[test]
 fn a_preempted_job_parks_between_tensors_and_resumes_with_exact_sums() {
-    let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let ctl = RunningController::start(None, Policy::Priority, "127.0.0.1:0", None);
+    let (sw, ctl) = switch_and_controller(Policy::Priority);
     let c = ctl.client(None);
-    c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let mut req = job("low", free_addrs(2), 512, 256);
     req.heartbeat_ms = Some(100);
     let low = c.create_job(&req).unwrap();
