@@ -30,6 +30,27 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
+    /// Job `job` on slots `0..slot_count`, `elems_per_packet` elements per packet, its
+    /// workers' addresses in rank order; the switch picks its epoch; results go to each
+    /// worker; no upper switch.
+    pub fn new(
+        job: u16,
+        slot_count: u16,
+        elems_per_packet: u16,
+        workers: Vec<SocketAddr>,
+    ) -> JobSpec {
+        JobSpec {
+            job,
+            epoch: None,
+            slot_base: 0,
+            slot_count,
+            elems_per_packet,
+            workers,
+            group: None,
+            uplink: None,
+        }
+    }
+
     /// Every address the job exchanges packets with: its workers, then its upper switch.
     pub fn addresses(&self) -> impl Iterator<Item = SocketAddr> + '_ {
         self.workers

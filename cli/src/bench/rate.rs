@@ -262,16 +262,12 @@ pub(crate) fn switch(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
         let ports = bind_clients(args.workers)?;
         let window = window(ctx);
         let job = handle
-            .add_job(JobSpec {
-                job: 1,
-                epoch: None,
-                slot_base: 0,
-                slot_count: window,
-                elems_per_packet: args.elems,
-                workers: ports.iter().map(UdpPort::local_addr).collect(),
-                group: None,
-                uplink: None,
-            })
+            .add_job(JobSpec::new(
+                1,
+                window,
+                args.elems,
+                ports.iter().map(UdpPort::local_addr).collect(),
+            ))
             .context("installing the job")?;
         drive(ctx, ports, server, job.epoch.unwrap_or(0), false)
     })();
@@ -436,16 +432,12 @@ pub(crate) mod dpdk {
         let run = (|| {
             let window = window(ctx);
             let job = handle
-                .add_job(JobSpec {
-                    job: 1,
-                    epoch: None,
-                    slot_base: 0,
-                    slot_count: window,
-                    elems_per_packet: args.elems,
-                    workers: ports.iter().map(|p| p.local_addr()).collect(),
-                    group: None,
-                    uplink: None,
-                })
+                .add_job(JobSpec::new(
+                    1,
+                    window,
+                    args.elems,
+                    ports.iter().map(|p| p.local_addr()).collect(),
+                ))
                 .context("installing the job")?;
             drive(
                 ctx,
@@ -586,16 +578,7 @@ pub(crate) mod dpdk {
         let (handle, stop, thread) = start_switch(ctx, local, servers)?;
         let result = (|| {
             handle
-                .add_job(JobSpec {
-                    job: 1,
-                    epoch: None,
-                    slot_base: 0,
-                    slot_count: args.slots,
-                    elems_per_packet: args.elems,
-                    workers: addrs.clone(),
-                    group: None,
-                    uplink: None,
-                })
+                .add_job(JobSpec::new(1, args.slots, args.elems, addrs.clone()))
                 .context("installing the job")?;
             let ports = std::sync::Mutex::new(ports.into_iter().map(Some).collect::<Vec<_>>());
             let records = crate::bench::inproc::run_workers(ctx, |rank| {
