@@ -1,5 +1,4 @@
 #include "shim.h"
-#include <string.h>
 
 int ina_errno(void) { return rte_errno; }
 
@@ -17,35 +16,6 @@ uint16_t ina_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs,
 }
 
 void ina_free_bulk(struct rte_mbuf **mbufs, unsigned int n) { rte_pktmbuf_free_bulk(mbufs, n); }
-
-int ina_tx_copy(uint16_t port, uint16_t queue, struct rte_mempool *pool, const uint8_t *buf,
-                const uint32_t *off, const uint16_t *len, uint16_t n) {
-    struct rte_mbuf *mbufs[512];
-    if (n > 512) n = 512;
-    if (n == 0) return 0;
-    if (rte_pktmbuf_alloc_bulk(pool, mbufs, n) != 0) return -1;
-    uint16_t ok = 0;
-    for (uint16_t i = 0; i < n; i++) {
-        struct rte_mbuf *m = mbufs[i];
-        if (len[i] > rte_pktmbuf_tailroom(m)) {
-            rte_pktmbuf_free(m);
-            continue;
-        }
-        memcpy(rte_pktmbuf_mtod(m, uint8_t *), buf + off[i], len[i]);
-        m->data_len = len[i];
-        m->pkt_len = len[i];
-        mbufs[ok++] = m;
-    }
-    uint16_t sent = rte_eth_tx_burst(port, queue, mbufs, ok);
-    if (sent < ok) rte_pktmbuf_free_bulk(mbufs + sent, ok - sent);
-    return sent;
-}
-
-uint16_t ina_tx_mbufs(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs, uint16_t n) {
-    uint16_t sent = rte_eth_tx_burst(port, queue, mbufs, n);
-    if (sent < n) rte_pktmbuf_free_bulk(mbufs + sent, n - sent);
-    return sent;
-}
 
 int ina_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, uint8_t **data,
                    uint16_t *room, unsigned int n) {

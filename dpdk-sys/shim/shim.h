@@ -25,17 +25,6 @@ uint16_t ina_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs,
 /* Frees n mbufs. */
 void ina_free_bulk(struct rte_mbuf **mbufs, unsigned int n);
 
-/* Sends n frames, frame i being len[i] bytes at buf + off[i]: allocates n mbufs from pool,
- * copies each frame in, and transmits the burst on (port, queue). Frames longer than an
- * mbuf's room, and those the queue did not take, are dropped; returns how many were taken
- * (a prefix of the burst), or -1 if no mbuf could be allocated. */
-int ina_tx_copy(uint16_t port, uint16_t queue, struct rte_mempool *pool, const uint8_t *buf,
-                const uint32_t *off, const uint16_t *len, uint16_t n);
-
-/* Transmits the frames it received (an mbuf array from ina_rx_burst) unchanged on (port,
- * queue), freeing those the queue did not take; returns how many it took. */
-uint16_t ina_tx_mbufs(uint16_t port, uint16_t queue, struct rte_mbuf **mbufs, uint16_t n);
-
 /* Allocates n mbufs from pool, each one's data pointer and the bytes it can hold. Returns 0, or
  * -1 if the pool has fewer than n free. */
 int ina_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, uint8_t **data,

@@ -55,22 +55,8 @@ fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
     let b_dev = Device::open(&eal, "net_memif1", DeviceConfig::default()).unwrap();
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 5, 1), 9000);
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(198, 18, 5, 2), 9001);
-    let mut a = DpdkUdpPort::new(
-        a_dev,
-        &DpdkUdpConfig {
-            local: a_addr,
-            neighbours: vec![],
-            groups: vec![],
-        },
-    );
-    let mut b = DpdkUdpPort::new(
-        b_dev,
-        &DpdkUdpConfig {
-            local: b_addr,
-            neighbours: vec![],
-            groups: vec![],
-        },
-    );
+    let mut a = DpdkUdpPort::new(a_dev, &DpdkUdpConfig::new(a_addr));
+    let mut b = DpdkUdpPort::new(b_dev, &DpdkUdpConfig::new(b_addr));
     // The memif link comes up once the client connects: resolve with both ends polling.
     let b_mac = b.devices()[0].mac();
     let start = Instant::now();

@@ -405,14 +405,7 @@ pub(crate) mod dpdk {
         servers: Vec<Device>,
     ) -> anyhow::Result<Running> {
         let args = &ctx.args;
-        let port = DpdkUdpPort::on_devices(
-            servers,
-            &DpdkUdpConfig {
-                local,
-                neighbours: Vec::new(),
-                groups: Vec::new(),
-            },
-        );
+        let port = DpdkUdpPort::on_devices(servers, &DpdkUdpConfig::new(local));
         let mut cfg = SwitchConfig::new(SocketAddr::V4(local));
         cfg.pipeline.pool_slots = args.slots;
         cfg.pipeline.max_elems = cfg.pipeline.max_elems.max(args.elems);
@@ -616,14 +609,7 @@ pub(crate) mod dpdk {
         let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 101), ina_wire::UDP_PORT);
         let (servers, clients) = links(ctx, args.workers)?;
         let ports = generators(local, &servers, clients);
-        let port = DpdkUdpPort::on_devices(
-            servers,
-            &DpdkUdpConfig {
-                local,
-                neighbours: Vec::new(),
-                groups: Vec::new(),
-            },
-        );
+        let port = DpdkUdpPort::on_devices(servers, &DpdkUdpConfig::new(local));
         let refl = Reflector::with_config(
             port,
             ReflectorConfig {

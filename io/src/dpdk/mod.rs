@@ -2,7 +2,7 @@
 //! receive and one transmit queue each, and [`DpdkUdpPort`], the batched [`crate::Port`] of
 //! UDP datagrams over such a device, framed as Ethernet/IPv4/UDP by `ina_wire::frame`.
 //!
-//! Every packet crosses into C once per burst ([`Device::recv`], [`Device::send`]), through
+//! Every packet crosses into C once per burst ([`Device::recv`], [`Device::send_with`]), through
 //! `dpdk-sys`'s shim; this module holds all of the crate's DPDK `unsafe` code.
 //!
 //! The devices are DPDK's: a PCI NIC bound to a DPDK driver, or a virtual device named in the
@@ -192,8 +192,6 @@ pub struct Device {
     data_room: u16,
     /// Frames received but not delivered: longer than one segment.
     pub rx_segmented: u64,
-    /// Frames the caller placed outside its buffer (never sent).
-    pub tx_invalid: u64,
     rx: Box<RxArrays>,
 }
 
@@ -301,7 +299,6 @@ impl Device {
             data_room: unsafe { sys::ina_pool_data_room(pool) }
                 .saturating_sub(sys::RTE_PKTMBUF_HEADROOM as u16),
             rx_segmented: 0,
-            tx_invalid: 0,
             rx: Box::new(RxArrays {
                 mbufs: [std::ptr::null_mut(); BURST],
                 data: [std::ptr::null(); BURST],
@@ -410,56 +407,6 @@ impl Device {
             unsafe { sys::ina_free_bulk(rx.mbufs.as_mut_ptr(), got as u32) };
         }
         got
-    }
-
-    /// Sends frames that lie in `buf`, frame `i` being `frames[i] = (offset, length)`, in
-    /// bursts; returns how many the device took: a prefix of `frames` (the transmit queue was
-    /// full, or no mbuf was free, for the next one), which the caller may offer again. A frame
-    /// outside `buf` is never sent; it is counted in `tx_invalid` and counts as taken.
-    pub fn send(&mut self, buf: &[u8], frames: &[(u32, u16)]) -> usize {
-        let mut taken = 0;
-        for chunk in frames.chunks(BURST) {
-            let mut off = [0u32; BURST];
-            let mut len = [0u16; BURST];
-            let mut valid = 0;
-            for &(o, l) in chunk {
-                if (o as usize)
-                    .checked_add(usize::from(l))
-                    .is_some_and(|end| end <= buf.len())
-                {
-                    off[valid] = o;
-                    len[valid] = l;
-                    valid += 1;
-                } else {
-                    self.tx_invalid += 1;
-                }
-            }
-            // SAFETY: every (off, len) lies within buf; arrays hold valid <= BURST entries;
-            // the pool belongs to this device.
-            let r = unsafe {
-                sys::ina_tx_copy(
-                    self.port,
-                    0,
-                    self.pool,
-                    buf.as_ptr(),
-                    off.as_ptr(),
-                    len.as_ptr(),
-                    valid as u16,
-                )
-            };
-            let sent = usize::try_from(r).unwrap_or(0);
-            if valid < chunk.len() {
-                // (Only when the caller passed frames outside buf: then the prefix rule is
-                // kept by counting the whole chunk as taken.)
-                taken += chunk.len();
-                continue;
-            }
-            taken += sent;
-            if sent < chunk.len() {
-                break;
-            }
-        }
-        taken
     }
 
     /// Sends up to `n` frames (at most [`BURST`]) written straight into the device's buffers:

@@ -33,6 +33,17 @@ pub struct DpdkUdpConfig {
     pub groups: Vec<SocketAddrV4>,
 }
 
+impl DpdkUdpConfig {
+    /// A port at `local`, with no neighbour known in advance and no group.
+    pub fn new(local: SocketAddrV4) -> DpdkUdpConfig {
+        DpdkUdpConfig {
+            local,
+            neighbours: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+}
+
 /// Frames of other kinds the port dropped, by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DpdkUdpStats {
@@ -169,8 +180,7 @@ impl DpdkUdpPort {
         for dev in &mut self.devs {
             let mut f = [0u8; ARP_FRAME_LEN];
             if emit_arp_request(&mut f, dev.mac(), local, ip.octets()).is_ok() {
-                dev.send(&f, &[(0, ARP_FRAME_LEN as u16)]);
-                self.stats.arp_requests_sent += 1;
+                self.stats.arp_requests_sent += dev.send_with(1, |_, buf| put(&f, buf)) as u64;
             }
         }
     }
@@ -201,8 +211,17 @@ impl DpdkUdpPort {
         }
         let (mac, ip, port) = (dev.mac(), self.local.ip().octets(), self.local.port());
         let groups = &self.groups;
-        let mut replies: Vec<u8> = Vec::new();
-        let mut learned: Vec<(Ipv4Addr, [u8; 6])> = Vec::new();
+        // A sender's MAC is remembered on the device it came from (written only when new or
+        // changed: most datagrams come from a known peer).
+        let neighbours = &mut self.neighbours;
+        let mut learn = |ip: [u8; 4], mac: [u8; 6]| {
+            let at = (d, mac);
+            let ip = Ipv4Addr::from(ip);
+            if mac != [0; 6] && mac != [0xff; 6] && neighbours.get(&ip) != Some(&at) {
+                neighbours.insert(ip, at);
+            }
+        };
+        let mut replies: Vec<[u8; ARP_FRAME_LEN]> = Vec::new();
         let mut delivered = 0;
         let stats = &mut self.stats;
         let counters = &mut self.counters;
@@ -218,13 +237,15 @@ impl DpdkUdpPort {
                         return;
                     };
                     if arp.hlen() == 6 && arp.plen() == 4 {
-                        learned.push((Ipv4Addr::from(arp.spa()), arp.sha()));
+                        learn(arp.spa(), arp.sha());
                     }
                     if arp.is_ipv4_request() && arp.tpa() == ip {
-                        let at = replies.len();
-                        replies.extend_from_slice(&f[..ARP_FRAME_LEN.min(f.len())]);
-                        if arp_reply_in_place(&mut replies[at..], mac, ip).is_err() {
-                            replies.truncate(at);
+                        let mut reply = [0u8; ARP_FRAME_LEN];
+                        if let Some(request) = f.get(..ARP_FRAME_LEN) {
+                            reply.copy_from_slice(request);
+                            if arp_reply_in_place(&mut reply, mac, ip).is_ok() {
+                                replies.push(reply);
+                            }
                         }
                     } else if arp.oper() != ARP_REPLY && !arp.is_ipv4_request() {
                         stats.foreign += 1;
@@ -238,7 +259,7 @@ impl DpdkUdpPort {
                             }) =>
                     {
                         let src = SocketAddr::from((u.addrs.src_ip, u.addrs.src_port));
-                        learned.push((Ipv4Addr::from(u.addrs.src_ip), u.addrs.src_mac));
+                        learn(u.addrs.src_ip, u.addrs.src_mac);
                         let pushed = batch.as_deref_mut().is_some_and(|b| b.push(src, u.payload));
                         if pushed {
                             delivered += 1;
@@ -255,15 +276,10 @@ impl DpdkUdpPort {
             }
         });
         if !replies.is_empty() {
-            let frames: Vec<(u32, u16)> = (0..replies.len() / ARP_FRAME_LEN)
-                .map(|i| ((i * ARP_FRAME_LEN) as u32, ARP_FRAME_LEN as u16))
-                .collect();
-            self.stats.arp_replies_sent += dev.send(&replies, &frames) as u64;
-        }
-        for (ip, mac) in learned {
-            if mac != [0; 6] && mac != [0xff; 6] {
-                self.neighbours.insert(ip, (d, mac));
-            }
+            let sent = dev.send_with(replies.len(), |i, buf| {
+                replies.get(i).map_or(0, |r| put(r, buf))
+            });
+            self.stats.arp_replies_sent += sent as u64;
         }
         delivered
     }
@@ -391,5 +407,16 @@ impl Port for DpdkUdpPort {
 
     fn counters(&self) -> Counters {
         self.counters
+    }
+}
+
+/// Copies `frame` into `buf` if it fits; returns its length, or 0 (no frame).
+fn put(frame: &[u8], buf: &mut [u8]) -> usize {
+    match buf.get_mut(..frame.len()) {
+        Some(dst) => {
+            dst.copy_from_slice(frame);
+            frame.len()
+        }
+        None => 0,
     }
 }
