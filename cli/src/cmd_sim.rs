@@ -231,10 +231,9 @@ fn default_window(args: &SimArgs) -> u16 {
     if args.rack_size > 0 {
         rtt_s += 2.0 * args.uplink_latency_us.unwrap_or(args.latency_us) * 1e-6;
     }
-    // Twelve round trips to the job's own switch, or eight through every level (which is
-    // twelve of two thirds of that round trip).
+    // Twelve round trips to the job's own switch, or eight through every level.
     let own = ina_proto::alloc::window_for(args.gbps, own_rtt_s * 1e6, args.elems);
-    let through = ina_proto::alloc::window_for(args.gbps, rtt_s * 1e6 * 8.0 / 12.0, args.elems);
+    let through = ina_proto::alloc::window_of_bdps(8.0, args.gbps, rtt_s * 1e6, args.elems);
     own.max(through)
 }
 

@@ -120,12 +120,19 @@ pub fn check(d: &Demand, capacity: u16) -> Result<(), DemandError> {
 /// as long as its repairs, and twelve is where the simulator's goodput stops growing at 1% and
 /// 20% loss (docs/BENCHMARKS.md).
 pub fn window_for(gbps: f64, rtt_us: f64, elems_per_packet: u16) -> u16 {
+    window_of_bdps(12.0, gbps, rtt_us, elems_per_packet)
+}
+
+/// `bdps` bandwidth-delay products of `elems_per_packet`-element frames on links of `gbps`
+/// with a round trip of `rtt_us` microseconds, in whole blocks (one at least, at most 60 000
+/// slots).
+pub fn window_of_bdps(bdps: f64, gbps: f64, rtt_us: f64, elems_per_packet: u16) -> u16 {
     let frame_bytes = 4 * usize::from(elems_per_packet)
         + ina_wire::HEADER_LEN
         + ina_wire::frame::FRAME_HEADER_LEN;
     let bdp = gbps.max(0.0) * 1e9 * rtt_us.max(0.0) * 1e-6 / (8.0 * frame_bytes as f64);
     let block = f64::from(BLOCK);
-    let blocks = (12.0 * bdp / block)
+    let blocks = (bdps.max(0.0) * bdp / block)
         .ceil()
         .clamp(1.0, f64::from(60_000 / BLOCK));
     (blocks * block) as u16
