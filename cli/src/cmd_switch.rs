@@ -465,14 +465,16 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
                 bail!("--port dpdk runs one shard (one queue of one device): drop --shards");
             }
             let local = crate::dpdk_args::DpdkArgs::local(listen, "--listen")?;
-            #[allow(unreachable_code, clippy::diverging_sub_expression)]
-            let port = args.dpdk.open(local, Vec::new())?;
             #[cfg(feature = "dpdk")]
             {
+                let port = args.dpdk.open(local, Vec::new())?;
                 Switch::with_dpdk(cfg, port).context("starting the switch")?
             }
             #[cfg(not(feature = "dpdk"))]
-            match port {}
+            {
+                let _ = local;
+                return Err(args.dpdk.unavailable());
+            }
         }
     };
     let handle = switch.handle();

@@ -300,12 +300,10 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                     let SocketAddr::V4(switch4) = switch else {
                         anyhow::bail!("--port dpdk: --switch {switch} must be an IPv4 address");
                     };
-                    let groups = args.group.into_iter().collect();
-                    #[allow(unreachable_code, clippy::diverging_sub_expression)]
-                    #[allow(unused_mut)]
-                    let mut port = args.dpdk.open(local, groups)?;
+                    let groups: Vec<_> = args.group.into_iter().collect();
                     #[cfg(feature = "dpdk")]
                     {
+                        let mut port = args.dpdk.open(local, groups)?;
                         let mac = port
                             .resolve(*switch4.ip(), Duration::from_millis(args.probe_timeout_ms))
                             .context("resolving the switch's MAC address")?;
@@ -324,8 +322,8 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                     }
                     #[cfg(not(feature = "dpdk"))]
                     {
-                        let _ = switch4;
-                        match port {}
+                        let _ = (switch4, local, groups);
+                        return Err(args.dpdk.unavailable());
                     }
                 }
             };

@@ -119,15 +119,14 @@ impl DpdkArgs {
         ))
     }
 
-    /// Without the `dpdk` feature: a clear error.
+    /// Without the `dpdk` feature: what is wrong with the flags, or else how to build with
+    /// DPDK.
     #[cfg(not(feature = "dpdk"))]
-    pub fn open(
-        &self,
-        _local: SocketAddrV4,
-        _groups: Vec<SocketAddrV4>,
-    ) -> anyhow::Result<std::convert::Infallible> {
-        self.parsed()?;
-        bail!("--port dpdk: this ina was built without DPDK (build it with `cargo build --release --features dpdk`, with DPDK's development package installed: apt-get install libdpdk-dev)")
+    pub fn unavailable(&self) -> anyhow::Error {
+        match self.parsed() {
+            Err(e) => e,
+            Ok(_) => anyhow::anyhow!("--port dpdk: this ina was built without DPDK (build it with `cargo build --release --features dpdk`, with DPDK's development package installed: apt-get install libdpdk-dev)"),
+        }
     }
 }
 

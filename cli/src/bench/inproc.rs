@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs every worker on a thread of its own; `make(rank)` builds its reducer on that thread.
-pub(crate) fn run_workers<F>(ctx: &Ctx, make: F) -> anyhow::Result<Vec<Vec<IterRecord>>>
+fn run_workers<F>(ctx: &Ctx, make: F) -> anyhow::Result<Vec<Vec<IterRecord>>>
 where
     F: Fn(usize) -> Result<Box<dyn Reducer>, RunError> + Sync,
 {
@@ -59,6 +59,34 @@ where
     })
 }
 
+/// Runs the `ina` workers, rank `r` on `ports[r]`, against the switch at `switch` (which has
+/// the job installed); `mtu`, when set, is the path's (else the kernel's routes tell).
+pub(crate) fn run_ina_workers<P: Port<Addr = SocketAddr> + Send + 'static>(
+    ctx: &Ctx,
+    ports: Vec<P>,
+    switch: SocketAddr,
+    mtu: Option<usize>,
+) -> anyhow::Result<Vec<Vec<IterRecord>>> {
+    let args = &ctx.args;
+    let addrs: Vec<SocketAddr> = ports.iter().map(|p| p.local_addr()).collect();
+    let ports = std::sync::Mutex::new(ports.into_iter().map(Some).collect::<Vec<_>>());
+    run_workers(ctx, |rank| {
+        let port = ports
+            .lock()
+            .ok()
+            .and_then(|mut p| p.get_mut(rank).and_then(Option::take))
+            .ok_or_else(|| RunError {
+                kind: "internal".into(),
+                message: "port taken twice".into(),
+            })?;
+        let mut wc = WorkerConfig::new(switch, addrs[rank], 1, rank as u8);
+        wc.window = args.window;
+        wc.give_up = Duration::from_millis(args.give_up_ms);
+        wc.mtu = mtu.or(wc.mtu);
+        Ok(Box::new(InaReducer::new(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
+    })
+}
+
 pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let args = &ctx.args;
     let mut cfg = SwitchConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -81,15 +109,15 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
     let result = (|| {
         let mut ports = Vec::new();
         for _ in 0..args.workers {
-            ports.push(Some(UdpPort::bind_with(
+            ports.push(UdpPort::bind_with(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
                 &udp,
-            )?));
+            )?);
         }
-        let addrs: Vec<SocketAddr> = ports.iter().flatten().map(|p| p.local_addr()).collect();
+        let addrs: Vec<SocketAddr> = ports.iter().map(|p| p.local_addr()).collect();
         let group = if !args.unicast {
             let group = super::free_group()?;
-            for p in ports.iter_mut().flatten() {
+            for p in ports.iter_mut() {
                 p.join_group(group)
                     .context("joining the results' multicast group")?;
             }
@@ -109,21 +137,7 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 uplink: None,
             })
             .context("installing the job")?;
-        let ports = std::sync::Mutex::new(ports);
-        let records = run_workers(ctx, |rank| {
-            let port = ports
-                .lock()
-                .ok()
-                .and_then(|mut p| p.get_mut(rank).and_then(Option::take))
-                .ok_or_else(|| RunError {
-                    kind: "internal".into(),
-                    message: "port taken twice".into(),
-                })?;
-            let mut wc = WorkerConfig::new(switch_addr, addrs[rank], 1, rank as u8);
-            wc.window = args.window;
-            wc.give_up = Duration::from_millis(args.give_up_ms);
-            Ok(Box::new(InaReducer::new(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
-        })?;
+        let records = run_ina_workers(ctx, ports, switch_addr, None)?;
         let stats = handle.stats().context("reading switch statistics")?;
         anyhow::Ok((records, stats))
     })();

@@ -556,8 +556,6 @@ pub(crate) mod dpdk {
     /// The all-reduce (the `ina` algorithm) with the switch and every worker on DPDK: a
     /// memif link per worker, results sent to each worker.
     pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
-        use crate::bench::runner::{InaReducer, Reducer, RunError};
-        use ina_worker::{Communicator, WorkerConfig};
         let args = &ctx.args;
         let local = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 102), ina_wire::UDP_PORT);
         let (servers, clients) = links(ctx, args.workers)?;
@@ -573,25 +571,12 @@ pub(crate) mod dpdk {
             handle
                 .add_job(JobSpec::new(1, args.slots, args.elems, addrs.clone()))
                 .context("installing the job")?;
-            let ports = std::sync::Mutex::new(ports.into_iter().map(Some).collect::<Vec<_>>());
-            let records = crate::bench::inproc::run_workers(ctx, |rank| {
-                let port = ports
-                    .lock()
-                    .ok()
-                    .and_then(|mut p| p.get_mut(rank).and_then(Option::take))
-                    .ok_or_else(|| RunError {
-                        kind: "internal".into(),
-                        message: "port taken twice".into(),
-                    })?;
-                let mut wc = WorkerConfig::new(SocketAddr::V4(local), addrs[rank], 1, rank as u8);
-                wc.window = args.window;
-                wc.give_up = Duration::from_millis(args.give_up_ms);
-                wc.mtu = Some(mtu);
-                Ok(
-                    Box::new(InaReducer::new(Communicator::with_port(port, wc)?))
-                        as Box<dyn Reducer>,
-                )
-            })?;
+            let records = crate::bench::inproc::run_ina_workers(
+                ctx,
+                ports,
+                SocketAddr::V4(local),
+                Some(mtu),
+            )?;
             let stats = handle.stats().context("reading switch statistics")?;
             anyhow::Ok((records, stats))
         })();
