@@ -98,23 +98,23 @@ impl Bmv2Switch {
         }
     }
 
-    /// Configures a switch that has just started (it holds no L2 entry; the configuration
-    /// always adds the broadcast one).
-    fn ensure_configured(&self) -> Result<(), DriverError> {
-        let text = self.run(&["table_num_entries InaIngress.l2_forward".to_string()])?;
-        let entries = parse_num_entries(&text).map_err(|e| self.error(e))?;
+    /// The `ina_job` entries the switch holds, in one CLI run with the check for a switch
+    /// that has just started (it holds no L2 entry; the configuration always adds the
+    /// broadcast one), which is configured first and then holds no job.
+    fn job_entries(&self) -> Result<Vec<DumpedEntry>, DriverError> {
+        let answers = self.run_each(&[
+            "table_num_entries InaIngress.l2_forward".to_string(),
+            "table_dump InaIngress.ina_job".to_string(),
+        ])?;
+        let entries = parse_num_entries(&answers[0]).map_err(|e| self.error(e))?;
         if entries == 0 {
             let commands =
                 bmv2_switch_commands(&self.p4.switch).map_err(|e| self.refused(e.to_string()))?;
             self.run(&commands)?;
             tracing::info!(thrift = %self.cli.thrift, "bmv2 configured (it had just started)");
+            return Ok(Vec::new());
         }
-        Ok(())
-    }
-
-    fn job_entries(&self) -> Result<Vec<DumpedEntry>, DriverError> {
-        let text = self.run(&["table_dump InaIngress.ina_job".to_string()])?;
-        parse_table_dump(&text).map_err(|e| self.error(e))
+        parse_table_dump(&answers[1]).map_err(|e| self.error(e))
     }
 }
 
@@ -136,7 +136,6 @@ fn job_slots(e: &DumpedEntry) -> Option<(JobId, Range, u16, u16)> {
 
 impl SwitchDriver for Bmv2Switch {
     fn install(&mut self, job: &Install) -> Result<u16, DriverError> {
-        self.ensure_configured()?;
         let previous = self
             .job_entries()?
             .iter()
@@ -198,7 +197,6 @@ impl SwitchDriver for Bmv2Switch {
     }
 
     fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError> {
-        self.ensure_configured()?;
         Ok(self
             .job_entries()?
             .iter()
