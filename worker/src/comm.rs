@@ -677,27 +677,23 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         }
         let lanes = self.lanes.len();
         let mut active: Vec<Option<Active<'t>>> = (0..lanes).map(|_| None).collect();
-        // A tensor taken from the source whose lane is still busy.
-        let mut waiting: Option<(usize, Tensor<'t>)> = None;
+        // A tensor taken from the source whose lane is still busy, and whether the gate let
+        // it through already (the gate counts each tensor once).
+        let mut waiting: Option<(usize, Tensor<'t>, bool)> = None;
         let mut exhausted = false;
         loop {
             // Start streams on free lanes, in submission order.
             loop {
                 if waiting.is_none() && !exhausted {
-                    waiting = source();
+                    waiting = source().map(|(token, tensor)| (token, tensor, false));
                     exhausted = waiting.is_none();
                 }
-                let Some((token, tensor)) = waiting.take() else {
+                let Some((token, tensor, admitted)) = waiting.take() else {
                     break;
                 };
-                let lane_idx = self.next_lane % lanes;
-                if active[lane_idx].is_some() {
-                    waiting = Some((token, tensor));
-                    break;
-                }
                 // Held by the controller's agent: start nothing more; once nothing is in
                 // flight, wait for the release (see `crate::gate`).
-                if let Some(g) = &self.gate {
+                if let (Some(g), false) = (&self.gate, admitted) {
                     let go = match g.try_start() {
                         Some(moved) => Some(moved),
                         None if active.iter().all(Option::is_none) => Some(g.wait_start()),
@@ -706,7 +702,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     match go {
                         Some(moved) => self.moved |= moved,
                         None => {
-                            waiting = Some((token, tensor));
+                            waiting = Some((token, tensor, false));
                             break;
                         }
                     }
@@ -716,6 +712,10 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     continue;
                 }
                 let lane_idx = self.next_lane % lanes;
+                if active[lane_idx].is_some() {
+                    waiting = Some((token, tensor, true));
+                    break;
+                }
                 let elements = tensor.len();
                 let cfg = self.stream_config(self.lanes[lane_idx]);
                 if let Err(e) = cfg.validate() {
