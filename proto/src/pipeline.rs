@@ -59,6 +59,23 @@ impl Default for PipelineConfig {
     }
 }
 
+/// An epoch for a job's next install, from `entropy` (a clock, a counter, a process id, mixed
+/// in here): never 0, never `previous`, and unlikely to be any earlier one, so that a packet
+/// of an earlier install is refused as stale.
+pub fn fresh_epoch(entropy: u64, previous: Option<u16>) -> u16 {
+    let mut x = entropy;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 32;
+    let mut e = (x as u16).max(1);
+    if Some(e) == previous {
+        e = e.wrapping_add(1).max(1);
+    }
+    e
+}
+
 /// One job as the control plane installs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobConfig {

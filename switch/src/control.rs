@@ -131,15 +131,10 @@ impl SwitchHandle {
             Some(e) => e,
             None => {
                 st.installs += 1;
-                let mut x = st.epoch_seed ^ st.installs.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                x ^= x >> 29;
-                x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                x ^= x >> 32;
-                let mut e = (x as u16).max(1);
-                if st.last_epoch.get(&spec.job) == Some(&e) {
-                    e = e.wrapping_add(1).max(1);
-                }
-                e
+                ina_proto::pipeline::fresh_epoch(
+                    st.epoch_seed ^ st.installs.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    st.last_epoch.get(&spec.job).copied(),
+                )
             }
         };
         let max_elems = st.scratch.config().max_elems;

@@ -138,15 +138,10 @@ pub(crate) fn next_epoch(job: u16, previous: Option<u16>) -> u16 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut x = nanos ^ (u64::from(job) << 48) ^ u64::from(std::process::id()).rotate_left(20);
-    x ^= x >> 31;
-    x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x ^= x >> 29;
-    let mut e = (x as u16).max(1);
-    if Some(e) == previous {
-        e = e.wrapping_add(1).max(1);
-    }
-    e
+    ina_proto::pipeline::fresh_epoch(
+        nanos ^ (u64::from(job) << 48) ^ u64::from(std::process::id()).rotate_left(20),
+        previous,
+    )
 }
 
 #[cfg(test)]
