@@ -1,0 +1,243 @@
+//! The stream's end: losses there are found within about a round trip of the empty path,
+//! not after a timeout, because the job's end waits for every one of them. Three int32
+//! streams through the switch model, with Missing reports, over links of fixed latency in
+//! continuous virtual time (events at the nanosecond), so that the time a loss costs can be
+//! measured against the round trip.
+#![allow(clippy::unwrap_used)]
+
+use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
+use ina_proto::rtt::{RtoConfig, RttEstimator};
+use ina_proto::session::{Lane, Stream, StreamConfig, StreamStats, Tensor};
+use ina_proto::Instant;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+/// One-way latency of every link.
+const LATENCY: Duration = Duration::from_micros(5);
+/// Time between two packets a worker sends.
+const GAP: Duration = Duration::from_nanos(100);
+const WORKERS: u8 = 3;
+const PACKETS: usize = 640;
+const WINDOW: u16 = 64;
+const ELEMS: u16 = 4;
+
+/// Which way a packet travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Up,
+    Down,
+}
+
+/// A packet on its way: (arrival, order of sending, rank, whether up to the switch, bytes).
+type Event = (Instant, u64, usize, bool, Vec<u8>);
+
+struct Ran {
+    finished: Duration,
+    stats: Vec<StreamStats>,
+}
+
+fn seq_of(packet: &[u8]) -> u32 {
+    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
+}
+
+fn kind_of(packet: &[u8]) -> u8 {
+    packet[0] & 0x0f
+}
+
+/// Runs the streams; `drop(rank, way, packet)` loses a packet on rank's link. Every rank
+/// ends with the exact sum.
+fn run(mut drop: impl FnMut(usize, Way, &[u8]) -> bool) -> Ran {
+    let mut pipe = Pipeline::new(PipelineConfig {
+        pool_slots: 64,
+        max_elems: 64,
+    });
+    pipe.set_gap_reports(true);
+    pipe.add_job(JobConfig {
+        job: 1,
+        epoch: 2,
+        slot_base: 0,
+        slot_count: WINDOW,
+        elems_per_packet: ELEMS,
+        ranks: (0..WORKERS).map(|r| PortId(u16::from(r))).collect(),
+        uplink: None,
+    })
+    .unwrap();
+    let len = PACKETS * usize::from(ELEMS);
+    let mut tensors: Vec<Vec<i32>> = (0..WORKERS)
+        .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
+        .collect();
+    // The clock granularity of a host (100 µs) stays in the timeouts of results, which
+    // come only when every worker's data is in; what is measured here is what does not
+    // wait for it.
+    let rto = RtoConfig::default();
+    let mut finished = Duration::ZERO;
+    let mut stats = Vec::new();
+    {
+        let mut streams: Vec<Stream<'_>> = tensors
+            .iter_mut()
+            .enumerate()
+            .map(|(r, t)| {
+                let cfg = StreamConfig {
+                    job: 1,
+                    epoch: 2,
+                    rank: r as u8,
+                    workers: WORKERS,
+                    total_workers: WORKERS.into(),
+                    elems_per_packet: ELEMS,
+                    lane: Lane::new(0, WINDOW),
+                    max_retries: 50,
+                    give_up: Duration::from_secs(1),
+                    gap_reports: true,
+                };
+                Stream::new(cfg, Tensor::I32(t), RttEstimator::new(rto)).unwrap()
+            })
+            .collect();
+        let mut events: BinaryHeap<Reverse<Event>> = BinaryHeap::new();
+        let mut order = 0u64;
+        let mut next_send = vec![Instant::ZERO; usize::from(WORKERS)];
+        let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
+        let mut now = Instant::ZERO;
+        for _ in 0..1_000_000 {
+            // Every worker sends what it may, one packet per GAP.
+            for (r, s) in streams.iter_mut().enumerate() {
+                let mut at = next_send[r].max(now);
+                while let Some(n) = s.poll_transmit(at, &mut buf).unwrap() {
+                    if !drop(r, Way::Up, &buf[..n]) {
+                        order += 1;
+                        events.push(Reverse((at + LATENCY, order, r, true, buf[..n].to_vec())));
+                    }
+                    at = at + GAP;
+                }
+                next_send[r] = at;
+            }
+            if streams.iter().all(|s| s.poll_outcome().is_some()) {
+                finished = now - Instant::ZERO;
+                break;
+            }
+            let timer = streams.iter_mut().filter_map(|s| s.poll_timeout()).min();
+            let arrival = events.peek().map(|Reverse(e)| e.0);
+            let Some(t) = [timer, arrival].into_iter().flatten().min() else {
+                panic!("nothing left to happen and the streams have not ended");
+            };
+            now = now.max(t);
+            while let Some(Reverse((at, _, r, up, bytes))) = events.peek().cloned() {
+                if at > now {
+                    break;
+                }
+                events.pop();
+                if !up {
+                    streams[r].handle_datagram(now, &bytes);
+                    continue;
+                }
+                let mut deliver = |port: usize, bytes: &[u8], events: &mut BinaryHeap<_>| {
+                    if !drop(port, Way::Down, bytes) {
+                        order += 1;
+                        events.push(Reverse((now + LATENCY, order, port, false, bytes.to_vec())));
+                    }
+                };
+                match pipe.process(PortId(r as u16), &bytes, now, &mut out) {
+                    Verdict::Multicast { ports, len } => {
+                        let ports: Vec<usize> = ports.iter().map(|p| usize::from(p.0)).collect();
+                        let answer = out[..len].to_vec();
+                        for p in ports {
+                            deliver(p, &answer, &mut events);
+                        }
+                    }
+                    Verdict::Unicast { port, len } => {
+                        let answer = out[..len].to_vec();
+                        deliver(usize::from(port.0), &answer, &mut events);
+                    }
+                    Verdict::Absorbed | Verdict::Drop(_) => {}
+                }
+                if let Some(report) = pipe.poll_report() {
+                    let header = report.header.to_vec();
+                    deliver(usize::from(report.port.0), &header, &mut events);
+                }
+            }
+            for s in streams.iter_mut() {
+                if s.poll_timeout().is_some_and(|t| t <= now) {
+                    s.handle_timeout(now);
+                }
+            }
+        }
+        assert!(finished > Duration::ZERO, "the streams did not end");
+        for s in &streams {
+            stats.push(s.poll_outcome().unwrap().unwrap());
+        }
+    }
+    for (r, t) in tensors.iter().enumerate() {
+        for (i, x) in t.iter().enumerate() {
+            assert_eq!(*x, i as i32 * 6, "rank {r} element {i}");
+        }
+    }
+    Ran { finished, stats }
+}
+
+/// Sequence number of stream index `i` (a fresh lane starts at position `WINDOW`).
+fn seq(i: u32) -> u32 {
+    u32::from(WINDOW) + i
+}
+
+fn lossless() -> Duration {
+    run(|_, _, _| false).finished
+}
+
+/// The result of one of the last packets, lost on the way to rank 0, is found missing when
+/// a later packet's result has come and the round trip has passed (RACK, RFC 8985), not by
+/// the result timeout (twice the smoothed round trip and at least the host's clock
+/// granularity, 100 µs here) that was all the stream's end had: three later answers, which
+/// loss detection by order needs, do not exist there.
+#[test]
+fn a_result_lost_at_the_end_costs_about_a_round_trip() {
+    let base = lossless();
+    let rtt = LATENCY * 2;
+    let mut hit = false;
+    let lost = run(|rank, way, p| {
+        let chosen = rank == 0 && way == Way::Down && kind_of(p) == 2 && p.len() > 16;
+        let drop = chosen && seq_of(p) == seq(PACKETS as u32 - 2) && !hit;
+        hit |= drop;
+        drop
+    });
+    assert!(hit, "the result was never sent");
+    let cost = lost.finished.saturating_sub(base);
+    assert!(
+        cost <= rtt * 3,
+        "a lost result at the end cost {cost:?} (round trip {rtt:?}; {:?})",
+        lost.stats[0]
+    );
+}
+
+/// A Query or a repair lost at the stream's end is asked about again after the path's
+/// round trip (the smallest answer to a lone retransmission), not after a timeout inflated
+/// by the queueing of the stream's middle or by the host's clock granularity.
+#[test]
+fn a_query_lost_at_the_end_is_asked_again_after_a_round_trip() {
+    let base = lossless();
+    let rtt = LATENCY * 2;
+    // Rank 1's last data packet is lost, and so is the first repair of it (data or
+    // Query): the worker must find out without a timeout.
+    let mut lost_data = false;
+    let mut lost_repair = false;
+    let lost = run(|rank, way, p| {
+        if rank != 1 || way != Way::Up || seq_of(p) != seq(PACKETS as u32 - 1) {
+            return false;
+        }
+        if !lost_data {
+            lost_data = true;
+            return true;
+        }
+        if !lost_repair {
+            lost_repair = true;
+            return true;
+        }
+        false
+    });
+    assert!(lost_data && lost_repair, "the repair was never sent");
+    let cost = lost.finished.saturating_sub(base);
+    assert!(
+        cost <= rtt * 6,
+        "the last packet lost twice cost {cost:?} (round trip {rtt:?}; {:?})",
+        lost.stats[1]
+    );
+}
