@@ -1399,17 +1399,22 @@ impl<'a> Stream<'a> {
     /// empties: an answer then takes the path's smallest round trip, and one that takes longer
     /// was lost or waits for another worker, which a second 16-byte Query costs nothing to
     /// find out, while the job's end waits for every loss left. The timeout is then that
-    /// round trip (`path_min`, from answers to a packet's only retransmission, which cannot
-    /// be mistaken for the answer to an earlier one; before any, the smallest round trip of a
-    /// result, which is the path's or longer). n = 32 on one switch at 1% loss, 12
-    /// seeds: 0.968 of lossless against 0.966 with `SRTT + max(G, 4 RTTVAR, SRTT / 4)` of the
-    /// path (which mid-stream queueing inflates to 1.5 times the empty path's), and 0.966
-    /// with a quarter of the round trip added.
+    /// round trip: `path_min`, from answers to a packet's only retransmission, which cannot
+    /// be mistaken for the answer to an earlier one (before any, the smallest round trip of a
+    /// result, which is the path's or longer); at least half the smallest round trip of a
+    /// result, so that a duplicated packet's early answer cannot make it a few hundred
+    /// nanoseconds; and at least the clock granularity `G`, below which a host cannot time
+    /// anything (with 30 µs on loopback, a worker whose switch paused for 4 ms used up its 30
+    /// retries). n = 32 on one switch at 1% loss, 12 seeds: 0.967 of lossless against 0.959
+    /// with `SRTT + max(G, 4 RTTVAR, SRTT / 4)` of the path (which mid-stream queueing
+    /// inflates to 1.5 times the empty path's), and 0.966 with a quarter of the round trip
+    /// added (BENCHMARKS.md, "Loss in the simulator").
     fn path_timeout(&self) -> Option<Duration> {
         if self.all_sent() {
             if let Some(result_min) = self.rtt.min_rtt() {
                 let path = self.path_min.unwrap_or(result_min);
-                return Some(path.max(result_min / 2));
+                let granularity = self.rtt.config().granularity;
+                return Some(path.max(result_min / 2).max(granularity));
             }
             let srtt = self.path_rtt.srtt()?;
             return Some(srtt + self.spread_of(&self.path_rtt).max(srtt / 4));

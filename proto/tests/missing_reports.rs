@@ -96,25 +96,10 @@ fn without_reports_every_worker_resends_data() {
     assert!(stats[0].resent() > stats[0].queries, "{:?}", stats[0]);
 }
 
-/// Rank 1's data for one use is lost `times` times in a row (its first transmission and then
-/// every copy); returns when the streams finished.
+/// Rank 1's data for one use mid-stream is lost `times` times in a row (its first
+/// transmission and then every copy); returns when the streams finished.
 fn delay_of_a_repair_lost(times: usize) -> Duration {
-    let mut lost = 0;
-    let ran = common::run(
-        &net(3, 640, true),
-        |_, _| false,
-        &[],
-        |rank, p| {
-            let data = p[0] & 0x0f == 1 && p.len() > 16;
-            let hit = rank == 1 && data && seq_of(p) == 64 + 200 && lost < times;
-            lost += usize::from(hit);
-            hit
-        },
-    );
-    assert_eq!(lost, times, "the repair was not attempted {times} times");
-    let finished = ran.finished;
-    exact_and_finished(ran);
-    finished
+    repair_of(200, times).0
 }
 
 /// A repair that is lost again and again is attempted again at round-trip pace: each further
@@ -138,8 +123,9 @@ fn a_repair_lost_again_and_again_is_not_backed_off() {
     assert!(cost(six) > cost(once), "{:?} {:?}", cost(six), cost(once));
 }
 
-/// Rank 1's data for the use at `index` is lost `times` times in a row; returns when the
-/// streams finished and rank 1's statistics.
+/// Rank 1's data for the use at `index` is lost `times` times in a row (its first
+/// transmission and then every copy); returns when the streams finished and rank 1's
+/// statistics.
 fn repair_of(index: u32, times: usize) -> (Duration, StreamStats) {
     let mut lost = 0;
     let ran = common::run(
@@ -153,6 +139,7 @@ fn repair_of(index: u32, times: usize) -> (Duration, StreamStats) {
             hit
         },
     );
+    assert_eq!(lost, times, "the repair was not attempted {times} times");
     let finished = ran.finished;
     let stats = exact_and_finished(ran);
     (finished, stats[1])

@@ -37,17 +37,11 @@ pub struct Ran {
     pub finished: Duration,
 }
 
-/// Runs the streams of `net`. In a round where `asleep(rank, round)` holds, the worker neither
-/// reads nor sends (its answers wait for it); a worker in `dead` never sends; a packet for
-/// which `drop(rank, packet)` holds is lost on its way to the switch. Element `i` of rank `w`'s
-/// tensor is `i * (w + 1)`.
-pub fn run(
-    net: &Net,
-    asleep: impl Fn(usize, usize) -> bool,
-    dead: &[usize],
-    mut drop: impl FnMut(usize, &[u8]) -> bool,
-) -> Ran {
-    let elems = 4u16;
+/// Elements per packet of every stream.
+pub const ELEMS: u16 = 4;
+
+/// The switch model with the job of `net` installed: rank `r` on port `r`.
+pub fn pipeline(net: &Net) -> Pipeline {
     let mut pipe = Pipeline::new(PipelineConfig {
         pool_slots: 64,
         max_elems: 64,
@@ -58,37 +52,61 @@ pub fn run(
         epoch: 2,
         slot_base: 0,
         slot_count: net.window,
-        elems_per_packet: elems,
+        elems_per_packet: ELEMS,
         ranks: (0..net.workers).map(|r| PortId(u16::from(r))).collect(),
         uplink: None,
     })
     .unwrap();
-    let len = net.packets * usize::from(elems);
-    let mut tensors: Vec<Vec<i32>> = (0..net.workers)
+    pipe
+}
+
+/// Every rank's tensor: element `i` of rank `w` is `i * (w + 1)`.
+pub fn inputs(net: &Net) -> Vec<Vec<i32>> {
+    let len = net.packets * usize::from(ELEMS);
+    (0..net.workers)
         .map(|w| (0..len as i32).map(|i| i * (i32::from(w) + 1)).collect())
-        .collect();
+        .collect()
+}
+
+/// One stream per rank of `net`, over `tensors`.
+pub fn streams<'a>(net: &Net, tensors: &'a mut [Vec<i32>]) -> Vec<Stream<'a>> {
+    tensors
+        .iter_mut()
+        .enumerate()
+        .map(|(r, t)| {
+            let cfg = StreamConfig {
+                job: 1,
+                epoch: 2,
+                rank: r as u8,
+                workers: net.workers,
+                total_workers: net.workers.into(),
+                elems_per_packet: ELEMS,
+                lane: Lane::new(0, net.window),
+                max_retries: net.max_retries,
+                give_up: net.give_up,
+                gap_reports: net.gap_reports,
+            };
+            Stream::new(cfg, Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
+        })
+        .collect()
+}
+
+/// Runs the streams of `net`. In a round where `asleep(rank, round)` holds, the worker neither
+/// reads nor sends (its answers wait for it); a worker in `dead` never sends; a packet for
+/// which `drop(rank, packet)` holds is lost on its way to the switch. Element `i` of rank `w`'s
+/// tensor is `i * (w + 1)`.
+pub fn run(
+    net: &Net,
+    asleep: impl Fn(usize, usize) -> bool,
+    dead: &[usize],
+    mut drop: impl FnMut(usize, &[u8]) -> bool,
+) -> Ran {
+    let mut pipe = pipeline(net);
+    let mut tensors = inputs(net);
     let mut outcomes = Vec::new();
     let mut now = Instant::ZERO;
     {
-        let mut streams: Vec<Stream<'_>> = tensors
-            .iter_mut()
-            .enumerate()
-            .map(|(r, t)| {
-                let cfg = StreamConfig {
-                    job: 1,
-                    epoch: 2,
-                    rank: r as u8,
-                    workers: net.workers,
-                    total_workers: net.workers.into(),
-                    elems_per_packet: elems,
-                    lane: Lane::new(0, net.window),
-                    max_retries: net.max_retries,
-                    give_up: net.give_up,
-                    gap_reports: net.gap_reports,
-                };
-                Stream::new(cfg, Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
-            })
-            .collect();
+        let mut streams = streams(net, &mut tensors);
         let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
         let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
         for round in 0..net.rounds {
