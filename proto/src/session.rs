@@ -1706,11 +1706,17 @@ impl<'a> Stream<'a> {
     /// Fails the stream if `out` has used up its retransmissions or its give-up time.
     ///
     /// A packet whose data the switch is known to hold is waiting for other workers, and its
-    /// Queries are cheap: only the give-up time counts for it.
+    /// Queries are cheap: only the give-up time counts for it. So does, with Missing reports,
+    /// a packet last asked about with a Query: Queries are spaced by the time waited, not
+    /// backed off per attempt, so a count of them says nothing of how long the switch has
+    /// been silent (at the stream's end, where they are spaced by the empty path's round
+    /// trip, 30 of them took 4-7 ms, less than a busy host may not run the switch or a rack
+    /// switch's upper switch; rank 0 of a rack waiting for a total gets no answer of its
+    /// own).
     fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
         let waited = now - out.first_sent;
-        let retries_left =
-            out.retries < self.cfg.max_retries || (self.reports && out.held == Held::Yes);
+        let cheap = self.reports && (out.held == Held::Yes || out.last_was_query);
+        let retries_left = out.retries < self.cfg.max_retries || cheap;
         if retries_left && waited < self.cfg.give_up {
             return false;
         }
