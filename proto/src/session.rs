@@ -699,6 +699,7 @@ impl<'a> Stream<'a> {
                 last_was_query: query,
                 // Data sent again may be lost again.
                 held: if query { out.held } else { Held::Unknown },
+                // (Cleared here only: a packet queued for retransmission has no timer.)
                 awaiting_repair: false,
                 ..out
             });
@@ -1140,7 +1141,6 @@ impl<'a> Stream<'a> {
             held: Held::No,
             retries: out.retries + 1,
             deadline: Instant::from_nanos(u64::MAX),
-            awaiting_repair: false,
             ..out
         });
         self.retransmit.push_back((out.index, why));
@@ -1670,7 +1670,6 @@ impl<'a> Stream<'a> {
         self.slots[slot].outstanding = Some(Outstanding {
             retries: out.retries + 1,
             deadline: Instant::from_nanos(u64::MAX),
-            awaiting_repair: false,
             ..out
         });
         self.retransmit.push_back((index, Retransmit::Detected));
@@ -1799,7 +1798,6 @@ impl<'a> Stream<'a> {
                     self.slots[slot].outstanding = Some(Outstanding {
                         retries: out.retries + 1,
                         deadline: Instant::from_nanos(u64::MAX),
-                        awaiting_repair: false,
                         ..out
                     });
                     let why = if out.awaiting_repair {
