@@ -43,10 +43,7 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     // 1 MiB of float32 per worker.
     let run = Run::new(WORKERS, 262_144, 2);
     let mut procs = run.ina_workers_on(&rack, SocketAddr::from((SWITCH_IP, 18766)));
-    let outcomes: Vec<Outcome> = procs
-        .iter_mut()
-        .map(|p| Outcome::collect(p, after(Duration::from_secs(300))))
-        .collect();
+    let outcomes = collect_all(&mut procs, after(Duration::from_secs(300)));
     let (events, multicast) = sw.counters().unwrap();
     assert_all_exact(
         &outcomes,
@@ -229,10 +226,7 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     };
     let check_run = |sw: &Bmv2| {
         let mut procs = joining(&run);
-        let outcomes: Vec<Outcome> = procs
-            .iter_mut()
-            .map(|p| Outcome::collect(p, after(Duration::from_secs(180))))
-            .collect();
+        let outcomes = collect_all(&mut procs, after(Duration::from_secs(180)));
         let (events, _) = sw.counters().unwrap();
         assert_all_exact(
             &outcomes,

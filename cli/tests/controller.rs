@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use ina_controller::api::{JobRequest, SwitchKind, SwitchSpec};
+use ina_controller::api::{JobRequest, SwitchSpec};
 use ina_controller::client::Client;
 use ina_switch::Request;
 use std::net::SocketAddr;
@@ -32,16 +32,7 @@ fn controller(dir: &Path) -> (Proc, SocketAddr) {
 
 /// The spec of the software switch `sw` as "tor", with `slots` slots of 256 elements.
 fn software_switch(sw: &SwitchProc, slots: u16) -> SwitchSpec {
-    SwitchSpec {
-        name: "tor".into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots,
-        elems_per_slot: 256,
-        token: None,
-        p4: None,
-    }
+    SwitchSpec::software("tor", sw.control, sw.udp, slots, 256)
 }
 
 /// A switch, a controller with its state in a fresh directory named `tag`, the switch added,

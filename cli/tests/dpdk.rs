@@ -274,10 +274,7 @@ fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
             &args,
         ));
     }
-    let outcomes: Vec<Outcome> = procs
-        .iter_mut()
-        .map(|p| Outcome::collect(p, after(Duration::from_secs(300))))
-        .collect();
+    let outcomes = collect_all(&mut procs, after(Duration::from_secs(300)));
     let (events, _) = sw.counters().unwrap();
     assert_all_exact(
         &outcomes,

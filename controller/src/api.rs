@@ -108,6 +108,29 @@ pub struct SwitchSpec {
     pub p4: Option<P4Spec>,
 }
 
+impl SwitchSpec {
+    /// A software switch (`ina switch`) with no token: its control endpoint, the address its
+    /// workers send to, its `--pool-slots` and its `--max-elems`.
+    pub fn software(
+        name: &str,
+        control: SocketAddr,
+        data: SocketAddr,
+        slots: u16,
+        elems_per_slot: u16,
+    ) -> SwitchSpec {
+        SwitchSpec {
+            name: name.into(),
+            kind: SwitchKind::Software,
+            control,
+            data,
+            slots,
+            elems_per_slot,
+            token: None,
+            p4: None,
+        }
+    }
+}
+
 /// Whether a switch takes new jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use ina_controller::alloc::{self, Policy};
-use ina_controller::api::{JobRequest, JobState, SwitchKind, SwitchSpec};
+use ina_controller::api::{JobRequest, JobState, SwitchSpec};
 use ina_controller::client::{Client, ClientError};
 use ina_controller::server::{self, ServeError, ServerConfig};
 use ina_controller::service::{drivers, Controller};
@@ -216,16 +216,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn switch_spec(name: &str, sw: &RunningSwitch, slots: u16) -> SwitchSpec {
-    SwitchSpec {
-        name: name.into(),
-        kind: SwitchKind::Software,
-        control: sw.control,
-        data: sw.udp,
-        slots,
-        elems_per_slot: 256,
-        token: None,
-        p4: None,
-    }
+    SwitchSpec::software(name, sw.control, sw.udp, slots, 256)
 }
 
 fn job(name: &str, workers: Vec<SocketAddr>, window: u16, min: u16) -> JobRequest {
