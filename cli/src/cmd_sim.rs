@@ -673,7 +673,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             let mean_queue = qb.checked_div(b).unwrap_or(0);
             let resent: u64 = report.switches[..racks]
                 .iter()
-                .map(|c| c.partials_resent)
+                .map(|c| c.partials_resent + c.partials_reported + c.partials_for_fetch)
                 .sum();
             let asked: u64 = report.switches[..racks].iter().map(|c| c.queries_up).sum();
             println!(

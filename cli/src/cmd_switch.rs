@@ -325,6 +325,21 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
         p.partials_resent,
     )
     .counter(
+        "ina_switch_partials_reported_total",
+        "Partial sums sent again to the upper switch, whose Missing report named them.",
+        p.partials_reported,
+    )
+    .counter(
+        "ina_switch_partials_for_fetch_total",
+        "Partial sums sent up again as rank 0's fetching Query at the end of its stream.",
+        p.partials_for_fetch,
+    )
+    .counter(
+        "ina_switch_upstream_missing_total",
+        "Missing reports from the upper switch that named no use still waiting here.",
+        p.upstream_missing,
+    )
+    .counter(
         "ina_switch_queries_up_total",
         "Queries sent to the upper switch about uses whose total has not come down (rank 0 asked).",
         p.queries_up,
@@ -550,7 +565,9 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
                         results_to_workers = t.results_to_workers,
                         results_to_group = t.results_to_group,
                         partials_sent = t.pipeline.partials_sent,
-                        partials_resent = t.pipeline.partials_resent,
+                        partials_resent = t.pipeline.partials_resent
+                            + t.pipeline.partials_reported
+                            + t.pipeline.partials_for_fetch,
                         queries_up = t.pipeline.queries_up,
                         drops = t.pipeline.drops_total(),
                         unknown_source = t.unknown_source,

@@ -54,12 +54,15 @@ fn outcomes(c: &Counters) -> u64 {
         + c.pending_sent
         + c.probes_answered
         // (A rack switch of a tree: a partial sent again, a Query up, a total, the upper's
-        // answers.)
+        // answers and Missing reports.)
         + c.partials_resent
         + c.queries_up
         + c.totals_received
         + c.upstream_pending
         + c.upstream_rejects
+        + c.partials_reported
+        + c.upstream_missing
+        + c.partials_for_fetch
 }
 
 fn templated(inp: &mut Input<'_>) -> Vec<u8> {

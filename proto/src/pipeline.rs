@@ -291,6 +291,18 @@ pub struct Counters {
     /// installed again.
     #[cfg_attr(feature = "serde", serde(default))]
     pub upstream_rejects: u64,
+    /// Partial sums sent again because the upper switch's Missing report named them (their
+    /// gap counters never arrived there, PROTOCOL.md §9).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub partials_reported: u64,
+    /// Missing reports from the upper switch with nothing to send again: the use they name
+    /// no longer waits here (its total came down, or the report came twice).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub upstream_missing: u64,
+    /// Partial sums sent up again as rank 0's fetching Query at the end of its stream
+    /// (instead of a Query up, PROTOCOL.md §9).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub partials_for_fetch: u64,
 }
 
 impl Counters {
@@ -325,6 +337,9 @@ impl Counters {
         self.totals_received += o.totals_received;
         self.upstream_pending += o.upstream_pending;
         self.upstream_rejects += o.upstream_rejects;
+        self.partials_reported += o.partials_reported;
+        self.upstream_missing += o.upstream_missing;
+        self.partials_for_fetch += o.partials_for_fetch;
     }
 
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
@@ -427,6 +442,13 @@ pub struct Registers {
     /// packet that carried one, plus [`GAP_COUNTER`]; 0 before the first (PROTOCOL.md §5,
     /// loss recovery).
     gaps: Vec<u32>,
+    /// `reg_partial_gap` (a switch with an uplink): per block of [`GAP_BLOCK`] slots, the gap
+    /// counter the next partial sum sent up to the block carries (PROTOCOL.md §9).
+    partial_gaps: Vec<u8>,
+    /// `reg_partial_use`: per block and gap counter, `2 * slot + set + 1` of the use whose
+    /// partial sum carried that counter (0: none), so that the upper switch's Missing report,
+    /// which names a counter, names a use here.
+    partial_uses: Vec<u32>,
     /// The value cells: element `(2*slot + set) * max_elems + k` of [`cells_of`] them.
     values: Vec<CellLine>,
     /// (As configured, 16 bits: an offset computed from it and a 16-bit slot cannot overflow,
@@ -440,6 +462,11 @@ impl Registers {
         Registers {
             slots: vec![SlotRegisters::default(); slots],
             gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * (usize::from(MAX_RANK) + 1)],
+            partial_gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
+            partial_uses: vec![
+                0;
+                slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)
+            ],
             values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
             max_elems: cfg.max_elems,
         }
@@ -478,6 +505,9 @@ impl Registers {
         let (first, end) = (base.div_ceil(b), (base + count) / b);
         if first < end {
             self.gaps[first * ranks..end * ranks].fill(0);
+            self.partial_gaps[first..end].fill(0);
+            let m = usize::from(GAP_COUNTER);
+            self.partial_uses[first * m..end * m].fill(0);
         }
         let m = usize::from(self.max_elems);
         cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);
@@ -979,6 +1009,7 @@ impl Pipeline {
             regs,
             jobs,
             counters,
+            gap_reports,
             ..
         } = self;
         let job = &mut jobs[job_idx];
@@ -1006,10 +1037,25 @@ impl Pipeline {
             job.cfg.elems_per_packet
         };
         let base = (2 * slot + x) * usize::from(regs.max_elems);
-        if awaiting(pending[x], job.cfg.elems_per_packet).is_some() {
+        if let Some(partial_elems) = awaiting(pending[x], job.cfg.elems_per_packet) {
             // Every rank here contributed and the total has not come down: rank 0's Query
             // asks the upper switch (PROTOCOL.md §9), the others get a Pending.
             job.last_activity = Some(now);
+            let fetching = view.exponent() != 0;
+            let up = job.cfg.uplink.filter(|_| {
+                fetching && *gap_reports && view.rank() == UPLINK_TIMER_RANK && bitmap[x] & bit != 0
+            });
+            if let Some(up) = up {
+                // Rank 0 fetches: its stream has sent every packet, and this use is late. The
+                // partial goes up again as the ask: it repairs a lost partial at once, and
+                // the upper switch answers a copy with the total or a Pending.
+                let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial_elems)];
+                let verdict = emit_partial(counters, &view, &job.cfg, up, exp[x], cells, None, out);
+                if matches!(verdict, Verdict::Unicast { .. }) {
+                    counters.partials_for_fetch += 1;
+                }
+                return verdict;
+            }
             return answer_waiting(counters, &view, &job.cfg, bitmap[x], ingress, out);
         }
         if pending[x] != 0 {
@@ -1078,6 +1124,9 @@ impl Pipeline {
             MessageType::Reject => {
                 counters.upstream_rejects += 1;
                 return Self::pass_upper_reject(regs, job, hdr, out);
+            }
+            MessageType::Missing => {
+                return Self::resend_reported_partial(regs, job, counters, hdr, out);
             }
             _ => return drop_counted(counters, DropReason::UnexpectedType),
         }
@@ -1179,13 +1228,51 @@ impl Pipeline {
             let exp = regs.slots[slot_idx].exp[x];
             let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
             let cells = &cells_of(&mut regs.values)[base..base + usize::from(w.partial_elems)];
-            let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, out);
+            let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, None, out);
             if matches!(verdict, Verdict::Unicast { .. }) {
                 counters.partials_resent += 1;
             }
             return verdict;
         }
         emit_pending(counters, &view, w.bitmap, w.rank0_port, out)
+    }
+
+    /// The upper switch's Missing report: the partial sums that carried
+    /// the gap counters it names never arrived there. The first one is sent again, if its use
+    /// still waits here for its total; the others, if several were lost in a row, are left to
+    /// rank 0's asking (one packet in, one out, as on a P4 switch).
+    #[cold]
+    fn resend_reported_partial<'a>(
+        regs: &mut Registers,
+        job: &'a Job,
+        counters: &mut Counters,
+        hdr: AggRepr,
+        out: &mut [u8],
+    ) -> Verdict<'a> {
+        let Some(w) = reported_use(regs, &job.cfg, &hdr) else {
+            counters.upstream_missing += 1;
+            return Verdict::Absorbed;
+        };
+        let header = rank0_ask(
+            &job.cfg,
+            w.slot,
+            AggRepr {
+                set: w.set,
+                seq: w.seq,
+                ..hdr
+            },
+        );
+        let view = AggPacket::new_unchecked(&header);
+        let slot_idx = usize::from(w.slot);
+        let x = usize::from(w.set);
+        let exp = regs.slots[slot_idx].exp[x];
+        let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
+        let cells = &cells_of(&mut regs.values)[base..base + usize::from(w.partial_elems)];
+        let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, None, out);
+        if matches!(verdict, Verdict::Unicast { .. }) {
+            counters.partials_reported += 1;
+        }
+        verdict
     }
 
     /// The upper switch's Reject of this switch's Query or partial (counted by the caller): if
@@ -1348,7 +1435,19 @@ impl Pipeline {
                 AWAITING_TOTAL
             };
             counters.partials_sent += 1;
-            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, out);
+            let gap = if *gap_reports {
+                stamp_partial(
+                    &mut regs.partial_gaps,
+                    &mut regs.partial_uses,
+                    &job.cfg,
+                    up,
+                    slot,
+                    x,
+                )
+            } else {
+                None
+            };
+            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, gap, out);
         }
         let Some(out) = out.get_mut(..result_len) else {
             // Unreachable: checked before the registers changed.
@@ -1663,7 +1762,9 @@ fn reply_to<'o>(
 
 /// The partial sum of a use, `cells` with exponent byte `exp`, as the Data packet of this
 /// switch's rank in the upper switch's job: the header of `view` (set, seq, count) with the
-/// upper job's id, epoch, rank and slot, no gap counter.
+/// upper job's id, epoch, rank and slot, and the gap counter `gap` (a first transmission's,
+/// see [`stamp_partial`]; none on a partial sent again).
+#[allow(clippy::too_many_arguments)]
 fn emit_partial<'a>(
     counters: &mut Counters,
     view: &AggPacket<&[u8; HEADER_LEN]>,
@@ -1671,12 +1772,15 @@ fn emit_partial<'a>(
     up: Uplink,
     exp: u32,
     cells: &[i32],
+    gap: Option<u8>,
     out: &mut [u8],
 ) -> Verdict<'a> {
     let len = HEADER_LEN + 4 * cells.len();
     let Some((mut pkt, payload)) = reply_to(view, MessageType::Data, len, out) else {
         return drop_counted(counters, DropReason::OutputTooSmall);
     };
+    let set = pkt.set();
+    pkt.set_flags(set, gap);
     pkt.set_job(up.job);
     pkt.set_epoch(up.epoch);
     pkt.set_rank(up.rank);
@@ -1685,6 +1789,37 @@ fn emit_partial<'a>(
     pkt.set_count(cells.len() as u16);
     kernels::portable::encode_be(cells, payload);
     Verdict::Unicast { port: up.port, len }
+}
+
+/// The gap counter of the partial sum of use `(slot, set)`, about to go up for the first time
+/// (PROTOCOL.md §9, loss between the switches): the block's next counter, recorded with the
+/// use so that a Missing report naming it can be answered. `None` for a block the upper
+/// switch keeps no cell for as this one's: not wholly in the job's range, or mapped to slots
+/// of the upper job that do not start a block there.
+#[inline(always)]
+fn stamp_partial(
+    partial_gaps: &mut [u8],
+    partial_uses: &mut [u32],
+    job: &JobConfig,
+    up: Uplink,
+    slot: usize,
+    set: usize,
+) -> Option<u8> {
+    let b = usize::from(GAP_BLOCK);
+    let block_start = slot - slot % b;
+    let job_start = usize::from(job.slot_base);
+    let job_end = job_start + usize::from(job.slot_count);
+    let aligned = (usize::from(up.slot_base) + block_start).checked_sub(job_start)? % b == 0;
+    if block_start < job_start || block_start + b > job_end || !aligned {
+        return None;
+    }
+    let block = slot / b;
+    let next = partial_gaps.get_mut(block)?;
+    let counter = *next;
+    *next = (counter + 1) % GAP_COUNTER;
+    let cell = partial_uses.get_mut(block * usize::from(GAP_COUNTER) + usize::from(counter))?;
+    *cell = (2 * slot + set + 1) as u32;
+    Some(counter)
 }
 
 /// A use that waits here for its total, as a packet of the upper switch names it.
@@ -1717,6 +1852,45 @@ fn waiting_use_named(regs: &Registers, job: &JobConfig, hdr: &AggRepr) -> Option
         bitmap: regs.bitmap[x],
         partial_elems,
         rank0_port: *job.ranks.get(usize::from(UPLINK_TIMER_RANK))?,
+    })
+}
+
+/// A use that waits here for its total, named by the first gap counter of the upper switch's
+/// Missing report `hdr`.
+struct ReportedUse {
+    up: Uplink,
+    slot: u16,
+    set: u8,
+    seq: u32,
+    partial_elems: u16,
+}
+
+/// The use whose partial carried the first counter the Missing report `hdr` names, if it
+/// still waits here for its total: the report is for this switch's rank and epoch there, its
+/// slot (the later partial's) in the job's range, and the recorded use in the same block.
+fn reported_use(regs: &Registers, job: &JobConfig, hdr: &AggRepr) -> Option<ReportedUse> {
+    let up = job
+        .uplink
+        .filter(|u| u.rank == hdr.rank && u.epoch == hdr.epoch)?;
+    let counter = hdr.gap?;
+    let later = up.slot_down(job, hdr.slot)?;
+    let block = usize::from(later / GAP_BLOCK);
+    let cell = *regs
+        .partial_uses
+        .get(block * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER))?;
+    let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
+    let (slot, set) = (use_index / 2, use_index % 2);
+    if slot / usize::from(GAP_BLOCK) != block {
+        return None;
+    }
+    let regs = regs.slots.get(slot)?;
+    let partial_elems = awaiting(regs.count[set], job.elems_per_packet)?;
+    Some(ReportedUse {
+        up,
+        slot: u16::try_from(slot).ok()?,
+        set: set as u8,
+        seq: regs.seq[set],
+        partial_elems,
     })
 }
 

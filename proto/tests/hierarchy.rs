@@ -123,7 +123,7 @@ fn run(
     faults: Faults,
     seed: u64,
 ) -> AnyTree {
-    let (tensors, tree) = run_any(&[per_rack, racks], packets, window, faults, seed);
+    let (tensors, tree) = run_any(&[per_rack, racks], packets, (window, 40), faults, seed);
     assert_exact(&tensors, racks * per_rack);
     tree
 }
@@ -178,13 +178,16 @@ fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
         .iter()
         .map(|r| r.counters().partials_resent)
         .sum();
-    let pending: u64 = ran.switches[1..]
+    let pending = ran.switches[0].counters().pending_sent;
+    let fetched: u64 = ran.switches[1..]
         .iter()
-        .map(|r| r.counters().upstream_pending)
+        .map(|r| r.counters().partials_for_fetch)
         .sum();
     // Partials and totals were lost on the way up and down, and workers' retransmissions sent
-    // them again; an upper switch still collecting answered some of them with Pending.
+    // them again: a Query up found a partial missing, and rank 0's fetching at the end of its
+    // stream sent partials up as its ask; the upper switch answered some asks with Pending.
     assert!(resent > 0, "no partial was sent again");
+    assert!(fetched > 0, "no partial went up as a fetch");
     assert!(pending > 0, "no Pending came down");
     assert_eq!(ran.switches[0].counters().results_multicast, packets as u64);
     assert!(
@@ -539,13 +542,39 @@ proptest! {
             prop_assert_eq!(rack.counters().totals_received, packets as u64);
         }
     }
+
+    /// The same with whole blocks of slots at every level, so that partial sums carry gap
+    /// counters and the upper switch reports the lost ones (PROTOCOL.md §9): Missing reports
+    /// that come late, twice, or for a use already repaired change no sum, and every use
+    /// still completes exactly once up there.
+    #[test]
+    fn exact_totals_with_missing_reports_between_the_switches(
+        racks in 1usize..=3,
+        per_rack in 1usize..=3,
+        packets in 1usize..300,
+        loss in 0.0f64..0.2,
+        duplicate in 0.0f64..0.1,
+        delay in 0.0f64..0.2,
+        seed in any::<u64>(),
+    ) {
+        let faults = Faults { loss, duplicate, delay };
+        let (tensors, tree) = run_any(&[per_rack, racks], packets, (64, 64), faults, seed);
+        assert_exact(&tensors, racks * per_rack);
+        prop_assert_eq!(tree.switches[0].counters().results_multicast, packets as u64);
+        for rack in &tree.switches[1..] {
+            prop_assert_eq!(rack.counters().partials_sent, packets as u64);
+            prop_assert_eq!(rack.counters().totals_received, packets as u64);
+        }
+    }
 }
 
 /// A tree of any depth: `fanout[0]` workers per rack switch, `fanout[1]` rack switches per
 /// switch of the next level, and so on up to one top switch. The switches of level `l` (0:
-/// the racks) hold the job as id `7 + l`, epoch `3 + l`, at slots `40 l ..`, so that every
+/// the racks) hold the job as id `7 + l`, epoch `3 + l`, at slots `step * l ..`, so that every
 /// uplink maps ids, epochs and slots; a switch reaches its parent through `UPLINK`, and child
-/// `i` on `PortId(i)`. Switch 0 is the top.
+/// `i` on `PortId(i)`. Switch 0 is the top. With `step` and the window multiples of 64, every
+/// level's slots are whole blocks of the gap register: workers and switches alike send gap
+/// counters, and every switch answers gaps with Missing reports.
 struct AnyTree {
     switches: Vec<Pipeline>,
     /// Per switch: its parent and its rank there.
@@ -555,14 +584,14 @@ struct AnyTree {
 }
 
 impl AnyTree {
-    fn new(fanout: &[usize], window: u16) -> AnyTree {
+    fn new(fanout: &[usize], window: u16, step: u16) -> AnyTree {
         let mut t = AnyTree {
             switches: Vec::new(),
             parent: Vec::new(),
             children: Vec::new(),
         };
         let mut next_worker = 0;
-        t.build(fanout, window, None, &mut next_worker);
+        t.build(fanout, window, step, None, &mut next_worker);
         t
     }
 
@@ -571,6 +600,7 @@ impl AnyTree {
         &mut self,
         fanout: &[usize],
         window: u16,
+        step: u16,
         parent: Option<(usize, u8)>,
         next_worker: &mut usize,
     ) -> usize {
@@ -585,7 +615,7 @@ impl AnyTree {
         p.add_job(JobConfig {
             job: 7 + level,
             epoch: 3 + level,
-            slot_base: 40 * level,
+            slot_base: step * level,
             slot_count: window,
             elems_per_packet: ELEMS,
             ranks: (0..n).map(|i| PortId(i as u16)).collect(),
@@ -594,7 +624,7 @@ impl AnyTree {
                 job: 8 + level,
                 epoch: 4 + level,
                 rank,
-                slot_base: 40 * (level + 1),
+                slot_base: step * (level + 1),
             }),
         })
         .unwrap();
@@ -606,7 +636,7 @@ impl AnyTree {
                 *next_worker += 1;
                 Err(*next_worker - 1)
             } else {
-                Ok(self.build(below, window, Some((me, i as u8)), next_worker))
+                Ok(self.build(below, window, step, Some((me, i as u8)), next_worker))
             };
             self.children[me].push(child);
         }
@@ -623,16 +653,16 @@ enum To {
 
 /// Runs every worker of the tree over `packets` packets of int32 through a window of `window`
 /// slots, with `faults` on every hop; returns the tensors (element `k` of worker `w` is
-/// `k * (w + 1)`) and the tree.
+/// `k * (w + 1)`) and the tree. The levels' slots start `step` apart (see [`AnyTree`]).
 fn run_any(
     fanout: &[usize],
     packets: usize,
-    window: u16,
+    (window, step): (u16, u16),
     faults: Faults,
     seed: u64,
 ) -> (Vec<Vec<i32>>, AnyTree) {
     let total: usize = fanout.iter().product();
-    let mut tree = AnyTree::new(fanout, window);
+    let mut tree = AnyTree::new(fanout, window, step);
     // Each worker's switch and rank there.
     let mut attach = vec![(0usize, 0u8); total];
     for (s, kids) in tree.children.iter().enumerate() {
@@ -770,7 +800,7 @@ fn three_levels_compose_under_loss() {
             duplicate: 0.0,
             delay: 0.0,
         };
-        let (tensors, tree) = run_any(&fanout, packets, 8, faults, seed);
+        let (tensors, tree) = run_any(&fanout, packets, (8, 40), faults, seed);
         assert_exact(&tensors, 12);
         let top = tree.switches[0].counters();
         assert_eq!(top.results_multicast, packets as u64, "seed {seed}");
@@ -789,4 +819,174 @@ fn three_levels_compose_under_loss() {
             "seed {seed}: no loss was repaired across the levels"
         );
     }
+}
+
+/// A tree of one rack of two workers under an upper switch, both on whole blocks of slots and
+/// both answering gaps with Missing reports: the rack's job at slots 0..128, the upper's at
+/// 64..192.
+fn aligned_tree() -> Tree {
+    let cfg = PipelineConfig {
+        pool_slots: 256,
+        max_elems: 64,
+    };
+    let mut upper = Pipeline::new(cfg);
+    upper.set_gap_reports(true);
+    upper
+        .add_job(JobConfig {
+            job: UPPER_JOB,
+            epoch: 11,
+            slot_base: 64,
+            slot_count: 128,
+            elems_per_packet: ELEMS,
+            ranks: vec![PortId(0)],
+            uplink: None,
+        })
+        .unwrap();
+    let mut rack = Pipeline::new(cfg);
+    rack.set_gap_reports(true);
+    rack.add_job(rack_job(0, 2, 128, 64)).unwrap();
+    Tree {
+        racks: vec![rack],
+        upper,
+    }
+}
+
+/// Worker `rank`'s Data for `slot`, use `seq`, with element `k` equal to `v + k`.
+fn data_packet(rank: u8, slot: u16, seq: u32, v: i32) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Data,
+        set: (seq % 2) as u8,
+        gap: None,
+        job: 7,
+        epoch: 3,
+        rank,
+        exponent: 0x7f,
+        slot,
+        count: ELEMS,
+        seq,
+    };
+    let mut b = vec![0u8; repr.buffer_len()];
+    let mut pkt = repr.emit_into(&mut b).unwrap();
+    for (k, c) in pkt.payload_mut().chunks_exact_mut(4).enumerate() {
+        c.copy_from_slice(&(v + k as i32).to_be_bytes());
+    }
+    b
+}
+
+/// Both workers' data for `slot` into the rack switch: the partial it sends up.
+fn partial_of(rack: &mut Pipeline, slot: u16, seq: u32) -> Vec<u8> {
+    let mut out = vec![0u8; 2048];
+    let v = rack.process(
+        PortId(0),
+        &data_packet(0, slot, seq, 10),
+        Instant::ZERO,
+        &mut out,
+    );
+    assert_eq!(v, Verdict::Absorbed);
+    let (to, partial) = unicast(rack, PortId(1), &data_packet(1, slot, seq, 20));
+    assert_eq!(to, UPLINK);
+    partial
+}
+
+#[test]
+fn a_lost_partial_is_reported_by_the_upper_switch_and_sent_again() {
+    let mut t = aligned_tree();
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    // Partials carry their block's counter, in the order they go up: slots 3, 1 and 2 of
+    // block 0, then slot 70, the first of block 1.
+    let p3 = partial_of(&mut t.racks[0], 3, 1);
+    let p1 = partial_of(&mut t.racks[0], 1, 1);
+    let p2 = partial_of(&mut t.racks[0], 2, 1);
+    let p70 = partial_of(&mut t.racks[0], 70, 1);
+    let gaps: Vec<_> = [&p3, &p1, &p2, &p70].iter().map(|p| parse(p).gap).collect();
+    assert_eq!(gaps, [Some(0), Some(1), Some(2), Some(0)]);
+    assert_eq!(parse(&p1).slot, 65);
+    // The upper switch gets slot 3's partial and slot 2's; slot 1's was lost. Slot 2's
+    // skipped a counter: it completes its use there and reports counter 1 missing to the
+    // rack.
+    for p in [&p3, &p2] {
+        let v = t.upper.process(PortId(0), p, now, &mut out);
+        assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    }
+    let report = t.upper.poll_report().expect("a Missing report");
+    assert_eq!(report.port, PortId(0));
+    let missing = parse(&report.header);
+    assert_eq!(
+        (missing.kind, missing.gap, missing.exponent, missing.slot),
+        (MessageType::Missing, Some(1), 1, 66)
+    );
+    // The rack switch sends slot 1's partial again, without a counter (a first transmission's
+    // only), and the upper switch completes the use with it.
+    let (to, again) = unicast(&mut t.racks[0], UPLINK, &report.header);
+    assert_eq!(to, UPLINK);
+    let h = parse(&again);
+    assert_eq!(
+        (h.kind, h.slot, h.seq, h.gap),
+        (MessageType::Data, 65, 1, None)
+    );
+    assert_eq!(again[16..], p1[16..]);
+    let c = t.racks[0].counters();
+    assert_eq!((c.partials_reported, c.upstream_missing), (1, 0));
+    let v = t.upper.process(PortId(0), &again, now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    assert!(t.upper.poll_report().is_none());
+    // The total comes down: the use no longer waits, and the same report again (a duplicate)
+    // changes nothing.
+    let total = out[..again.len()].to_vec();
+    let v = t.racks[0].process(UPLINK, &total, now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    let v = t.racks[0].process(UPLINK, &report.header, now, &mut out);
+    assert_eq!(v, Verdict::Absorbed);
+    let c = t.racks[0].counters();
+    assert_eq!((c.partials_reported, c.upstream_missing), (1, 1));
+}
+
+#[test]
+fn a_missing_report_for_another_switch_or_epoch_resends_nothing() {
+    let mut t = aligned_tree();
+    let mut out = vec![0u8; 2048];
+    let p0 = partial_of(&mut t.racks[0], 0, 1);
+    let _lost = partial_of(&mut t.racks[0], 1, 1);
+    let p2 = partial_of(&mut t.racks[0], 2, 1);
+    t.upper.process(PortId(0), &p0, Instant::ZERO, &mut out);
+    t.upper.process(PortId(0), &p2, Instant::ZERO, &mut out);
+    let report = t.upper.poll_report().expect("a Missing report");
+    for (rank, epoch) in [(1, 11), (0, 12)] {
+        let mut header = report.header;
+        let mut pkt = ina_wire::AggPacket::new_unchecked(&mut header[..]);
+        pkt.set_rank(rank);
+        pkt.set_epoch(epoch);
+        let v = t.racks[0].process(UPLINK, &header, Instant::ZERO, &mut out);
+        assert_eq!(v, Verdict::Absorbed, "rank {rank} epoch {epoch}");
+    }
+    assert_eq!(t.racks[0].counters().partials_reported, 0);
+    assert_eq!(t.racks[0].counters().upstream_missing, 2);
+    // The genuine report resends the partial.
+    let (to, _) = unicast(&mut t.racks[0], UPLINK, &report.header);
+    assert_eq!(to, UPLINK);
+}
+
+#[test]
+fn with_whole_blocks_the_upper_switch_reports_lost_partials() {
+    // 3 racks of 2 on whole blocks of slots, 5% loss on every hop: the upper switch's
+    // Missing reports send lost partials again before any worker asks.
+    let faults = Faults {
+        loss: 0.05,
+        duplicate: 0.0,
+        delay: 0.0,
+    };
+    let (tensors, tree) = run_any(&[2, 3], 400, (64, 64), faults, 5);
+    assert_exact(&tensors, 6);
+    let top = tree.switches[0].counters();
+    assert_eq!(top.results_multicast, 400);
+    assert!(top.missing_sent > 0, "the upper switch reported no gap");
+    let reported: u64 = tree.switches[1..]
+        .iter()
+        .map(|p| p.counters().partials_reported)
+        .sum();
+    assert!(reported > 0, "no partial was sent again on a report");
+    // Without whole blocks (the levels' slots 40 apart), partials carry no counters.
+    let (_, tree) = run_any(&[2, 3], 400, (64, 40), faults, 5);
+    assert_eq!(tree.switches[0].counters().missing_sent, 0);
 }
