@@ -1049,8 +1049,8 @@ impl Pipeline {
                 // Rank 0 fetches: its stream has sent every packet, and this use is late. The
                 // partial goes up again as the ask: it repairs a lost partial at once, and
                 // the upper switch answers a copy with the total or a Pending.
-                let cells = &cells_of(&mut regs.values)[base..base + usize::from(partial_elems)];
-                let verdict = emit_partial(counters, &view, &job.cfg, up, exp[x], cells, None, out);
+                let stored = (view.slot(), x, partial_elems);
+                let verdict = emit_stored_partial(regs, counters, &view, &job.cfg, up, stored, out);
                 if matches!(verdict, Verdict::Unicast { .. }) {
                     counters.partials_for_fetch += 1;
                 }
@@ -1223,12 +1223,8 @@ impl Pipeline {
         let header = rank0_ask(&job.cfg, w.slot, hdr);
         let view = AggPacket::new_unchecked(&header);
         if info.bitmap & (1u32 << (w.up.rank % 32)) == 0 {
-            let slot_idx = usize::from(w.slot);
-            let x = usize::from(hdr.set);
-            let exp = regs.slots[slot_idx].exp[x];
-            let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
-            let cells = &cells_of(&mut regs.values)[base..base + usize::from(w.partial_elems)];
-            let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, None, out);
+            let stored = (w.slot, usize::from(hdr.set), w.partial_elems);
+            let verdict = emit_stored_partial(regs, counters, &view, &job.cfg, w.up, stored, out);
             if matches!(verdict, Verdict::Unicast { .. }) {
                 counters.partials_resent += 1;
             }
@@ -1263,12 +1259,8 @@ impl Pipeline {
             },
         );
         let view = AggPacket::new_unchecked(&header);
-        let slot_idx = usize::from(w.slot);
-        let x = usize::from(w.set);
-        let exp = regs.slots[slot_idx].exp[x];
-        let base = (2 * slot_idx + x) * usize::from(regs.max_elems);
-        let cells = &cells_of(&mut regs.values)[base..base + usize::from(w.partial_elems)];
-        let verdict = emit_partial(counters, &view, &job.cfg, w.up, exp, cells, None, out);
+        let stored = (w.slot, usize::from(w.set), w.partial_elems);
+        let verdict = emit_stored_partial(regs, counters, &view, &job.cfg, w.up, stored, out);
         if matches!(verdict, Verdict::Unicast { .. }) {
             counters.partials_reported += 1;
         }
@@ -1789,6 +1781,24 @@ fn emit_partial<'a>(
     pkt.set_count(cells.len() as u16);
     kernels::portable::encode_be(cells, payload);
     Verdict::Unicast { port: up.port, len }
+}
+
+/// The partial sum stored for use `(slot, set)`, `elems` elements, sent up again with the
+/// header of `view` (no gap counter: only a first transmission carries one).
+fn emit_stored_partial<'a>(
+    regs: &mut Registers,
+    counters: &mut Counters,
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    job: &JobConfig,
+    up: Uplink,
+    (slot, set, elems): (u16, usize, u16),
+    out: &mut [u8],
+) -> Verdict<'a> {
+    let slot_idx = usize::from(slot);
+    let exp = regs.slots[slot_idx].exp[set];
+    let base = (2 * slot_idx + set) * usize::from(regs.max_elems);
+    let cells = &cells_of(&mut regs.values)[base..base + usize::from(elems)];
+    emit_partial(counters, view, job, up, exp, cells, None, out)
 }
 
 /// The gap counter of the partial sum of use `(slot, set)`, about to go up for the first time
