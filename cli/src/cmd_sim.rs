@@ -676,8 +676,9 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 .map(|c| c.partials_resent + c.partials_reported + c.partials_for_fetch)
                 .sum();
             let asked: u64 = report.switches[..racks].iter().map(|c| c.queries_up).sum();
+            let totals_again = report.switches.get(racks).map_or(0, |c| c.missing_received);
             println!(
-                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {asked} Queries up, {resent} partial sums sent again; queues between the levels: mean {:.1} KiB, max {:.1} KiB",
+                "       seed {seed}: {racks} racks under one upper switch: {sent} packets between the levels ({lost} lost), {asked} Queries up, {resent} partial sums and {totals_again} totals sent again; queues between the levels: mean {:.1} KiB, max {:.1} KiB",
                 mean_queue as f64 / 1024.0,
                 max_queue as f64 / 1024.0
             );

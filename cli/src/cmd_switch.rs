@@ -335,6 +335,21 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
         p.partials_for_fetch,
     )
     .counter(
+        "ina_switch_missing_up_total",
+        "Missing reports sent to the upper switch: totals that a gap counter showed lost on the way down.",
+        p.missing_up,
+    )
+    .counter(
+        "ina_switch_missing_from_lower_total",
+        "Missing reports from lower switches answered with the total they lacked (or a Pending).",
+        p.missing_received,
+    )
+    .counter(
+        "ina_switch_missing_unmatched_total",
+        "Missing reports from lower switches that named no use recorded here.",
+        p.missing_unmatched,
+    )
+    .counter(
         "ina_switch_upstream_missing_total",
         "Missing reports from the upper switch that named no use still waiting here.",
         p.upstream_missing,

@@ -492,6 +492,14 @@ fn tree_sums_exactly(loss: f64) {
             asked >= resent,
             "{asked} Queries up, {resent} partials sent again"
         );
+        // Totals lost on the way down: the racks report them, the upper switch sends them
+        // again.
+        let reported_down = upper["missing_received"].as_u64().unwrap();
+        assert!(
+            reported_down > 0,
+            "1% loss and no total reported missing: {upper}"
+        );
+        assert!(sum("missing_up") >= reported_down, "{upper}");
     }
 }
 

@@ -63,6 +63,8 @@ fn outcomes(c: &Counters) -> u64 {
         + c.partials_reported
         + c.upstream_missing
         + c.partials_for_fetch
+        // (An upper switch: a rank's Missing report that names no use.)
+        + c.missing_unmatched
 }
 
 fn templated(inp: &mut Input<'_>) -> Vec<u8> {

@@ -303,6 +303,18 @@ pub struct Counters {
     /// (instead of a Query up, PROTOCOL.md §9).
     #[cfg_attr(feature = "serde", serde(default))]
     pub partials_for_fetch: u64,
+    /// Missing reports from a rank that is a lower switch: totals multicast to it with gap
+    /// counters that never arrived (PROTOCOL.md §9). Each is answered as that rank's fetching
+    /// Query of the use it names (a Result, or a Pending), counted there too.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub missing_received: u64,
+    /// Missing reports from a rank that name no use this switch recorded.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub missing_unmatched: u64,
+    /// Missing reports sent to the upper switch: totals that a gap counter showed lost on
+    /// the way down.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub missing_up: u64,
 }
 
 impl Counters {
@@ -340,6 +352,9 @@ impl Counters {
         self.partials_reported += o.partials_reported;
         self.upstream_missing += o.upstream_missing;
         self.partials_for_fetch += o.partials_for_fetch;
+        self.missing_received += o.missing_received;
+        self.missing_unmatched += o.missing_unmatched;
+        self.missing_up += o.missing_up;
     }
 
     fn drop_counter(&mut self, reason: DropReason) -> &mut u64 {
@@ -449,6 +464,15 @@ pub struct Registers {
     /// partial sum carried that counter (0: none), so that the upper switch's Missing report,
     /// which names a counter, names a use here.
     partial_uses: Vec<u32>,
+    /// `reg_result_gap`: per block, the gap counter the block's next multicast result
+    /// carries (PROTOCOL.md §9: a lower switch finds a lost total by it).
+    result_gaps: Vec<u8>,
+    /// `reg_result_use`: per block and gap counter, `2 * slot + set + 1` of the use whose
+    /// multicast result carried it (0: none), so that a rank's Missing report names a use.
+    result_uses: Vec<u32>,
+    /// `reg_total_gap` (a switch with an uplink): per block, the gap counter of the latest
+    /// total that came down with one, plus 64 (0: none yet).
+    totals_seen: Vec<u32>,
     /// The value cells: element `(2*slot + set) * max_elems + k` of [`cells_of`] them.
     values: Vec<CellLine>,
     /// (As configured, 16 bits: an offset computed from it and a 16-bit slot cannot overflow,
@@ -467,6 +491,9 @@ impl Registers {
                 0;
                 slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)
             ],
+            result_gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
+            result_uses: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)],
+            totals_seen: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
             values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
             max_elems: cfg.max_elems,
         }
@@ -506,8 +533,11 @@ impl Registers {
         if first < end {
             self.gaps[first * ranks..end * ranks].fill(0);
             self.partial_gaps[first..end].fill(0);
+            self.result_gaps[first..end].fill(0);
+            self.totals_seen[first..end].fill(0);
             let m = usize::from(GAP_COUNTER);
             self.partial_uses[first * m..end * m].fill(0);
+            self.result_uses[first * m..end * m].fill(0);
         }
         let m = usize::from(self.max_elems);
         cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);
@@ -970,6 +1000,9 @@ impl Pipeline {
             if let Some(job_idx) = self.job_of_uplink(ingress, hdr.job) {
                 return self.handle_from_upper(job_idx, hdr, payload_bytes, now, out);
             }
+            if hdr.kind == MessageType::Missing && self.gap_reports {
+                return self.answer_lower_missing(hdr, ingress, now, out);
+            }
             return self.drop(DropReason::UnexpectedType);
         }
         let job_idx = match self.authenticate(hdr.job, hdr.rank, ingress) {
@@ -993,6 +1026,48 @@ impl Pipeline {
             Some(reason) => self.reject(job_idx, hdr, reason, ingress, out),
             None => self.answer_query(job_idx, header, ingress, now, out),
         }
+    }
+
+    /// A Missing report from rank `hdr.rank`, a lower switch (PROTOCOL.md §9): the multicast
+    /// results that carried the gap counters it names never reached it. The first one's use,
+    /// looked up in `reg_result_use`, is answered as that rank's fetching Query of it: its
+    /// stored result if the use is complete, else a Pending.
+    #[cold]
+    fn answer_lower_missing(
+        &mut self,
+        hdr: AggRepr,
+        ingress: PortId,
+        now: Instant,
+        out: &mut [u8],
+    ) -> Verdict<'_> {
+        let job_idx = match self.authenticate(hdr.job, hdr.rank, ingress) {
+            Ok(job_idx) => job_idx,
+            Err(reason) => return self.drop(reason),
+        };
+        let job = &self.jobs[job_idx].cfg;
+        let named = (hdr.epoch == job.epoch && job_has_slot(job, hdr.slot))
+            .then(|| recorded_use(&self.regs.result_uses, hdr.slot, hdr.gap?))
+            .flatten();
+        let Some((slot, set)) = named else {
+            self.counters.missing_unmatched += 1;
+            return Verdict::Absorbed;
+        };
+        self.counters.missing_received += 1;
+        let repr = AggRepr {
+            kind: MessageType::Query,
+            gap: None,
+            set,
+            exponent: 1,
+            slot,
+            count: 0,
+            seq: self.regs.slots[usize::from(slot)].seq[usize::from(set)],
+            ..hdr
+        };
+        let mut header = [0u8; HEADER_LEN];
+        if repr.emit_into(&mut header).is_err() {
+            return self.drop(DropReason::Malformed);
+        }
+        self.answer_query(job_idx, &header, ingress, now, out)
     }
 
     /// A Query of one use of a slot (PROTOCOL.md §6, the Query's decision table): the stored
@@ -1110,6 +1185,8 @@ impl Pipeline {
             regs,
             jobs,
             counters,
+            gap_reports,
+            report,
             ..
         } = self;
         let job = &mut jobs[job_idx];
@@ -1138,6 +1215,20 @@ impl Pipeline {
         };
         if hdr.count != 0 && hdr.count != job.cfg.elems_per_packet {
             return drop_counted(counters, DropReason::BadCount);
+        }
+        if let Some(counter) = hdr.gap.filter(|_| *gap_reports) {
+            note_total_counter(
+                &mut regs.totals_seen,
+                &job.cfg,
+                up,
+                slot,
+                &hdr,
+                counter,
+                report,
+            );
+            if report.is_some() {
+                counters.missing_up += 1;
+            }
         }
         let count = usize::from(hdr.count);
         let result_len = HEADER_LEN + 4 * count;
@@ -1178,9 +1269,20 @@ impl Pipeline {
         job.last_activity = Some(now);
         counters.totals_received += 1;
         counters.results_multicast += 1;
+        let gap = if *gap_reports {
+            stamp(
+                &mut regs.result_gaps,
+                &mut regs.result_uses,
+                &job.cfg,
+                slot_idx,
+                x,
+            )
+        } else {
+            None
+        };
         let repr = AggRepr {
             kind: MessageType::Result,
-            gap: None,
+            gap,
             job: job.cfg.job,
             epoch: job.cfg.epoch,
             rank: 0,
@@ -1448,6 +1550,18 @@ impl Pipeline {
         let job = &*job;
         debug_assert_eq!(seq[x], view.seq());
         emit_result(view, exp[x], cells, out);
+        if *gap_reports {
+            let gap = stamp(
+                &mut regs.result_gaps,
+                &mut regs.result_uses,
+                &job.cfg,
+                slot,
+                x,
+            );
+            let mut pkt = AggPacket::new_unchecked(&mut out[..HEADER_LEN]);
+            let set = pkt.set();
+            pkt.set_flags(set, gap);
+        }
         counters.results_multicast += 1;
         Verdict::Multicast {
             ports: &job.cfg.ranks,
@@ -1642,38 +1756,44 @@ fn note_counter(
     let Some(latest) = gaps.get_mut(cell) else {
         return;
     };
-    let m = u32::from(GAP_COUNTER);
-    let previous = *latest;
-    if previous == 0 {
-        *latest = m + u32::from(counter);
+    let Some((first, skipped)) = take_counter(latest, counter) else {
         return;
-    }
-    let skipped = (u32::from(counter) + 2 * m - previous - 1) % m;
-    if skipped > MAX_REPORTED_GAP {
-        // Not just ahead of the latest counter: behind it (a packet the network delayed past
-        // later ones, whose gap was reported when they came), or behind by more than half
-        // the counter's range, which modulo 64 looks like a jump far ahead. Read as a jump
-        // ahead, either would report much of the block missing: with 5% of packets
-        // reordered by up to 50 µs, Missing reports made the workers send their data twice
-        // (behind by 32 or less), then a fifth of it again (behind by 33 to 56).
-        return;
-    }
-    *latest = m + u32::from(counter);
-    if skipped == 0 {
-        return;
-    }
+    };
     let mut header = *view.clone().into_inner();
     let mut pkt = AggPacket::new_unchecked(&mut header);
     let set = pkt.set();
     pkt.set_version_type(PROTOCOL_VERSION, MessageType::Missing);
-    pkt.set_flags(set, Some(((previous + 1) % m) as u8));
-    pkt.set_exponent(skipped as u8);
+    pkt.set_flags(set, Some(first));
+    pkt.set_exponent(skipped);
     pkt.set_count(0);
     counters.missing_sent += 1;
     *report = Some(Report {
         port: ingress,
         header,
     });
+}
+
+/// A gap cell's update for `counter` (the cell holds the latest counter plus 64; 0: none
+/// yet): the first skipped counter and how many were skipped, if 1 to [`MAX_REPORTED_GAP`].
+/// Any other counter (the cell's own, one behind it, or one further ahead) leaves the cell
+/// as it is: a packet the network delayed past later ones, whose gap was reported when they
+/// came, or behind by more than half the counter's range, which modulo 64 looks like a jump
+/// far ahead. Read as a jump ahead, either would report much of the block missing: with 5%
+/// of packets reordered by up to 50 µs, Missing reports made the workers send their data
+/// twice (behind by 32 or less), then a fifth of it again (behind by 33 to 56).
+fn take_counter(latest: &mut u32, counter: u8) -> Option<(u8, u8)> {
+    let m = u32::from(GAP_COUNTER);
+    let previous = *latest;
+    if previous == 0 {
+        *latest = m + u32::from(counter);
+        return None;
+    }
+    let skipped = (u32::from(counter) + 2 * m - previous - 1) % m;
+    if skipped > MAX_REPORTED_GAP {
+        return None;
+    }
+    *latest = m + u32::from(counter);
+    (skipped != 0).then_some((((previous + 1) % m) as u8, skipped as u8))
 }
 
 /// The most first transmissions one Missing report names. A counter further ahead of its
@@ -1815,21 +1935,110 @@ fn stamp_partial(
     slot: usize,
     set: usize,
 ) -> Option<u8> {
+    if !block_of_both_jobs(job, up, slot) {
+        return None;
+    }
+    stamp(partial_gaps, partial_uses, job, slot, set)
+}
+
+/// Whether the block of `slot` lies wholly in `job`'s range and is a block of the upper
+/// job's as well (the two jobs' first slots differ by a multiple of [`GAP_BLOCK`]): only then
+/// do the upper switch's gap cells and this switch's count the same slots.
+fn block_of_both_jobs(job: &JobConfig, up: Uplink, slot: usize) -> bool {
+    let b = usize::from(GAP_BLOCK);
+    let block_start = slot - slot % b;
+    (usize::from(up.slot_base) + block_start)
+        .checked_sub(usize::from(job.slot_base))
+        .is_some_and(|d| d % b == 0)
+        && block_in_job(job, slot)
+}
+
+/// Whether the block of `slot` lies wholly in `job`'s range (a block partly outside could be
+/// shared with another job: it keeps no gap cells).
+fn block_in_job(job: &JobConfig, slot: usize) -> bool {
     let b = usize::from(GAP_BLOCK);
     let block_start = slot - slot % b;
     let job_start = usize::from(job.slot_base);
-    let job_end = job_start + usize::from(job.slot_count);
-    let aligned = (usize::from(up.slot_base) + block_start).checked_sub(job_start)? % b == 0;
-    if block_start < job_start || block_start + b > job_end || !aligned {
+    block_start >= job_start && block_start + b <= job_start + usize::from(job.slot_count)
+}
+
+/// The block's next gap counter for the first transmission of use `(slot, set)` (a partial
+/// sum, or a multicast result), recorded with the use in `uses` (cell `block * 64 + counter`
+/// = `2 * slot + set + 1`) so that a Missing report naming it can be answered (PROTOCOL.md
+/// §9). `None` for a block not wholly in the job's range.
+#[inline(always)]
+fn stamp(
+    next_counters: &mut [u8],
+    uses: &mut [u32],
+    job: &JobConfig,
+    slot: usize,
+    set: usize,
+) -> Option<u8> {
+    if !block_in_job(job, slot) {
         return None;
     }
-    let block = slot / b;
-    let next = partial_gaps.get_mut(block)?;
+    let block = slot / usize::from(GAP_BLOCK);
+    let next = next_counters.get_mut(block)?;
     let counter = *next;
     *next = (counter + 1) % GAP_COUNTER;
-    let cell = partial_uses.get_mut(block * usize::from(GAP_COUNTER) + usize::from(counter))?;
+    let cell = uses.get_mut(block * usize::from(GAP_COUNTER) + usize::from(counter))?;
     *cell = (2 * slot + set + 1) as u32;
     Some(counter)
+}
+
+/// The use `(slot, set)` recorded in `uses` (see [`stamp`]) for `counter` in the block of
+/// `slot`, if any.
+fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
+    let block = usize::from(slot / GAP_BLOCK);
+    let cell = *uses.get(block * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER))?;
+    let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
+    let (named, set) = (use_index / 2, use_index % 2);
+    if named / usize::from(GAP_BLOCK) != block {
+        return None;
+    }
+    Some((u16::try_from(named).ok()?, set as u8))
+}
+
+/// A total's gap counter, on the lower switch it came down to (PROTOCOL.md §9): the cell of
+/// its block takes it, and counters it skipped (1 to [`MAX_REPORTED_GAP`]) are reported to
+/// the upper switch in a Missing of this switch's rank there, as a worker's skipped Data is
+/// reported to it (§5). Only blocks that are blocks of the upper job as well keep a cell.
+fn note_total_counter(
+    totals_seen: &mut [u32],
+    job: &JobConfig,
+    up: Uplink,
+    slot: u16,
+    hdr: &AggRepr,
+    counter: u8,
+    report: &mut Option<Report>,
+) {
+    let local = usize::from(slot);
+    if !block_of_both_jobs(job, up, local) {
+        return;
+    }
+    let Some(latest) = totals_seen.get_mut(local / usize::from(GAP_BLOCK)) else {
+        return;
+    };
+    let Some((first, skipped)) = take_counter(latest, counter) else {
+        return;
+    };
+    let repr = AggRepr {
+        kind: MessageType::Missing,
+        gap: Some(first),
+        job: up.job,
+        epoch: up.epoch,
+        rank: up.rank,
+        exponent: skipped,
+        count: 0,
+        ..*hdr
+    };
+    let mut header = [0u8; HEADER_LEN];
+    if repr.emit_into(&mut header).is_ok() {
+        *report = Some(Report {
+            port: up.port,
+            header,
+        });
+    }
 }
 
 /// A use that waits here for its total, as a packet of the upper switch names it.
@@ -1882,17 +2091,9 @@ fn reported_use(regs: &Registers, job: &JobConfig, hdr: &AggRepr) -> Option<Repo
     let up = job
         .uplink
         .filter(|u| u.rank == hdr.rank && u.epoch == hdr.epoch)?;
-    let counter = hdr.gap?;
     let later = up.slot_down(job, hdr.slot)?;
-    let block = usize::from(later / GAP_BLOCK);
-    let cell = *regs
-        .partial_uses
-        .get(block * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER))?;
-    let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
-    let (slot, set) = (use_index / 2, use_index % 2);
-    if slot / usize::from(GAP_BLOCK) != block {
-        return None;
-    }
+    let (slot, set) = recorded_use(&regs.partial_uses, later, hdr.gap?)?;
+    let (slot, set) = (usize::from(slot), usize::from(set));
     let regs = regs.slots.get(slot)?;
     let partial_elems = awaiting(regs.count[set], job.elems_per_packet)?;
     Some(ReportedUse {

@@ -986,7 +986,73 @@ fn with_whole_blocks_the_upper_switch_reports_lost_partials() {
         .map(|p| p.counters().partials_reported)
         .sum();
     assert!(reported > 0, "no partial was sent again on a report");
+    // Totals lost on the way down: the racks report them, the upper switch sends them again.
+    let missing_up: u64 = tree.switches[1..]
+        .iter()
+        .map(|p| p.counters().missing_up)
+        .sum();
+    assert!(missing_up > 0, "no rack reported a lost total");
+    assert!(top.missing_received > 0, "{top:?}");
+    assert!(top.missing_received + top.missing_unmatched <= missing_up);
     // Without whole blocks (the levels' slots 40 apart), partials carry no counters.
     let (_, tree) = run_any(&[2, 3], 400, (64, 40), faults, 5);
     assert_eq!(tree.switches[0].counters().missing_sent, 0);
+}
+
+#[test]
+fn a_lost_total_is_reported_by_the_rack_switch_and_sent_again() {
+    let mut t = aligned_tree();
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    // Three uses of block 0 complete up there; their totals carry the block's counters 0, 1
+    // and 2 in the order they are multicast.
+    let mut totals = Vec::new();
+    for slot in [5u16, 6, 7] {
+        let partial = partial_of(&mut t.racks[0], slot, 1);
+        let v = t.upper.process(PortId(0), &partial, now, &mut out);
+        let Verdict::Multicast { len, .. } = v else {
+            panic!("the upper switch completes the use, got {v:?}")
+        };
+        totals.push(out[..len].to_vec());
+    }
+    let gaps: Vec<_> = totals.iter().map(|p| parse(p).gap).collect();
+    assert_eq!(gaps, [Some(0), Some(1), Some(2)]);
+    // Slot 6's total is lost on the way down. Slot 7's shows the gap: the rack switch stores
+    // and multicasts it, and reports counter 1 missing to the upper switch.
+    let v = t.racks[0].process(UPLINK, &totals[0], now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    assert!(t.racks[0].poll_report().is_none());
+    let v = t.racks[0].process(UPLINK, &totals[2], now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    let report = t.racks[0].poll_report().expect("a Missing report up");
+    assert_eq!(report.port, UPLINK);
+    let missing = parse(&report.header);
+    assert_eq!(
+        (missing.kind, missing.job, missing.epoch, missing.rank),
+        (MessageType::Missing, UPPER_JOB, 11, 0)
+    );
+    assert_eq!((missing.gap, missing.exponent), (Some(1), 1));
+    assert_eq!(t.racks[0].counters().missing_up, 1);
+    // The upper switch answers it as the rack's fetching Query of slot 6's use: the stored
+    // total, unicast, without a counter; the rack switch stores and multicasts it.
+    let (to, again) = unicast(&mut t.upper, PortId(0), &report.header);
+    assert_eq!(to, PortId(0));
+    let h = parse(&again);
+    assert_eq!(
+        (h.kind, h.slot, h.seq, h.gap),
+        (MessageType::Result, 70, 1, None)
+    );
+    assert_eq!(again[16..], totals[1][16..]);
+    assert_eq!(t.upper.counters().missing_received, 1);
+    let v = t.racks[0].process(UPLINK, &again, now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    assert_eq!(t.racks[0].counters().totals_received, 3);
+    // A report for a counter the block never carried names nothing.
+    let mut header = report.header;
+    let mut pkt = ina_wire::AggPacket::new_unchecked(&mut header[..]);
+    let set = pkt.set();
+    pkt.set_flags(set, Some(40));
+    let v = t.upper.process(PortId(0), &header, now, &mut out);
+    assert_eq!(v, Verdict::Absorbed);
+    assert_eq!(t.upper.counters().missing_unmatched, 1);
 }
