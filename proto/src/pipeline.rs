@@ -18,11 +18,17 @@
 //! | `exp[slot]`     | (max exponent byte set 0, set 1)       | `reg_exp`        |
 //! | `values`        | element pairs (2j, 2j+1) of `(slot, set)` at index `2*slot+set` | `reg_value_j` |
 //!
-//! One more array is indexed by block of [`GAP_BLOCK`] slots and rank, not by slot:
+//! More arrays are indexed by block of [`GAP_BLOCK`] slots (Missing reports, PROTOCOL.md §5
+//! and §9; the P4 programs do not have them yet):
 //!
 //! | register        | cell                                   | P4 name          |
 //! |-----------------|----------------------------------------|------------------|
 //! | `gap[block*32 + rank]` | gap counter of `rank`'s latest Data to the block, plus 64 (0: none yet) | `reg_gap` |
+//! | `partial_gaps[block]` | the counter the block's next partial sum carries (a switch with an uplink) | `reg_partial_gap` |
+//! | `partial_uses[block*64 + counter]` | `2*slot + set + 1` of the use whose partial carried `counter` | `reg_partial_use` |
+//! | `result_gaps[block]` | the counter the block's next multicast result carries | `reg_result_gap` |
+//! | `result_uses[block*64 + counter]` | `2*slot + set + 1` of the use whose result carried `counter` | `reg_result_use` |
+//! | `totals_seen[block]` | the counter of the latest total from the upper switch, plus 64 (0: none yet) | `reg_total_gap` |
 //!
 //! The four control registers of a slot are stored together, as one [`SlotRegisters`] record,
 //! so that a packet's lookups touch one cache line; each field is the slot's cell of that
