@@ -1150,7 +1150,7 @@ impl Pipeline {
             return drop_counted(counters, DropReason::OutputTooSmall);
         };
         let cells = &cells_of(&mut regs.values)[base..base + usize::from(count)];
-        emit_result(&view, exp[x], cells, out);
+        emit_result(&view, exp[x], cells, None, out);
         if let Some(mut pkt) = out
             .first_chunk_mut::<HEADER_LEN>()
             .map(AggPacket::new_unchecked)
@@ -1223,16 +1223,8 @@ impl Pipeline {
             return drop_counted(counters, DropReason::BadCount);
         }
         if let Some(counter) = hdr.gap.filter(|_| *gap_reports) {
-            note_total_counter(
-                &mut regs.totals_seen,
-                &job.cfg,
-                up,
-                slot,
-                &hdr,
-                counter,
-                report,
-            );
-            if report.is_some() {
+            let totals = &mut regs.totals_seen;
+            if note_total_counter(totals, &job.cfg, up, slot, &hdr, counter, report) {
                 counters.missing_up += 1;
             }
         }
@@ -1275,17 +1267,9 @@ impl Pipeline {
         job.last_activity = Some(now);
         counters.totals_received += 1;
         counters.results_multicast += 1;
-        let gap = if *gap_reports {
-            stamp(
-                &mut regs.result_gaps,
-                &mut regs.result_uses,
-                &job.cfg,
-                slot_idx,
-                x,
-            )
-        } else {
-            None
-        };
+        let gap = (*gap_reports && block_in_job(&job.cfg, slot_idx))
+            .then(|| stamp(&mut regs.result_gaps, &mut regs.result_uses, slot_idx, x))
+            .flatten();
         let repr = AggRepr {
             kind: MessageType::Result,
             gap,
@@ -1493,7 +1477,7 @@ impl Pipeline {
                 return drop_counted(counters, DropReason::OutputTooSmall);
             };
             debug_assert_eq!(seq[x], view.seq());
-            emit_result(view, exp[x], cells, out);
+            emit_result(view, exp[x], cells, None, out);
             counters.results_unicast += 1;
             return Verdict::Unicast {
                 port: ingress,
@@ -1535,18 +1519,9 @@ impl Pipeline {
                 AWAITING_TOTAL
             };
             counters.partials_sent += 1;
-            let gap = if *gap_reports {
-                stamp_partial(
-                    &mut regs.partial_gaps,
-                    &mut regs.partial_uses,
-                    &job.cfg,
-                    up,
-                    slot,
-                    x,
-                )
-            } else {
-                None
-            };
+            let gap = (*gap_reports && block_of_both_jobs(&job.cfg, up, slot))
+                .then(|| stamp(&mut regs.partial_gaps, &mut regs.partial_uses, slot, x))
+                .flatten();
             return emit_partial(counters, view, &job.cfg, up, exp[x], cells, gap, out);
         }
         let Some(out) = out.get_mut(..result_len) else {
@@ -1555,19 +1530,10 @@ impl Pipeline {
         };
         let job = &*job;
         debug_assert_eq!(seq[x], view.seq());
-        emit_result(view, exp[x], cells, out);
-        if *gap_reports {
-            let gap = stamp(
-                &mut regs.result_gaps,
-                &mut regs.result_uses,
-                &job.cfg,
-                slot,
-                x,
-            );
-            let mut pkt = AggPacket::new_unchecked(&mut out[..HEADER_LEN]);
-            let set = pkt.set();
-            pkt.set_flags(set, gap);
-        }
+        let gap = (*gap_reports && block_in_job(&job.cfg, slot))
+            .then(|| stamp(&mut regs.result_gaps, &mut regs.result_uses, slot, x))
+            .flatten();
+        emit_result(view, exp[x], cells, gap, out);
         counters.results_multicast += 1;
         Verdict::Multicast {
             ports: &job.cfg.ranks,
@@ -1750,11 +1716,7 @@ fn note_counter(
     report: &mut Option<Report>,
 ) {
     let slot = view.slot();
-    let block_start = slot - slot % GAP_BLOCK;
-    let block_end = u32::from(block_start) + u32::from(GAP_BLOCK);
-    if block_start < job.cfg.slot_base
-        || block_end > u32::from(job.cfg.slot_base) + u32::from(job.cfg.slot_count)
-    {
+    if !block_in_job(&job.cfg, usize::from(slot)) {
         return;
     }
     let cell =
@@ -1927,26 +1889,6 @@ fn emit_stored_partial<'a>(
     emit_partial(counters, view, job, up, exp, cells, None, out)
 }
 
-/// The gap counter of the partial sum of use `(slot, set)`, about to go up for the first time
-/// (PROTOCOL.md §9, loss between the switches): the block's next counter, recorded with the
-/// use so that a Missing report naming it can be answered. `None` for a block the upper
-/// switch keeps no cell for as this one's: not wholly in the job's range, or mapped to slots
-/// of the upper job that do not start a block there.
-#[inline(always)]
-fn stamp_partial(
-    partial_gaps: &mut [u8],
-    partial_uses: &mut [u32],
-    job: &JobConfig,
-    up: Uplink,
-    slot: usize,
-    set: usize,
-) -> Option<u8> {
-    if !block_of_both_jobs(job, up, slot) {
-        return None;
-    }
-    stamp(partial_gaps, partial_uses, job, slot, set)
-}
-
 /// Whether the block of `slot` lies wholly in `job`'s range and is a block of the upper
 /// job's as well (the two jobs' first slots differ by a multiple of [`GAP_BLOCK`]): only then
 /// do the upper switch's gap cells and this switch's count the same slots.
@@ -1971,18 +1913,10 @@ fn block_in_job(job: &JobConfig, slot: usize) -> bool {
 /// The block's next gap counter for the first transmission of use `(slot, set)` (a partial
 /// sum, or a multicast result), recorded with the use in `uses` (cell `block * 64 + counter`
 /// = `2 * slot + set + 1`) so that a Missing report naming it can be answered (PROTOCOL.md
-/// §9). `None` for a block not wholly in the job's range.
+/// §9). The caller checks that the block keeps cells ([`block_in_job`], and for a partial
+/// [`block_of_both_jobs`]).
 #[inline(always)]
-fn stamp(
-    next_counters: &mut [u8],
-    uses: &mut [u32],
-    job: &JobConfig,
-    slot: usize,
-    set: usize,
-) -> Option<u8> {
-    if !block_in_job(job, slot) {
-        return None;
-    }
+fn stamp(next_counters: &mut [u8], uses: &mut [u32], slot: usize, set: usize) -> Option<u8> {
     let block = slot / usize::from(GAP_BLOCK);
     let next = next_counters.get_mut(block)?;
     let counter = *next;
@@ -2009,6 +1943,7 @@ fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
 /// its block takes it, and counters it skipped (1 to [`MAX_REPORTED_GAP`]) are reported to
 /// the upper switch in a Missing of this switch's rank there, as a worker's skipped Data is
 /// reported to it (§5). Only blocks that are blocks of the upper job as well keep a cell.
+/// Returns whether a report was made.
 fn note_total_counter(
     totals_seen: &mut [u32],
     job: &JobConfig,
@@ -2017,16 +1952,16 @@ fn note_total_counter(
     hdr: &AggRepr,
     counter: u8,
     report: &mut Option<Report>,
-) {
+) -> bool {
     let local = usize::from(slot);
     if !block_of_both_jobs(job, up, local) {
-        return;
+        return false;
     }
     let Some(latest) = totals_seen.get_mut(local / usize::from(GAP_BLOCK)) else {
-        return;
+        return false;
     };
     let Some((first, skipped)) = take_counter(latest, counter) else {
-        return;
+        return false;
     };
     let repr = AggRepr {
         kind: MessageType::Missing,
@@ -2039,12 +1974,14 @@ fn note_total_counter(
         ..*hdr
     };
     let mut header = [0u8; HEADER_LEN];
-    if repr.emit_into(&mut header).is_ok() {
-        *report = Some(Report {
-            port: up.port,
-            header,
-        });
+    if repr.emit_into(&mut header).is_err() {
+        return false;
     }
+    *report = Some(Report {
+        port: up.port,
+        header,
+    });
+    true
 }
 
 /// A use that waits here for its total, as a packet of the upper switch names it.
@@ -2180,12 +2117,24 @@ fn emit_query_up<'a>(
     }
 }
 
-fn emit_result(view: &AggPacket<&[u8; HEADER_LEN]>, exp: u32, cells: &[i32], out: &mut [u8]) {
+/// The Result of `view`'s use into `out` (sized for it): exponent byte `exp`, `cells` as the
+/// payload, and the gap counter `gap` of a first multicast (see [`stamp`]).
+fn emit_result(
+    view: &AggPacket<&[u8; HEADER_LEN]>,
+    exp: u32,
+    cells: &[i32],
+    gap: Option<u8>,
+    out: &mut [u8],
+) {
     let len = out.len();
     let Some((mut pkt, payload)) = reply_to(view, MessageType::Result, len, out) else {
         // Unreachable: the callers size `out` for the header and the payload.
         return;
     };
+    if gap.is_some() {
+        let set = pkt.set();
+        pkt.set_flags(set, gap);
+    }
     pkt.set_exponent(exp as u8);
     kernels::portable::encode_be(cells, payload);
 }
