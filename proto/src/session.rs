@@ -362,6 +362,9 @@ enum Held {
 /// How many unanswered packets one stall probe round sends at most.
 const STALL_PROBE_PACKETS: usize = 4;
 
+/// The deadline of a packet whose retransmission is queued: its timer is off until it goes.
+const QUEUED: Instant = Instant::from_nanos(u64::MAX);
+
 #[derive(Debug, Clone, Copy)]
 struct Outstanding {
     index: u64,
@@ -387,6 +390,13 @@ struct Outstanding {
     /// Found unanswered by order, and waiting a repair's time before it is asked about
     /// (see [`Stream::judge`]): its timer is that wait, not a retransmission timeout.
     awaiting_repair: bool,
+}
+
+impl Outstanding {
+    /// Whether its retransmission is queued (see [`QUEUED`]).
+    fn is_queued(&self) -> bool {
+        self.deadline == QUEUED
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -855,7 +865,7 @@ impl<'a> Stream<'a> {
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
             };
-            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            let queued = out.is_queued();
             if queued || out.retries > 0 {
                 continue;
             }
@@ -1093,7 +1103,7 @@ impl<'a> Stream<'a> {
         if info.has(self.cfg.rank) {
             // The use waits for other workers' data: ask again later, in case its result to
             // this worker is lost.
-            let queued = out.deadline == Instant::from_nanos(u64::MAX) || !self.reports;
+            let queued = out.is_queued() || !self.reports;
             let deadline = if queued {
                 out.deadline
             } else {
@@ -1126,7 +1136,7 @@ impl<'a> Stream<'a> {
         out: Outstanding,
         why: Retransmit,
     ) -> bool {
-        let queued = out.deadline == Instant::from_nanos(u64::MAX);
+        let queued = out.is_queued();
         if queued {
             self.slots[slot].outstanding = Some(Outstanding {
                 held: Held::No,
@@ -1140,7 +1150,7 @@ impl<'a> Stream<'a> {
         self.slots[slot].outstanding = Some(Outstanding {
             held: Held::No,
             retries: out.retries + 1,
-            deadline: Instant::from_nanos(u64::MAX),
+            deadline: QUEUED,
             ..out
         });
         self.retransmit.push_back((out.index, why));
@@ -1310,7 +1320,7 @@ impl<'a> Stream<'a> {
         if out.last_was_query {
             self.on_path_sample(now, &out);
         }
-        let queued = out.deadline == Instant::from_nanos(u64::MAX);
+        let queued = out.is_queued();
         if out.complete_seen || queued {
             self.slots[slot].outstanding = Some(Outstanding {
                 complete_seen: true,
@@ -1325,7 +1335,7 @@ impl<'a> Stream<'a> {
             held: Held::Yes,
             complete_seen: true,
             retries: out.retries + 1,
-            deadline: Instant::from_nanos(u64::MAX),
+            deadline: QUEUED,
             ..out
         });
         self.retransmit.push_back((out.index, Retransmit::Detected));
@@ -1474,7 +1484,7 @@ impl<'a> Stream<'a> {
                 continue;
             };
             // (A packet already queued for retransmission has no deadline.)
-            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            let queued = out.is_queued();
             let quiet = now - out.last_sent >= pto.max(self.redetect_after(out.retries));
             if !queued && quiet {
                 eligible.push((out.last_tx, out.index));
@@ -1491,7 +1501,7 @@ impl<'a> Stream<'a> {
             }
             self.slots[slot].outstanding = Some(Outstanding {
                 retries: out.retries + 1,
-                deadline: Instant::from_nanos(u64::MAX),
+                deadline: QUEUED,
                 ..out
             });
             self.retransmit.push_back((index, Retransmit::StallProbe));
@@ -1624,7 +1634,7 @@ impl<'a> Stream<'a> {
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
             };
-            let queued = out.deadline == Instant::from_nanos(u64::MAX);
+            let queued = out.is_queued();
             if out.index != index || out.last_tx != tx || queued || out.retries > 0 {
                 continue;
             }
@@ -1669,7 +1679,7 @@ impl<'a> Stream<'a> {
         }
         self.slots[slot].outstanding = Some(Outstanding {
             retries: out.retries + 1,
-            deadline: Instant::from_nanos(u64::MAX),
+            deadline: QUEUED,
             ..out
         });
         self.retransmit.push_back((index, Retransmit::Detected));
@@ -1797,7 +1807,7 @@ impl<'a> Stream<'a> {
                 if lost {
                     self.slots[slot].outstanding = Some(Outstanding {
                         retries: out.retries + 1,
-                        deadline: Instant::from_nanos(u64::MAX),
+                        deadline: QUEUED,
                         ..out
                     });
                     let why = if out.awaiting_repair {
