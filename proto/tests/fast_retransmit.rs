@@ -5,6 +5,7 @@
 // (Each test binary uses part of the shared harness.)
 #[allow(dead_code)]
 mod common;
+use common::seq_of;
 
 use common::{Net, Outcome};
 use ina_proto::rtt::RtoConfig;
@@ -73,10 +74,6 @@ fn run_timed(
 /// Rounds the harness runs at most (of [`common::ROUND`] each, about a round trip: answers to
 /// one round's packets arrive in the next). Timers are at least 500 µs: 10 rounds.
 const ROUNDS: usize = 2_000;
-
-fn seq_of(packet: &[u8]) -> u32 {
-    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
-}
 
 #[test]
 fn a_lost_data_packet_is_repaired_without_its_timer() {

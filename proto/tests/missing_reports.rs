@@ -5,6 +5,7 @@
 
 #[allow(dead_code)]
 mod common;
+use common::{kind_of, seq_of};
 
 use common::Net;
 use ina_proto::rtt::RtoConfig;
@@ -39,10 +40,6 @@ fn exact_and_finished(ran: common::Ran) -> Vec<StreamStats> {
         .collect()
 }
 
-fn seq_of(packet: &[u8]) -> u32 {
-    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
-}
-
 /// Runs three ranks of 640 packets; rank 1 loses the first transmission of every 10th packet.
 /// Returns each stream's statistics and the number of packets lost.
 fn rank_1_loses_every_tenth(gap_reports: bool) -> (Vec<StreamStats>, u64) {
@@ -52,7 +49,7 @@ fn rank_1_loses_every_tenth(gap_reports: bool) -> (Vec<StreamStats>, u64) {
         |_, _| false,
         &[],
         |rank, p| {
-            let data = p[0] & 0x0f == 1 && p.len() > 16;
+            let data = kind_of(p) == 1 && p.len() > 16;
             // (Only the first transmission: a copy of a lost packet finds `s` in the set.)
             let s = seq_of(p);
             rank == 1 && data && s % 10 == 3 && dropped.insert(s)
@@ -133,7 +130,7 @@ fn repair_of(index: u32, times: usize) -> (Duration, StreamStats) {
         |_, _| false,
         &[],
         |rank, p| {
-            let data = p[0] & 0x0f == 1 && p.len() > 16;
+            let data = kind_of(p) == 1 && p.len() > 16;
             let hit = rank == 1 && data && seq_of(p) == 64 + index && lost < times;
             lost += usize::from(hit);
             hit

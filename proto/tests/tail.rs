@@ -7,6 +7,7 @@
 
 #[allow(dead_code)]
 mod common;
+use common::{kind_of, seq_of};
 
 use common::Net;
 use ina_proto::pipeline::{PortId, Verdict};
@@ -59,14 +60,6 @@ type Event = (Instant, u64, usize, bool, Vec<u8>);
 struct Ran {
     finished: Duration,
     stats: Vec<StreamStats>,
-}
-
-fn seq_of(packet: &[u8]) -> u32 {
-    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
-}
-
-fn kind_of(packet: &[u8]) -> u8 {
-    packet[0] & 0x0f
 }
 
 /// Runs the streams; `drop(rank, way, packet)` loses a packet on rank's link. Every rank

@@ -167,3 +167,13 @@ pub fn run(
         finished: now - Instant::ZERO,
     }
 }
+
+/// The seq field of a packet the harness carries (every packet is at least a header).
+pub fn seq_of(packet: &[u8]) -> u32 {
+    u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]])
+}
+
+/// The message type of a packet the harness carries.
+pub fn kind_of(packet: &[u8]) -> u8 {
+    packet[0] & 0x0f
+}
