@@ -371,6 +371,8 @@ pub(crate) struct SimResult {
     missing_reports: u64,
     /// Data sent again because a Missing report named it (included in `retransmissions`).
     resent_reported: u64,
+    /// Results the workers found lost by their gap counters and reported to the switch.
+    results_reported: u64,
     /// Packets the links lost, both directions.
     packets_lost: u64,
     /// Bytes of `ina` packets the workers sent, retransmissions included.
@@ -632,6 +634,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 resent_missing: t.resent_missing,
                 missing_reports: t.missing_reports,
                 resent_reported: t.resent_reported,
+                results_reported: t.results_reported,
                 packets_lost: lost,
                 bytes_sent: t.bytes_sent,
                 duplicate_results: t.duplicate_results,

@@ -341,12 +341,12 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
     )
     .counter(
         "ina_switch_missing_from_lower_total",
-        "Missing reports from lower switches answered with the total they lacked (or a Pending).",
+        "Missing reports of lost results, from workers or lower switches, answered with the stored result (or a Pending).",
         p.missing_received,
     )
     .counter(
         "ina_switch_missing_unmatched_total",
-        "Missing reports from lower switches that named no use recorded here.",
+        "Missing reports of lost results that named no use recorded here.",
         p.missing_unmatched,
     )
     .counter(

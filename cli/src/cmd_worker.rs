@@ -189,6 +189,11 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
         ],
     )
     .counter(
+        "ina_worker_results_reported_total",
+        "Results whose gap counter showed them lost, reported to the switch for its stored copy.",
+        t.results_reported,
+    )
+    .counter(
         "ina_worker_queries_total",
         "Retransmissions sent as 16-byte Queries (the switch held the data).",
         t.queries,

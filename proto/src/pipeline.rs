@@ -309,9 +309,10 @@ pub struct Counters {
     /// (instead of a Query up, PROTOCOL.md §9).
     #[cfg_attr(feature = "serde", serde(default))]
     pub partials_for_fetch: u64,
-    /// Missing reports from a rank that is a lower switch: totals multicast to it with gap
-    /// counters that never arrived (PROTOCOL.md §9). Each is answered as that rank's fetching
-    /// Query of the use it names (a Result, or a Pending), counted there too.
+    /// Missing reports from a rank, a worker or a lower switch: results multicast to it with
+    /// gap counters that never arrived (PROTOCOL.md §5 "Lost results", §9). Each is answered
+    /// as that rank's fetching Query of the use it names (a Result, or a Pending), counted
+    /// there too.
     #[cfg_attr(feature = "serde", serde(default))]
     pub missing_received: u64,
     /// Missing reports from a rank that name no use this switch recorded.
@@ -1034,8 +1035,9 @@ impl Pipeline {
         }
     }
 
-    /// A Missing report from rank `hdr.rank`, a lower switch (PROTOCOL.md §9): the multicast
-    /// results that carried the gap counters it names never reached it. The first one's use,
+    /// A Missing report from rank `hdr.rank`, a worker or a lower switch (PROTOCOL.md §5
+    /// "Lost results", §9): the multicast results that carried the gap counters it names
+    /// never reached it. The first one's use,
     /// looked up in `reg_result_use`, is answered as that rank's fetching Query of it: its
     /// stored result if the use is complete, else a Pending.
     #[cold]
@@ -1748,8 +1750,10 @@ fn note_counter(
 /// came, or behind by more than half the counter's range, which modulo 64 looks like a jump
 /// far ahead. Read as a jump ahead, either would report much of the block missing: with 5%
 /// of packets reordered by up to 50 µs, Missing reports made the workers send their data
-/// twice (behind by 32 or less), then a fifth of it again (behind by 33 to 56).
-fn take_counter(latest: &mut u32, counter: u8) -> Option<(u8, u8)> {
+/// twice (behind by 32 or less), then a fifth of it again (behind by 33 to 56). The workers
+/// apply the same rule to the counters of the results they receive (the session's
+/// `note_result_counter`).
+pub(crate) fn take_counter(latest: &mut u32, counter: u8) -> Option<(u8, u8)> {
     let m = u32::from(GAP_COUNTER);
     let previous = *latest;
     if previous == 0 {

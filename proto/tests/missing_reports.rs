@@ -156,3 +156,59 @@ fn a_repair_in_the_last_window_goes_twice() {
     let (_, stats) = repair_of(200, 1);
     assert_eq!(stats.tail_copies, 0, "{stats:?}");
 }
+
+/// Rank 2 loses every tenth multicast result on its way down (the copy that carries a gap
+/// counter). The next result to the same block shows the skip: rank 2 reports the counter,
+/// and the switch sends its stored copy. The sums are exact, rank 2 asks the switch about few
+/// of them (a status Query answered "complete"), and the other ranks report nothing.
+#[test]
+fn a_lost_result_is_reported_by_its_gap_counter_and_sent_again() {
+    let mut lost = HashSet::new();
+    let ran = common::run_both_ways(
+        &net(3, 640, true),
+        |_, _| false,
+        &[],
+        |_, _| false,
+        |rank, p| {
+            let counted_result = kind_of(p) == 2 && p[1] & 0b10 != 0;
+            let s = seq_of(p);
+            rank == 2 && counted_result && s % 10 == 5 && lost.insert(s)
+        },
+    );
+    let stats = exact_and_finished(ran);
+    let lost = lost.len() as u64;
+    assert!(lost >= 60, "{lost}");
+    let s2 = &stats[2];
+    // Each loss is reported once, unless no later result to its block came before the
+    // stream's end asked about it.
+    assert!(
+        s2.results_reported >= lost * 9 / 10 && s2.results_reported <= lost,
+        "{lost} lost: {s2:?}"
+    );
+    assert!(s2.completions_seen <= lost / 10, "{lost} lost: {s2:?}");
+    for r in [0, 1] {
+        assert_eq!(stats[r].results_reported, 0, "rank {r}: {:?}", stats[r]);
+    }
+}
+
+/// Without the switch's reports, results carry no counters and nothing is reported: a lost
+/// result is found by the worker's Queries, as before.
+#[test]
+fn without_reports_lost_results_are_asked_about() {
+    let mut lost = HashSet::new();
+    let ran = common::run_both_ways(
+        &net(3, 640, false),
+        |_, _| false,
+        &[],
+        |_, _| false,
+        |rank, p| {
+            let result = kind_of(p) == 2 && p.len() > 16;
+            let s = seq_of(p);
+            rank == 2 && result && s % 10 == 5 && lost.insert(s)
+        },
+    );
+    let stats = exact_and_finished(ran);
+    assert!(lost.len() >= 60, "{}", lost.len());
+    assert_eq!(stats[2].results_reported, 0, "{:?}", stats[2]);
+    assert!(stats[2].resent() >= lost.len() as u64 / 2, "{:?}", stats[2]);
+}

@@ -99,7 +99,19 @@ pub fn run(
     net: &Net,
     asleep: impl Fn(usize, usize) -> bool,
     dead: &[usize],
+    drop: impl FnMut(usize, &[u8]) -> bool,
+) -> Ran {
+    run_both_ways(net, asleep, dead, drop, |_, _| false)
+}
+
+/// [`run`], where also a packet for which `drop_down(rank, packet)` holds is lost on its way
+/// from the switch to `rank`.
+pub fn run_both_ways(
+    net: &Net,
+    asleep: impl Fn(usize, usize) -> bool,
+    dead: &[usize],
     mut drop: impl FnMut(usize, &[u8]) -> bool,
+    mut drop_down: impl FnMut(usize, &[u8]) -> bool,
 ) -> Ran {
     let mut pipe = pipeline(net);
     let mut tensors = inputs(net);
@@ -115,7 +127,7 @@ pub fn run(
             for (r, bytes) in std::mem::take(&mut inbox) {
                 if asleep(r, round) {
                     later.push((r, bytes));
-                } else {
+                } else if !drop_down(r, &bytes) {
                     streams[r].handle_datagram(now, &bytes);
                 }
             }
