@@ -14,6 +14,7 @@
 
 pub mod alloc;
 pub mod event;
+mod gap;
 mod kernels;
 pub mod l2;
 pub mod pipeline;

@@ -36,6 +36,8 @@
 //! set of cells as `max_elems/2` pair arrays indexed by `2*slot+set`; the array starts on a
 //! cache line, so that with `max_elems` a multiple of 16 the cells of every `(slot, set)` do.
 
+use crate::gap::take_counter;
+pub use crate::gap::MAX_REPORTED_GAP;
 use crate::kernels::{self, Isa};
 use crate::Instant;
 use ina_wire::agg::{PendingInfo, ProbeInfo, GAP_BLOCK, GAP_COUNTER, MAX_RANK};
@@ -1037,9 +1039,9 @@ impl Pipeline {
 
     /// A Missing report from rank `hdr.rank`, a worker or a lower switch (PROTOCOL.md §5
     /// "Lost results", §9): the multicast results that carried the gap counters it names
-    /// never reached it. The first one's use,
-    /// looked up in `reg_result_use`, is answered as that rank's fetching Query of it: its
-    /// stored result if the use is complete, else a Pending.
+    /// never reached it. The first one's use, looked up in `reg_result_use`, is answered as
+    /// that rank's fetching Query of it: its stored result if the use is complete, else a
+    /// Pending.
     #[cold]
     fn answer_lower_missing(
         &mut self,
@@ -1742,37 +1744,6 @@ fn note_counter(
         header,
     });
 }
-
-/// A gap cell's update for `counter` (the cell holds the latest counter plus 64; 0: none
-/// yet): the first skipped counter and how many were skipped, if 1 to [`MAX_REPORTED_GAP`].
-/// Any other counter (the cell's own, one behind it, or one further ahead) leaves the cell
-/// as it is: a packet the network delayed past later ones, whose gap was reported when they
-/// came, or behind by more than half the counter's range, which modulo 64 looks like a jump
-/// far ahead. Read as a jump ahead, either would report much of the block missing: with 5%
-/// of packets reordered by up to 50 µs, Missing reports made the workers send their data
-/// twice (behind by 32 or less), then a fifth of it again (behind by 33 to 56). The workers
-/// apply the same rule to the counters of the results they receive (the session's
-/// `note_result_counter`).
-pub(crate) fn take_counter(latest: &mut u32, counter: u8) -> Option<(u8, u8)> {
-    let m = u32::from(GAP_COUNTER);
-    let previous = *latest;
-    if previous == 0 {
-        *latest = m + u32::from(counter);
-        return None;
-    }
-    let skipped = (u32::from(counter) + 2 * m - previous - 1) % m;
-    if skipped > MAX_REPORTED_GAP {
-        return None;
-    }
-    *latest = m + u32::from(counter);
-    (skipped != 0).then_some((((previous + 1) % m) as u8, skipped as u8))
-}
-
-/// The most first transmissions one Missing report names. A counter further ahead of its
-/// cell than this many skipped is taken for a late packet, not a burst of losses: losing 8
-/// first transmissions in a row to one block happens with probability 0.2^8 = 2.6e-6 at 20%
-/// loss, and such a burst is still found by the workers' Queries (PROTOCOL.md §5).
-pub const MAX_REPORTED_GAP: u32 = 7;
 
 #[cold]
 fn drop_counted(counters: &mut Counters, reason: DropReason) -> Verdict<'static> {
