@@ -157,26 +157,32 @@ fn a_repair_in_the_last_window_goes_twice() {
     assert_eq!(stats.tail_copies, 0, "{stats:?}");
 }
 
+/// Runs three ranks of 640 packets; rank 2 loses, on their way down, the results for which
+/// `result` holds whose seq is 5 modulo 10 (the first copy only). Returns each stream's
+/// statistics and the number of results lost.
+fn rank_2_loses_every_tenth_result(
+    gap_reports: bool,
+    result: impl Fn(&[u8]) -> bool,
+) -> (Vec<StreamStats>, u64) {
+    let mut lost = HashSet::new();
+    let ran = common::run_both_ways(
+        &net(3, 640, gap_reports),
+        |_, _| false,
+        &[],
+        |_, _| false,
+        |rank, p| rank == 2 && result(p) && seq_of(p) % 10 == 5 && lost.insert(seq_of(p)),
+    );
+    (exact_and_finished(ran), lost.len() as u64)
+}
+
 /// Rank 2 loses every tenth multicast result on its way down (the copy that carries a gap
 /// counter). The next result to the same block shows the skip: rank 2 reports the counter,
 /// and the switch sends its stored copy. The sums are exact, rank 2 asks the switch about few
 /// of them (a status Query answered "complete"), and the other ranks report nothing.
 #[test]
 fn a_lost_result_is_reported_by_its_gap_counter_and_sent_again() {
-    let mut lost = HashSet::new();
-    let ran = common::run_both_ways(
-        &net(3, 640, true),
-        |_, _| false,
-        &[],
-        |_, _| false,
-        |rank, p| {
-            let counted_result = kind_of(p) == 2 && p[1] & 0b10 != 0;
-            let s = seq_of(p);
-            rank == 2 && counted_result && s % 10 == 5 && lost.insert(s)
-        },
-    );
-    let stats = exact_and_finished(ran);
-    let lost = lost.len() as u64;
+    let counted_result = |p: &[u8]| kind_of(p) == 2 && p[1] & 0b10 != 0;
+    let (stats, lost) = rank_2_loses_every_tenth_result(true, counted_result);
     assert!(lost >= 60, "{lost}");
     let s2 = &stats[2];
     // Each loss is reported once, unless no later result to its block came before the
@@ -195,20 +201,9 @@ fn a_lost_result_is_reported_by_its_gap_counter_and_sent_again() {
 /// result is found by the worker's Queries, as before.
 #[test]
 fn without_reports_lost_results_are_asked_about() {
-    let mut lost = HashSet::new();
-    let ran = common::run_both_ways(
-        &net(3, 640, false),
-        |_, _| false,
-        &[],
-        |_, _| false,
-        |rank, p| {
-            let result = kind_of(p) == 2 && p.len() > 16;
-            let s = seq_of(p);
-            rank == 2 && result && s % 10 == 5 && lost.insert(s)
-        },
-    );
-    let stats = exact_and_finished(ran);
-    assert!(lost.len() >= 60, "{}", lost.len());
+    let full_result = |p: &[u8]| kind_of(p) == 2 && p.len() > 16;
+    let (stats, lost) = rank_2_loses_every_tenth_result(false, full_result);
+    assert!(lost >= 60, "{lost}");
     assert_eq!(stats[2].results_reported, 0, "{:?}", stats[2]);
-    assert!(stats[2].resent() >= lost.len() as u64 / 2, "{:?}", stats[2]);
+    assert!(stats[2].resent() >= lost / 2, "{:?}", stats[2]);
 }
