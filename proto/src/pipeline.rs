@@ -1698,12 +1698,26 @@ compile_for!(
     burst_avx512
 );
 
-/// A Missing report: the header of the packet to send, and the port it goes to.
+/// A Missing report: the header of the packet to send, the port it goes to, and how many
+/// copies to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Report {
     pub port: PortId,
     pub header: [u8; HEADER_LEN],
+    /// Copies to send, back to back: [`DATA_REPORT_COPIES`] for a report of lost Data, 1 for
+    /// a lower switch's report of lost totals.
+    pub copies: u8,
 }
+
+/// The copies of a report of lost Data (PROTOCOL.md §5, "Missing reports"). A report lost
+/// too leaves the loss to its sender's Queries, a round trip or two later, and the stream's
+/// end waits for exactly such a chain where thousands of packets are in flight: in the
+/// simulator at 1% loss, the last use of a tree's stream most often waited for a worker's
+/// data lost in the last window whose report was lost as well. The second copy costs 16
+/// bytes. (A lower switch's report of lost totals goes once: its answer is a full total,
+/// and a second one would queue behind the totals on the link between the levels; sending
+/// every report twice cost 4 racks of 8 1.4 Gbit/s.)
+pub const DATA_REPORT_COPIES: u8 = 2;
 
 /// The gap register's update for a Data packet with a gap counter (PROTOCOL.md §5, loss
 /// recovery): the cell of the sender and the packet's block takes the counter, and the numbers
@@ -1742,6 +1756,7 @@ fn note_counter(
     *report = Some(Report {
         port: ingress,
         header,
+        copies: DATA_REPORT_COPIES,
     });
 }
 
@@ -1896,16 +1911,21 @@ fn stamp(next_counters: &mut [u8], uses: &mut [u32], slot: usize, set: usize) ->
     let next = next_counters.get_mut(block)?;
     let counter = *next;
     *next = (counter + 1) % GAP_COUNTER;
-    let cell = uses.get_mut(block * usize::from(GAP_COUNTER) + usize::from(counter))?;
+    let cell = uses.get_mut(use_cell(slot as u16, counter))?;
     *cell = (2 * slot + set + 1) as u32;
     Some(counter)
+}
+
+/// The cell of `uses` (see [`stamp`]) for `counter` in the block of `slot`.
+fn use_cell(slot: u16, counter: u8) -> usize {
+    usize::from(slot / GAP_BLOCK) * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER)
 }
 
 /// The use `(slot, set)` recorded in `uses` (see [`stamp`]) for `counter` in the block of
 /// `slot`, if any.
 fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
     let block = usize::from(slot / GAP_BLOCK);
-    let cell = *uses.get(block * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER))?;
+    let cell = *uses.get(use_cell(slot, counter))?;
     let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
     let (named, set) = (use_index / 2, use_index % 2);
     if named / usize::from(GAP_BLOCK) != block {
@@ -1955,6 +1975,7 @@ fn note_total_counter(
     *report = Some(Report {
         port: up.port,
         header,
+        copies: 1,
     });
     true
 }
@@ -2005,12 +2026,20 @@ struct ReportedUse {
 /// The use whose partial carried the first counter the Missing report `hdr` names, if it
 /// still waits here for its total: the report is for this switch's rank and epoch there, its
 /// slot (the later partial's) in the job's range, and the recorded use in the same block.
-fn reported_use(regs: &Registers, job: &JobConfig, hdr: &AggRepr) -> Option<ReportedUse> {
+/// The record is read and cleared (one stateful access on a P4 switch): only the upper switch
+/// reports this switch's partials, each counter once, so a second report of it is a copy (the
+/// upper switch sends its reports twice, [`DATA_REPORT_COPIES`]), which must not send a
+/// second partial.
+fn reported_use(regs: &mut Registers, job: &JobConfig, hdr: &AggRepr) -> Option<ReportedUse> {
     let up = job
         .uplink
         .filter(|u| u.rank == hdr.rank && u.epoch == hdr.epoch)?;
     let later = up.slot_down(job, hdr.slot)?;
-    let (slot, set) = recorded_use(&regs.partial_uses, later, hdr.gap?)?;
+    let counter = hdr.gap?;
+    let (slot, set) = recorded_use(&regs.partial_uses, later, counter)?;
+    if let Some(cell) = regs.partial_uses.get_mut(use_cell(later, counter)) {
+        *cell = 0;
+    }
     let (slot, set) = (usize::from(slot), usize::from(set));
     let regs = regs.slots.get(slot)?;
     let partial_elems = awaiting(regs.count[set], job.elems_per_packet)?;

@@ -6,6 +6,7 @@
 
 use ina_proto::pipeline::{
     DropReason, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict, AWAITING_TOTAL,
+    DATA_REPORT_COPIES,
 };
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
@@ -744,7 +745,9 @@ fn run_any(
                             Verdict::Absorbed | Verdict::Drop(_) => {}
                         }
                         if let Some(rep) = tree.switches[s].poll_report() {
-                            outputs.push((dest(rep.port), rep.header.to_vec()));
+                            for _ in 0..rep.copies {
+                                outputs.push((dest(rep.port), rep.header.to_vec()));
+                            }
                         }
                     }
                 }
@@ -928,6 +931,13 @@ fn a_lost_partial_is_reported_by_the_upper_switch_and_sent_again() {
     assert_eq!(again[16..], p1[16..]);
     let c = t.racks[0].counters();
     assert_eq!((c.partials_reported, c.upstream_missing), (1, 0));
+    // Its copy (a report of lost data goes twice) finds the record cleared: no second
+    // partial goes up.
+    assert_eq!(report.copies, DATA_REPORT_COPIES);
+    let v = t.racks[0].process(UPLINK, &report.header, now, &mut out);
+    assert_eq!(v, Verdict::Absorbed);
+    let c = t.racks[0].counters();
+    assert_eq!((c.partials_reported, c.upstream_missing), (1, 1));
     let v = t.upper.process(PortId(0), &again, now, &mut out);
     assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
     assert!(t.upper.poll_report().is_none());
@@ -939,7 +949,7 @@ fn a_lost_partial_is_reported_by_the_upper_switch_and_sent_again() {
     let v = t.racks[0].process(UPLINK, &report.header, now, &mut out);
     assert_eq!(v, Verdict::Absorbed);
     let c = t.racks[0].counters();
-    assert_eq!((c.partials_reported, c.upstream_missing), (1, 1));
+    assert_eq!((c.partials_reported, c.upstream_missing), (1, 2));
 }
 
 #[test]
@@ -1025,7 +1035,7 @@ fn a_lost_total_is_reported_by_the_rack_switch_and_sent_again() {
     let v = t.racks[0].process(UPLINK, &totals[2], now, &mut out);
     assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
     let report = t.racks[0].poll_report().expect("a Missing report up");
-    assert_eq!(report.port, UPLINK);
+    assert_eq!((report.port, report.copies), (UPLINK, 1));
     let missing = parse(&report.header);
     assert_eq!(
         (missing.kind, missing.job, missing.epoch, missing.rank),

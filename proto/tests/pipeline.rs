@@ -3,6 +3,7 @@
 
 use ina_proto::pipeline::{
     DropReason, JobConfig, JobError, Pipeline, PipelineConfig, PortId, SlotRegisters, Verdict,
+    DATA_REPORT_COPIES,
 };
 use ina_proto::Instant;
 use ina_wire::agg::ProbeInfo;
@@ -778,7 +779,7 @@ fn skipped_gap_counters_are_reported_to_their_sender() {
     // Counters 2, 3 and 4 never arrived.
     assert_eq!(send(&mut p, 10, &counted(0, 69, 105, 5)), Out::Absorbed);
     let r = p.poll_report().expect("a report");
-    assert_eq!(r.port, PortId(10));
+    assert_eq!((r.port, r.copies), (PortId(10), DATA_REPORT_COPIES));
     let (h, _) = AggRepr::parse_bytes(&r.header).unwrap();
     assert_eq!(
         (h.kind, h.gap, h.exponent, h.slot, h.seq, h.rank, h.count),

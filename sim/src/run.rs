@@ -623,7 +623,9 @@ pub fn run(scenario: &Scenario) -> Report {
                         Verdict::Drop(_) | Verdict::Absorbed => {}
                     }
                     if let Some(report) = pipe.poll_report().filter(|_| scenario.gap_reports) {
-                        net.send(switch, report.port, &report.header);
+                        for _ in 0..report.copies {
+                            net.send(switch, report.port, &report.header);
+                        }
                     }
                 }
             }

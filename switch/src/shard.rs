@@ -435,7 +435,9 @@ impl Egress<'_> {
             },
         );
         if let Some(report) = pipe.poll_report() {
-            send_report(self.addr_of, self.loss_out, self.stats, report, tx);
+            for _ in 0..report.copies {
+                send_report(self.addr_of, self.loss_out, self.stats, report, tx);
+            }
         }
         let Some(reply) = reply else { return };
         if multicast && !self.groups.is_empty() {

@@ -157,7 +157,9 @@ pub fn run_both_ways(
                         Verdict::Absorbed | Verdict::Drop(_) => {}
                     }
                     if let Some(report) = pipe.poll_report().filter(|_| net.gap_reports) {
-                        inbox.push((usize::from(report.port.0), report.header.to_vec()));
+                        for _ in 0..report.copies {
+                            inbox.push((usize::from(report.port.0), report.header.to_vec()));
+                        }
                     }
                 }
             }
