@@ -269,7 +269,8 @@ pub struct StreamStats {
     pub pending_answers: u64,
     /// Data sent again because a Pending answer showed the switch lacked this worker's data.
     pub resent_missing: u64,
-    /// Missing reports received that named a packet still unanswered.
+    /// Missing reports received that named a packet still unanswered (each copy: the switch
+    /// sends every report twice).
     pub missing_reports: u64,
     /// Data sent again because a Missing report named it (included in `retransmissions`).
     pub resent_reported: u64,
