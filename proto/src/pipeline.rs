@@ -1911,21 +1911,21 @@ fn stamp(next_counters: &mut [u8], uses: &mut [u32], slot: usize, set: usize) ->
     let next = next_counters.get_mut(block)?;
     let counter = *next;
     *next = (counter + 1) % GAP_COUNTER;
-    let cell = uses.get_mut(use_cell(slot as u16, counter))?;
+    let cell = uses.get_mut(use_cell(slot, counter))?;
     *cell = (2 * slot + set + 1) as u32;
     Some(counter)
 }
 
 /// The cell of `uses` (see [`stamp`]) for `counter` in the block of `slot`.
-fn use_cell(slot: u16, counter: u8) -> usize {
-    usize::from(slot / GAP_BLOCK) * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER)
+fn use_cell(slot: usize, counter: u8) -> usize {
+    slot / usize::from(GAP_BLOCK) * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER)
 }
 
 /// The use `(slot, set)` recorded in `uses` (see [`stamp`]) for `counter` in the block of
 /// `slot`, if any.
 fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
     let block = usize::from(slot / GAP_BLOCK);
-    let cell = *uses.get(use_cell(slot, counter))?;
+    let cell = *uses.get(use_cell(usize::from(slot), counter))?;
     let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
     let (named, set) = (use_index / 2, use_index % 2);
     if named / usize::from(GAP_BLOCK) != block {
@@ -2037,7 +2037,10 @@ fn reported_use(regs: &mut Registers, job: &JobConfig, hdr: &AggRepr) -> Option<
     let later = up.slot_down(job, hdr.slot)?;
     let counter = hdr.gap?;
     let (slot, set) = recorded_use(&regs.partial_uses, later, counter)?;
-    if let Some(cell) = regs.partial_uses.get_mut(use_cell(later, counter)) {
+    if let Some(cell) = regs
+        .partial_uses
+        .get_mut(use_cell(usize::from(later), counter))
+    {
         *cell = 0;
     }
     let (slot, set) = (usize::from(slot), usize::from(set));
