@@ -1934,6 +1934,16 @@ fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
     Some((u16::try_from(named).ok()?, set as u8))
 }
 
+/// [`recorded_use`], and the record cleared (read and cleared in one stateful access on a P4
+/// switch): a second report naming the same counter then names nothing.
+fn take_recorded_use(uses: &mut [u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
+    let named = recorded_use(uses, slot, counter)?;
+    if let Some(cell) = uses.get_mut(use_cell(usize::from(slot), counter)) {
+        *cell = 0;
+    }
+    Some(named)
+}
+
 /// A total's gap counter, on the lower switch it came down to (PROTOCOL.md §9): the cell of
 /// its block takes it, and counters it skipped (1 to [`MAX_REPORTED_GAP`]) are reported to
 /// the upper switch in a Missing of this switch's rank there, as a worker's skipped Data is
@@ -2035,14 +2045,7 @@ fn reported_use(regs: &mut Registers, job: &JobConfig, hdr: &AggRepr) -> Option<
         .uplink
         .filter(|u| u.rank == hdr.rank && u.epoch == hdr.epoch)?;
     let later = up.slot_down(job, hdr.slot)?;
-    let counter = hdr.gap?;
-    let (slot, set) = recorded_use(&regs.partial_uses, later, counter)?;
-    if let Some(cell) = regs
-        .partial_uses
-        .get_mut(use_cell(usize::from(later), counter))
-    {
-        *cell = 0;
-    }
+    let (slot, set) = take_recorded_use(&mut regs.partial_uses, later, hdr.gap?)?;
     let (slot, set) = (usize::from(slot), usize::from(set));
     let regs = regs.slots.get(slot)?;
     let partial_elems = awaiting(regs.count[set], job.elems_per_packet)?;
