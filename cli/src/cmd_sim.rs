@@ -360,6 +360,9 @@ pub(crate) struct SimResult {
     fast_retransmissions: u64,
     /// Retransmissions sent as stall probes (included in `retransmissions`).
     stall_probes: u64,
+    /// Queries asking again about a use that holds the worker's data and waits for another
+    /// worker's repair (not in `retransmissions`).
+    rechecks: u64,
     /// Retransmissions sent as header-only Queries (included in `retransmissions`).
     queries: u64,
     /// Pending answers the workers received.
@@ -629,6 +632,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 retransmissions: t.retransmissions,
                 fast_retransmissions: t.fast_retransmissions,
                 stall_probes: t.stall_probes,
+                rechecks: t.rechecks,
                 queries: t.queries,
                 pending_answers: t.pending_answers,
                 resent_missing: t.resent_missing,

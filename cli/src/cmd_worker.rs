@@ -186,6 +186,7 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
                     .saturating_sub(t.resent_missing),
             ),
             ("stall_probe", t.stall_probes),
+            ("recheck", t.rechecks),
         ],
     )
     .counter(

@@ -262,8 +262,12 @@ pub struct StreamStats {
     /// sent for two round trips. Not counted in `retransmissions`: a probe is sent on no
     /// evidence of loss, and on a lossless network it is what a slow worker costs the others.
     pub stall_probes: u64,
-    /// Packets sent again as a header-only Query instead of the data (retransmissions or stall
-    /// probes): the switch holds the data, or may.
+    /// Queries that ask again about a use holding this worker's data, which waits for another
+    /// worker's repair: sent on no evidence of loss, at the pace of the time waited. Not
+    /// counted in `retransmissions` nor in `stall_probes`.
+    pub rechecks: u64,
+    /// Packets sent again as a header-only Query instead of the data (retransmissions, stall
+    /// probes or rechecks): the switch holds the data, or may.
     pub queries: u64,
     /// Pending answers received: the use of a slot was still collecting.
     pub pending_answers: u64,
@@ -309,6 +313,7 @@ impl StreamStats {
         self.retransmissions += o.retransmissions;
         self.fast_retransmissions += o.fast_retransmissions;
         self.stall_probes += o.stall_probes;
+        self.rechecks += o.rechecks;
         self.queries += o.queries;
         self.pending_answers += o.pending_answers;
         self.resent_missing += o.resent_missing;
@@ -328,7 +333,7 @@ impl StreamStats {
     }
 
     pub fn resent(&self) -> u64 {
-        self.retransmissions + self.stall_probes
+        self.retransmissions + self.stall_probes + self.rechecks
     }
 }
 
@@ -749,7 +754,8 @@ impl<'a> Stream<'a> {
                     self.stats.retransmissions += 1;
                     self.stats.fast_retransmissions += 1;
                 }
-                Retransmit::StallProbe | Retransmit::Recheck => self.stats.stall_probes += 1,
+                Retransmit::StallProbe => self.stats.stall_probes += 1,
+                Retransmit::Recheck => self.stats.rechecks += 1,
                 Retransmit::Missing => {
                     self.stats.retransmissions += 1;
                     self.stats.resent_missing += 1;

@@ -202,6 +202,9 @@ pub struct CommCounters {
     /// Packets sent again as stall probes, on no evidence of loss (see
     /// [`StreamStats::stall_probes`]).
     pub stall_probes: u64,
+    /// Queries asking again about a use that holds this worker's data (see
+    /// [`StreamStats::rechecks`]).
+    pub rechecks: u64,
     pub datagrams_received: u64,
     /// Datagrams that were not from the switch, or not `ina` packets of this job.
     pub foreign: u64,
@@ -791,6 +794,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                 self.counters.packets_sent += stats.packets_sent;
                 self.counters.retransmissions += stats.retransmissions;
                 self.counters.stall_probes += stats.stall_probes;
+                self.counters.rechecks += stats.rechecks;
                 let result = match outcome {
                     Ok(stream) => Ok(OpStats {
                         elements: a.elements,
