@@ -98,6 +98,12 @@ pub struct SimArgs {
     /// kernel queue: every packet then waits behind the whole window, repairs included).
     #[arg(long, default_value_t = ina_sim::DEFAULT_NIC_QUEUE)]
     pub(crate) nic_queue: u32,
+    /// Bytes each `ina` packet takes on every link beyond its datagram: 66 for UDP over IPv4
+    /// on Ethernet (headers, preamble and inter-frame gap), 42 on the testbed's veth links
+    /// (the shaper counts the Ethernet frame without preamble or FCS); 0 counts the datagram
+    /// alone.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) framing_bytes: u32,
     /// Runs once per loss probability in the list (per packet and direction; the lossless
     /// run is added) and reports each one's goodput as a fraction of the lossless run's,
     /// beside the ideal 1 − p.
@@ -148,7 +154,7 @@ pub struct SimArgs {
     /// A TOML file describing the run: any of the flags above by name (`workers`, `jobs`,
     /// `rack_size`, `uplink_gbps`, `uplink_latency_us`,
     /// `elements`, `elems`, `window`, `gbps`, `latency_us`, `loss`, `duplicate`, `reorder`,
-    /// `rto_min_us`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses its
+    /// `rto_min_us`, `nic_queue`, `framing_bytes`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses its
     /// state and comes back with the jobs under new epochs), and `[[fault]]` tables that name
     /// one worker (`job` from 1, `rank`) and change it: `starts_at_us`, `dies_at_us`, or its
     /// link (`loss`, `duplicate`, `reorder`, `gbps`, `latency_us`). The file's values replace
@@ -183,6 +189,7 @@ struct SimFile {
     reorder: Option<f64>,
     rto_min_us: Option<f64>,
     nic_queue: Option<u32>,
+    framing_bytes: Option<u32>,
     generated: Option<bool>,
     seed: Option<u64>,
     seeds: Option<u64>,
@@ -259,6 +266,7 @@ fn apply_file(path: &std::path::Path, args: &mut SimArgs) -> anyhow::Result<Faul
         reorder,
         rto_min_us,
         nic_queue,
+        framing_bytes,
         generated,
         seed,
         seeds,
@@ -473,6 +481,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         reorder: args.reorder,
         reorder_delay: Duration::from_secs_f64(args.latency_us * 4e-6),
         buffer_bytes: None,
+        framing_bytes: args.framing_bytes,
     };
     // (A generated run checks as it goes, without the reference's 12 bytes per element.)
     let reference = (!args.generated)

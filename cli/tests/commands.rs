@@ -219,6 +219,44 @@ fn sim_scenario_files_describe_jobs_and_faults() {
     assert!(stderr.contains("job 1 rank 4"), "{stderr}");
 }
 
+/// `--framing-bytes` (or `framing_bytes` in a scenario file) puts every packet's headers and
+/// line framing on the simulated links: a lossless run of 1040-byte packets is then bounded
+/// by 1106 bytes per packet.
+#[test]
+fn sim_framing_takes_link_time() {
+    let base = [
+        "sim",
+        "--workers",
+        "2",
+        "--elements",
+        "262144",
+        "--window",
+        "128",
+        "--generated",
+    ];
+    let seconds = |v: &Value| {
+        v.as_array().unwrap()[0]["virtual_seconds"]
+            .as_f64()
+            .unwrap()
+    };
+    let bare = seconds(&run_json(&base, "sim-bare.json"));
+    let flag = seconds(&run_json(
+        &[&base[..], &["--framing-bytes", "66"]].concat(),
+        "sim-framed.json",
+    ));
+    let file = scratch("framed.toml");
+    std::fs::write(&file, "framing_bytes = 66\n").unwrap();
+    let from_file = seconds(&run_json(
+        &[&base[..], &["--scenario", file.to_str().unwrap()]].concat(),
+        "sim-framed-file.json",
+    ));
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(flag, from_file);
+    // Most of the run is its packets' serialization: the ratio approaches 1106 / 1040.
+    let ratio = flag / bare;
+    assert!((1.03..1.07).contains(&ratio), "{flag} / {bare} = {ratio}");
+}
+
 /// `ina sim --sweep-loss` runs the lossless case and every loss asked for, reports each as a
 /// fraction of the lossless goodput beside `1 - p`, and draws them with `--plot`.
 #[test]

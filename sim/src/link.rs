@@ -23,6 +23,10 @@ pub struct LinkConfig {
     /// finds the queue fuller than this is dropped at its tail, as a switch port's buffer
     /// drops it. `None`: the queue never drops.
     pub buffer_bytes: Option<u64>,
+    /// Bytes each packet takes on the wire beyond the datagram given to the link: headers
+    /// below it and the line's own framing (66 for UDP over IPv4 on Ethernet: UDP 8, IPv4
+    /// 20, Ethernet 18, preamble and inter-frame gap 20). 0: the datagram alone.
+    pub framing_bytes: u32,
 }
 
 impl Default for LinkConfig {
@@ -35,6 +39,7 @@ impl Default for LinkConfig {
             reorder: 0.0,
             reorder_delay: Duration::from_micros(50),
             buffer_bytes: None,
+            framing_bytes: 0,
         }
     }
 }
@@ -90,9 +95,12 @@ impl Link {
         self.busy_until.saturating_duration_since(now)
     }
 
-    /// Puts a packet of `len` bytes on the link at `now`; returns the arrival times of the
-    /// copies that make it (none when lost, two when duplicated).
-    pub fn transmit(&mut self, now: Instant, len: usize, rng: &mut Rng) -> Vec<Instant> {
+    /// Puts a datagram of `datagram` bytes on the link at `now` (it takes
+    /// [`LinkConfig::framing_bytes`] more on the wire, which the link's byte counts and queue
+    /// include); returns the arrival times of the copies that make it (none when lost, two
+    /// when duplicated).
+    pub fn transmit(&mut self, now: Instant, datagram: usize, rng: &mut Rng) -> Vec<Instant> {
+        let len = datagram + self.cfg.framing_bytes as usize;
         self.stats.sent += 1;
         let start = now.max(self.busy_until);
         let (serialization, queued) = match self.cfg.bandwidth_bps {
@@ -161,6 +169,32 @@ mod tests {
             link.transmit(t, 1000, &mut rng),
             vec![t + Duration::from_nanos(12_000)]
         );
+    }
+
+    #[test]
+    fn framing_takes_time_and_room_on_the_wire() {
+        let mut rng = Rng::new(1);
+        let mut link = Link::new(LinkConfig {
+            latency: Duration::ZERO,
+            bandwidth_bps: Some(8_000_000_000), // 1 byte per ns
+            buffer_bytes: Some(200),
+            framing_bytes: 66,
+            ..LinkConfig::default()
+        });
+        let t = Instant::ZERO;
+        // A 16-byte datagram takes 82 ns, and the next one queues behind all of it.
+        assert_eq!(
+            link.transmit(t, 16, &mut rng),
+            vec![t + Duration::from_nanos(82)]
+        );
+        assert_eq!(
+            link.transmit(t, 16, &mut rng),
+            vec![t + Duration::from_nanos(164)]
+        );
+        // 164 bytes queued: a third 82-byte frame does not fit in 200.
+        assert!(link.transmit(t, 16, &mut rng).is_empty());
+        assert_eq!(link.stats.queue_drops, 1);
+        assert_eq!(link.stats.bytes, 164);
     }
 
     #[test]
