@@ -249,3 +249,40 @@ fn five_racks_at_one_percent_loss_with_slower_uplinks() {
         assert_correct(&report, &[inputs], &[ELEMS], seed);
     }
 }
+
+/// In a tree most answers that come back out of order belong to uses held up by another
+/// worker's repair, not to losses. Once a Query about one finds this worker's data held, the
+/// stream tolerates that much reordering for packets whose loss the switch would report
+/// (up to an eighth of the window), and asks about far fewer of them: at 10 Gbit/s, 2 racks
+/// of 8 and 1% loss, seed 0, 20 809 Queries in 135 726 packets without the rule, 7 192 in
+/// 122 115 with it.
+#[test]
+fn queries_found_held_teach_a_tree_the_reordering_it_tolerates() {
+    for seed in seeds(2) {
+        let mut rng = Rng::new(seed);
+        let len = 6_000 * usize::from(ELEMS);
+        let (spec, inputs) = job(&mut rng, 1, 0, 1024, 16, len);
+        let mut s = Scenario::new(seed, vec![spec]);
+        let lossy = LinkConfig {
+            loss: 0.01,
+            bandwidth_bps: Some(10_000_000_000),
+            ..LinkConfig::default()
+        };
+        s.link = lossy;
+        s.racks = racks(8, lossy);
+        let report = run(&s);
+        assert_correct(&report, &[inputs], &[ELEMS], seed);
+        let (mut queries, mut sent) = (0, 0);
+        for w in &report.jobs[0].workers {
+            for st in w.outcome.as_ref().unwrap().as_ref().unwrap() {
+                queries += st.queries;
+                sent += st.packets_sent;
+            }
+        }
+        eprintln!("seed {seed}: {queries} Queries in {sent} packets");
+        assert!(
+            queries * 10 < sent,
+            "seed {seed}: {queries} Queries in {sent} packets"
+        );
+    }
+}
