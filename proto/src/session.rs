@@ -1646,9 +1646,9 @@ impl<'a> Stream<'a> {
     }
 
     /// The tolerance for a first transmission whose loss the switch would report (see
-    /// [`Self::tolerates`]): the reordering tolerance, or the held reordering plus 3 if that
-    /// is larger, up to an eighth of the window; in the stream's last window, the reordering
-    /// tolerance.
+    /// [`Self::tolerates`]), given the reordering `tolerance`: the held reordering plus 3 if
+    /// that is larger, up to an eighth of the window; in the stream's last window,
+    /// `tolerance`.
     ///
     /// The answers that come back out of order are mostly those of uses that waited for
     /// another worker's repair, and the more workers, the more of them: in a tree of 4 racks
@@ -1663,14 +1663,13 @@ impl<'a> Stream<'a> {
     /// waiting holds a slot longer: with more than half the window in flight, where slots are
     /// short (a window of about one round trip: 2 racks of 8 with 64-element packets and 1024
     /// slots lost 2.6 Gbit/s of 61), the stream keeps the reordering tolerance.
-    fn held_tolerance(&self) -> u64 {
+    fn held_tolerance(&self, tolerance: u64) -> u64 {
         let window = u64::from(self.cfg.lane.window);
         if self.in_last_window() || self.sent_new - self.received > window / 2 {
-            return self.reorder_tolerance();
+            return tolerance;
         }
         let cap = (window / 8).max(3);
-        self.reorder_tolerance()
-            .max((self.held_reordering + 3).min(cap))
+        tolerance.max((self.held_reordering + 3).min(cap))
     }
 
     /// Whether transmission `tx` of `index` waits for the held tolerance (see
@@ -1767,8 +1766,9 @@ impl<'a> Stream<'a> {
                 }
             }
         }
-        let upto = answered.saturating_sub(self.reorder_tolerance());
-        let upto_held = answered.saturating_sub(self.held_tolerance());
+        let tolerance = self.reorder_tolerance();
+        let upto = answered.saturating_sub(tolerance);
+        let upto_held = answered.saturating_sub(self.held_tolerance(tolerance));
         while let Some(&(tx, index)) = self.tolerated.front() {
             if tx >= upto_held {
                 break;
