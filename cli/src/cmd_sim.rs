@@ -152,10 +152,10 @@ pub struct SimArgs {
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
     /// A TOML file describing the run: any of the flags above by name (`workers`, `jobs`,
-    /// `rack_size`, `uplink_gbps`, `uplink_latency_us`,
-    /// `elements`, `elems`, `window`, `gbps`, `latency_us`, `loss`, `duplicate`, `reorder`,
-    /// `rto_min_us`, `nic_queue`, `framing_bytes`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses its
-    /// state and comes back with the jobs under new epochs), and `[[fault]]` tables that name
+    /// `rack_size`, `uplink_gbps`, `uplink_latency_us`, `elements`, `elems`, `window`,
+    /// `gbps`, `latency_us`, `loss`, `duplicate`, `reorder`, `rto_min_us`, `nic_queue`,
+    /// `framing_bytes`, `generated`, `seed`, `seeds`), `switch_restart_us` (the switch loses
+    /// its state and comes back with the jobs under new epochs), and `[[fault]]` tables that name
     /// one worker (`job` from 1, `rank`) and change it: `starts_at_us`, `dies_at_us`, or its
     /// link (`loss`, `duplicate`, `reorder`, `gbps`, `latency_us`). The file's values replace
     /// the flags'.

@@ -43,6 +43,15 @@ fn racks(per_rack: usize, uplink: LinkConfig) -> Option<Racks> {
     })
 }
 
+/// `spec` in racks of `per_rack` under an upper switch, every link (the workers' and those
+/// between the levels) configured as `link`.
+fn tree_of(seed: u64, spec: JobSpec, per_rack: usize, link: LinkConfig) -> Scenario {
+    let mut s = Scenario::new(seed, vec![spec]);
+    s.link = link;
+    s.racks = racks(per_rack, link);
+    s
+}
+
 #[test]
 fn two_racks_under_an_upper_switch_give_exact_sums() {
     let mut rng = Rng::new(3);
@@ -114,15 +123,13 @@ fn loss_duplication_and_reordering_on_every_link_of_the_tree() {
         let mut rng = Rng::new(seed);
         let len = 120 * usize::from(ELEMS);
         let (spec, inputs) = job(&mut rng, 1, 0, 32, 6, len);
-        let mut s = Scenario::new(seed, vec![spec]);
         let faulty = LinkConfig {
             loss: 0.05,
             duplicate: 0.02,
             reorder: 0.05,
             ..LinkConfig::default()
         };
-        s.link = faulty;
-        s.racks = racks(2, faulty);
+        let s = tree_of(seed, spec, 2, faulty);
         let report = run(&s);
         assert_correct(&report, &[inputs], &[ELEMS], seed);
         let upper = report.switches[3];
@@ -145,13 +152,11 @@ fn a_partial_is_sent_again_only_when_the_upper_switch_lacks_it() {
         let mut rng = Rng::new(seed);
         let len = 300 * usize::from(ELEMS);
         let (spec, inputs) = job(&mut rng, 1, 0, 64, 16, len);
-        let mut s = Scenario::new(seed, vec![spec]);
         let lossy = LinkConfig {
             loss: 0.02,
             ..LinkConfig::default()
         };
-        s.link = lossy;
-        s.racks = racks(4, lossy);
+        let s = tree_of(seed, spec, 4, lossy);
         let report = run(&s);
         assert_correct(&report, &[inputs], &[ELEMS], seed);
         let racks = &report.switches[..4];
@@ -262,14 +267,12 @@ fn queries_found_held_teach_a_tree_the_reordering_it_tolerates() {
         let mut rng = Rng::new(seed);
         let len = 6_000 * usize::from(ELEMS);
         let (spec, inputs) = job(&mut rng, 1, 0, 1024, 16, len);
-        let mut s = Scenario::new(seed, vec![spec]);
         let lossy = LinkConfig {
             loss: 0.01,
             bandwidth_bps: Some(10_000_000_000),
             ..LinkConfig::default()
         };
-        s.link = lossy;
-        s.racks = racks(8, lossy);
+        let s = tree_of(seed, spec, 8, lossy);
         let report = run(&s);
         assert_correct(&report, &[inputs], &[ELEMS], seed);
         let (mut queries, mut sent) = (0, 0);
