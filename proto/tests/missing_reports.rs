@@ -207,3 +207,91 @@ fn without_reports_lost_results_are_asked_about() {
     assert_eq!(stats[2].results_reported, 0, "{:?}", stats[2]);
     assert!(stats[2].resent() >= lost / 2, "{:?}", stats[2]);
 }
+
+/// Runs two ranks of 640 packets through a window of one block (64 slots). Rank 1 loses the
+/// first transmission of the packet with seq `lost`, and the switch's reports to rank 1 come
+/// back `late` rounds late: by then rank 1 has sent the block's next 64 packets, and a
+/// newer packet carries the lost one's gap counter. Returns rank 1's statistics and the
+/// seqs whose data rank 1 sent again, with the round after the loss in which each went.
+fn report_of_a_loss_arriving_late(lost: u32, late: usize) -> (StreamStats, Vec<(u32, usize)>) {
+    let mut resent = Vec::new();
+    let mut lost_in = None;
+    let round = std::cell::Cell::new(0);
+    let ran = common::run_delayed(
+        &net(2, 640, true),
+        |rank, r| {
+            if rank == 0 {
+                round.set(r);
+            }
+            false
+        },
+        &[],
+        |rank, p| {
+            let data = kind_of(p) == 1 && p.len() > 16;
+            let first = p[1] & 0b10 != 0;
+            if rank == 1 && data && !first {
+                resent.push((seq_of(p), round.get() - lost_in.unwrap_or(0)));
+            }
+            let hit = rank == 1 && data && first && seq_of(p) == lost && lost_in.is_none();
+            if hit {
+                lost_in = Some(round.get());
+            }
+            hit
+        },
+        |_, _| false,
+        |rank, p| {
+            if rank == 1 && kind_of(p) == 8 {
+                late
+            } else {
+                0
+            }
+        },
+    );
+    assert!(lost_in.is_some(), "seq {lost} was never sent");
+    let stats = exact_and_finished_two(ran);
+    (stats[1], resent)
+}
+
+/// Every rank's tensor holds the exact sum of two ranks (element `i` of rank `w` is
+/// `i * (w + 1)`); returns each stream's statistics.
+fn exact_and_finished_two(ran: common::Ran) -> Vec<StreamStats> {
+    for (r, t) in ran.tensors.iter().enumerate() {
+        for (i, x) in t.iter().enumerate() {
+            assert_eq!(*x, i as i32 * 3, "rank {r} element {i}");
+        }
+    }
+    ran.outcomes
+        .into_iter()
+        .map(|o| o.unwrap().unwrap())
+        .collect()
+}
+
+/// A report that comes back after the block's counters have come round again still finds
+/// the packet that was lost, through the packet that showed the gap (whose result,
+/// completed by that packet, came first): the worker asks about it at once, and its data
+/// goes again on the Pending answer, a round after the report. Read by its counter alone,
+/// the report named the newer packet with the same counter, and the lost one waited until
+/// loss detection by order and a query timeout sent the Query.
+#[test]
+fn a_report_that_comes_back_late_names_the_packet_that_was_lost() {
+    let lost = 64 * 3 + 10;
+    for late in [0, 1, 2] {
+        let (stats, resent) = report_of_a_loss_arriving_late(lost, late);
+        let when = resent.iter().find(|(s, _)| *s == lost).map(|(_, r)| *r);
+        let Some(when) = when else {
+            panic!("{late} rounds late: {lost} not sent again: {resent:?} {stats:?}");
+        };
+        // The report comes back the round after the loss, plus `late`; a Query and its
+        // Pending answer take one more.
+        assert!(
+            when <= late + 2,
+            "{late} rounds late: sent again {when} rounds after the loss"
+        );
+        if late == 0 {
+            assert_eq!(resent, vec![(lost, 1)], "{stats:?}");
+            assert_eq!(stats.late_reports, 0, "{stats:?}");
+        } else {
+            assert_eq!(stats.late_reports, 1, "{late} rounds late: {stats:?}");
+        }
+    }
+}

@@ -110,8 +110,21 @@ pub fn run_both_ways(
     net: &Net,
     asleep: impl Fn(usize, usize) -> bool,
     dead: &[usize],
+    drop: impl FnMut(usize, &[u8]) -> bool,
+    drop_down: impl FnMut(usize, &[u8]) -> bool,
+) -> Ran {
+    run_delayed(net, asleep, dead, drop, drop_down, |_, _| 0)
+}
+
+/// [`run_both_ways`], where a packet from the switch to `rank` for which
+/// `delay_down(rank, packet)` is `n` arrives `n` rounds later than the others.
+pub fn run_delayed(
+    net: &Net,
+    asleep: impl Fn(usize, usize) -> bool,
+    dead: &[usize],
     mut drop: impl FnMut(usize, &[u8]) -> bool,
     mut drop_down: impl FnMut(usize, &[u8]) -> bool,
+    mut delay_down: impl FnMut(usize, &[u8]) -> usize,
 ) -> Ran {
     let mut pipe = pipeline(net);
     let mut tensors = inputs(net);
@@ -121,17 +134,24 @@ pub fn run_both_ways(
         let mut streams = streams(net, &mut tensors);
         let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
         let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut delayed: Vec<(usize, usize, Vec<u8>)> = Vec::new();
         for round in 0..net.rounds {
             now = now + ROUND;
-            let mut later = Vec::new();
             for (r, bytes) in std::mem::take(&mut inbox) {
-                if asleep(r, round) {
-                    later.push((r, bytes));
+                match delay_down(r, &bytes) {
+                    0 => delayed.push((round, r, bytes)),
+                    n => delayed.push((round + n, r, bytes)),
+                }
+            }
+            let mut later = Vec::new();
+            for (due, r, bytes) in std::mem::take(&mut delayed) {
+                if due > round || asleep(r, round) {
+                    later.push((due, r, bytes));
                 } else if !drop_down(r, &bytes) {
                     streams[r].handle_datagram(now, &bytes);
                 }
             }
-            inbox = later;
+            delayed = later;
             for (r, s) in streams.iter_mut().enumerate() {
                 if !asleep(r, round) && s.poll_timeout().is_some_and(|t| t <= now) {
                     s.handle_timeout(now);
