@@ -110,6 +110,39 @@ fn bench_in_processes_with_loss_verifies() {
     assert_eq!(result(&r, "ring")["verified"], true);
 }
 
+/// `--adaptive-window` reaches the worker processes (an unknown flag would fail them) and
+/// the in-process workers alike, and the report says it ran.
+#[test]
+fn bench_with_an_adaptive_window_verifies() {
+    for processes in [true, false] {
+        let mut args = vec![
+            "--size",
+            "512KiB",
+            "--iterations",
+            "2",
+            "--rounds",
+            "1",
+            "--warmup-rounds",
+            "0",
+            "--elems",
+            "256",
+            "--algorithms",
+            "ina",
+            "--adaptive-window",
+            "--target-queueing-us",
+            "300",
+        ];
+        if processes {
+            args.push("--processes");
+        }
+        let r = bench(&args);
+        assert_eq!(r["adaptive_window_us"], 300.0, "{r}");
+        let ina = result(&r, "ina");
+        assert_eq!(ina["verified"], true, "{ina}");
+        assert_eq!(ina["processes"], processes, "{ina}");
+    }
+}
+
 #[test]
 fn bench_measures_switch_and_reflector_packet_rates() {
     let r = bench(&[
@@ -137,6 +170,7 @@ fn bench_refuses_impossible_settings() {
         &["--size", "twelve"],
         &["--iterations", "0"],
         &["--rounds", "0"],
+        &["--adaptive-window", "--target-queueing-us", "0"],
     ] {
         let out = ina().arg("bench").args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} accepted");

@@ -81,6 +81,12 @@ pub(crate) fn run_ina_workers<P: Port<Addr = SocketAddr> + Send + 'static>(
             })?;
         let mut wc = WorkerConfig::new(switch, addrs[rank], 1, rank as u8);
         wc.window = args.window;
+        if args.adaptive_window {
+            wc.window_control = Some(ina_proto::window::WindowConfig {
+                target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
+                ..ina_proto::window::WindowConfig::default()
+            });
+        }
         wc.give_up = Duration::from_millis(args.give_up_ms);
         wc.mtu = mtu.or(wc.mtu);
         Ok(Box::new(InaReducer::new(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)

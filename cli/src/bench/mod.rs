@@ -85,6 +85,17 @@ pub struct BenchArgs {
     /// Slots per stream (default: all the job's slots).
     #[arg(long)]
     pub window: Option<u16>,
+    /// Ina: each worker keeps a delay-based AIMD window of packets in flight instead of
+    /// filling every slot (`ina worker --adaptive-window`). On the emulated rack at n = 8 and
+    /// 1 Gbit/s the 64 slots hold 4.2 ms of data, which the links' queues take, and every
+    /// repair waits behind them: 1% loss cost 8-10% there, and 1.6-2.4% with this window
+    /// (docs/BENCHMARKS.md).
+    #[arg(long)]
+    pub adaptive_window: bool,
+    /// With --adaptive-window: the queueing delay allowed above the smallest round trip,
+    /// microseconds.
+    #[arg(long, default_value_t = 200.0)]
+    pub target_queueing_us: f64,
     /// The TCP congestion control of the ring's connections, in worker processes (`cubic`,
     /// `bbr`, ...; default: the system's). Under random loss `bbr` keeps its rate where
     /// `cubic` backs off; without loss, `bbr`'s periodic probing costs long transfers a few
@@ -365,6 +376,9 @@ pub struct BenchReport {
     pub processes: bool,
     pub cpus: usize,
     pub rounds: usize,
+    /// `--adaptive-window`: its target queueing delay, µs (`None`: every slot filled).
+    #[serde(default)]
+    pub adaptive_window_us: Option<f64>,
     pub results: Vec<AlgoResult>,
     /// `ina` goodput over `ring` goodput.
     pub ina_over_ring: Option<f64>,
@@ -562,6 +576,11 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     if args.elems == 0 || args.slots == 0 {
         bail!("--elems and --slots must be positive");
     }
+    if args.adaptive_window
+        && !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0)
+    {
+        bail!("--target-queueing-us must be a positive number of microseconds");
+    }
     if usize::from(args.elems) > MAX_UDP_ELEMS {
         bail!(
             "--elems {} does not fit a UDP datagram (at most {MAX_UDP_ELEMS})",
@@ -737,6 +756,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         processes: args.processes,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         rounds: args.rounds,
+        adaptive_window_us: args.adaptive_window.then_some(args.target_queueing_us),
         results,
         ina_over_ring,
         switch_over_reflector,

@@ -145,6 +145,10 @@ pub(super) fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
     if a.no_verify {
         v.push("--no-verify".into());
     }
+    if a.adaptive_window {
+        v.push("--adaptive-window".into());
+        v.push(format!("--target-queueing-us={}", a.target_queueing_us));
+    }
     v
 }
 

@@ -30,6 +30,8 @@ struct Scenario {
     elems: Option<u16>,
     slots: Option<u16>,
     window: Option<u16>,
+    adaptive_window: Option<bool>,
+    target_queueing_us: Option<f64>,
     algorithms: Option<Vec<String>>,
     iterations: Option<usize>,
     warmup: Option<usize>,
@@ -79,7 +81,9 @@ pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<
         unicast,
         give_up_ms,
         elems,
-        slots
+        slots,
+        adaptive_window,
+        target_queueing_us
     );
     if let Some(cc) = &s.ring_congestion {
         args.ring_congestion = Some(cc.clone());
@@ -152,13 +156,15 @@ mod tests {
         let good = dir.join("good.toml");
         std::fs::write(
             &good,
-            "workers = 8\nsize = \"16MiB\"\nrate = \"500mbit\"\nmtu = 9000\nhub = \"l2\"\nalgorithms = [\"ina\"]\n",
+            "workers = 8\nsize = \"16MiB\"\nrate = \"500mbit\"\nmtu = 9000\nhub = \"l2\"\nalgorithms = [\"ina\"]\nadaptive_window = true\ntarget_queueing_us = 500.0\n",
         )
         .expect("write");
         let mut args = Cli::parse_from(["bench"]).args;
         apply(&good, &mut args).expect("applies");
         assert_eq!((args.workers, args.size), (8, 16 << 20));
         assert_eq!((args.links.rate, args.links.mtu), (Some(500_000_000), 9000));
+        assert!(args.adaptive_window);
+        assert_eq!(args.target_queueing_us, 500.0);
         assert_eq!(
             (args.hub, args.algorithms.clone()),
             (HubKind::L2, vec![Algorithm::Ina])

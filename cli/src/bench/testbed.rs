@@ -400,6 +400,9 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
     if let Some(cc) = &t.tcp_congestion_control {
         println!("  the ring's TCP streams use congestion control {cc}");
     }
+    if let Some(us) = r.adaptive_window_us {
+        println!("  ina's workers keep an adaptive window ({us} µs of queueing allowed)");
+    }
     if t.dropped_by_queues > 0 {
         println!(
             "  the links' queues dropped {} packets: a sender overran its link's rate limiter",
