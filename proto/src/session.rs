@@ -1344,12 +1344,7 @@ impl<'a> Stream<'a> {
             if self.give_up_if_spent(now, &out) {
                 return;
             }
-            self.slots[slot].outstanding = Some(Outstanding {
-                retries: 1,
-                deadline: QUEUED,
-                ..out
-            });
-            self.retransmit.push_back((index, Retransmit::Detected));
+            self.queue_retransmission(slot, out, Retransmit::Detected);
         }
         self.stats.late_reports += u64::from(late);
     }
@@ -1738,12 +1733,7 @@ impl<'a> Stream<'a> {
             if self.give_up_if_spent(now, &out) {
                 break;
             }
-            self.slots[slot].outstanding = Some(Outstanding {
-                retries: out.retries + 1,
-                deadline: QUEUED,
-                ..out
-            });
-            self.retransmit.push_back((index, Retransmit::StallProbe));
+            self.queue_retransmission(slot, out, Retransmit::StallProbe);
         }
         self.stall_scratch = eligible;
         self.stall_rounds += 1;
@@ -1969,13 +1959,19 @@ impl<'a> Stream<'a> {
             self.timers.push(Reverse((deadline, index)));
             return false;
         }
+        self.queue_retransmission(slot, out, Retransmit::Detected);
+        false
+    }
+
+    /// Queues the next transmission of `out` (in `slot`), one more retry, for the next
+    /// `poll_transmit`; `why` says what asked for it.
+    fn queue_retransmission(&mut self, slot: usize, out: Outstanding, why: Retransmit) {
         self.slots[slot].outstanding = Some(Outstanding {
             retries: out.retries + 1,
             deadline: QUEUED,
             ..out
         });
-        self.retransmit.push_back((index, Retransmit::Detected));
-        false
+        self.retransmit.push_back((out.index, why));
     }
 
     /// Whether `out`, found unanswered by order, waits a query timeout before it is asked
@@ -2122,11 +2118,6 @@ impl<'a> Stream<'a> {
                         && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
                     || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
-                    self.slots[slot].outstanding = Some(Outstanding {
-                        retries: out.retries + 1,
-                        deadline: QUEUED,
-                        ..out
-                    });
                     let why = if out.awaiting_repair {
                         Retransmit::Detected
                     } else if self.reports && out.held == Held::Yes {
@@ -2134,7 +2125,7 @@ impl<'a> Stream<'a> {
                     } else {
                         Retransmit::Timer
                     };
-                    self.retransmit.push_back((index, why));
+                    self.queue_retransmission(slot, out, why);
                 } else {
                     let deadline = now + self.rtt.backed_off(out.retries + 1);
                     self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
