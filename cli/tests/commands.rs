@@ -171,6 +171,7 @@ fn bench_refuses_impossible_settings() {
         &["--iterations", "0"],
         &["--rounds", "0"],
         &["--adaptive-window", "--target-queueing-us", "0"],
+        &["--target-queueing-us", "500"],
     ] {
         let out = ina().arg("bench").args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} accepted");

@@ -94,7 +94,7 @@ pub struct BenchArgs {
     pub adaptive_window: bool,
     /// With --adaptive-window: the queueing delay allowed above the smallest round trip,
     /// microseconds.
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = 200.0, requires = "adaptive_window")]
     pub target_queueing_us: f64,
     /// The TCP congestion control of the ring's connections, in worker processes (`cubic`,
     /// `bbr`, ...; default: the system's). Under random loss `bbr` keeps its rate where

@@ -85,6 +85,9 @@ pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<
         adaptive_window,
         target_queueing_us
     );
+    if s.target_queueing_us.is_some() && !args.adaptive_window {
+        anyhow::bail!("target_queueing_us needs adaptive_window = true");
+    }
     if let Some(cc) = &s.ring_congestion {
         args.ring_congestion = Some(cc.clone());
     }
@@ -173,6 +176,7 @@ mod tests {
             ("unknown.toml", "colour = 1\n"),
             ("algo.toml", "algorithms = [\"tree\"]\n"),
             ("rate.toml", "rate = \"fast\"\n"),
+            ("target.toml", "target_queueing_us = 500.0\n"),
         ] {
             let p = dir.join(name);
             std::fs::write(&p, text).expect("write");
