@@ -366,12 +366,14 @@ pub(crate) struct SimResult {
     packets_sent: u64,
     retransmissions: u64,
     fast_retransmissions: u64,
-    /// Retransmissions sent as stall probes (included in `retransmissions`).
+    /// Packets sent again as stall probes, on no evidence of loss (not in
+    /// `retransmissions`).
     stall_probes: u64,
     /// Queries asking again about a use that holds the worker's data and waits for another
     /// worker's repair (not in `retransmissions`).
     rechecks: u64,
-    /// Retransmissions sent as header-only Queries (included in `retransmissions`).
+    /// Packets sent again as header-only Queries (retransmissions, stall probes or
+    /// rechecks).
     queries: u64,
     /// Pending answers the workers received.
     pending_answers: u64,

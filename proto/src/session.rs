@@ -1180,14 +1180,13 @@ impl<'a> Stream<'a> {
             ..out
         };
         self.slots[slot].outstanding = Some(out);
-        if info.has(self.cfg.rank) && out.retries == 1 && out.last_was_query {
+        if info.has(self.cfg.rank) {
             // The first Query about it found it held: its answer was late because its use
             // waited for another worker's repair, not because anything of its own was lost.
-            if let Some(h) = self.highest_answered {
+            let first_query = out.retries == 1 && out.last_was_query;
+            if let (true, Some(h)) = (first_query, self.highest_answered) {
                 self.held_reordering = self.held_reordering.max(h.saturating_sub(out.first_tx));
             }
-        }
-        if info.has(self.cfg.rank) {
             // The use waits for other workers' data: ask again later, in case its result to
             // this worker is lost.
             let queued = out.is_queued() || !self.reports;

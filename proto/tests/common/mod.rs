@@ -138,10 +138,7 @@ pub fn run_delayed(
         for round in 0..net.rounds {
             now = now + ROUND;
             for (r, bytes) in std::mem::take(&mut inbox) {
-                match delay_down(r, &bytes) {
-                    0 => delayed.push((round, r, bytes)),
-                    n => delayed.push((round + n, r, bytes)),
-                }
+                delayed.push((round + delay_down(r, &bytes), r, bytes));
             }
             let mut later = Vec::new();
             for (due, r, bytes) in std::mem::take(&mut delayed) {
