@@ -182,6 +182,29 @@ fn bench_refuses_impossible_settings() {
 }
 
 #[test]
+fn bench_refuses_a_testbed_it_cannot_build_for_what_it_is() {
+    // Offloads would hand a switch on raw ports GSO super-frames: refused as a setting, root
+    // or not, before anything is built.
+    let out = ina()
+        .args([
+            "bench",
+            "--testbed",
+            "--workers",
+            "2",
+            "--offloads",
+            "--hub",
+            "l2",
+        ])
+        .args(["--elems", "256", "--size", "1MiB", "--algorithms", "ina"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "accepted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs offloads off"), "{err}");
+    assert!(!err.contains("root"), "{err}");
+}
+
+#[test]
 fn sim_runs_and_checks_every_job() {
     let v = run_json(
         &[

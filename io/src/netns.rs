@@ -202,12 +202,13 @@ impl Rack {
     /// Builds a rack as `cfg` says, or says why it cannot (not root, a tool missing, a command
     /// refused). What it built before a failure is removed.
     pub fn build(cfg: RackConfig) -> Result<Rack, RackError> {
+        // A configuration that cannot be built is refused as such, root or not.
+        cfg.validate()?;
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         if unsafe { libc::geteuid() } != 0 {
             return Err(RackError::NotRoot);
         }
-        cfg.validate()?;
         remove_prefix(&cfg.prefix);
         let rack = Rack {
             workers: cfg.workers,
@@ -497,6 +498,13 @@ mod tests {
                 ..good.clone()
             },
         ];
+        for c in cases.clone() {
+            // Refused before anything is built, with or without root.
+            assert!(
+                matches!(Rack::build(c), Err(RackError::Config(_))),
+                "built or refused for another reason"
+            );
+        }
         for c in cases {
             assert!(matches!(c.validate(), Err(RackError::Config(_))), "{c:?}");
         }

@@ -53,8 +53,8 @@ impl TestbedCtx {
             bail!("--hub bmv2 needs p4c-bm2-ss, simple_switch and simple_switch_CLI (see README.md, \"P4 targets\")");
         }
         let name = format!("inab{}", std::process::id() % 100_000);
-        let rack = Rack::build(links.rack_config(&name, workers, hub))
-            .context("building the testbed (ina bench --testbed needs root)")?;
+        let rack =
+            Rack::build(links.rack_config(&name, workers, hub)).context("building the testbed")?;
         let scratch = std::env::temp_dir().join(format!("ina-bench-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
         Ok(TestbedCtx {
