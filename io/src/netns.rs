@@ -199,8 +199,8 @@ impl Rack {
         Rack::build(RackConfig::new(tag, workers))
     }
 
-    /// Builds a rack as `cfg` says, or says why it cannot (not root, a tool missing, a command
-    /// refused). What it built before a failure is removed.
+    /// Builds a rack as `cfg` says, or says why it cannot (a configuration that cannot work,
+    /// not root, a tool missing, a command refused). What it built before a failure is removed.
     pub fn build(cfg: RackConfig) -> Result<Rack, RackError> {
         // A configuration that cannot be built is refused as such, root or not.
         cfg.validate()?;
@@ -498,15 +498,14 @@ mod tests {
                 ..good.clone()
             },
         ];
-        for c in cases.clone() {
-            // Refused before anything is built, with or without root.
-            assert!(
-                matches!(Rack::build(c), Err(RackError::Config(_))),
-                "built or refused for another reason"
-            );
-        }
         for c in cases {
             assert!(matches!(c.validate(), Err(RackError::Config(_))), "{c:?}");
+            // Refused before anything is built, with or without root.
+            let what = format!("{c:?}");
+            assert!(
+                matches!(Rack::build(c), Err(RackError::Config(_))),
+                "{what}: built, or refused for another reason"
+            );
         }
         let limited = RackConfig {
             rate_bps: Some(1_000_000_000),
