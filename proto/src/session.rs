@@ -437,6 +437,27 @@ struct BlockTx {
     recent: Box<[u64]>,
 }
 
+impl BlockTx {
+    /// Notes packet `index` as the block's first transmission number `ordinal`.
+    fn record(&mut self, ordinal: u64, index: u64) {
+        if let Some(at) = self.recent.get_mut(ordinal as usize % REPORT_HISTORY) {
+            *at = index;
+        }
+    }
+
+    /// The packet of the block's first transmission number `ordinal`, if it is still among
+    /// the latest [`REPORT_HISTORY`] (`u64::MAX` otherwise, or if none was recorded there).
+    fn index_at(&self, ordinal: u64) -> u64 {
+        if ordinal >= self.sent || self.sent - ordinal > REPORT_HISTORY as u64 {
+            return u64::MAX;
+        }
+        self.recent
+            .get(ordinal as usize % REPORT_HISTORY)
+            .copied()
+            .unwrap_or(u64::MAX)
+    }
+}
+
 /// How many of a block's latest first transmissions a Missing report can still name
 /// through the packet that showed the gap (see [`Stream::handle_missing`]): four times the
 /// counter's range, so that a report can come back a few counters' worth late.
@@ -723,8 +744,7 @@ impl<'a> Stream<'a> {
             return Ok(Some(self.write_result_report(slot, counter, buf)));
         }
         while let Some((index, why)) = self.retransmit.pop_front() {
-            let slot = self.slot_of(index);
-            let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
+            let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
             };
             if why == Retransmit::TailCopy {
@@ -823,9 +843,7 @@ impl<'a> Stream<'a> {
                 let ordinal = b.sent;
                 let counter = (ordinal % u64::from(GAP_COUNTER)) as u8;
                 b.sent += 1;
-                if let Some(at) = b.recent.get_mut(ordinal as usize % REPORT_HISTORY) {
-                    *at = index;
-                }
+                b.record(ordinal, index);
                 (ordinal, Some(counter))
             }
             None => (0, None),
@@ -1284,12 +1302,6 @@ impl<'a> Stream<'a> {
         }
         let skipped = usize::from(hdr.exponent.min(GAP_COUNTER - 1));
         let counters = u64::from(GAP_COUNTER);
-        let index_at = |ordinal: u64| {
-            b.recent
-                .get(ordinal as usize % REPORT_HISTORY)
-                .copied()
-                .unwrap_or(u64::MAX)
-        };
         // By the counters: the latest first transmission with each.
         let latest = b.sent.saturating_sub(1);
         let mut by_counter = [u64::MAX; GAP_COUNTER as usize];
@@ -1297,7 +1309,7 @@ impl<'a> Stream<'a> {
             let counter = (u64::from(first) + k as u64) % counters;
             *at = latest
                 .checked_sub((latest + counters - counter) % counters)
-                .map_or(u64::MAX, index_at);
+                .map_or(u64::MAX, |o| b.index_at(o));
         }
         // Through the packet that showed the gap: the ones just before it.
         let mut before = [u64::MAX; GAP_COUNTER as usize];
@@ -1308,15 +1320,11 @@ impl<'a> Stream<'a> {
             .filter(|&o| b.sent - o <= REPORT_HISTORY as u64);
         if let Some(from) = from {
             for (k, at) in before.iter_mut().take(skipped).enumerate() {
-                *at = index_at(from + k as u64);
+                *at = b.index_at(from + k as u64);
             }
         }
         for &index in by_counter.iter().take(skipped) {
-            if index >= self.packets {
-                continue;
-            }
-            let slot = self.slot_of(index);
-            let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
+            let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
             };
             self.stats.missing_reports += 1;
@@ -1329,11 +1337,10 @@ impl<'a> Stream<'a> {
         }
         let mut late = false;
         for &index in before.iter().take(skipped) {
-            if index >= self.packets || by_counter.contains(&index) {
+            if by_counter.contains(&index) {
                 continue;
             }
-            let slot = self.slot_of(index);
-            let Some(out) = self.slots[slot].outstanding.filter(|o| o.index == index) else {
+            let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
             };
             if out.retries > 0 || out.held != Held::Unknown || out.is_queued() {
@@ -1355,18 +1362,26 @@ impl<'a> Stream<'a> {
     /// later than a round trip.
     fn shown_ordinal(&self, b: &BlockTx, hdr: &AggRepr) -> Option<u64> {
         let index = u64::from(hdr.seq.wrapping_sub(self.cfg.lane.next_position as u32));
-        let position = self.cfg.lane.next_position + index;
-        let window = u64::from(self.cfg.lane.window);
-        let named = index < self.packets
-            && u64::from(hdr.slot) == u64::from(self.cfg.lane.slot_base) + position % window
-            && hdr.set == ((position / window) & 1) as u8;
-        if !named {
+        if index >= self.packets {
+            return None;
+        }
+        let its = self.header_of(index, hdr.kind);
+        if (its.slot, its.set) != (hdr.slot, hdr.set) {
             return None;
         }
         let oldest = b.sent.saturating_sub(REPORT_HISTORY as u64);
-        (oldest..b.sent)
-            .rev()
-            .find(|&o| b.recent.get(o as usize % REPORT_HISTORY) == Some(&index))
+        (oldest..b.sent).rev().find(|&o| b.index_at(o) == index)
+    }
+
+    /// The lane's slot of packet `index` and its outstanding transmission, if it is still
+    /// unanswered (a packet of the stream, whose slot has not moved on).
+    fn outstanding_at(&self, index: u64) -> Option<(usize, Outstanding)> {
+        if index >= self.packets {
+            return None;
+        }
+        let slot = self.slot_of(index);
+        let out = self.slots[slot].outstanding.filter(|o| o.index == index)?;
+        Some((slot, out))
     }
 
     fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {
