@@ -18,6 +18,7 @@ use crate::bench::runner::{
 use crate::data::{generate, Reference};
 use anyhow::Context;
 use ina_io::{Port, UdpConfig, UdpPort};
+use ina_proto::window::WindowConfig;
 use ina_worker::ring::{RingComm, RingOptions};
 use ina_worker::{Communicator, WorkerConfig};
 use std::io::{BufRead, Write};
@@ -133,6 +134,20 @@ fn emit(value: serde_json::Value) {
 fn fail(kind: &str, message: String) -> ! {
     emit(serde_json::json!({"event": "error", "kind": kind, "message": message}));
     std::process::exit(2);
+}
+
+/// The delay-based window of `--adaptive-window`, allowing `target_queueing_us` of queueing
+/// above the smallest round trip (the other settings as [`WindowConfig::default`]); refused
+/// unless it is a positive number of microseconds. `ina bench` builds its workers' windows here
+/// too.
+pub(crate) fn adaptive_window(target_queueing_us: f64) -> anyhow::Result<WindowConfig> {
+    if !(target_queueing_us.is_finite() && target_queueing_us > 0.0) {
+        anyhow::bail!("--target-queueing-us must be a positive number of microseconds");
+    }
+    Ok(WindowConfig {
+        target_queueing: Duration::from_secs_f64(target_queueing_us * 1e-6),
+        ..WindowConfig::default()
+    })
 }
 
 /// A worker's all-reduces in Prometheus' text format.
@@ -529,13 +544,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     }
     cfg.group = args.group;
     if args.adaptive_window {
-        if !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0) {
-            anyhow::bail!("--target-queueing-us must be a positive number of microseconds");
-        }
-        cfg.window_control = Some(ina_proto::window::WindowConfig {
-            target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
-            ..ina_proto::window::WindowConfig::default()
-        });
+        cfg.window_control = Some(adaptive_window(args.target_queueing_us)?);
     }
     let mut comm = match Communicator::with_port(port, cfg) {
         Ok(c) => c,

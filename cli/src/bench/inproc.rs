@@ -82,10 +82,11 @@ pub(crate) fn run_ina_workers<P: Port<Addr = SocketAddr> + Send + 'static>(
         let mut wc = WorkerConfig::new(switch, addrs[rank], 1, rank as u8);
         wc.window = args.window;
         if args.adaptive_window {
-            wc.window_control = Some(ina_proto::window::WindowConfig {
-                target_queueing: Duration::from_secs_f64(args.target_queueing_us * 1e-6),
-                ..ina_proto::window::WindowConfig::default()
-            });
+            let window = crate::cmd_worker::adaptive_window(args.target_queueing_us);
+            wc.window_control = Some(window.map_err(|e| RunError {
+                kind: "config".into(),
+                message: e.to_string(),
+            })?);
         }
         wc.give_up = Duration::from_millis(args.give_up_ms);
         wc.mtu = mtu.or(wc.mtu);

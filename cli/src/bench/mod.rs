@@ -576,10 +576,8 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     if args.elems == 0 || args.slots == 0 {
         bail!("--elems and --slots must be positive");
     }
-    if args.adaptive_window
-        && !(args.target_queueing_us.is_finite() && args.target_queueing_us > 0.0)
-    {
-        bail!("--target-queueing-us must be a positive number of microseconds");
+    if args.adaptive_window {
+        crate::cmd_worker::adaptive_window(args.target_queueing_us)?;
     }
     if usize::from(args.elems) > MAX_UDP_ELEMS {
         bail!(
