@@ -1,0 +1,125 @@
+//! The end of a rack worker's stream in a two-level tree: a packet found unanswered by order,
+//! whose losses the gap counters would reveal, waits a query timeout before its Query while an
+//! older packet of its block is unanswered; rank 0 of the rack, the rack's timer for losses
+//! between the switches, asks at once. One int32 stream driven by hand: every packet sent,
+//! then results for all but the block's two oldest.
+#![allow(clippy::unwrap_used)]
+
+use ina_proto::rtt::{RtoConfig, RttEstimator};
+use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::Instant;
+use ina_wire::agg::{AggPacket, AggRepr, MessageType};
+use std::time::Duration;
+
+const WINDOW: u16 = 64;
+const ELEMS: u16 = 4;
+/// One block of the lane: every packet has a slot of its own.
+const PACKETS: usize = 64;
+
+/// A stream of `rank` in a rack of 4 workers under a tree of 8, with Missing reports.
+fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {
+    let cfg = StreamConfig {
+        job: 1,
+        epoch: 2,
+        rank,
+        workers: 4,
+        total_workers: 8,
+        elems_per_packet: ELEMS,
+        lane: Lane::new(0, WINDOW),
+        max_retries: 50,
+        give_up: Duration::from_secs(1),
+        gap_reports: true,
+    };
+    Stream::new(
+        cfg,
+        Tensor::I32(tensor),
+        RttEstimator::new(RtoConfig::default()),
+    )
+    .unwrap()
+}
+
+/// Everything the stream sends at `now`.
+fn drain(s: &mut Stream<'_>, now: Instant) -> Vec<AggRepr> {
+    let mut buf = vec![0u8; 2048];
+    let mut sent = Vec::new();
+    while let Some(len) = s.poll_transmit(now, &mut buf).unwrap() {
+        sent.push(AggRepr::parse_bytes(&buf[..len]).unwrap().0);
+    }
+    sent
+}
+
+/// The multicast result of `data`, numbered `counter` among its block's results.
+fn result_of(data: &AggRepr, counter: u8) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Result,
+        gap: Some(counter),
+        rank: 0,
+        exponent: 0,
+        ..*data
+    };
+    let mut bytes = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut AggPacket::new_unchecked(&mut bytes[..]));
+    bytes
+}
+
+/// The seqs of the Queries `rank` sends: when the results of every packet but the two
+/// oldest have come, and then at each timer until both have been asked about.
+fn queries(rank: u8) -> (Vec<u32>, Vec<(Duration, u32)>) {
+    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut s = stream(rank, &mut tensor);
+    let start = Instant::ZERO;
+    let data = drain(&mut s, start);
+    assert_eq!(data.len(), PACKETS, "the window holds the whole stream");
+    let mut now = start + Duration::from_micros(20);
+    for (counter, d) in data.iter().skip(2).enumerate() {
+        s.handle_datagram(now, &result_of(d, counter as u8));
+        now = now + Duration::from_nanos(100);
+    }
+    let asked = |sent: Vec<AggRepr>| -> Vec<u32> {
+        sent.iter()
+            .filter(|r| r.kind == MessageType::Query)
+            .map(|r| r.seq)
+            .collect()
+    };
+    let at_once = asked(drain(&mut s, now));
+    let mut later = Vec::new();
+    for _ in 0..8 {
+        let Some(at) = s.poll_timeout() else { break };
+        now = now.max(at);
+        s.handle_timeout(now);
+        for seq in asked(drain(&mut s, now)) {
+            later.push((now - start, seq));
+        }
+        if later.len() + at_once.len() >= 2 {
+            break;
+        }
+    }
+    (at_once, later)
+}
+
+#[test]
+fn a_rack_worker_leaves_a_packet_to_the_counters_while_an_older_one_is_unanswered() {
+    let first = u32::from(WINDOW);
+    let (at_once, later) = queries(1);
+    assert_eq!(
+        at_once,
+        vec![first],
+        "only the block's oldest is asked about at once"
+    );
+    assert_eq!(
+        later.iter().map(|(_, seq)| *seq).collect::<Vec<_>>(),
+        vec![first + 1],
+        "the younger one is asked about when its wait ends"
+    );
+    assert!(
+        later[0].0 < Duration::from_millis(1),
+        "the wait is a query timeout, not a retransmission timeout: {later:?}"
+    );
+}
+
+#[test]
+fn rank_0_of_a_rack_asks_at_once() {
+    let first = u32::from(WINDOW);
+    let (at_once, _) = queries(0);
+    assert_eq!(at_once, vec![first, first + 1]);
+}
