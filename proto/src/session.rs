@@ -970,12 +970,16 @@ impl<'a> Stream<'a> {
         self.sent_new >= self.packets
     }
 
+    /// The gap-tracking block (of [`GAP_BLOCK`] slots of the lane) of packet `index`.
+    fn gap_block_of(&self, index: u64) -> usize {
+        self.slot_of(index) / usize::from(GAP_BLOCK)
+    }
+
     /// Whether the switch would have reported the loss of `out`'s first transmission: a later
     /// first transmission to the same block has been sent.
     fn loss_reportable(&self, out: &Outstanding) -> bool {
-        let block = self.slot_of(out.index) / usize::from(GAP_BLOCK);
         self.gap_blocks
-            .get(block)
+            .get(self.gap_block_of(out.index))
             .is_some_and(|b| b.sent > out.block_ordinal + 1)
     }
 
@@ -2040,10 +2044,9 @@ impl<'a> Stream<'a> {
     /// Whether a packet sent before `out` to a slot of the same block is still unanswered.
     fn older_unanswered_in_block(&self, out: &Outstanding) -> bool {
         let block = usize::from(GAP_BLOCK);
-        let start = self.slot_of(out.index) / block * block;
         self.slots
             .iter()
-            .skip(start)
+            .skip(self.gap_block_of(out.index) * block)
             .take(block)
             .any(|s| s.outstanding.is_some_and(|o| o.index < out.index))
     }
