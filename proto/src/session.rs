@@ -2005,7 +2005,9 @@ impl<'a> Stream<'a> {
     /// of PROTOCOL.md), where a late result more often waits for the upper switch, whose
     /// losses rank 0's asking repairs, and where a slot held longer holds up every rack:
     /// held back there, 4 racks of 32 reached 0.908 of lossless goodput at 1% loss against
-    /// 0.937 (seeds 1-3), and 4 racks of 8 0.944 against 0.951 (seeds 1-6).
+    /// 0.937 (seeds 1-3), and 4 racks of 8 0.944 against 0.951 (seeds 1-6). (Once a tree's
+    /// stream has sent every packet, [`waits_for_counters`](Self::waits_for_counters) holds
+    /// some packets back there.)
     fn holds_off(&self, out: &Outstanding) -> bool {
         self.reports
             && self.cfg.workers > 1
