@@ -99,7 +99,7 @@ impl Link {
     /// [`LinkConfig::framing_bytes`] more on the wire, which the link's byte counts and queue
     /// include); returns the arrival times of the copies that make it (none when lost, two
     /// when duplicated).
-    pub fn transmit(&mut self, now: Instant, datagram: usize, rng: &mut Rng) -> Vec<Instant> {
+    pub fn transmit(&mut self, now: Instant, datagram: usize, rng: &mut Rng) -> Arrivals {
         let len = datagram + self.cfg.framing_bytes as usize;
         self.stats.sent += 1;
         let start = now.max(self.busy_until);
@@ -116,7 +116,7 @@ impl Link {
             .is_some_and(|b| queued + len as u64 > b)
         {
             self.stats.queue_drops += 1;
-            return Vec::new();
+            return Arrivals::NONE;
         }
         self.stats.bytes += len as u64;
         self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(queued);
@@ -125,7 +125,7 @@ impl Link {
         self.busy_until = done;
         if rng.chance(self.cfg.loss) {
             self.stats.lost += 1;
-            return Vec::new();
+            return Arrivals::NONE;
         }
         let copies = if rng.chance(self.cfg.duplicate) {
             self.stats.duplicated += 1;
@@ -133,17 +133,54 @@ impl Link {
         } else {
             1
         };
-        (0..copies)
-            .map(|_| {
-                let mut at = done + self.cfg.latency;
-                if rng.chance(self.cfg.reorder) {
-                    self.stats.reordered += 1;
-                    let max = self.cfg.reorder_delay.as_nanos() as u64;
-                    at = at + Duration::from_nanos(rng.below(max + 1));
-                }
-                at
-            })
-            .collect()
+        let mut arrivals = Arrivals::NONE;
+        for _ in 0..copies {
+            let mut at = done + self.cfg.latency;
+            if rng.chance(self.cfg.reorder) {
+                self.stats.reordered += 1;
+                let max = self.cfg.reorder_delay.as_nanos() as u64;
+                at = at + Duration::from_nanos(rng.below(max + 1));
+            }
+            arrivals.at[arrivals.len] = at;
+            arrivals.len += 1;
+        }
+        arrivals
+    }
+}
+
+/// When the copies of one datagram arrive: none (lost or dropped), one, or two (duplicated).
+/// A value, not a `Vec`: the simulator puts tens of millions of datagrams on links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrivals {
+    at: [Instant; 2],
+    len: usize,
+}
+
+impl Arrivals {
+    const NONE: Arrivals = Arrivals {
+        at: [Instant::ZERO; 2],
+        len: 0,
+    };
+}
+
+impl std::ops::Deref for Arrivals {
+    type Target = [Instant];
+    fn deref(&self) -> &[Instant] {
+        &self.at[..self.len]
+    }
+}
+
+impl IntoIterator for Arrivals {
+    type Item = Instant;
+    type IntoIter = std::iter::Take<std::array::IntoIter<Instant, 2>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.at.into_iter().take(self.len)
+    }
+}
+
+impl PartialEq<Vec<Instant>> for Arrivals {
+    fn eq(&self, other: &Vec<Instant>) -> bool {
+        **self == **other
     }
 }
 

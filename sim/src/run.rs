@@ -9,6 +9,7 @@ use ina_proto::window::{WindowConfig, WindowControl};
 use ina_proto::Instant;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// A tensor a worker all-reduces.
@@ -210,32 +211,55 @@ enum Event {
     ToSwitch {
         switch: usize,
         port: PortId,
-        bytes: Vec<u8>,
+        bytes: Rc<[u8]>,
     },
     /// A packet reaches a worker.
-    ToWorker { worker: usize, bytes: Vec<u8> },
+    ToWorker { worker: usize, bytes: Rc<[u8]> },
     /// A worker starts or dies.
     Wake { worker: usize },
 }
 
+/// The events still to come, in order of time, and of scheduling among equal times (so that
+/// a run is the same for the same seed). The heap holds `(time, order, place)`; the events
+/// themselves wait in `slab[place]`, whose free places are reused.
 struct Queue {
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    events: std::collections::HashMap<u64, Event>,
+    heap: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    slab: Vec<Option<Event>>,
+    free: Vec<u32>,
     next: u64,
 }
 
 impl Queue {
+    fn new() -> Queue {
+        Queue {
+            heap: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            next: 0,
+        }
+    }
     fn push(&mut self, at: Instant, ev: Event) {
-        self.heap.push(Reverse((at, self.next)));
-        self.events.insert(self.next, ev);
+        let place = match self.free.pop() {
+            Some(p) => {
+                self.slab[p as usize] = Some(ev);
+                p
+            }
+            None => {
+                self.slab.push(Some(ev));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.heap.push(Reverse((at, self.next, place)));
         self.next += 1;
     }
     fn peek_time(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((t, _))| *t)
+        self.heap.peek().map(|Reverse((t, _, _))| *t)
     }
     fn pop(&mut self) -> Option<(Instant, Event)> {
-        let Reverse((t, id)) = self.heap.pop()?;
-        self.events.remove(&id).map(|e| (t, e))
+        let Reverse((t, _, place)) = self.heap.pop()?;
+        let ev = self.slab.get_mut(place as usize)?.take()?;
+        self.free.push(place);
+        Some((t, ev))
     }
 }
 
@@ -479,11 +503,7 @@ pub fn run(scenario: &Scenario) -> Report {
         }
     }
 
-    let mut q = Queue {
-        heap: BinaryHeap::new(),
-        events: std::collections::HashMap::new(),
-        next: 0,
-    };
+    let mut q = Queue::new();
     for (i, w) in workers.iter().enumerate() {
         q.push(w.start_at, Event::Wake { worker: i });
         if let Some(d) = w.dies_at {
@@ -496,7 +516,7 @@ pub fn run(scenario: &Scenario) -> Report {
             Event::ToSwitch {
                 switch: 0,
                 port: inj.port,
-                bytes: inj.bytes.clone(),
+                bytes: Rc::from(inj.bytes.as_slice()),
             },
         );
     }
@@ -614,17 +634,21 @@ pub fn run(scenario: &Scenario) -> Report {
                         now,
                     };
                     match pipe.process(port, &bytes, now, &mut out) {
-                        Verdict::Unicast { port, len } => net.send(switch, port, &out[..len]),
+                        Verdict::Unicast { port, len } => {
+                            net.send(switch, port, &out[..len], &mut None)
+                        }
                         Verdict::Multicast { ports, len } => {
+                            // One buffer for every copy that arrives.
+                            let mut shared = None;
                             for p in ports {
-                                net.send(switch, *p, &out[..len]);
+                                net.send(switch, *p, &out[..len], &mut shared);
                             }
                         }
                         Verdict::Drop(_) | Verdict::Absorbed => {}
                     }
                     if let Some(report) = pipe.poll_report().filter(|_| scenario.gap_reports) {
                         for _ in 0..report.copies {
-                            net.send(switch, report.port, &report.header);
+                            net.send(switch, report.port, &report.header, &mut None);
                         }
                     }
                 }
@@ -714,11 +738,20 @@ struct Net<'n, 'w> {
 
 impl Net<'_, '_> {
     /// Sends `bytes` out of `port` of switch `from`.
-    fn send(&mut self, from: usize, port: PortId, bytes: &[u8]) {
+    /// `shared` holds the datagram's buffer once a copy of it has arrived anywhere.
+    fn send(&mut self, from: usize, port: PortId, bytes: &[u8], shared: &mut Option<Rc<[u8]>>) {
         let (link, to, to_port) = match self.topo.peer(from, port) {
             None => return,
             Some(Peer::Worker(i)) => {
-                deliver(&mut self.workers[i], i, self.now, bytes, self.rng, self.q);
+                deliver(
+                    &mut self.workers[i],
+                    i,
+                    self.now,
+                    bytes,
+                    shared,
+                    self.rng,
+                    self.q,
+                );
                 return;
             }
             Some(Peer::Upper) => match (self.rack_up.get_mut(from), self.topo.upper) {
@@ -736,7 +769,7 @@ impl Net<'_, '_> {
                 Event::ToSwitch {
                     switch: to,
                     port: to_port,
-                    bytes: bytes.to_vec(),
+                    bytes: share(bytes, shared),
                 },
             );
         }
@@ -748,6 +781,7 @@ fn deliver(
     index: usize,
     now: Instant,
     bytes: &[u8],
+    shared: &mut Option<Rc<[u8]>>,
     rng: &mut Rng,
     q: &mut Queue,
 ) {
@@ -756,10 +790,16 @@ fn deliver(
             at,
             Event::ToWorker {
                 worker: index,
-                bytes: bytes.to_vec(),
+                bytes: share(bytes, shared),
             },
         );
     }
+}
+
+/// The buffer of a datagram that arrives somewhere, made on its first arrival and shared by
+/// the others (a multicast's copies, a duplicate).
+fn share(bytes: &[u8], shared: &mut Option<Rc<[u8]>>) -> Rc<[u8]> {
+    shared.get_or_insert_with(|| Rc::from(bytes)).clone()
 }
 
 /// Starts the next stream when due, sends what the stream has, and records outcomes.
@@ -820,13 +860,14 @@ fn pump(
             match stream.poll_transmit(now, buf) {
                 Ok(Some(len)) => {
                     let arr = w.up.transmit(now, len, rng);
+                    let mut shared = None;
                     for at in arr {
                         q.push(
                             at,
                             Event::ToSwitch {
                                 switch: w.switch,
                                 port: w.port,
-                                bytes: buf[..len].to_vec(),
+                                bytes: share(&buf[..len], &mut shared),
                             },
                         );
                     }
@@ -854,5 +895,44 @@ fn pump(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker_of(ev: Event) -> usize {
+        match ev {
+            Event::Wake { worker } | Event::ToWorker { worker, .. } => worker,
+            Event::ToSwitch { switch, .. } => switch,
+        }
+    }
+
+    #[test]
+    fn the_queue_gives_events_by_time_then_in_the_order_they_were_scheduled() {
+        let mut q = Queue::new();
+        let t = |ns| Instant::ZERO + Duration::from_nanos(ns);
+        q.push(t(20), Event::Wake { worker: 0 });
+        q.push(t(10), Event::Wake { worker: 1 });
+        q.push(t(20), Event::Wake { worker: 2 });
+        q.push(t(10), Event::Wake { worker: 3 });
+        assert_eq!(q.peek_time(), Some(t(10)));
+        let (at, ev) = q.pop().unwrap();
+        assert_eq!((at, worker_of(ev)), (t(10), 1));
+        // A place freed is reused, and its new event keeps its own time and order.
+        q.push(
+            t(20),
+            Event::ToWorker {
+                worker: 4,
+                bytes: Rc::from(&[1u8, 2][..]),
+            },
+        );
+        assert_eq!(q.slab.len(), 4);
+        let order: Vec<(Instant, usize)> = std::iter::from_fn(|| q.pop())
+            .map(|(at, ev)| (at, worker_of(ev)))
+            .collect();
+        assert_eq!(order, vec![(t(10), 3), (t(20), 0), (t(20), 2), (t(20), 4)]);
+        assert!(q.pop().is_none());
     }
 }
