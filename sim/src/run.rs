@@ -256,10 +256,15 @@ impl Queue {
         self.heap.peek().map(|Reverse((t, _, _))| *t)
     }
     fn pop(&mut self) -> Option<(Instant, Event)> {
-        let Reverse((t, _, place)) = self.heap.pop()?;
-        let ev = self.slab.get_mut(place as usize)?.take()?;
-        self.free.push(place);
-        Some((t, ev))
+        // Every entry's place holds its event until the entry is popped; an entry whose place
+        // were empty is skipped rather than taken for the end of the queue.
+        while let Some(Reverse((t, _, place))) = self.heap.pop() {
+            if let Some(ev) = self.slab.get_mut(place as usize).and_then(Option::take) {
+                self.free.push(place);
+                return Some((t, ev));
+            }
+        }
+        None
     }
 }
 
