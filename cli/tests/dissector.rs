@@ -96,6 +96,7 @@ const FIELDS: &[&str] = &[
     "ina.exponent",
     "ina.reject_reason",
     "ina.query.wants_elements",
+    "ina.query.pushes_partial",
     "ina.slot",
     "ina.count",
     "ina.seq",
@@ -361,7 +362,7 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     let probe_reply = repr(ProbeReply, 0, 2, 0, 0, 4, 0);
     let pending = repr(Pending, 1, 0, 0, 19, 1, 99);
     let pending_none = repr(Pending, 0, 5, 0, 20, 1, 100);
-    let query_header = repr(Query, 0, 6, 0, 21, 0, 101);
+    let query_header = repr(Query, 0, 6, 2, 21, 0, 101);
     let query_full = repr(Query, 1, 7, 1, 22, 0, 102);
     // Announces 4 elements, carries 3.
     let short = repr(Data, 0, 1, 126, 23, 4, 103);
@@ -462,12 +463,15 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     d[8].expect("ina.pending.rank", "");
     assert!(d[8].info.ends_with("ranks=[]"), "{:#?}", d[8]);
 
-    // Query: the exponent byte says whether the Result wanted has E elements or none.
+    // Query: bit 0 of the exponent byte says whether the Result wanted has E elements or
+    // none; any nonzero byte asks a rack switch for rank 0's partial (QueryAsk).
     assert_header(&d[9], &query_header);
     d[9].expect("ina.query.wants_elements", 0);
-    assert!(d[9].info.ends_with("wants=0"), "{:#?}", d[9]);
+    d[9].expect("ina.query.pushes_partial", 1);
+    assert!(d[9].info.ends_with("wants=0 +partial"), "{:#?}", d[9]);
     assert_header(&d[10], &query_full);
     d[10].expect("ina.query.wants_elements", 1);
+    d[10].expect("ina.query.pushes_partial", 1);
     assert!(d[10].info.ends_with("wants=E"), "{:#?}", d[10]);
     d[0].expect("ina.query.wants_elements", "");
 

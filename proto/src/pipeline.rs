@@ -42,7 +42,7 @@ use crate::kernels::{self, Isa};
 use crate::Instant;
 use ina_wire::agg::{PendingInfo, ProbeInfo, GAP_BLOCK, GAP_COUNTER, MAX_RANK};
 use ina_wire::{
-    frame, AggPacket, AggRepr, MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
+    frame, AggPacket, AggRepr, MessageType, QueryAsk, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// A switch port: on the software switch, one peer address; on Tofino, a front-panel port.
@@ -307,8 +307,9 @@ pub struct Counters {
     /// no longer waits here (its total came down, or the report came twice).
     #[cfg_attr(feature = "serde", serde(default))]
     pub upstream_missing: u64,
-    /// Partial sums sent up again as rank 0's fetching Query at the end of its stream
-    /// (instead of a Query up, PROTOCOL.md §9).
+    /// Partial sums sent up again as the ask of rank 0's Query at the end of its stream, a
+    /// Query that asks for the partial ([`QueryAsk::pushes_partial`]), instead of a Query up
+    /// (PROTOCOL.md §9).
     #[cfg_attr(feature = "serde", serde(default))]
     pub partials_for_fetch: u64,
     /// Missing reports from a rank, a worker or a lower switch: results multicast to it with
@@ -1067,7 +1068,7 @@ impl Pipeline {
             kind: MessageType::Query,
             gap: None,
             set,
-            exponent: 1,
+            exponent: QueryAsk::Fetch.byte(),
             slot,
             count: 0,
             seq: self.regs.slots[usize::from(slot)].seq[usize::from(set)],
@@ -1116,24 +1117,24 @@ impl Pipeline {
             // No packet of this use has arrived.
             return emit_pending(counters, &view, 0, ingress, out);
         }
-        let count = if view.exponent() == 0 {
-            0
-        } else {
+        let count = if QueryAsk::wants_sums(view.exponent()) {
             job.cfg.elems_per_packet
+        } else {
+            0
         };
         let base = (2 * slot + x) * usize::from(regs.max_elems);
         if let Some(partial_elems) = awaiting(pending[x], job.cfg.elems_per_packet) {
             // Every rank here contributed and the total has not come down: rank 0's Query
             // asks the upper switch (PROTOCOL.md §9), the others get a Pending.
             job.last_activity = Some(now);
-            let fetching = view.exponent() != 0;
+            let pushes = QueryAsk::pushes_partial(view.exponent());
             let up = job.cfg.uplink.filter(|_| {
-                fetching && *gap_reports && view.rank() == UPLINK_TIMER_RANK && bitmap[x] & bit != 0
+                pushes && *gap_reports && view.rank() == UPLINK_TIMER_RANK && bitmap[x] & bit != 0
             });
             if let Some(up) = up {
-                // Rank 0 fetches: its stream has sent every packet, and this use is late. The
-                // partial goes up again as the ask: it repairs a lost partial at once, and
-                // the upper switch answers a copy with the total or a Pending.
+                // Rank 0 asks for the partial: its stream has sent every packet, and this use
+                // is late. The partial goes up again as the ask: it repairs a lost partial at
+                // once, and the upper switch answers a copy with the total or a Pending.
                 let stored = (view.slot(), x, partial_elems);
                 let verdict = emit_stored_partial(regs, counters, &view, &job.cfg, up, stored, out);
                 if matches!(verdict, Verdict::Unicast { .. }) {

@@ -11,7 +11,7 @@ use ina_proto::pipeline::{
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
-use ina_wire::{AggRepr, MessageType};
+use ina_wire::{AggRepr, MessageType, QueryAsk};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -950,6 +950,74 @@ fn a_lost_partial_is_reported_by_the_upper_switch_and_sent_again() {
     assert_eq!(v, Verdict::Absorbed);
     let c = t.racks[0].counters();
     assert_eq!((c.partials_reported, c.upstream_missing), (1, 2));
+}
+
+/// Worker `rank`'s Query of `slot`'s use `seq`, asking for `ask`.
+fn query_packet(rank: u8, slot: u16, seq: u32, ask: QueryAsk) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Query,
+        count: 0,
+        exponent: ask.byte(),
+        ..parse(&data_packet(rank, slot, seq, 0))
+    };
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit_into(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn rank_0s_status_query_asking_for_the_partial_pushes_it_and_is_answered_with_a_header() {
+    let mut t = aligned_tree();
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    // Slot 5's partial goes up and is lost.
+    let partial = partial_of(&mut t.racks[0], 5, 1);
+    // Rank 0's Query asking for the partial sends it up again, with the same sums and no
+    // gap counter.
+    let ask = query_packet(0, 5, 1, QueryAsk::StatusPushingPartial);
+    let (to, again) = unicast(&mut t.racks[0], PortId(0), &ask);
+    assert_eq!(to, UPLINK);
+    let h = parse(&again);
+    assert_eq!((h.kind, h.slot, h.gap), (MessageType::Data, 69, None));
+    assert_eq!(again[16..], partial[16..]);
+    assert_eq!(t.racks[0].counters().partials_for_fetch, 1);
+    // Another rank's gets a Pending with every rank's bit; rank 0's plain status Query goes
+    // up as a status Query.
+    let other = query_packet(1, 5, 1, QueryAsk::StatusPushingPartial);
+    let (to, pending) = unicast(&mut t.racks[0], PortId(1), &other);
+    assert_eq!(
+        (to, parse(&pending).kind),
+        (PortId(1), MessageType::Pending)
+    );
+    assert_eq!(pending[16..20], 0b11u32.to_be_bytes());
+    let status = query_up(
+        &mut t.racks[0],
+        PortId(0),
+        &query_packet(0, 5, 1, QueryAsk::Status),
+    );
+    assert_eq!(parse(&status).exponent, QueryAsk::Status.byte());
+    assert_eq!(t.racks[0].counters().partials_for_fetch, 1);
+    // The partial completes the use up there, and the total comes down.
+    let v = t.upper.process(PortId(0), &again, now, &mut out);
+    let Verdict::Multicast { len, .. } = v else {
+        panic!("the upper switch multicasts the total, got {v:?}")
+    };
+    let total = out[..len].to_vec();
+    let v = t.racks[0].process(UPLINK, &total, now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    // The use is complete: the same ask is answered with the result's header alone, a fetch
+    // with the sums.
+    let (to, header) = unicast(&mut t.racks[0], PortId(0), &ask);
+    let h = parse(&header);
+    assert_eq!(
+        (to, h.kind, h.count, header.len()),
+        (PortId(0), MessageType::Result, 0, 16)
+    );
+    let fetch = query_packet(0, 5, 1, QueryAsk::Fetch);
+    let (_, full) = unicast(&mut t.racks[0], PortId(0), &fetch);
+    assert_eq!(parse(&full).count, ELEMS);
+    assert_eq!(full[16..], total[16..]);
+    assert_eq!(t.racks[0].counters().partials_for_fetch, 1);
 }
 
 #[test]

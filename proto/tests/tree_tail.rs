@@ -2,13 +2,15 @@
 //! whose losses the gap counters would reveal, waits a query timeout before its Query while an
 //! older packet of its block is unanswered; rank 0 of the rack, the rack's timer for losses
 //! between the switches, asks at once. One int32 stream driven by hand: every packet sent,
-//! then results for all but the block's two oldest.
+//! then results for all but the block's two oldest. Rank 0's Queries there ask for the use's
+//! state and its partial, the other ranks' fetch, and a result found lost once every packet
+//! has gone is fetched at once.
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
-use ina_wire::agg::{AggPacket, AggRepr, MessageType};
+use ina_wire::agg::{AggPacket, AggRepr, MessageType, QueryAsk};
 use std::time::Duration;
 
 const WINDOW: u16 = 64;
@@ -62,19 +64,26 @@ fn result_of(data: &AggRepr, counter: u8) -> Vec<u8> {
     bytes
 }
 
-/// The seqs of the Queries `rank` sends: when the results of every packet but the two
-/// oldest have come, and then at each timer until both have been asked about.
-fn queries(rank: u8) -> (Vec<u32>, Vec<(Duration, u32)>) {
-    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
-    let mut s = stream(rank, &mut tensor);
-    let start = Instant::ZERO;
-    let data = drain(&mut s, start);
+/// Sends the whole stream of `s` and answers every packet but the two oldest with its
+/// result; returns the time after the last result.
+fn all_but_two_oldest_answered(s: &mut Stream<'_>, start: Instant) -> Instant {
+    let data = drain(s, start);
     assert_eq!(data.len(), PACKETS, "the window holds the whole stream");
     let mut now = start + Duration::from_micros(20);
     for (counter, d) in data.iter().skip(2).enumerate() {
         s.handle_datagram(now, &result_of(d, counter as u8));
         now = now + Duration::from_nanos(100);
     }
+    now
+}
+
+/// The seqs of the Queries `rank` sends: when the results of every packet but the two
+/// oldest have come, and then at each timer until both have been asked about.
+fn queries(rank: u8) -> (Vec<u32>, Vec<(Duration, u32)>) {
+    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut s = stream(rank, &mut tensor);
+    let start = Instant::ZERO;
+    let mut now = all_but_two_oldest_answered(&mut s, start);
     let asked = |sent: Vec<AggRepr>| -> Vec<u32> {
         sent.iter()
             .filter(|r| r.kind == MessageType::Query)
@@ -122,4 +131,50 @@ fn rank_0_of_a_rack_asks_at_once() {
     let first = u32::from(WINDOW);
     let (at_once, _) = queries(0);
     assert_eq!(at_once, vec![first, first + 1]);
+}
+
+/// The Queries among `sent`: (seq, exponent byte).
+fn asks(sent: &[AggRepr]) -> Vec<(u32, u8)> {
+    sent.iter()
+        .filter(|r| r.kind == MessageType::Query)
+        .map(|r| (r.seq, r.exponent))
+        .collect()
+}
+
+#[test]
+fn rank_0_asks_for_the_state_and_the_partial_and_fetches_a_lost_result_at_once() {
+    let first = u32::from(WINDOW);
+    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut s = stream(0, &mut tensor);
+    let mut now = all_but_two_oldest_answered(&mut s, Instant::ZERO);
+    let status = QueryAsk::StatusPushingPartial.byte();
+    let sent = drain(&mut s, now);
+    assert_eq!(asks(&sent), vec![(first, status), (first + 1, status)]);
+    // The header-only answer to the first: the use is complete and its result, which went
+    // ahead of the answer, was lost. Every packet has gone: the fetch goes at once.
+    let query = sent.iter().find(|r| r.seq == first).unwrap();
+    let complete = AggRepr {
+        kind: MessageType::Result,
+        count: 0,
+        ..*query
+    };
+    let mut bytes = vec![0u8; complete.buffer_len()];
+    complete.emit_into(&mut bytes).unwrap();
+    now = now + Duration::from_micros(10);
+    s.handle_datagram(now, &bytes);
+    assert_eq!(
+        asks(&drain(&mut s, now)),
+        vec![(first, QueryAsk::Fetch.byte())]
+    );
+}
+
+#[test]
+fn the_other_ranks_fetch() {
+    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut s = stream(1, &mut tensor);
+    let now = all_but_two_oldest_answered(&mut s, Instant::ZERO);
+    assert_eq!(
+        asks(&drain(&mut s, now)),
+        vec![(u32::from(WINDOW), QueryAsk::Fetch.byte())]
+    );
 }

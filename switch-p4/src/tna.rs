@@ -27,6 +27,10 @@ use ina_proto::pipeline::JobConfig;
 use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN, MAX_RANK, UDP_PORT};
 use ina_wire::PROTOCOL_VERSION;
 
+/// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
+/// ([`ina_wire::QueryAsk::wants_sums`]).
+const QUERY_WITHOUT_SUMS: &str = "8w0 &&& 8w1";
+
 /// Elements per packet the program aggregates: 32 value registers of 2x32-bit cells.
 pub const ELEMS: u16 = 64;
 /// Value registers (`reg_value_0` .. `reg_value_31`), each holding elements `2j` and `2j+1`.
@@ -1524,7 +1528,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action select_values(bit<8> v) {{
         md.vop_c = v;
     }}
-    // A Query answered with a full Result gets a payload to fill.
+    // A Query answered with a full Result (bit 0 of its exponent byte set) gets a payload
+    // to fill.
     action select_values_for_query() {{
         md.vop_c = {read_hi};
         hdr.payload.setValid();
@@ -1551,7 +1556,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             format!("select_values({})", vop::READ_HI),
         ),
         entry(
-            &[&query, pred::SAME, "_", "_", "0"],
+            &[&query, pred::SAME, "_", "_", QUERY_WITHOUT_SUMS],
             format!("select_values({})", vop::NONE),
         ),
         entry(
@@ -1879,7 +1884,7 @@ fn outcome(p: &mut String) {
                 "_",
                 "_",
                 "_",
-                "0",
+                QUERY_WITHOUT_SUMS,
             ],
             o(out::RESULT, Event::ResultUnicast),
         ),
@@ -1921,7 +1926,7 @@ fn outcome(p: &mut String) {
                 "_",
                 "_",
                 "_",
-                "0",
+                QUERY_WITHOUT_SUMS,
             ],
             o(out::RESULT, Event::ResultUnicast),
         ),

@@ -718,14 +718,15 @@ fn ingress_apply(p: &mut P4) {
         pending(0);
         } else if (count_x != 0) {
         pending(bitmap_x);
-        } else if (seen && hdr.ina.exponent != 0 && meta.job_elems == MAX_ELEMS) {
+        } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
         // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
         // from a Query. A Pending answer without the sender's bit makes the sender send its
         // data again, and that full-size retransmission gets the stored Result.
         pending(bitmap_x & ~rank_bit);
         } else if (seen) {
-        // The stored Result: E elements unless the Query's exponent byte is 0.
-        if (hdr.ina.exponent != 0) {
+        // The stored Result: E elements if bit 0 of the Query's exponent byte asks for the
+        // sums, else the header alone.
+        if (hdr.ina.exponent[0:0] == 1) {
         hdr.ina.count = meta.job_elems;
         values_read_elems_lo();
         if (meta.job_elems == MAX_ELEMS) {

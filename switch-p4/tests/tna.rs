@@ -749,7 +749,13 @@ fn packet(rank: u8, g: u32, w: u32, query: bool) -> Vec<u8> {
     let set = ((g / w) % 2) as u8;
     let kind = if query { 7 } else { 1 };
     let exponent = if query {
-        u8::from(count != 0)
+        // Every ask (QueryAsk): bit 0 wants the sums, which only a use with a payload has.
+        let ask = ((u32::from(rank) + g) % 4) as u8;
+        if count != 0 {
+            ask
+        } else {
+            ask & !1
+        }
     } else {
         100 + ((u32::from(rank) + g) % 50) as u8
     };

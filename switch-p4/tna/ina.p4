@@ -1070,7 +1070,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action select_values(bit<8> v) {
         md.vop_c = v;
     }
-    // A Query answered with a full Result gets a payload to fill.
+    // A Query answered with a full Result (bit 0 of its exponent byte set) gets a payload
+    // to fill.
     action select_values_for_query() {
         md.vop_c = 3;
         hdr.payload.setValid();
@@ -1093,7 +1094,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4w0b0010, _, 64, _) : select_values(1);
             (6, 4w0b0100, 4w0b0001, 64, _) : select_values(2);
             (6, 4w0b0100, _, 64, _) : select_values(3);
-            (7, 4w0b0100, _, _, 0) : select_values(0);
+            (7, 4w0b0100, _, _, 8w0 &&& 8w1) : select_values(0);
             (7, 4w0b0100, _, _, _) : select_values_for_query();
         }
         size = 6;
@@ -3033,10 +3034,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4w0b0100, 4w0b0001, 0, _, _, _, _, _) : outcome(0, 15);
             (7, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
             (7, 4w0b0010, _, _, _, _, _, _, _) : outcome_pending_empty(17);
-            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 0) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
             (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, _) : outcome(4, 16);
             (7, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, 0) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
             (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, _) : outcome(4, 16);
             (7, 4w0b0100, 4w0b0001, 0, 0, _, _, _, _) : outcome(0, 13);
             (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _) : outcome_pending(17);

@@ -48,7 +48,8 @@ local f = {
     rank = ProtoField.uint8("ina.rank", "Rank", base.DEC),
     exponent = ProtoField.uint8("ina.exponent", "Exponent", base.DEC),
     reject_reason = ProtoField.uint8("ina.reject_reason", "Reject reason", base.DEC, REJECT_REASONS),
-    query_wants = ProtoField.bool("ina.query.wants_elements", "Wants a Result of E elements"),
+    query_wants = ProtoField.bool("ina.query.wants_elements", "Wants a Result of E elements (bit 0)"),
+    query_partial = ProtoField.bool("ina.query.pushes_partial", "Asks a rack switch to send the partial up again (rank 0, any nonzero byte)"),
     slot = ProtoField.uint16("ina.slot", "Slot", base.DEC),
     count = ProtoField.uint16("ina.count", "Count", base.DEC),
     seq = ProtoField.uint32("ina.seq", "Sequence", base.DEC),
@@ -65,7 +66,7 @@ local f = {
 }
 ina.fields = {
     f.version, f.type, f.flags, f.set, f.gap, f.gap_counter, f.reserved, f.missing, f.job, f.epoch, f.rank, f.exponent,
-    f.reject_reason, f.query_wants, f.slot, f.count, f.seq, f.payload, f.elements, f.value,
+    f.reject_reason, f.query_wants, f.query_partial, f.slot, f.count, f.seq, f.payload, f.elements, f.value,
     f.probe_workers, f.probe_elems, f.probe_slot_base, f.probe_slot_count, f.bitmap, f.ranks,
     f.pending_rank,
 }
@@ -179,7 +180,8 @@ local function dissect(tvb, pinfo, root)
                 string.format("Unknown reject reason %d", exponent))
         end
     elseif mtype == 7 then
-        xitem:add(f.query_wants, tvb(7, 1), exponent ~= 0)
+        xitem:add(f.query_wants, tvb(7, 1), exponent % 2 == 1)
+        xitem:add(f.query_partial, tvb(7, 1), exponent ~= 0)
     elseif mtype == 8 then
         xitem:add(f.missing, tvb(7, 1), exponent)
     end
@@ -238,7 +240,10 @@ local function dissect(tvb, pinfo, root)
     if mtype == 3 then
         info = info .. " reason=" .. (REJECT_REASONS[exponent] or tostring(exponent))
     elseif mtype == 7 then
-        info = info .. (exponent ~= 0 and " wants=E" or " wants=0")
+        info = info .. (exponent % 2 == 1 and " wants=E" or " wants=0")
+        if exponent ~= 0 and exponent % 2 == 0 then
+            info = info .. " +partial"
+        end
     elseif mtype == 8 then
         info = info .. string.format(" missing=%d", exponent)
     end

@@ -123,6 +123,45 @@ impl TryFrom<u8> for RejectReason {
     }
 }
 
+/// What a [`MessageType::Query`] asks for, in its exponent byte (PROTOCOL.md §6 and §9).
+///
+/// Bit 0 asks for the stored sums: a complete use is answered with its whole Result, or, with
+/// bit 0 clear, with the Result's header alone (a *status* Query: "complete", without the sums
+/// again). Any nonzero byte also asks a rack switch, for its rank 0's Query about a use that
+/// waits for the upper switch's total, to send the use's partial sum up again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueryAsk {
+    /// 0: the use's state; a complete use answers with the Result's header alone.
+    Status,
+    /// 1: the stored Result with its sums; on a rack switch, rank 0's pushes the partial up.
+    Fetch,
+    /// 2: the use's state as [`QueryAsk::Status`]; on a rack switch, rank 0's pushes the
+    /// partial up as [`QueryAsk::Fetch`] does.
+    StatusPushingPartial,
+}
+
+impl QueryAsk {
+    /// The exponent byte that carries this ask.
+    pub const fn byte(self) -> u8 {
+        match self {
+            QueryAsk::Status => 0,
+            QueryAsk::Fetch => 1,
+            QueryAsk::StatusPushingPartial => 2,
+        }
+    }
+
+    /// Whether a Query with this exponent byte wants a complete use's sums (bit 0).
+    pub const fn wants_sums(exponent: u8) -> bool {
+        exponent & 1 != 0
+    }
+
+    /// Whether a Query with this exponent byte, from rank 0 of a rack about a use that waits
+    /// for its total, sends the partial up again (any nonzero byte).
+    pub const fn pushes_partial(exponent: u8) -> bool {
+        exponent != 0
+    }
+}
+
 /// A zero-copy view of an aggregation packet over a byte buffer.
 #[derive(Debug, Clone)]
 pub struct AggPacket<T: AsRef<[u8]>> {
@@ -589,6 +628,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn each_query_ask_has_its_own_byte_and_meaning() {
+        let meaning = |a: QueryAsk| {
+            let b = a.byte();
+            (QueryAsk::wants_sums(b), QueryAsk::pushes_partial(b))
+        };
+        assert_eq!(meaning(QueryAsk::Status), (false, false));
+        assert_eq!(meaning(QueryAsk::Fetch), (true, true));
+        assert_eq!(meaning(QueryAsk::StatusPushingPartial), (false, true));
+        assert_eq!(
+            [
+                QueryAsk::Status,
+                QueryAsk::Fetch,
+                QueryAsk::StatusPushingPartial
+            ]
+            .map(QueryAsk::byte),
+            [0, 1, 2]
+        );
+    }
+
     fn kind() -> impl Strategy<Value = MessageType> {
         prop_oneof![
             Just(MessageType::Data),
@@ -647,6 +706,14 @@ mod tests {
                 Ok(h) => prop_assert!(whole == Ok(h) || usize::from(h.count) * 4 + HEADER_LEN != bytes.len()),
                 Err(e) => prop_assert!(whole == Err(e) || AggPacket::new_checked(&bytes[..]).is_err()),
             }
+        }
+
+        #[test]
+        fn a_query_asks_for_the_sums_by_bit_0_and_for_the_partial_by_any_nonzero_byte(
+            exponent in any::<u8>(),
+        ) {
+            prop_assert_eq!(QueryAsk::wants_sums(exponent), exponent % 2 == 1);
+            prop_assert_eq!(QueryAsk::pushes_partial(exponent), exponent != 0);
         }
 
         #[test]

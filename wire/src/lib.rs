@@ -19,8 +19,8 @@ pub mod frame;
 pub mod payload;
 
 pub use agg::{
-    AggPacket, AggRepr, MessageType, PendingInfo, RejectReason, HEADER_LEN, PROTOCOL_VERSION,
-    UDP_PORT,
+    AggPacket, AggRepr, MessageType, PendingInfo, QueryAsk, RejectReason, HEADER_LEN,
+    PROTOCOL_VERSION, UDP_PORT,
 };
 
 /// Why a buffer is not a valid `ina` packet.
