@@ -4,7 +4,9 @@
 //! between the switches, asks at once. One int32 stream driven by hand: every packet sent,
 //! then results for all but the block's two oldest. Rank 0's Queries there ask for the use's
 //! state and its partial, the other ranks' fetch, and a result found lost once every packet
-//! has gone is fetched at once.
+//! has gone is fetched at once. A block's last packet taken for lost at the end has the
+//! packet before it asked about at once: the report that would have revealed its loss went
+//! with it.
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::rtt::{RtoConfig, RttEstimator};
@@ -20,6 +22,11 @@ const PACKETS: usize = 64;
 
 /// A stream of `rank` in a rack of 4 workers under a tree of 8, with Missing reports.
 fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {
+    stream_with(rank, tensor, RtoConfig::default())
+}
+
+/// The same, with the round-trip estimator's settings `rto`.
+fn stream_with(rank: u8, tensor: &mut [i32], rto: RtoConfig) -> Stream<'_> {
     let cfg = StreamConfig {
         job: 1,
         epoch: 2,
@@ -32,12 +39,7 @@ fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {
         give_up: Duration::from_secs(1),
         gap_reports: true,
     };
-    Stream::new(
-        cfg,
-        Tensor::I32(tensor),
-        RttEstimator::new(RtoConfig::default()),
-    )
-    .unwrap()
+    Stream::new(cfg, Tensor::I32(tensor), RttEstimator::new(rto)).unwrap()
 }
 
 /// Everything the stream sends at `now`.
@@ -176,5 +178,86 @@ fn the_other_ranks_fetch() {
     assert_eq!(
         asks(&drain(&mut s, now)),
         vec![(u32::from(WINDOW), QueryAsk::Fetch.byte())]
+    );
+}
+
+/// The Pending answer to `query`, with contributor `bitmap`.
+fn pending_of(query: &AggRepr, bitmap: u32) -> Vec<u8> {
+    let repr = AggRepr {
+        kind: MessageType::Pending,
+        count: 1,
+        exponent: 0,
+        ..*query
+    };
+    let mut bytes = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut AggPacket::new_unchecked(&mut bytes[..]));
+    bytes[16..20].copy_from_slice(&bitmap.to_be_bytes());
+    bytes
+}
+
+#[test]
+fn a_blocks_last_packet_taken_for_lost_has_the_one_before_it_asked_about() {
+    // 65 packets on a lane of one block: the 65th goes when the first one's result frees its
+    // slot, and is the block's last first transmission.
+    let mut tensor = vec![1i32; (PACKETS + 1) * usize::from(ELEMS)];
+    // A clock as fine as the simulator's: the timers follow the path's round trip.
+    let rto = RtoConfig {
+        granularity: Duration::from_micros(1),
+        ..RtoConfig::default()
+    };
+    let mut s = stream_with(1, &mut tensor, rto);
+    let start = Instant::ZERO;
+    let data = drain(&mut s, start);
+    assert_eq!(data.len(), PACKETS);
+    // Results for packets 1 to 61, 100 us after they went (their uses waited for other
+    // workers' repairs); the first is asked about, and the switch's Pending answer (it holds
+    // this worker's data) gives the path's round trip: 5 us.
+    let mut now = start + Duration::from_micros(100);
+    let mut counter = 0u8;
+    for d in &data[1..PACKETS - 2] {
+        s.handle_datagram(now, &result_of(d, counter));
+        counter += 1;
+        now = now + Duration::from_nanos(100);
+    }
+    let sent = drain(&mut s, now);
+    let query = sent
+        .iter()
+        .find(|r| r.kind == MessageType::Query && r.seq == data[0].seq)
+        .expect("the first packet, found unanswered by order, is asked about");
+    now = now + Duration::from_micros(5);
+    s.handle_datagram(now, &pending_of(query, 0b11));
+    // Its result frees the slot: the last packet goes. Packets 63 and 64 are lost: the
+    // switch never saw a counter after 63's, so no report of it can come.
+    now = now + Duration::from_micros(1);
+    s.handle_datagram(now, &result_of(&data[0], counter));
+    let last = drain(&mut s, now);
+    assert_eq!(last.len(), 1, "{last:?}");
+    let (before_last, last, last_sent) = (data[PACKETS - 1].seq, last[0].seq, now);
+    // Packet 62's result comes later: results keep coming at the end, and no stall probe
+    // asks about the oldest unanswered packets.
+    now = now + Duration::from_micros(30);
+    s.handle_datagram(now, &result_of(&data[PACKETS - 2], counter + 1));
+    assert!(drain(&mut s, now).is_empty());
+    // The first timer to expire is the last packet's, a query timeout after it was sent:
+    // its data goes again, and the packet before it is asked about at the same moment, with
+    // a status Query, instead of a result's timeout later.
+    let at = s.poll_timeout().unwrap();
+    assert!(
+        at - last_sent < Duration::from_micros(60),
+        "the last packet's timer is the path's query timeout: {:?}",
+        at - last_sent
+    );
+    s.handle_timeout(at);
+    let sent = drain(&mut s, at);
+    let again: Vec<_> = sent
+        .iter()
+        .filter(|r| r.kind == MessageType::Data)
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(again, vec![last]);
+    assert_eq!(
+        asks(&sent),
+        vec![(before_last, QueryAsk::Status.byte())],
+        "{sent:?}"
     );
 }
