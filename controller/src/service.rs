@@ -446,6 +446,17 @@ impl Controller {
             .filter_map(|r| self.reports.get(&(name.to_string(), r)).and_then(|x| x.0))
             .max()
             .unwrap_or(0);
+        if !self.moving.contains_key(name) {
+            // A report of a worker parked came before this move, for the one before it: the
+            // worker may have been released since and be running its next tensor. Only a
+            // report made for this move says it is parked (a worker still held reports so
+            // again within a held heartbeat period).
+            for ((job, _), report) in self.reports.iter_mut() {
+                if job == name {
+                    report.1 = false;
+                }
+            }
+        }
         let m = self.moving.entry(name.to_string()).or_insert(Moving {
             since: now,
             park_at: reported,

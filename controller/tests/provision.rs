@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use ina_controller::alloc::{self, Policy};
-use ina_controller::api::{JobRequest, JobState, SwitchSpec};
+use ina_controller::api::{Heartbeat, JobRequest, JobState, SwitchSpec};
 use ina_controller::client::{Client, ClientError};
 use ina_controller::server::{self, ServeError, ServerConfig};
 use ina_controller::service::{drivers, Controller};
@@ -855,5 +855,64 @@ fn a_preempted_job_parks_between_tensors_and_resumes_with_exact_sums() {
         assert_eq!(t.join().unwrap().into_iter().collect::<Vec<_>>(), vec![512]);
     }
     assert_eq!(c.job("low").unwrap().state, JobState::Running);
+    ctl.stop();
+}
+
+#[test]
+fn a_report_of_a_worker_parked_for_the_last_move_does_not_make_the_next_one() {
+    let (sw, ctl) = switch_and_controller(Policy::FairShare);
+    let c = ctl.client(None);
+    let mut req = job("a", free_addrs(2), 512, 64);
+    req.heartbeat_ms = Some(5_000);
+    let a = c.create_job(&req).unwrap();
+    c.wait_installed("a", Duration::from_secs(30)).unwrap();
+    // The slots A has on the switch.
+    let installed = || sw.jobs().iter().find(|j| j.0 == a.id).map(|j| j.2);
+    let report = |rank: u8, started: u64, parked: bool| {
+        c.report(
+            "a",
+            &Heartbeat {
+                rank,
+                started: Some(started),
+                parked,
+            },
+        )
+        .unwrap()
+    };
+    for rank in 0..2 {
+        report(rank, 5, false);
+    }
+    // B arrives: A is held at 5 tensors, both ranks report parked there, and A shrinks.
+    let mut req_b = job("b", free_addrs(2), 512, 64);
+    req_b.heartbeat_ms = Some(5_000);
+    c.create_job(&req_b).unwrap();
+    wait_for("a to be held", || c.job("a").unwrap().park_at == Some(5));
+    for rank in 0..2 {
+        report(rank, 5, true);
+    }
+    wait_for("a to shrink", || {
+        c.job("a").unwrap().park_at.is_none() && installed() == Some(256)
+    });
+    // Released, both ranks run their next tensors and have not reported since. B leaves:
+    // their last reports, parked at 5 for the shrink, must not make the growth, which
+    // would reinstall A under tensors in flight.
+    c.delete_job("b").unwrap();
+    wait_for("a to be held again", || {
+        c.job("a").unwrap().park_at.is_some()
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        (installed(), c.job("a").unwrap().park_at),
+        (Some(256), Some(5)),
+        "moved on reports made for the last move"
+    );
+    // Reports made for this move do.
+    for rank in 0..2 {
+        report(rank, 5, true);
+    }
+    wait_for("a to grow", || {
+        c.job("a").unwrap().park_at.is_none() && installed() == Some(512)
+    });
+    assert_eq!(sw.jobs().len(), 1);
     ctl.stop();
 }
