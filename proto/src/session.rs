@@ -765,7 +765,8 @@ impl<'a> Stream<'a> {
             // and a lost result at the stream's end costs one round trip less (at 4 MiB
             // and 1% loss, 0.933 of lossless goodput at n = 8 against 0.910 asking first;
             // fetching from the last window on, while results still stream, 0.909).
-            // (A packet whose revealing report was lost is asked whether its data arrived.)
+            // (A packet whose loss only a later packet, taken for lost, would have revealed is
+            // asked whether its data arrived.)
             let fetch = (out.complete_seen || !self.reports || self.all_sent())
                 && why != Retransmit::Unrevealed;
             let ask = if !fetch {
@@ -2014,9 +2015,10 @@ impl<'a> Stream<'a> {
     /// At the stream's end, the first transmission `last` of its block, whose loss no Missing
     /// report could reveal, is taken for lost: so are the reports it would have made. The
     /// packets sent to the block just before it, still unanswered and never sent again, are
-    /// asked about at once, up to the reports' longest gap ([`crate::gap::MAX_REPORTED_GAP`]); the walk stops
-    /// at one that was answered or sent again, whose own arrival would have revealed the
-    /// losses before it. `expired` are packets whose timers this round handles already.
+    /// asked about at once, up to the reports' longest gap
+    /// ([`crate::gap::MAX_REPORTED_GAP`]). The walk stops at one that was answered or sent
+    /// again, whose own arrival would have revealed the losses before it. `expired` are
+    /// packets whose timers this round handles already.
     ///
     /// The ask is a status Query, even once every packet has gone: it asks whether the data
     /// arrived (a Pending answer without this worker's bit sends it again), and most of these
@@ -2028,17 +2030,14 @@ impl<'a> Stream<'a> {
     /// transmissions, the last went again 12 µs later, and the one before it only after 79
     /// µs, when the whole job waited for it (86.72 Gbit/s; 968 stall probes).
     fn ask_about_unrevealed_before(&mut self, last: &Outstanding, expired: &[u64]) {
-        let Some(block) = self.gap_blocks.get(self.gap_block_of(last.index)) else {
-            return;
-        };
+        let block = self.gap_block_of(last.index);
         let earliest = last
             .block_ordinal
             .saturating_sub(u64::from(crate::gap::MAX_REPORTED_GAP));
-        let before: Vec<u64> = (earliest..last.block_ordinal)
-            .rev()
-            .map(|ordinal| block.index_at(ordinal))
-            .collect();
-        for index in before {
+        for ordinal in (earliest..last.block_ordinal).rev() {
+            let Some(index) = self.gap_blocks.get(block).map(|b| b.index_at(ordinal)) else {
+                return;
+            };
             let Some((slot, out)) = self.outstanding_at(index) else {
                 break;
             };
@@ -2143,14 +2142,15 @@ impl<'a> Stream<'a> {
     /// ([`QueryAsk::StatusPushingPartial`]): rank 0 of a rack in a tree, once every packet
     /// has gone (PROTOCOL.md §9).
     ///
-    /// Rank 0 asks at once about a packet found unanswered by order ([`Self::waits_for_counters`]
-    /// holds the other ranks back), and most of the results it asks about are only queued
+    /// Rank 0 asks at once about a packet found unanswered by order
+    /// ([`Self::waits_for_counters`] holds the other ranks back), and most of the results it asks about are only queued
     /// behind the rack's last results on its downlink: fetching, each such Query brought a
-    /// full copy that queued behind them in turn. At 4 racks of 32 and 1% loss, rank 0's
-    /// downlink carried 414 copies in the stream's last 80 µs (rank 1's: 64), and the
-    /// stream's end waited 22 µs in its queue. Asking for the state, a use waiting for its
-    /// total still has its partial sent up at once, and a complete one is answered with its
-    /// header alone (5 copies), which says "lost" when its result did not come first.
+    /// full copy that queued behind them in turn. At 4 racks of 32 and 1% loss (seed 1),
+    /// rank 0's downlink carried 414 copies from 1380 µs to the stream's end (rank 1's: 64),
+    /// and the last total to reach rank 0 waited 22.7 µs in its queue. Asking for the state,
+    /// a use waiting for its total still has its partial sent up at once, and a complete one
+    /// is answered with its header alone (5 copies), which says "lost" when its result did
+    /// not come first.
     fn asks_for_partial(&self) -> bool {
         self.cfg.rank == 0 && self.in_tree() && self.counts_results()
     }
