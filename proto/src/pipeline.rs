@@ -2119,7 +2119,12 @@ fn emit_query_up<'a>(
     pkt.set_epoch(up.epoch);
     pkt.set_rank(up.rank);
     pkt.set_slot(up.slot_up(job, view.slot()));
-    pkt.set_exponent(u8::from(fetch));
+    let ask = if fetch {
+        QueryAsk::Fetch
+    } else {
+        QueryAsk::Status
+    };
+    pkt.set_exponent(ask.byte());
     pkt.set_count(0);
     counters.queries_up += 1;
     Verdict::Unicast {
