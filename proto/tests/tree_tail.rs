@@ -6,7 +6,8 @@
 //! state and its partial, the other ranks' fetch, and a result found lost once every packet
 //! has gone is fetched at once. A block's last packet taken for lost at the end has the
 //! packet before it asked about at once: the report that would have revealed its loss went
-//! with it.
+//! with it. Once every packet has gone, a use that holds the worker's data is asked about
+//! again a spacing after the Query that found it waiting, not after that Query's answer.
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::rtt::{RtoConfig, RttEstimator};
@@ -259,5 +260,52 @@ fn a_blocks_last_packet_taken_for_lost_has_the_one_before_it_asked_about() {
         asks(&sent),
         vec![(before_last, QueryAsk::Status.byte())],
         "{sent:?}"
+    );
+}
+
+#[test]
+fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_after_its_answer() {
+    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let rto = RtoConfig {
+        granularity: Duration::from_micros(1),
+        ..RtoConfig::default()
+    };
+    let mut s = stream_with(1, &mut tensor, rto);
+    let first = u32::from(WINDOW);
+    // Every packet has gone; results for all but the two oldest came 20 µs after them. The
+    // oldest is asked about at once.
+    let mut now = all_but_two_oldest_answered(&mut s, Instant::ZERO);
+    let sent = drain(&mut s, now);
+    let query = *sent
+        .iter()
+        .find(|r| r.kind == MessageType::Query && r.seq == first)
+        .expect("the oldest packet is asked about");
+    let asked_at = now;
+    // Its use waits for another worker's repair: a Pending with this worker's bit, 8 µs later
+    // (the query timeout is the larger of that and half the results' round trip, 10 µs).
+    now = now + Duration::from_micros(8);
+    s.handle_datagram(now, &pending_of(&query, 0b11));
+    let answered_at = now;
+    // The next Query about it goes a spacing after the first Query went, not after the answer.
+    let mut next = None;
+    for _ in 0..16 {
+        let Some(at) = s.poll_timeout() else { break };
+        now = now.max(at);
+        s.handle_timeout(now);
+        if asks(&drain(&mut s, now))
+            .iter()
+            .any(|(seq, _)| *seq == first)
+        {
+            next = Some(now);
+            break;
+        }
+    }
+    let next = next.expect("asked about again");
+    assert!(next >= answered_at, "not before the answer came");
+    assert!(
+        next - asked_at <= Duration::from_micros(11),
+        "asked again {:?} after the first Query, {:?} after its answer",
+        next - asked_at,
+        next - answered_at
     );
 }
