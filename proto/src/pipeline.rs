@@ -1256,7 +1256,7 @@ impl Pipeline {
                 // which this answer followed, was lost. Fetch it.
                 let header = rank0_ask(&job.cfg, slot, hdr);
                 let view = AggPacket::new_unchecked(&header);
-                return emit_query_up(counters, &view, &job.cfg, up, true, out);
+                return emit_query_up(counters, &view, &job.cfg, up, QueryAsk::Fetch, out);
             }
             _ => {
                 // A copy of a total already multicast (an answer to a Query that crossed the
@@ -2094,14 +2094,14 @@ fn answer_waiting<'a>(
     if view.rank() != UPLINK_TIMER_RANK {
         return emit_pending(counters, view, bitmap, ingress, out);
     }
-    emit_query_up(counters, view, job, up, false, out)
+    emit_query_up(counters, view, job, up, QueryAsk::Status, out)
 }
 
 /// The Query of this switch's rank in the upper switch's job for the use of `view` (its set,
 /// seq and slot, mapped to the upper job). A status Query (exponent byte 0) is answered with
 /// the header of the total alone if the use is complete there: that answer travels behind the
-/// total itself, so it arrives first only when the total was lost, and then a Query that
-/// `fetch`es (exponent 1) follows. Fetching at once would send a second copy of every total
+/// total itself, so it arrives first only when the total was lost, and then a fetching Query
+/// (`ask` [`QueryAsk::Fetch`], exponent 1) follows. Fetching at once would send a second copy of every total
 /// still queued on the way down (at 1% loss, 4 racks of 4 asked the upper switch for 9158
 /// totals again, and the downlinks' queues grew to 200 KB).
 fn emit_query_up<'a>(
@@ -2109,7 +2109,7 @@ fn emit_query_up<'a>(
     view: &AggPacket<&[u8; HEADER_LEN]>,
     job: &JobConfig,
     up: Uplink,
-    fetch: bool,
+    ask: QueryAsk,
     out: &mut [u8],
 ) -> Verdict<'a> {
     let Some((mut pkt, _)) = reply_to(view, MessageType::Query, HEADER_LEN, out) else {
@@ -2119,11 +2119,6 @@ fn emit_query_up<'a>(
     pkt.set_epoch(up.epoch);
     pkt.set_rank(up.rank);
     pkt.set_slot(up.slot_up(job, view.slot()));
-    let ask = if fetch {
-        QueryAsk::Fetch
-    } else {
-        QueryAsk::Status
-    };
     pkt.set_exponent(ask.byte());
     pkt.set_count(0);
     counters.queries_up += 1;
