@@ -2165,9 +2165,9 @@ impl<'a> Stream<'a> {
     /// has gone (PROTOCOL.md §9).
     ///
     /// Rank 0 asks at once about a packet found unanswered by order
-    /// ([`Self::waits_for_counters`] holds the other ranks back), and most of the results it asks about are only queued
-    /// behind the rack's last results on its downlink: fetching, each such Query brought a
-    /// full copy that queued behind them in turn. At 4 racks of 32 and 1% loss (seed 1),
+    /// ([`Self::waits_for_counters`] holds the other ranks back), and most of the results it
+    /// asks about are only queued behind the rack's last results on its downlink: fetching,
+    /// each such Query brought a full copy that queued behind them in turn. At 4 racks of 32 and 1% loss (seed 1),
     /// rank 0's downlink carried 414 copies from 1380 µs to the stream's end (rank 1's: 64),
     /// and the last total to reach rank 0 waited 22.7 µs in its queue. Asking for the state,
     /// a use waiting for its total still has its partial sent up at once, and a complete one
