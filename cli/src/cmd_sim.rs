@@ -375,6 +375,8 @@ pub(crate) struct SimResult {
     /// Packets sent again as header-only Queries (retransmissions, stall probes or
     /// rechecks).
     queries: u64,
+    /// Second copies of the exponent lookahead's headers (not in `retransmissions`).
+    lookahead_copies: u64,
     /// Pending answers the workers received.
     pending_answers: u64,
     /// Data sent again because a Pending answer showed it missing (included in
@@ -647,6 +649,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 stall_probes: t.stall_probes,
                 rechecks: t.rechecks,
                 queries: t.queries,
+                lookahead_copies: t.lookahead_copies,
                 pending_answers: t.pending_answers,
                 resent_missing: t.resent_missing,
                 missing_reports: t.missing_reports,

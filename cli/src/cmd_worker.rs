@@ -215,6 +215,11 @@ pub fn render_metrics(totals: &StreamTotals) -> String {
         t.queries,
     )
     .counter(
+        "ina_worker_lookahead_copies_total",
+        "Second copies of the exponent lookahead's 16-byte headers (every float32 stream sends its first window's headers twice).",
+        t.lookahead_copies,
+    )
+    .counter(
         "ina_worker_pending_answers_total",
         "Pending answers received.",
         t.pending_answers,

@@ -289,6 +289,8 @@ pub struct StreamStats {
     /// Second copies of data sent again in the stream's last window (included in
     /// `retransmissions`).
     pub tail_copies: u64,
+    /// Second copies of the lookahead's header-only packets (see `Retransmit::LookaheadCopy`).
+    pub lookahead_copies: u64,
     /// Header-only answers to status Queries: the use was complete, its result lost.
     pub completions_seen: u64,
     pub results: u64,
@@ -327,6 +329,7 @@ impl StreamStats {
         self.resent_reported += o.resent_reported;
         self.results_reported += o.results_reported;
         self.tail_copies += o.tail_copies;
+        self.lookahead_copies += o.lookahead_copies;
         self.completions_seen += o.completions_seen;
         self.results += o.results;
         self.duplicate_results += o.duplicate_results;
@@ -362,6 +365,9 @@ enum Retransmit {
     /// A second copy of data sent again in the stream's last window (see
     /// [`Stream::resend_data`]).
     TailCopy,
+    /// A second copy of a header-only packet of the exponent lookahead, sent once every one
+    /// of them has gone.
+    LookaheadCopy,
     /// At the stream's end, a later first transmission to its block, which would have
     /// revealed its loss, was taken for lost (see [`Stream::ask_about_unrevealed_before`]):
     /// asked about with a status Query.
@@ -759,6 +765,13 @@ impl<'a> Stream<'a> {
                 self.stats.tail_copies += 1;
                 return Ok(Some(self.write_packet(index, None, buf)));
             }
+            if why == Retransmit::LookaheadCopy {
+                if out.held == Held::Yes || out.retries > 0 {
+                    continue;
+                }
+                self.stats.lookahead_copies += 1;
+                return Ok(Some(self.write_packet(index, None, buf)));
+            }
             let query = self.retransmits_as_query(&out);
             // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
             // Once every packet has been sent, Queries fetch at once: the downlink has room,
@@ -821,7 +834,7 @@ impl<'a> Stream<'a> {
                     self.stats.resent_reported += 1;
                 }
                 Retransmit::Timer | Retransmit::Unrevealed => self.stats.retransmissions += 1,
-                Retransmit::TailCopy => {}
+                Retransmit::TailCopy | Retransmit::LookaheadCopy => {}
             }
             if query {
                 self.stats.queries += 1;
@@ -884,6 +897,9 @@ impl<'a> Stream<'a> {
         if self.reports && self.sent_new == self.packets {
             self.arm_tail_timers();
         }
+        if self.tensor.is_float() && index + 1 == self.lookahead.min(self.packets) {
+            self.queue_lookahead_copies(index + 1);
+        }
         Ok(Some(self.write_packet(index, gap, buf)))
     }
 
@@ -933,6 +949,24 @@ impl<'a> Stream<'a> {
             Held::Unknown => {
                 self.reports && (out.retries > 1 || self.loss_reportable(out) || !self.all_sent())
             }
+        }
+    }
+
+    /// Queues a second copy of each of the stream's first `headers` packets, the exponent
+    /// lookahead's headers, once the last of them has gone.
+    ///
+    /// A block's data waits for its lookahead use, and that use completes only when every
+    /// worker's header is in: in a job of 1024 workers at 1% loss each use loses about ten
+    /// headers, so without copies every block waited for a repair, and the stream's data
+    /// started 13 µs late (30 µs against 17 µs lossless, 32 racks of 32, traced). A use then
+    /// lacks a header only where both copies were lost. The copies go while the uplink would
+    /// wait for the lookahead's results anyway, 16 bytes each, without a gap counter (the
+    /// first copy carried it); the switch answers a copy of a header it holds as it answers
+    /// data sent again (PROTOCOL.md §5, "Exponent lookahead").
+    fn queue_lookahead_copies(&mut self, headers: u64) {
+        for index in 0..headers {
+            self.retransmit
+                .push_back((index, Retransmit::LookaheadCopy));
         }
     }
 

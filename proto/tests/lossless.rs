@@ -73,6 +73,10 @@ fn run(workers: u8, len: usize, window: u16, elems: u16) -> Vec<Vec<f32>> {
                                 streams[usize::from(p.0 - 100)].handle_datagram(now, &out[..len]);
                             }
                         }
+                        // The answers to the lookahead's second copies.
+                        Verdict::Unicast { port, len } => {
+                            streams[usize::from(port.0 - 100)].handle_datagram(now, &out[..len]);
+                        }
                         Verdict::Absorbed => {}
                         other => panic!("unexpected {other:?}"),
                     }

@@ -83,8 +83,14 @@ fn two_racks_under_an_upper_switch_give_exact_sums() {
         );
     }
     assert_eq!(upper.data_first + upper.data_added, 2 * uses);
-    assert_eq!(report.rack_uplinks[0].sent, uses);
-    assert_eq!(report.rack_downlinks[1].sent, uses);
+    // Up: the partials, and rank 0's second copies of the lookahead's headers that found
+    // their use waiting for its total (status Queries up, PROTOCOL.md §9), at most one per
+    // header (the window's 64). Down: the totals, and the answers to those Queries.
+    for (rack, r) in [(rack0, 0), (rack1, 1)] {
+        assert!(rack.queries_up <= 64, "{}", rack.queries_up);
+        assert_eq!(report.rack_uplinks[r].sent, uses + rack.queries_up);
+        assert_eq!(report.rack_downlinks[r].sent, uses + rack.queries_up);
+    }
 }
 
 #[test]
