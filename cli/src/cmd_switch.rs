@@ -543,8 +543,23 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         "steered": switch.steered(),
         "jobs": handle.jobs(),
     });
-    println!("{ready}");
-    tracing::info!(udp = %switch.local_addr(), control = ?control_local, "switch ready");
+    // The ready line goes out once the shards answer, so that a request sent after it (to
+    // the control port or the metrics endpoint) finds the switch running: printed before
+    // `run`, a scrape on a busy machine got an empty page.
+    let ready_thread = {
+        let handle = handle.clone();
+        let stop = stop.clone();
+        let udp = switch.local_addr();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if handle.wait_running(Duration::from_millis(100)) {
+                    println!("{ready}");
+                    tracing::info!(%udp, control = ?control_local, "switch ready");
+                    return;
+                }
+            }
+        })
+    };
 
     // Logs the statistics every --stats-every seconds, and warns, within a second, when the
     // upper switch of a tree starts refusing this switch's partial sums.
@@ -598,6 +613,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
 
     let stats = switch.run(stop.clone());
     stop.store(true, Ordering::SeqCst);
+    let _ = ready_thread.join();
     if let Some(t) = control_thread {
         let _ = t.join();
     }
