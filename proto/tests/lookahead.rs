@@ -3,9 +3,12 @@
 //! copies were both lost is sent again.
 #![allow(clippy::unwrap_used)]
 
-use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
+#[allow(dead_code)]
+mod common;
+use common::{config, pipeline, through_switch, Net, ELEMS, ROUND};
+
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamStats, Tensor};
+use ina_proto::session::{Stream, StreamStats, Tensor};
 use ina_proto::Instant;
 use std::time::Duration;
 
@@ -13,11 +16,9 @@ const WORKERS: u8 = 3;
 /// One block of 64 slots, the switch's gap register's (a lane without a whole block gets no
 /// gap counters).
 const WINDOW: u16 = 64;
-const ELEMS: u16 = 8;
-/// 100 blocks: the lookahead is the window's 64 headers, 164 packets per stream.
-const LEN: usize = 100 * ELEMS as usize;
-/// Virtual time of one round: every answer to a round's packets arrives in the next.
-const ROUND: Duration = Duration::from_micros(50);
+/// Blocks of the tensor: the lookahead is the window's 64 headers, 164 packets per stream.
+const BLOCKS: usize = 100;
+const LEN: usize = BLOCKS * ELEMS as usize;
 
 struct Ran {
     tensors: Vec<Vec<f32>>,
@@ -29,21 +30,17 @@ struct Ran {
 /// Runs `WORKERS` float32 streams through the switch model with Missing reports; a packet
 /// from rank `r` for which `drop(r, packet)` holds is lost on its way to the switch.
 fn run(mut drop: impl FnMut(usize, &[u8]) -> bool) -> Ran {
-    let mut pipe = Pipeline::new(PipelineConfig {
-        pool_slots: 64,
-        max_elems: 64,
-    });
-    pipe.set_gap_reports(true);
-    pipe.add_job(JobConfig {
-        job: 1,
-        epoch: 2,
-        slot_base: 0,
-        slot_count: WINDOW,
-        elems_per_packet: ELEMS,
-        ranks: (0..WORKERS).map(|r| PortId(u16::from(r))).collect(),
-        uplink: None,
-    })
-    .unwrap();
+    let net = Net {
+        workers: WORKERS,
+        packets: BLOCKS,
+        window: WINDOW,
+        max_retries: 10,
+        give_up: Duration::from_secs(1),
+        rto: RtoConfig::default(),
+        rounds: 1_000,
+        gap_reports: true,
+    };
+    let mut pipe = pipeline(&net);
     let mut tensors: Vec<Vec<f32>> = (0..WORKERS)
         .map(|w| {
             (0..LEN)
@@ -61,26 +58,14 @@ fn run(mut drop: impl FnMut(usize, &[u8]) -> bool) -> Ran {
             .iter_mut()
             .enumerate()
             .map(|(r, t)| {
-                let cfg = StreamConfig {
-                    job: 1,
-                    epoch: 2,
-                    rank: r as u8,
-                    workers: WORKERS,
-                    total_workers: WORKERS.into(),
-                    elems_per_packet: ELEMS,
-                    lane: Lane::new(0, WINDOW),
-                    max_retries: 10,
-                    give_up: Duration::from_secs(1),
-                    gap_reports: true,
-                };
-                Stream::new(cfg, Tensor::F32(t), RttEstimator::new(RtoConfig::default())).unwrap()
+                Stream::new(config(&net, r), Tensor::F32(t), RttEstimator::new(net.rto)).unwrap()
             })
             .collect();
         let (mut buf, mut out) = (vec![0u8; 2048], vec![0u8; 2048]);
         let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut now = Instant::ZERO;
         while streams.iter().any(|s| s.poll_outcome().is_none()) {
-            assert!(rounds < 1_000, "no end after {rounds} rounds");
+            assert!(rounds < net.rounds, "no end after {rounds} rounds");
             rounds += 1;
             now = now + ROUND;
             for (r, bytes) in std::mem::take(&mut inbox) {
@@ -96,22 +81,7 @@ fn run(mut drop: impl FnMut(usize, &[u8]) -> bool) -> Ran {
                     if drop(r, &buf[..n]) {
                         continue;
                     }
-                    match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
-                        Verdict::Multicast { ports, len } => {
-                            for p in ports.iter().copied() {
-                                inbox.push((usize::from(p.0), out[..len].to_vec()));
-                            }
-                        }
-                        Verdict::Unicast { port, len } => {
-                            inbox.push((usize::from(port.0), out[..len].to_vec()));
-                        }
-                        Verdict::Absorbed | Verdict::Drop(_) => {}
-                    }
-                    if let Some(report) = pipe.poll_report() {
-                        for _ in 0..report.copies {
-                            inbox.push((usize::from(report.port.0), report.header.to_vec()));
-                        }
-                    }
+                    through_switch(&mut pipe, r, &buf[..n], now, &mut out, &mut inbox);
                 }
             }
         }

@@ -74,21 +74,26 @@ pub fn streams<'a>(net: &Net, tensors: &'a mut [Vec<i32>]) -> Vec<Stream<'a>> {
         .iter_mut()
         .enumerate()
         .map(|(r, t)| {
-            let cfg = StreamConfig {
-                job: 1,
-                epoch: 2,
-                rank: r as u8,
-                workers: net.workers,
-                total_workers: net.workers.into(),
-                elems_per_packet: ELEMS,
-                lane: Lane::new(0, net.window),
-                max_retries: net.max_retries,
-                give_up: net.give_up,
-                gap_reports: net.gap_reports,
-            };
-            Stream::new(cfg, Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
+            Stream::new(config(net, r), Tensor::I32(t), RttEstimator::new(net.rto)).unwrap()
         })
         .collect()
+}
+
+/// The configuration of rank `rank`'s stream in `net`: the job of [`pipeline`], a lane of the
+/// whole window.
+pub fn config(net: &Net, rank: usize) -> StreamConfig {
+    StreamConfig {
+        job: 1,
+        epoch: 2,
+        rank: rank as u8,
+        workers: net.workers,
+        total_workers: net.workers.into(),
+        elems_per_packet: ELEMS,
+        lane: Lane::new(0, net.window),
+        max_retries: net.max_retries,
+        give_up: net.give_up,
+        gap_reports: net.gap_reports,
+    }
 }
 
 /// Runs the streams of `net`. In a round where `asleep(rank, round)` holds, the worker neither
@@ -162,22 +167,7 @@ pub fn run_delayed(
                     if drop(r, &buf[..n]) {
                         continue;
                     }
-                    match pipe.process(PortId(r as u16), &buf[..n], now, &mut out) {
-                        Verdict::Multicast { ports, len } => {
-                            for p in ports.iter().copied() {
-                                inbox.push((usize::from(p.0), out[..len].to_vec()));
-                            }
-                        }
-                        Verdict::Unicast { port, len } => {
-                            inbox.push((usize::from(port.0), out[..len].to_vec()));
-                        }
-                        Verdict::Absorbed | Verdict::Drop(_) => {}
-                    }
-                    if let Some(report) = pipe.poll_report().filter(|_| net.gap_reports) {
-                        for _ in 0..report.copies {
-                            inbox.push((usize::from(report.port.0), report.header.to_vec()));
-                        }
-                    }
+                    through_switch(&mut pipe, r, &buf[..n], now, &mut out, &mut inbox);
                 }
             }
             let mut live = streams
@@ -196,6 +186,35 @@ pub fn run_delayed(
         tensors,
         outcomes,
         finished: now - Instant::ZERO,
+    }
+}
+
+/// Passes `packet` from rank `rank`'s port through the switch model, and queues what comes
+/// out for the ranks it goes to in `inbox`: results, answers, and the switch's Missing
+/// reports (each copy; the model makes them only with gap reports on).
+pub fn through_switch(
+    pipe: &mut Pipeline,
+    rank: usize,
+    packet: &[u8],
+    now: Instant,
+    out: &mut [u8],
+    inbox: &mut Vec<(usize, Vec<u8>)>,
+) {
+    match pipe.process(PortId(rank as u16), packet, now, out) {
+        Verdict::Multicast { ports, len } => {
+            for p in ports.iter().copied() {
+                inbox.push((usize::from(p.0), out[..len].to_vec()));
+            }
+        }
+        Verdict::Unicast { port, len } => {
+            inbox.push((usize::from(port.0), out[..len].to_vec()));
+        }
+        Verdict::Absorbed | Verdict::Drop(_) => {}
+    }
+    if let Some(report) = pipe.poll_report() {
+        for _ in 0..report.copies {
+            inbox.push((usize::from(report.port.0), report.header.to_vec()));
+        }
     }
 }
 
