@@ -2101,9 +2101,9 @@ fn answer_waiting<'a>(
 /// seq and slot, mapped to the upper job). A status Query (exponent byte 0) is answered with
 /// the header of the total alone if the use is complete there: that answer travels behind the
 /// total itself, so it arrives first only when the total was lost, and then a fetching Query
-/// (`ask` [`QueryAsk::Fetch`], exponent 1) follows. Fetching at once would send a second copy of every total
-/// still queued on the way down (at 1% loss, 4 racks of 4 asked the upper switch for 9158
-/// totals again, and the downlinks' queues grew to 200 KB).
+/// (`ask` [`QueryAsk::Fetch`], exponent 1) follows. Fetching at once would send a second copy
+/// of every total still queued on the way down (at 1% loss, 4 racks of 4 asked the upper
+/// switch for 9158 totals again, and the downlinks' queues grew to 200 KB).
 fn emit_query_up<'a>(
     counters: &mut Counters,
     view: &AggPacket<&[u8; HEADER_LEN]>,

@@ -964,10 +964,8 @@ impl<'a> Stream<'a> {
     /// first copy carried it); the switch answers a copy of a header it holds as it answers
     /// data sent again (PROTOCOL.md §5, "Exponent lookahead").
     fn queue_lookahead_copies(&mut self, headers: u64) {
-        for index in 0..headers {
-            self.retransmit
-                .push_back((index, Retransmit::LookaheadCopy));
-        }
+        self.retransmit
+            .extend((0..headers).map(|index| (index, Retransmit::LookaheadCopy)));
     }
 
     /// Once every packet has gone out, no later first transmission will make the switch report
@@ -2201,12 +2199,12 @@ impl<'a> Stream<'a> {
     /// Rank 0 asks at once about a packet found unanswered by order
     /// ([`Self::waits_for_counters`] holds the other ranks back), and most of the results it
     /// asks about are only queued behind the rack's last results on its downlink: fetching,
-    /// each such Query brought a full copy that queued behind them in turn. At 4 racks of 32 and 1% loss (seed 1),
-    /// rank 0's downlink carried 414 copies from 1380 µs to the stream's end (rank 1's: 64),
-    /// and the last total to reach rank 0 waited 22.7 µs in its queue. Asking for the state,
-    /// a use waiting for its total still has its partial sent up at once, and a complete one
-    /// is answered with its header alone (5 copies), which says "lost" when its result did
-    /// not come first.
+    /// each such Query brought a full copy that queued behind them in turn. At 4 racks of 32
+    /// and 1% loss (seed 1), rank 0's downlink carried 414 copies from 1380 µs to the
+    /// stream's end (rank 1's: 64), and the last total to reach rank 0 waited 22.7 µs in its
+    /// queue. Asking for the state, a use waiting for its total still has its partial sent up
+    /// at once, and a complete one is answered with its header alone (5 copies), which says
+    /// "lost" when its result did not come first.
     fn asks_for_partial(&self) -> bool {
         self.cfg.rank == 0 && self.in_tree() && self.counts_results()
     }
