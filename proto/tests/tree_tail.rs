@@ -7,7 +7,8 @@
 //! has gone is fetched at once. A block's last packet taken for lost at the end has the
 //! packet before it asked about at once: the report that would have revealed its loss went
 //! with it. Once every packet has gone, a use that holds the worker's data is asked about
-//! again a spacing after the Query that found it waiting, not after that Query's answer.
+//! again a spacing after the Query that found it waiting, not after that Query's answer; rank 0
+//! does so too for a use found waiting before its last packets went.
 #![allow(clippy::unwrap_used)]
 
 use ina_proto::rtt::{RtoConfig, RttEstimator};
@@ -310,5 +311,83 @@ fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_afte
     assert!(
         after_query >= Duration::from_micros(9),
         "asked again {after_query:?} after the first Query, {after_answer:?} after its answer"
+    );
+}
+
+/// How long after the Query that found a use held (a Pending with every rank's bit: the use
+/// waits for its total) `rank` asks about it again, when that Pending came just before the
+/// stream's last packets went. Two passes over the lane: the second covers half of it, so a
+/// use of the first pass's second half can be held while the last packets wait for the first
+/// half's results.
+fn next_ask_about_a_use_held_before_the_end(rank: u8) -> Duration {
+    let mut tensor = vec![1i32; (PACKETS + PACKETS / 2) * usize::from(ELEMS)];
+    let rto = RtoConfig {
+        granularity: Duration::from_micros(1),
+        ..RtoConfig::default()
+    };
+    let mut s = stream_with(rank, &mut tensor, rto);
+    let first_pass = drain(&mut s, Instant::ZERO);
+    assert_eq!(
+        first_pass.len(),
+        PACKETS,
+        "the lane's first pass goes at once"
+    );
+    let mut counter = 0u8;
+    let mut answer = |s: &mut Stream<'_>, now: Instant, data: &[AggRepr]| {
+        for d in data {
+            s.handle_datagram(now, &result_of(d, counter));
+            counter = (counter + 1) % 64;
+        }
+    };
+    // The results of the packets after packet 40 come 20 µs after them: 40 is found
+    // unanswered by order and asked about (so are the older ones, whose results come later).
+    let held = first_pass[40];
+    let mut now = Instant::ZERO + Duration::from_micros(20);
+    answer(&mut s, now, &first_pass[41..]);
+    let sent = drain(&mut s, now);
+    let query = *sent
+        .iter()
+        .find(|r| r.kind == MessageType::Query && r.seq == held.seq)
+        .expect("the packet is asked about");
+    let asked_at = now;
+    // 8 µs later: its use waits for its total.
+    now = now + Duration::from_micros(8);
+    s.handle_datagram(now, &pending_of(&query, 0b1111));
+    // 2 µs later the older packets' results come, and the second pass goes: every packet has
+    // gone, while packet 40 still waits.
+    now = now + Duration::from_micros(2);
+    answer(&mut s, now, &first_pass[..40]);
+    let second_pass = drain(&mut s, now);
+    assert_eq!(
+        second_pass
+            .iter()
+            .filter(|r| r.kind == MessageType::Data)
+            .count(),
+        PACKETS / 2,
+        "the stream's last packets go"
+    );
+    for _ in 0..64 {
+        let Some(at) = s.poll_timeout() else { break };
+        now = now.max(at);
+        s.handle_timeout(now);
+        if asks(&drain(&mut s, now))
+            .iter()
+            .any(|(seq, _)| *seq == held.seq)
+        {
+            return now - asked_at;
+        }
+    }
+    panic!("rank {rank} never asked about the held use again");
+}
+
+#[test]
+fn rank_0_asks_about_a_use_held_before_the_end_at_the_ends_pace() {
+    // The stream's end times a Query by the empty path's round trip: here the larger of the
+    // Query's (8 µs) and half the results' (10 µs). Every packet has gone 10 µs after the
+    // Query, so rank 0 asks again then.
+    let rank_0 = next_ask_about_a_use_held_before_the_end(0);
+    assert!(
+        rank_0 <= Duration::from_micros(11),
+        "rank 0 asked again {rank_0:?} after the Query"
     );
 }
