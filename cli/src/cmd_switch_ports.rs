@@ -1,6 +1,7 @@
 //! `ina switch --ports IF0,IF1,...`: the L2 software switch on raw Ethernet ports.
 //!
-//! Prints `{"event":"ready",...}` when every port is open and `{"event":"stopped","stats":...}`
+//! Prints `{"event":"ready",...}` when every port is open (and the metrics endpoint, whose
+//! address the line names, serves) and `{"event":"stopped","stats":...}`
 //! on SIGINT/SIGTERM, like the UDP switch.
 
 use anyhow::{bail, Context};
@@ -211,17 +212,9 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
             })
         })
         .collect();
-    println!(
-        "{}",
-        serde_json::json!({
-            "event": "ready",
-            "ports": args.ports,
-            "ip": ip.to_string(),
-            "jobs": job_list,
-        })
-    );
-    tracing::info!(ports = ?args.ports, %ip, "L2 switch ready");
-    let _metrics = match args.metrics {
+    // The endpoint is up before the ready line, which names its address: a scraper that
+    // reads the line finds it serving (the switch publishes its counters from the start).
+    let metrics = match args.metrics {
         Some(addr) => {
             let published = switch.published();
             let server = ina_io::metrics::MetricsServer::spawn(
@@ -237,6 +230,17 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    println!(
+        "{}",
+        serde_json::json!({
+            "event": "ready",
+            "ports": args.ports,
+            "ip": ip.to_string(),
+            "jobs": job_list,
+            "metrics": metrics.as_ref().map(|m| m.local_addr.to_string()),
+        })
+    );
+    tracing::info!(ports = ?args.ports, %ip, "L2 switch ready");
     let every =
         (args.stats_every > 0.0).then(|| std::time::Duration::from_secs_f64(args.stats_every));
     let result = switch.run(&stop, every);

@@ -21,6 +21,11 @@ fn skip(reason: impl std::fmt::Display) {
 }
 
 fn start_switch(rack: &Rack, elems: u16, extra: &[String]) -> Proc {
+    start_switch_ready(rack, elems, extra).0
+}
+
+/// The same, with the ready line's fields.
+fn start_switch_ready(rack: &Rack, elems: u16, extra: &[String]) -> (Proc, Line) {
     let workers: Vec<String> = (0..rack.workers)
         .map(|r| {
             format!(
@@ -43,8 +48,8 @@ fn start_switch(rack: &Rack, elems: u16, extra: &[String]) -> Proc {
     ];
     args.extend(extra.iter().cloned());
     let mut sw = Proc::spawn_in(Some(&rack.hub()), "l2 switch", &args);
-    sw.expect("ready", after(START));
-    sw
+    let ready = sw.expect("ready", after(START));
+    (sw, ready)
 }
 
 fn stop(sw: &mut Proc) -> Value {
@@ -146,4 +151,45 @@ fn a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic() {
     // The workers' TCP segments and ARP went through the L2 table and flooding.
     assert!(event(&stats, "l2_forwarded") > 100, "{stats}");
     assert_eq!(event(&stats, "data_first"), 0);
+}
+
+/// The metrics page at `addr`, fetched from inside namespace `netns` (the endpoint listens on
+/// the hub's loopback) with bash's `/dev/tcp`.
+fn scrape_in(netns: &str, addr: SocketAddr) -> String {
+    let script = format!(
+        "exec 3<>/dev/tcp/{}/{} && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3",
+        addr.ip(),
+        addr.port()
+    );
+    let out = Rack::command_in(netns, "bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scraping {addr} in {netns}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_l2_switch_serves_its_counters_once_it_says_it_is_ready() {
+    let _guard = serial();
+    let rack = match Rack::new("l2m", 2) {
+        Ok(r) => r,
+        Err(e) => return skip(e),
+    };
+    let (mut sw, ready) = start_switch_ready(&rack, 64, &["--metrics=127.0.0.1:0".into()]);
+    // The ready line names the endpoint, which already serves every counter (no frame yet).
+    let page = scrape_in(&rack.hub(), ready.addr("metrics"));
+    assert!(page.starts_with("HTTP/1.0 200 OK"), "{page}");
+    assert!(
+        page.contains("ina_switch_frames_total{event=\"data_first\"} 0\n"),
+        "{page}"
+    );
+    for r in 0..2 {
+        let line = format!(
+            "ina_port_tx_dropped_total{{port=\"{}\"}} 0\n",
+            Rack::port(r)
+        );
+        assert!(page.contains(&line), "{line}\n{page}");
+    }
+    stop(&mut sw);
 }

@@ -153,13 +153,23 @@ impl FramesSwitch {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(FramesSwitch {
+        let mut opened = FramesSwitch {
             oversize_reported: vec![false; ports.len()],
             ports,
             switch,
             origin: std::time::Instant::now(),
             published: Arc::new(Mutex::new(None)),
-        })
+        };
+        opened.publish();
+        Ok(opened)
+    }
+
+    /// Refreshes the copy of the statistics that [`Self::published`] hands out.
+    fn publish(&mut self) {
+        let s = self.stats();
+        if let Ok(mut slot) = self.published.lock() {
+            *slot = Some(s);
+        }
     }
 
     /// The frame switch (jobs, registers, counters).
@@ -184,7 +194,8 @@ impl FramesSwitch {
     }
 
     /// A copy of the statistics that [`Self::run`] refreshes about every 200 ms, for readers
-    /// on other threads (a metrics endpoint); `None` until the first refresh.
+    /// on other threads (a metrics endpoint); published first when the switch opens, so a
+    /// reader never finds it empty.
     pub fn published(&self) -> Arc<Mutex<Option<FramesStats>>> {
         self.published.clone()
     }
@@ -204,10 +215,7 @@ impl FramesSwitch {
         while !shutdown.load(Ordering::Relaxed) {
             if published.elapsed() >= Duration::from_millis(200) {
                 published = std::time::Instant::now();
-                let s = self.stats();
-                if let Ok(mut slot) = self.published.lock() {
-                    *slot = Some(s);
-                }
+                self.publish();
             }
             if stats_every.is_some_and(|every| logged.elapsed() >= every) {
                 logged = std::time::Instant::now();
