@@ -264,6 +264,19 @@ fn a_blocks_last_packet_taken_for_lost_has_the_one_before_it_asked_about() {
     );
 }
 
+/// Runs the timers of `s` from `now` on (at most 64 of them) until it asks about the packet
+/// with `seq` again: when it does.
+fn next_ask_about(s: &mut Stream<'_>, mut now: Instant, seq: u32) -> Option<Instant> {
+    for _ in 0..64 {
+        now = now.max(s.poll_timeout()?);
+        s.handle_timeout(now);
+        if asks(&drain(s, now)).iter().any(|(asked, _)| *asked == seq) {
+            return Some(now);
+        }
+    }
+    None
+}
+
 #[test]
 fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_after_its_answer() {
     let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
@@ -288,20 +301,7 @@ fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_afte
     s.handle_datagram(now, &pending_of(&query, 0b11));
     let answered_at = now;
     // The next Query about it goes a spacing after the first Query went, not after the answer.
-    let mut next = None;
-    for _ in 0..16 {
-        let Some(at) = s.poll_timeout() else { break };
-        now = now.max(at);
-        s.handle_timeout(now);
-        if asks(&drain(&mut s, now))
-            .iter()
-            .any(|(seq, _)| *seq == first)
-        {
-            next = Some(now);
-            break;
-        }
-    }
-    let next = next.expect("asked about again");
+    let next = next_ask_about(&mut s, now, first).expect("asked about again");
     let (after_query, after_answer) = (next - asked_at, next - answered_at);
     assert!(
         after_query <= Duration::from_micros(11),
@@ -366,18 +366,9 @@ fn next_ask_about_a_use_held_before_the_end(rank: u8) -> Duration {
         PACKETS / 2,
         "the stream's last packets go"
     );
-    for _ in 0..64 {
-        let Some(at) = s.poll_timeout() else { break };
-        now = now.max(at);
-        s.handle_timeout(now);
-        if asks(&drain(&mut s, now))
-            .iter()
-            .any(|(seq, _)| *seq == held.seq)
-        {
-            return now - asked_at;
-        }
-    }
-    panic!("rank {rank} never asked about the held use again");
+    let next = next_ask_about(&mut s, now, held.seq)
+        .unwrap_or_else(|| panic!("rank {rank} never asked about the held use again"));
+    next - asked_at
 }
 
 #[test]
