@@ -981,12 +981,13 @@ impl<'a> Stream<'a> {
         // results of later packets or its timer reveal, and at the end there are few later
         // packets: its timer is a result's timeout, without the retransmission timeout's floor.
         let result_timeout = self.timeout_of(&self.rtt);
+        let racks_timer = self.asks_for_partial();
         for slot in 0..self.slots.len() {
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
             };
             let queued = out.is_queued();
-            if out.held == Held::Yes && self.asks_for_partial() {
+            if out.held == Held::Yes && racks_timer {
                 if !queued {
                     self.ask_held_at_the_ends_pace(now, slot, out);
                 }
@@ -1016,12 +1017,13 @@ impl<'a> Stream<'a> {
     /// that found it held, as a use found held from now on is
     /// ([`next_ask_after_held`](Self::next_ask_after_held)), not after the spacing set while
     /// packets were still going. Rank 0's Queries are its rack's only timer for a total lost
-    /// on its way down (PROTOCOL.md §9), and the spacing set mid-stream, two of the path's
-    /// smoothed round trips through the tree, ran 47 µs after the Pending: traced at 32
-    /// racks of 32 and 1% loss (seed 1), two racks lost the total of a block's last slot at
-    /// 1383 and 1388 µs, their ranks 0 had been told at 1396.8 µs that the use waited for its
-    /// total, and asked again only at 1443.6 and 1444.1 µs, while every worker of those
-    /// racks waited for that result (PROTOCOL.md §5, "The tail").
+    /// on its way down (PROTOCOL.md §9), and the spacing set mid-stream, the path's timeout
+    /// through the tree (at least twice its smoothed round trip), ran 47 µs after the
+    /// Pending: traced at 32 racks of 32 and 1% loss (seed 1), two racks lost the total of a
+    /// block's last slot at 1383.0 and 1387.7 µs, their ranks 0 had been told at 1396.8 µs
+    /// that the use waited for its total, and asked again only at 1443.6 and 1444.1 µs, while
+    /// every worker of those racks waited for that result (PROTOCOL.md §5, "The tail"). A
+    /// fetch that a "complete" answer deferred is held too, and goes at the same pace.
     fn ask_held_at_the_ends_pace(&mut self, now: Instant, slot: usize, out: Outstanding) {
         let deadline = out.deadline.min(self.next_ask_after_held(now, &out));
         if deadline != out.deadline {

@@ -153,7 +153,7 @@ impl FramesSwitch {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut opened = FramesSwitch {
+        let opened = FramesSwitch {
             oversize_reported: vec![false; ports.len()],
             ports,
             switch,
@@ -165,7 +165,7 @@ impl FramesSwitch {
     }
 
     /// Refreshes the copy of the statistics that [`Self::published`] hands out.
-    fn publish(&mut self) {
+    fn publish(&self) {
         let s = self.stats();
         if let Ok(mut slot) = self.published.lock() {
             *slot = Some(s);
