@@ -211,7 +211,8 @@ impl FramesSwitch {
         let mut out = Outputs::new();
         let mut tx = TxQueue::default();
         let mut logged = std::time::Instant::now();
-        let mut published = std::time::Instant::now() - Duration::from_secs(1);
+        // (`open` published the counters already: the next refresh is due in 200 ms.)
+        let mut published = std::time::Instant::now();
         while !shutdown.load(Ordering::Relaxed) {
             if published.elapsed() >= Duration::from_millis(200) {
                 published = std::time::Instant::now();
