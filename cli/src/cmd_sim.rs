@@ -356,7 +356,7 @@ fn apply_faults(faults: &Faults, scenario: &mut Scenario) {
 pub(crate) struct SimResult {
     pub(crate) seed: u64,
     pub(crate) job: u16,
-    virtual_seconds: f64,
+    pub(crate) virtual_seconds: f64,
     pub(crate) goodput_gbit_per_s: f64,
     /// The 2(n-1)/n bytes-per-link lower bound of a ring at the same link speed, as a time.
     ring_bound_seconds: f64,

@@ -1,12 +1,18 @@
 //! `ina sim --sweep-loss 0.001,0.01,0.1`: one simulation per loss probability, each job's
-//! goodput as a fraction of the lossless run's, beside the ideal `1 − p`; `--json` gets every
+//! goodput as a fraction of the lossless run's, beside the ideal `1 − p` and the ceiling of
+//! loss recovery by repair on the same topology ([`ina_sim::ceiling`]); `--json` gets every
 //! point, `--plot` an SVG of the fractions against loss.
 
 use crate::cmd_sim::{simulate, Faults, SimArgs, SimResult};
 use anyhow::{bail, Context};
+use ina_sim::CeilingModel;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::path::Path;
+use std::time::Duration;
+
+/// Draws of the stream's end behind each ceiling.
+const CEILING_TRIALS: u32 = 400;
 
 /// One loss probability and its runs.
 #[derive(Debug, Serialize)]
@@ -18,6 +24,11 @@ struct Point {
     fraction_max: f64,
     /// What a link that loses `loss` of its packets carries at most: `1 − loss`.
     ideal: f64,
+    /// The ceiling of loss recovery by repair at this loss, as a fraction of lossless goodput
+    /// (one job only: jobs that share links are not modelled).
+    ceiling: Option<f64>,
+    /// The stream's end beyond lossless in that model, mean over its draws, microseconds.
+    ceiling_end_us: Option<f64>,
     runs: Vec<SimResult>,
 }
 
@@ -32,6 +43,7 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
     losses.insert(0, 0.0);
     let mut points = Vec::new();
     let mut base = None;
+    let mut lossless_time = None;
     for &loss in &losses {
         println!("\n== loss {loss}");
         let mut a = args.clone();
@@ -48,24 +60,43 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
         let mean = goodputs.iter().sum::<f64>() / goodputs.len().max(1) as f64;
         let base = *base.get_or_insert(mean);
         let fraction = |g: f64| if base > 0.0 { g / base } else { 0.0 };
+        let secs: Vec<f64> = runs.iter().map(|r| r.virtual_seconds).collect();
+        let lossless =
+            *lossless_time.get_or_insert(secs.iter().sum::<f64>() / secs.len().max(1) as f64);
+        let ceiling = ceiling_model(&args, loss)
+            .map(|m| m.estimate(Duration::from_secs_f64(lossless), CEILING_TRIALS, 1))
+            .transpose()
+            .with_context(|| format!("the ceiling at loss {loss}"))?;
         points.push(Point {
             loss,
             fraction_min: fraction(goodputs.iter().copied().fold(f64::INFINITY, f64::min)),
             fraction_mean: fraction(mean),
             fraction_max: fraction(goodputs.iter().copied().fold(0.0, f64::max)),
             ideal: 1.0 - loss,
+            ceiling: ceiling.map(|c| c.fraction),
+            ceiling_end_us: ceiling.map(|c| c.end_mean.as_secs_f64() * 1e6),
             runs,
         });
     }
     println!(
-        "\n{:>8} {:>10} {:>10} {:>10} {:>8}",
-        "loss", "least", "mean", "most", "1 - p"
+        "\n{:>8} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "loss", "least", "mean", "most", "1 - p", "ceiling"
     );
     for p in &points {
+        let ceiling = p.ceiling.map_or("-".to_string(), |c| format!("{c:.3}"));
         println!(
-            "{:>8} {:>10.3} {:>10.3} {:>10.3} {:>8.3}",
-            p.loss, p.fraction_min, p.fraction_mean, p.fraction_max, p.ideal
+            "{:>8} {:>10.3} {:>10.3} {:>10.3} {:>8.3} {:>8}",
+            p.loss, p.fraction_min, p.fraction_mean, p.fraction_max, p.ideal, ceiling
         );
+    }
+    if args.jobs == 1 {
+        println!(
+            "ceiling: the most any loss recovery by repair reaches on this topology (every loss \
+             found at once and repaired over its hop's round trip, no protocol bytes; \
+             {CEILING_TRIALS} draws of the stream's end, docs/BENCHMARKS.md)"
+        );
+    } else {
+        println!("ceiling: not modelled for jobs that share links");
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&points)? + "\n")
@@ -77,6 +108,33 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
         println!("plot written to {}", path.display());
     }
     Ok(())
+}
+
+/// The ceiling model of one job of `args` at `loss`; `None` with several jobs, which share
+/// links the model does not have.
+fn ceiling_model(args: &SimArgs, loss: f64) -> Option<CeilingModel> {
+    if args.jobs != 1 || args.workers == 0 || args.elems == 0 {
+        return None;
+    }
+    let (per_switch, racks) = if args.rack_size > 0 {
+        (args.rack_size, args.workers.div_ceil(args.rack_size))
+    } else {
+        (args.workers, 0)
+    };
+    let packet_bytes = ina_wire::agg::HEADER_LEN as f64
+        + 4.0 * f64::from(args.elems)
+        + f64::from(args.framing_bytes);
+    let round_trip = |latency_us: f64| Duration::from_secs_f64(2.0 * latency_us.max(0.0) * 1e-6);
+    Some(CeilingModel {
+        workers_per_switch: u32::try_from(per_switch).ok()?,
+        racks: u32::try_from(racks).ok()?,
+        loss,
+        uplink_loss: args.uplink_loss.unwrap_or(loss),
+        round_trip: round_trip(args.latency_us),
+        uplink_round_trip: round_trip(args.uplink_latency_us.unwrap_or(args.latency_us)),
+        packet_time: Duration::from_secs_f64(packet_bytes * 8.0 / (args.gbps * 1e9)),
+        packets: args.elements.div_ceil(usize::from(args.elems)) as u64,
+    })
 }
 
 fn plot(path: &Path, points: &[Point], args: &SimArgs) -> anyhow::Result<()> {
@@ -111,6 +169,17 @@ fn plot(path: &Path, points: &[Point], args: &SimArgs) -> anyhow::Result<()> {
         .map_err(|e| err(&e))?
         .label("ideal: 1 - p")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.6)));
+    let ceiling: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| Some((p.loss, p.ceiling?)))
+        .collect();
+    if !ceiling.is_empty() {
+        chart
+            .draw_series(DashedLineSeries::new(ceiling, 2, 4, BLUE.mix(0.7).into()))
+            .map_err(|e| err(&e))?
+            .label("ceiling of recovery by repair")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.mix(0.7)));
+    }
     let mean: Vec<(f64, f64)> = points.iter().map(|p| (p.loss, p.fraction_mean)).collect();
     chart
         .draw_series(LineSeries::new(mean.clone(), RED.stroke_width(2)))

@@ -316,7 +316,8 @@ fn sim_framing_takes_link_time() {
 }
 
 /// `ina sim --sweep-loss` runs the lossless case and every loss asked for, reports each as a
-/// fraction of the lossless goodput beside `1 - p`, and draws them with `--plot`.
+/// fraction of the lossless goodput beside `1 - p` and the ceiling of recovery by repair, and
+/// draws them with `--plot`.
 #[test]
 fn sim_sweeps_loss_and_plots_the_fractions() {
     let svg = scratch("sim-sweep.svg");
@@ -347,16 +348,26 @@ fn sim_sweeps_loss_and_plots_the_fractions() {
         assert_eq!(ideal, 1.0 - p["loss"].as_f64().unwrap());
         let f = p["fraction_mean"].as_f64().unwrap();
         assert!(f > 0.0 && f <= 1.0 + 1e-9, "{p}");
+        // A loss costs a round trip at the end besides its bytes: the ceiling is below 1 - p.
+        let ceiling = p["ceiling"].as_f64().unwrap();
+        assert!(ceiling > 0.0 && ceiling <= ideal, "{p}");
         for r in p["runs"].as_array().unwrap() {
             assert_eq!(r["within_bound"], true, "{r}");
         }
     }
-    // Losing packets never made a run faster than the lossless one.
+    // Losing packets never made a run faster than the lossless one, and the ceiling falls
+    // with the loss.
     assert!(points[2]["fraction_mean"].as_f64().unwrap() < 1.0);
+    assert_eq!(points[0]["ceiling"].as_f64().unwrap(), 1.0);
+    let ceilings: Vec<f64> = points
+        .iter()
+        .map(|p| p["ceiling"].as_f64().unwrap())
+        .collect();
+    assert!(ceilings[2] < ceilings[1] && ceilings[1] < ceilings[0] && ceilings[1] < 0.99);
     let plot = std::fs::read_to_string(&svg).unwrap();
     let _ = std::fs::remove_file(&svg);
     assert!(
-        plot.contains("<svg") && plot.contains("1 - p"),
+        plot.contains("<svg") && plot.contains("1 - p") && plot.contains("ceiling"),
         "{plot:.200}"
     );
 
