@@ -64,7 +64,8 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
         let lossless =
             *lossless_time.get_or_insert(secs.iter().sum::<f64>() / secs.len().max(1) as f64);
         let ceiling = ceiling_model(&args, loss)
-            .map(|m| m.estimate(Duration::from_secs_f64(lossless), CEILING_TRIALS, 1))
+            .zip(Duration::try_from_secs_f64(lossless).ok())
+            .map(|(m, lossless)| m.estimate(lossless, CEILING_TRIALS, 1))
             .transpose()
             .with_context(|| format!("the ceiling at loss {loss}"))?;
         points.push(Point {
@@ -111,28 +112,27 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
 }
 
 /// The ceiling model of one job of `args` at `loss`; `None` with several jobs, which share
-/// links the model does not have.
+/// links the model does not have (or with times that are no durations, which the runs
+/// before have refused).
 fn ceiling_model(args: &SimArgs, loss: f64) -> Option<CeilingModel> {
     if args.jobs != 1 || args.workers == 0 || args.elems == 0 {
         return None;
     }
-    let (per_switch, racks) = if args.rack_size > 0 {
-        (args.rack_size, args.workers.div_ceil(args.rack_size))
-    } else {
-        (args.workers, 0)
-    };
     let packet_bytes = ina_wire::agg::HEADER_LEN as f64
         + 4.0 * f64::from(args.elems)
         + f64::from(args.framing_bytes);
-    let round_trip = |latency_us: f64| Duration::from_secs_f64(2.0 * latency_us.max(0.0) * 1e-6);
+    let round_trip = |latency_us: f64| Duration::try_from_secs_f64(2.0 * latency_us * 1e-6).ok();
     Some(CeilingModel {
-        workers_per_switch: u32::try_from(per_switch).ok()?,
-        racks: u32::try_from(racks).ok()?,
+        workers: u32::try_from(args.workers).ok()?,
+        rack_size: match args.rack_size {
+            0 => None,
+            k => Some(u32::try_from(k).ok()?),
+        },
         loss,
         uplink_loss: args.uplink_loss.unwrap_or(loss),
-        round_trip: round_trip(args.latency_us),
-        uplink_round_trip: round_trip(args.uplink_latency_us.unwrap_or(args.latency_us)),
-        packet_time: Duration::from_secs_f64(packet_bytes * 8.0 / (args.gbps * 1e9)),
+        round_trip: round_trip(args.latency_us)?,
+        uplink_round_trip: round_trip(args.uplink_latency_us.unwrap_or(args.latency_us))?,
+        packet_time: Duration::try_from_secs_f64(packet_bytes * 8.0 / (args.gbps * 1e9)).ok()?,
         packets: args.elements.div_ceil(usize::from(args.elems)) as u64,
     })
 }

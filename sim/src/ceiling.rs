@@ -32,10 +32,11 @@ use std::time::Duration;
 /// The topology, loss and stream whose ceiling is asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CeilingModel {
-    /// Workers under each switch that aggregates them (a rack switch, or the only switch).
-    pub workers_per_switch: u32,
-    /// Rack switches under an upper switch; 0 for one switch and no levels.
-    pub racks: u32,
+    /// Workers in the job.
+    pub workers: u32,
+    /// Two levels: racks of this many workers (the last one takes what is left) under rack
+    /// switches and one upper switch. `None`: every worker on one switch.
+    pub rack_size: Option<u32>,
     /// Loss per packet and direction on the workers' links.
     pub loss: f64,
     /// Loss per packet and direction on the links between the levels.
@@ -90,7 +91,7 @@ impl CeilingModel {
                 return Err(CeilingError::Loss(p));
             }
         }
-        if self.workers_per_switch == 0 || self.packets == 0 || trials == 0 {
+        if self.workers == 0 || self.rack_size == Some(0) || self.packets == 0 || trials == 0 {
             return Err(CeilingError::Empty);
         }
         if lossless.is_zero() {
@@ -119,11 +120,16 @@ impl CeilingModel {
 
     /// One draw of how much later than lossless the stream's last use reaches its last worker.
     fn draw_end(&self, rng: &mut Rng) -> Duration {
-        let tree = self.racks > 0;
-        let switches = self.racks.max(1);
-        // A switch's workers lose some packet of a use with this chance, on the way up and,
-        // independently, on the way down.
-        let any_lost = 1.0 - (1.0 - self.loss).powi(self.workers_per_switch as i32);
+        let tree = self.rack_size.is_some();
+        let per_switch = self.rack_size.unwrap_or(self.workers).max(1);
+        // Each switch's workers lose some packet of a use with this chance, on the way up
+        // and, independently, on the way down.
+        let any_lost: Vec<f64> = (0..self.workers.div_ceil(per_switch))
+            .map(|s| {
+                let workers = per_switch.min(self.workers - s * per_switch);
+                1.0 - (1.0 - self.loss).powi(workers as i32)
+            })
+            .collect();
         let hop = self.round_trip;
         let up_hop = if tree {
             self.uplink_round_trip
@@ -141,7 +147,7 @@ impl CeilingModel {
                 break;
             }
             let mut total = Duration::ZERO;
-            for _ in 0..switches {
+            for &any_lost in &any_lost {
                 let mut partial = Duration::ZERO;
                 if rng.chance(any_lost) {
                     partial += hop;
@@ -152,7 +158,7 @@ impl CeilingModel {
                 total = total.max(partial);
             }
             let mut last_worker = Duration::ZERO;
-            for _ in 0..switches {
+            for &any_lost in &any_lost {
                 let mut down = Duration::ZERO;
                 if tree && rng.chance(self.uplink_loss) {
                     down += up_hop;
@@ -172,10 +178,11 @@ impl CeilingModel {
 mod tests {
     use super::*;
 
+    /// `racks` of `per` workers, or `per` workers on one switch when `racks` is 0.
     fn model(racks: u32, per: u32, loss: f64) -> CeilingModel {
         CeilingModel {
-            workers_per_switch: per,
-            racks,
+            workers: racks.max(1) * per,
+            rack_size: (racks > 0).then_some(per),
             loss,
             uplink_loss: loss,
             round_trip: Duration::from_micros(10),
@@ -221,6 +228,25 @@ mod tests {
     }
 
     #[test]
+    fn a_last_rack_that_is_not_full_counts_only_its_workers() {
+        // 33 workers in racks of 32: a full rack and a rack of one. Between the full tree of
+        // two racks and one rack alone.
+        let f = |workers, rack_size| {
+            let m = CeilingModel {
+                workers,
+                rack_size: Some(rack_size),
+                ..model(1, 1, 0.05)
+            };
+            m.estimate(LOSSLESS, 2000, 11).unwrap().end_mean
+        };
+        let (one_rack, partial, two_racks) = (f(32, 32), f(33, 32), f(64, 32));
+        assert!(
+            one_rack < partial && partial < two_racks,
+            "{one_rack:?} {partial:?} {two_racks:?}"
+        );
+    }
+
+    #[test]
     fn more_loss_lowers_the_ceiling() {
         let f = |p| model(4, 8, p).estimate(LOSSLESS, 400, 5).unwrap().fraction;
         assert!(f(0.001) > f(0.01));
@@ -243,6 +269,11 @@ mod tests {
         let m = model(4, 8, -0.5);
         assert_eq!(m.estimate(LOSSLESS, 10, 1), Err(CeilingError::Loss(-0.5)));
         let m = model(4, 0, 0.01);
+        assert_eq!(m.estimate(LOSSLESS, 10, 1), Err(CeilingError::Empty));
+        let m = CeilingModel {
+            rack_size: Some(0),
+            ..model(4, 8, 0.01)
+        };
         assert_eq!(m.estimate(LOSSLESS, 10, 1), Err(CeilingError::Empty));
         let m = model(4, 8, 0.01);
         assert_eq!(m.estimate(LOSSLESS, 0, 1), Err(CeilingError::Empty));
