@@ -106,11 +106,12 @@ pub struct SimArgs {
     pub(crate) framing_bytes: u32,
     /// Runs once per loss probability in the list (per packet and direction; the lossless
     /// run is added) and reports each one's goodput as a fraction of the lossless run's,
-    /// beside the ideal 1 − p.
+    /// beside the ideal 1 − p and the ceiling of any loss recovery by repair on the same
+    /// topology (one job; every loss found at once and repaired over its hop's round trip).
     #[arg(long, value_delimiter = ',')]
     pub(crate) sweep_loss: Vec<f64>,
     /// With --sweep-loss: an SVG of the fraction of lossless goodput against loss, with the
-    /// ideal 1 − p drawn. With --cluster and several loads: an SVG of each scheme's mean and
+    /// ideal 1 − p and the ceiling drawn. With --cluster and several loads: an SVG of each scheme's mean and
     /// p99 completion time against load.
     #[arg(long)]
     pub(crate) plot: Option<PathBuf>,
