@@ -29,6 +29,10 @@
 use crate::rng::Rng;
 use std::time::Duration;
 
+/// The most random draws one estimate makes (a fifth of a second): with a round trip of
+/// many packet times, fewer trials are drawn than asked for.
+const DRAW_BUDGET: u64 = 20_000_000;
+
 /// The topology, loss and stream whose ceiling is asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CeilingModel {
@@ -79,7 +83,10 @@ pub enum CeilingError {
 
 impl CeilingModel {
     /// The ceiling for a stream that takes `lossless` without loss, from `trials` draws of
-    /// its end seeded by `seed` (the same arguments give the same answer).
+    /// its end seeded by `seed` (the same arguments give the same answer). About
+    /// [`DRAW_BUDGET`] random draws are made at most: where the uses that can set the end are
+    /// many (a round trip of hundreds of thousands of packet times), fewer trials are, and
+    /// beyond a trial's share of the budget the earliest of those uses are left out.
     pub fn estimate(
         &self,
         lossless: Duration,
@@ -98,17 +105,26 @@ impl CeilingModel {
             return Err(CeilingError::NoLossless);
         }
         let data_time = self.packet_time.as_secs_f64() * self.packets as f64;
-        let sending = Duration::from_secs_f64(data_time * self.loss / (1.0 - self.loss));
+        let sending = Duration::try_from_secs_f64(data_time * self.loss / (1.0 - self.loss))
+            .unwrap_or(Duration::MAX);
+        let draws_per_trial = (2 * u64::from(self.switches())).saturating_mul(self.uses());
+        let trials = trials.min(
+            u32::try_from(DRAW_BUDGET / draws_per_trial)
+                .unwrap_or(u32::MAX)
+                .max(1),
+        );
         let mut rng = Rng::new(seed);
-        let (mut sum, mut min, mut max) = (Duration::ZERO, Duration::MAX, Duration::ZERO);
+        let (mut sum, mut min, mut max) = (0u128, Duration::MAX, Duration::ZERO);
         for _ in 0..trials {
             let end = self.draw_end(&mut rng);
-            sum += end;
+            sum += end.as_nanos();
             min = min.min(end);
             max = max.max(end);
         }
-        let end_mean = sum / trials;
-        let fraction = lossless.as_secs_f64() / (lossless + sending + end_mean).as_secs_f64();
+        let end_mean =
+            Duration::from_nanos(u64::try_from(sum / u128::from(trials)).unwrap_or(u64::MAX));
+        let with_loss = lossless.saturating_add(sending).saturating_add(end_mean);
+        let fraction = lossless.as_secs_f64() / with_loss.as_secs_f64();
         Ok(Ceiling {
             sending,
             end_mean,
@@ -118,13 +134,49 @@ impl CeilingModel {
         })
     }
 
+    /// The switches whose workers send: the racks, or the one switch.
+    fn switches(&self) -> u32 {
+        self.workers.div_ceil(self.per_switch())
+    }
+
+    fn per_switch(&self) -> u32 {
+        self.rack_size.unwrap_or(self.workers).max(1)
+    }
+
+    /// The round trips a use can wait for at most: each hop's once.
+    fn longest(&self) -> Duration {
+        let hops = self.round_trip.saturating_mul(2);
+        match self.rack_size {
+            Some(_) => hops.saturating_add(self.uplink_round_trip.saturating_mul(2)),
+            None => hops,
+        }
+    }
+
+    /// One data packet's time, at least a nanosecond.
+    fn packet(&self) -> Duration {
+        self.packet_time.max(Duration::from_nanos(1))
+    }
+
+    /// The last uses that can set the stream's end: those sent less than the longest delay
+    /// before the last one (at least the last one, and no more than one trial's share of
+    /// [`DRAW_BUDGET`]).
+    fn uses(&self) -> u64 {
+        let uses = self.longest().as_nanos() / self.packet().as_nanos() + 1;
+        let affordable = DRAW_BUDGET / (2 * u64::from(self.switches()));
+        u64::try_from(uses)
+            .unwrap_or(u64::MAX)
+            .min(self.packets)
+            .min(affordable)
+            .max(1)
+    }
+
     /// One draw of how much later than lossless the stream's last use reaches its last worker.
     fn draw_end(&self, rng: &mut Rng) -> Duration {
         let tree = self.rack_size.is_some();
-        let per_switch = self.rack_size.unwrap_or(self.workers).max(1);
+        let per_switch = self.per_switch();
         // Each switch's workers lose some packet of a use with this chance, on the way up
         // and, independently, on the way down.
-        let any_lost: Vec<f64> = (0..self.workers.div_ceil(per_switch))
+        let any_lost: Vec<f64> = (0..self.switches())
             .map(|s| {
                 let workers = per_switch.min(self.workers - s * per_switch);
                 1.0 - (1.0 - self.loss).powi(workers as i32)
@@ -136,24 +188,19 @@ impl CeilingModel {
         } else {
             Duration::ZERO
         };
-        let longest = 2 * hop + 2 * up_hop;
-        let packet = self.packet_time.max(Duration::from_nanos(1));
-        let uses = (longest.as_nanos() / packet.as_nanos() + 1).min(u128::from(self.packets));
+        let packet_ns = u64::try_from(self.packet().as_nanos()).unwrap_or(u64::MAX);
         let mut latest = Duration::ZERO;
-        for back in 0..uses as u32 {
+        for back in 0..self.uses() {
             // This use went out `back` packets before the last one.
-            let head_start = packet * back;
-            if head_start >= longest {
-                break;
-            }
+            let head_start = Duration::from_nanos(packet_ns.saturating_mul(back));
             let mut total = Duration::ZERO;
             for &any_lost in &any_lost {
                 let mut partial = Duration::ZERO;
                 if rng.chance(any_lost) {
-                    partial += hop;
+                    partial = partial.saturating_add(hop);
                 }
                 if tree && rng.chance(self.uplink_loss) {
-                    partial += up_hop;
+                    partial = partial.saturating_add(up_hop);
                 }
                 total = total.max(partial);
             }
@@ -161,14 +208,14 @@ impl CeilingModel {
             for &any_lost in &any_lost {
                 let mut down = Duration::ZERO;
                 if tree && rng.chance(self.uplink_loss) {
-                    down += up_hop;
+                    down = down.saturating_add(up_hop);
                 }
                 if rng.chance(any_lost) {
-                    down += hop;
+                    down = down.saturating_add(hop);
                 }
                 last_worker = last_worker.max(down);
             }
-            latest = latest.max((total + last_worker).saturating_sub(head_start));
+            latest = latest.max(total.saturating_add(last_worker).saturating_sub(head_start));
         }
         latest
     }
@@ -286,5 +333,22 @@ mod tests {
             ..model(4, 8, 0.01)
         };
         assert!(m.estimate(LOSSLESS, 10, 1).is_ok());
+        // Times far beyond any network's neither overflow nor run for long: the trials are cut
+        // to the draw budget.
+        let m = CeilingModel {
+            round_trip: Duration::MAX,
+            uplink_round_trip: Duration::MAX,
+            packet_time: Duration::from_nanos(1),
+            packets: u64::MAX,
+            ..model(32, 32, 0.5)
+        };
+        let c = m.estimate(Duration::MAX, 400, 1).unwrap();
+        assert!(c.fraction > 0.0 && c.fraction <= 1.0, "{c:?}");
+        let m = CeilingModel {
+            packet_time: Duration::MAX,
+            ..model(32, 32, 0.5)
+        };
+        let c = m.estimate(LOSSLESS, 10, 1).unwrap();
+        assert!(c.fraction >= 0.0 && c.fraction < 1e-6, "{c:?}");
     }
 }
