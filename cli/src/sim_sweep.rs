@@ -92,7 +92,7 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
     }
     if args.jobs == 1 {
         println!(
-            "ceiling: the most any loss recovery by repair reaches on this topology (every loss \
+            "ceiling: the most any loss recovery by repair can expect on this topology (every loss \
              found at once and repaired over its hop's round trip, no protocol bytes; \
              {CEILING_TRIALS} draws of the stream's end, docs/BENCHMARKS.md)"
         );

@@ -1,6 +1,6 @@
-//! The ceiling of loss recovery by repair: the goodput no protocol that repairs lost packets
-//! can beat on a given topology and loss, estimated in closed form for the sending and by a
-//! seeded Monte Carlo for the stream's end.
+//! The ceiling of loss recovery by repair: the goodput a protocol that repairs lost packets
+//! can at best expect on a given topology and loss, estimated in closed form for the sending
+//! and by a seeded Monte Carlo for the stream's end.
 //!
 //! The model grants a protocol everything but causality:
 //! - every lost packet is found the moment it was due, with no timer, Query or report;
@@ -63,8 +63,9 @@ pub struct Ceiling {
     pub sending: Duration,
     /// The mean delay of the stream's end over the trials.
     pub end_mean: Duration,
-    /// The least and the most delay of the end among the trials.
+    /// The least delay of the end among the trials.
     pub end_min: Duration,
+    /// The most delay of the end among the trials.
     pub end_max: Duration,
     /// `lossless / (lossless + sending + end_mean)`: the best fraction of lossless goodput.
     pub fraction: f64,
