@@ -60,9 +60,9 @@ pub(crate) fn run(args: SimArgs, faults: &Faults) -> anyhow::Result<()> {
         let mean = goodputs.iter().sum::<f64>() / goodputs.len().max(1) as f64;
         let base = *base.get_or_insert(mean);
         let fraction = |g: f64| if base > 0.0 { g / base } else { 0.0 };
-        let secs: Vec<f64> = runs.iter().map(|r| r.virtual_seconds).collect();
-        let lossless =
-            *lossless_time.get_or_insert(secs.iter().sum::<f64>() / secs.len().max(1) as f64);
+        let lossless = *lossless_time.get_or_insert_with(|| {
+            runs.iter().map(|r| r.virtual_seconds).sum::<f64>() / runs.len().max(1) as f64
+        });
         let ceiling = ceiling_model(&args, loss)
             .zip(Duration::try_from_secs_f64(lossless).ok())
             .map(|(m, lossless)| m.estimate(lossless, CEILING_TRIALS, 1))

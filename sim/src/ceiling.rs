@@ -108,7 +108,8 @@ impl CeilingModel {
         let data_time = self.packet_time.as_secs_f64() * self.packets as f64;
         let sending = Duration::try_from_secs_f64(data_time * self.loss / (1.0 - self.loss))
             .unwrap_or(Duration::MAX);
-        let draws_per_trial = (2 * u64::from(self.switches())).saturating_mul(self.uses());
+        let (any_lost, uses) = (self.any_lost(), self.uses());
+        let draws_per_trial = (2 * any_lost.len() as u64).saturating_mul(uses);
         let trials = trials.min(
             u32::try_from(DRAW_BUDGET / draws_per_trial)
                 .unwrap_or(u32::MAX)
@@ -117,7 +118,7 @@ impl CeilingModel {
         let mut rng = Rng::new(seed);
         let (mut sum, mut min, mut max) = (0u128, Duration::MAX, Duration::ZERO);
         for _ in 0..trials {
-            let end = self.draw_end(&mut rng);
+            let end = self.draw_end(&mut rng, &any_lost, uses);
             sum += end.as_nanos();
             min = min.min(end);
             max = max.max(end);
@@ -171,18 +172,22 @@ impl CeilingModel {
             .max(1)
     }
 
-    /// One draw of how much later than lossless the stream's last use reaches its last worker.
-    fn draw_end(&self, rng: &mut Rng) -> Duration {
-        let tree = self.rack_size.is_some();
+    /// The chance that a switch's workers lose some packet of a use, for each switch: on the
+    /// way up and, independently, on the way down.
+    fn any_lost(&self) -> Vec<f64> {
         let per_switch = self.per_switch();
-        // Each switch's workers lose some packet of a use with this chance, on the way up
-        // and, independently, on the way down.
-        let any_lost: Vec<f64> = (0..self.switches())
+        (0..self.switches())
             .map(|s| {
                 let workers = per_switch.min(self.workers - s * per_switch);
                 1.0 - (1.0 - self.loss).powi(workers as i32)
             })
-            .collect();
+            .collect()
+    }
+
+    /// One draw of how much later than lossless the stream's last use reaches its last worker,
+    /// for the switches' chances `any_lost` ([`Self::any_lost`]) and the last `uses`.
+    fn draw_end(&self, rng: &mut Rng, any_lost: &[f64], uses: u64) -> Duration {
+        let tree = self.rack_size.is_some();
         let hop = self.round_trip;
         let up_hop = if tree {
             self.uplink_round_trip
@@ -191,11 +196,11 @@ impl CeilingModel {
         };
         let packet_ns = u64::try_from(self.packet().as_nanos()).unwrap_or(u64::MAX);
         let mut latest = Duration::ZERO;
-        for back in 0..self.uses() {
+        for back in 0..uses {
             // This use went out `back` packets before the last one.
             let head_start = Duration::from_nanos(packet_ns.saturating_mul(back));
             let mut total = Duration::ZERO;
-            for &any_lost in &any_lost {
+            for &any_lost in any_lost {
                 let mut partial = Duration::ZERO;
                 if rng.chance(any_lost) {
                     partial = partial.saturating_add(hop);
@@ -206,7 +211,7 @@ impl CeilingModel {
                 total = total.max(partial);
             }
             let mut last_worker = Duration::ZERO;
-            for &any_lost in &any_lost {
+            for &any_lost in any_lost {
                 let mut down = Duration::ZERO;
                 if tree && rng.chance(self.uplink_loss) {
                     down = down.saturating_add(up_hop);
