@@ -2,7 +2,8 @@
 //! `ina-switch-p4`) on the raw ports of a hub namespace, configured through `simple_switch_CLI`
 //! from one runtime description, and `ina worker` processes in their own namespaces all-reduce
 //! float32 tensors through it over kernel UDP, exactly as through the software switch. Needs
-//! root and the P4 tools (skips otherwise, fails under INA_REQUIRE_PRIVILEGED=1).
+//! root and the P4 tools (skipped with the reason otherwise; INA_REQUIRE_PRIVILEGED=1 makes root
+//! required, INA_REQUIRE_P4=1 the P4 tools).
 #![allow(clippy::unwrap_used)]
 
 // (Each test binary uses part of the shared harness.)
@@ -11,7 +12,7 @@ mod common;
 
 use common::*;
 use ina_controller::api::{P4Host, P4Spec};
-use ina_io::netns::{privileged_required, Rack, SWITCH_IP};
+use ina_io::netns::{Rack, SWITCH_IP};
 use ina_proto::event::Event;
 use ina_switch_p4::bmv2::{self, Bmv2};
 use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
@@ -19,21 +20,12 @@ use ina_switch_p4::runtime::MacAddr;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-fn skip(reason: impl std::fmt::Display) {
-    assert!(!privileged_required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
-
-#[test]
 fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     let _guard = serial();
-    if !bmv2::available() {
-        return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
-    }
     const WORKERS: usize = 4;
     let rack = match Rack::new("bm", WORKERS) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let dir = std::env::temp_dir().join(format!("ina-bmv2-test-{}", std::process::id()));
     let program = bmv2::compile_v1model(&dir).unwrap();
@@ -103,16 +95,12 @@ fn held(sw: &Bmv2) -> (Vec<DumpedEntry>, usize, usize, Vec<u16>) {
     )
 }
 
-#[test]
 fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     let _guard = serial();
-    if !bmv2::available() {
-        return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
-    }
     const WORKERS: usize = 3;
     let rack = match Rack::new("bc", WORKERS) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let dir = std::env::temp_dir().join(format!("ina-bmv2-controller-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -291,4 +279,35 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     drop(ctl);
     drop(sw);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "workers_all_reduce_through_bmv2_running_the_v1model_program",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::TC,
+                ina_testkit::P4C,
+                ina_testkit::SIMPLE_SWITCH,
+                ina_testkit::SIMPLE_SWITCH_CLI,
+            ],
+            workers_all_reduce_through_bmv2_running_the_v1model_program,
+        )
+        .test(
+            "the_controller_provisions_bmv2_and_provisions_a_restarted_one_again",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::TC,
+                ina_testkit::P4C,
+                ina_testkit::SIMPLE_SWITCH,
+                ina_testkit::SIMPLE_SWITCH_CLI,
+            ],
+            the_controller_provisions_bmv2_and_provisions_a_restarted_one_again,
+        )
+        .run()
 }

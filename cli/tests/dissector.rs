@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
+use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
 use ina_wire::frame::{emit_headers, FrameAddrs, FRAME_HEADER_LEN};
 use ina_wire::{AggRepr, MessageType, HEADER_LEN, UDP_PORT};
 use std::collections::{BTreeSet, HashMap};
@@ -21,12 +21,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// Says why a test is skipped, or fails it when privileged tests are required.
-fn skip(reason: impl std::fmt::Display) {
-    assert!(!privileged_required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
 
 /// The dissector, as a user copies it.
 fn script() -> PathBuf {
@@ -344,11 +338,10 @@ fn joined<T: ToString>(values: &[T]) -> String {
         .join(";")
 }
 
-#[test]
 fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     let version = match tshark_version() {
         Ok(v) => v,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let started = Instant::now();
     let scratch = Scratch::new("crafted");
@@ -680,16 +673,15 @@ fn use_of(d: &Decoded) -> Use {
     )
 }
 
-#[test]
 fn a_run_through_the_l2_switch_captured_on_the_hub_decodes() {
     let _guard = serial();
     let version = match tshark_version() {
         Ok(v) => v,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let rack = match Rack::new("wsd", 2) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let started = Instant::now();
     let scratch = Scratch::new("run");
@@ -894,4 +886,25 @@ fn a_run_through_the_l2_switch_captured_on_the_hub_decodes() {
         results.len(),
         started.elapsed()
     );
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "every_message_type_and_malformed_packet_decodes_field_by_field",
+            &[ina_testkit::TSHARK],
+            every_message_type_and_malformed_packet_decodes_field_by_field,
+        )
+        .test(
+            "a_run_through_the_l2_switch_captured_on_the_hub_decodes",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::TC,
+                ina_testkit::TSHARK,
+            ],
+            a_run_through_the_l2_switch_captured_on_the_hub_decodes,
+        )
+        .run()
 }

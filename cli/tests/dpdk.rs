@@ -1,26 +1,14 @@
 //! Workers and the software switch on DPDK (feature `dpdk`; root): separate processes over
 //! DPDK's memif shared-memory links, a mixed run in which a kernel UDP worker in a network
 //! namespace reaches the DPDK switch through `net_af_packet` on its veth, and bad flags.
-#![cfg(feature = "dpdk")]
 #![allow(clippy::unwrap_used)]
 
 #[allow(dead_code)]
 mod common;
 
 use common::*;
-use ina_io::netns::{privileged_required, Rack, SWITCH_IP};
+use ina_io::netns::{Rack, SWITCH_IP};
 use std::time::Duration;
-
-fn skip(reason: impl std::fmt::Display) {
-    assert!(!privileged_required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
-
-#[allow(unsafe_code)]
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// EAL arguments for one process: no hugepages, no PCI, its own runtime files, `vdevs`.
 fn eal(prefix: &str, lcore: u32, vdevs: &[String]) -> String {
@@ -82,12 +70,8 @@ fn dpdk_worker(rank: usize, vdev: String, run: &Run) -> Proc {
     Proc::spawn(&format!("dpdk worker {rank}"), &args)
 }
 
-#[test]
 fn dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif() {
     let _serial = serial();
-    if !is_root() {
-        return skip("DPDK's virtual devices need root here");
-    }
     let dir = std::env::temp_dir();
     let socks: Vec<String> = (0..3)
         .map(|r| {
@@ -122,17 +106,13 @@ fn dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif() {
     }
 }
 
-#[test]
 fn kernel_and_dpdk_workers_share_the_dpdk_switch() {
     let _serial = serial();
-    if !is_root() {
-        return skip("DPDK's virtual devices and network namespaces need root");
-    }
     // Rank 1 is a kernel UDP worker in its namespace; the switch, in the hub namespace, takes
     // its veth with net_af_packet. Rank 0 is a DPDK worker on a memif link.
     let rack = match Rack::new("dk", 2) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let sock = std::env::temp_dir().join(format!("ina-memif-mixed-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
@@ -160,12 +140,8 @@ fn kernel_and_dpdk_workers_share_the_dpdk_switch() {
     let _ = std::fs::remove_file(sock);
 }
 
-#[test]
 fn bad_dpdk_flags_fail_with_a_clear_error() {
     let _serial = serial();
-    if !is_root() {
-        return skip("DPDK needs root here");
-    }
     let fails = |args: &[&str], needle: &str| {
         let mut p = Proc::spawn("bad", args);
         let status = p.wait(after(Duration::from_secs(30)));
@@ -222,20 +198,13 @@ fn bad_dpdk_flags_fail_with_a_clear_error() {
     );
 }
 
-#[test]
 fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
     let _serial = serial();
-    if !is_root() {
-        return skip("DPDK's virtual devices and network namespaces need root");
-    }
-    if !ina_switch_p4::bmv2::available() {
-        return skip("p4c-bm2-ss, simple_switch and simple_switch_CLI are not installed");
-    }
     use ina_switch_p4::bmv2;
     const WORKERS: usize = 3;
     let rack = match Rack::new("db", WORKERS) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let dir = std::env::temp_dir().join(format!("ina-dpdk-bmv2-{}", std::process::id()));
     let program = bmv2::compile_v1model(&dir).unwrap();
@@ -283,4 +252,37 @@ fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
     );
     drop(sw);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif",
+            &[ina_testkit::Need::Root],
+            dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif,
+        )
+        .test(
+            "kernel_and_dpdk_workers_share_the_dpdk_switch",
+            ina_testkit::RACK,
+            kernel_and_dpdk_workers_share_the_dpdk_switch,
+        )
+        .test(
+            "bad_dpdk_flags_fail_with_a_clear_error",
+            &[ina_testkit::Need::Root],
+            bad_dpdk_flags_fail_with_a_clear_error,
+        )
+        .test(
+            "a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::TC,
+                ina_testkit::P4C,
+                ina_testkit::SIMPLE_SWITCH,
+                ina_testkit::SIMPLE_SWITCH_CLI,
+            ],
+            a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers,
+        )
+        .run()
 }

@@ -9,16 +9,10 @@
 mod common;
 
 use common::*;
-use ina_io::netns::{privileged_required, Rack, SWITCH_IP, SWITCH_MAC};
+use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::Duration;
-
-/// Says why a test is skipped, or fails it when privileged tests are required.
-fn skip(reason: impl std::fmt::Display) {
-    assert!(!privileged_required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
 
 fn start_switch(rack: &Rack, elems: u16, extra: &[String]) -> Proc {
     start_switch_ready(rack, elems, extra).0
@@ -68,12 +62,11 @@ fn event(stats: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no event {name} in {stats}"))
 }
 
-#[test]
 fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
     let _guard = serial();
     let rack = match Rack::new("l2a", 4) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     for elems in [64u16, 256] {
         let mut sw = start_switch(&rack, elems, &[]);
@@ -115,12 +108,11 @@ fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
     }
 }
 
-#[test]
 fn a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic() {
     let _guard = serial();
     let rack = match Rack::new("l2r", 3) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let mut sw = start_switch(&rack, 256, &[]);
     let run = Run::new(3, 100_000, 2);
@@ -169,12 +161,11 @@ fn scrape_in(netns: &str, addr: SocketAddr) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
 fn the_l2_switch_serves_its_counters_once_it_says_it_is_ready() {
     let _guard = serial();
     let rack = match Rack::new("l2m", 2) {
         Ok(r) => r,
-        Err(e) => return skip(e),
+        Err(e) => panic!("{e}"),
     };
     let (mut sw, ready) = start_switch_ready(&rack, 64, &["--metrics=127.0.0.1:0".into()]);
     // The ready line names the endpoint, which already serves every counter (no frame yet).
@@ -192,4 +183,24 @@ fn the_l2_switch_serves_its_counters_once_it_says_it_is_ready() {
         assert!(page.contains(&line), "{line}\n{page}");
     }
     stop(&mut sw);
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "workers_all_reduce_through_the_l2_switch_over_kernel_udp",
+            ina_testkit::RACK,
+            workers_all_reduce_through_the_l2_switch_over_kernel_udp,
+        )
+        .test(
+            "a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic",
+            ina_testkit::RACK,
+            a_ring_all_reduce_crosses_the_l2_switch_as_ordinary_traffic,
+        )
+        .test(
+            "the_l2_switch_serves_its_counters_once_it_says_it_is_ready",
+            ina_testkit::RACK,
+            the_l2_switch_serves_its_counters_once_it_says_it_is_ready,
+        )
+        .run()
 }

@@ -9,12 +9,6 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
 
-fn skip(reason: &str) {
-    let required = std::env::var_os("INA_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1");
-    assert!(!required, "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
-
 /// A namespace of this test's own, removed when dropped (also when the test fails).
 struct Netns(String);
 
@@ -75,11 +69,10 @@ impl Drop for Netns {
     }
 }
 
-#[test]
 fn switch_and_worker_refuse_packets_beyond_the_path_mtu() {
     let ns = match Netns::create() {
         Ok(ns) => ns,
-        Err(reason) => return skip(&reason),
+        Err(reason) => panic!("{reason}"),
     };
     // The switch: a job of 1024 elements per packet (4140-byte IP packets) on a 1500-byte path.
     let out = ns.run(&[
@@ -145,4 +138,18 @@ fn switch_and_worker_refuse_packets_beyond_the_path_mtu() {
     for part in ["1024 elements", "4140-byte", "is 1500 bytes", "elems=364"] {
         assert!(stdout.contains(part), "{part} not in {stdout}");
     }
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "switch_and_worker_refuse_packets_beyond_the_path_mtu",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+            ],
+            switch_and_worker_refuse_packets_beyond_the_path_mtu,
+        )
+        .run()
 }

@@ -9,25 +9,10 @@
 mod common;
 
 use common::serial;
-use ina_io::netns::privileged_required;
 use serde_json::Value;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ina");
-
-fn skip_unless_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)]
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        assert!(
-            !privileged_required(),
-            "required test cannot run: the testbed needs root"
-        );
-        eprintln!("skipped: the testbed needs root");
-    }
-    !root
-}
 
 fn ina(args: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -37,12 +22,8 @@ fn ina(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
 fn ci_smoke_ina_and_ring_through_the_testbed() {
     let _guard = serial();
-    if skip_unless_root() {
-        return;
-    }
     let namespaces = || {
         let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
         String::from_utf8_lossy(&list.stdout)
@@ -85,12 +66,8 @@ fn ci_smoke_ina_and_ring_through_the_testbed() {
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }
 
-#[test]
 fn a_testbed_is_built_inspected_and_removed() {
     let _guard = serial();
-    if skip_unless_root() {
-        return;
-    }
     let up = ina(&[
         "testbed",
         "up",
@@ -134,7 +111,6 @@ fn a_testbed_is_built_inspected_and_removed() {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no testbed named inatbt"));
 }
 
-#[test]
 fn wrong_settings_are_refused_with_their_names() {
     let _guard = serial();
     for (args, says) in [
@@ -163,12 +139,8 @@ fn wrong_settings_are_refused_with_their_names() {
     }
 }
 
-#[test]
 fn a_sweep_runs_each_value_on_its_own_testbed_and_plots_them() {
     let _guard = serial();
-    if skip_unless_root() {
-        return;
-    }
     let dir = std::env::temp_dir().join(format!("ina-sweep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (json, svg) = (dir.join("sweep.json"), dir.join("sweep.svg"));
@@ -295,10 +267,13 @@ impl Tree {
                 (tree.upper.as_str(), up.as_str(), format!("198.19.{i}.1/24")),
                 (hub.as_str(), "uplink", format!("198.19.{i}.2/24")),
             ] {
+                ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
+                    .and_then(|r| r)
+                    .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
                 sh(
                     ns,
                     &format!(
-                        "ip link set {dev} gso_max_segs 1 && ethtool -K {dev} tx off gro off >/dev/null && \
+                        "ip link set {dev} gso_max_segs 1 && \
                          ip addr add {addr} dev {dev} && ip link set {dev} up && \
                          tc qdisc replace dev {dev} root tbf rate 200000000bit burst 32768 {queue}"
                     ),
@@ -409,9 +384,6 @@ fn stop_switch(child: std::process::Child) -> Value {
 /// racks' uplinks included).
 fn tree_sums_exactly(loss: f64) {
     let _guard = serial();
-    if skip_unless_root() {
-        return;
-    }
     let tree = Tree::build(loss);
     let (upper, racks) = tree.switches(
         &["id=1;epoch=77;slots=0..128;elems=256;workers=198.19.0.2:18000,198.19.1.2:18000".into()],
@@ -503,12 +475,10 @@ fn tree_sums_exactly(loss: f64) {
     }
 }
 
-#[test]
 fn a_tree_of_switches_in_namespaces_sums_exactly() {
     tree_sums_exactly(0.0);
 }
 
-#[test]
 fn a_tree_of_switches_in_namespaces_sums_exactly_at_one_percent_loss() {
     tree_sums_exactly(0.01);
 }
@@ -627,12 +597,8 @@ fn two_jobs_on_the_tree(adaptive: bool) -> (f64, f64) {
 
 /// Both jobs finish with exact sums, with every slot busy and with adaptive windows; the
 /// figures are printed (BENCHMARKS.md has them), not asserted: this is a 2-core machine.
-#[test]
 fn two_jobs_share_the_trees_uplinks_with_and_without_adaptive_windows() {
     let _guard = serial();
-    if skip_unless_root() {
-        return;
-    }
     let jain = |a: f64, b: f64| (a + b).powi(2) / (2.0 * (a * a + b * b));
     let (a, b) = two_jobs_on_the_tree(false);
     println!(
@@ -648,4 +614,44 @@ fn two_jobs_share_the_trees_uplinks_with_and_without_adaptive_windows() {
         d / 1e6,
         jain(c, d)
     );
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "ci_smoke_ina_and_ring_through_the_testbed",
+            ina_testkit::RACK,
+            ci_smoke_ina_and_ring_through_the_testbed,
+        )
+        .test(
+            "a_testbed_is_built_inspected_and_removed",
+            ina_testkit::LOSSY_RACK,
+            a_testbed_is_built_inspected_and_removed,
+        )
+        .test(
+            "wrong_settings_are_refused_with_their_names",
+            &[],
+            wrong_settings_are_refused_with_their_names,
+        )
+        .test(
+            "a_sweep_runs_each_value_on_its_own_testbed_and_plots_them",
+            ina_testkit::LOSSY_RACK,
+            a_sweep_runs_each_value_on_its_own_testbed_and_plots_them,
+        )
+        .test(
+            "a_tree_of_switches_in_namespaces_sums_exactly",
+            ina_testkit::RACK,
+            a_tree_of_switches_in_namespaces_sums_exactly,
+        )
+        .test(
+            "a_tree_of_switches_in_namespaces_sums_exactly_at_one_percent_loss",
+            ina_testkit::LOSSY_RACK,
+            a_tree_of_switches_in_namespaces_sums_exactly_at_one_percent_loss,
+        )
+        .test(
+            "two_jobs_share_the_trees_uplinks_with_and_without_adaptive_windows",
+            ina_testkit::RACK,
+            two_jobs_share_the_trees_uplinks_with_and_without_adaptive_windows,
+        )
+        .run()
 }

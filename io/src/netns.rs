@@ -16,8 +16,8 @@
 //!
 //! [`Rack::new`] removes leftovers of a crashed run with the same name first; dropping the
 //! rack removes it, unless [`Rack::persist`] said to keep it (`ina testbed up`), in which case
-//! [`remove_prefix`] removes it later. Needs root, iproute2's `ip` and `tc`, `ethtool`, and
-//! `nft` for loss.
+//! [`remove_prefix`] removes it later. Needs root, iproute2's `ip` and `tc`, and `nft` for
+//! loss.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -53,10 +53,12 @@ pub enum RackError {
 
 fn run(program: &str, args: &[&str]) -> Result<String, RackError> {
     let out = Command::new(program).args(args).output().map_err(|e| {
-        RackError::Command(format!(
-            "{program} {}: {e} (is it installed?)",
-            args.join(" ")
-        ))
+        let hint = match args.get(3).copied().unwrap_or(program) {
+            "nft" => " (is nftables installed? apt-get install nftables)",
+            "tc" | "ip" => " (is iproute2 installed? apt-get install iproute2)",
+            _ => " (is it installed?)",
+        };
+        RackError::Command(format!("{program} {}: {e}{hint}", args.join(" ")))
     })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -265,8 +267,12 @@ impl Rack {
                 ip(&["-n", &ns, "link", "set", "eth0", "gso_max_segs", "1"])?;
                 // Checksums computed by the sender, as on a wire: a switch that forwards frames
                 // unchanged (bmv2) cannot complete them for a NIC that is not there.
-                for dev in [("eth0", ns.as_str()), (port.as_str(), hub.as_str())] {
-                    run_in(dev.1, "ethtool", &["-K", dev.0, "tx", "off", "gro", "off"])?;
+                for (dev, at) in [("eth0", ns.as_str()), (port.as_str(), hub.as_str())] {
+                    in_netns(at, || checksum_and_gro_off(dev))
+                        .and_then(|r| r)
+                        .map_err(|e| {
+                            RackError::Command(format!("offloads off on {dev} in {at}: {e}"))
+                        })?;
                 }
             }
             let addr = format!("{}/16", Rack::worker_ip(r));
@@ -418,6 +424,68 @@ fn qdisc_drops(listing: &str) -> u64 {
             n.parse::<u64>().ok()
         })
         .sum()
+}
+
+/// Runs `f` on a thread of its own inside network namespace `ns` (`/run/netns/NS`, as `ip
+/// netns add` makes it); the caller's thread stays where it is.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(format!("/run/netns/{ns}"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                // SAFETY: setns moves only this scoped thread, with the namespace file held
+                // open for the call.
+                #[allow(unsafe_code)]
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the namespace's thread panicked")))
+    })
+}
+
+/// Turns off transmit checksum offload (and with it segmentation offload, which depends on
+/// it) and GRO on `dev` in the calling thread's namespace: `ethtool -K DEV tx off gro off`,
+/// as the two SIOCETHTOOL requests it makes.
+pub fn checksum_and_gro_off(dev: &str) -> std::io::Result<()> {
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    const ETHTOOL_SGRO: u32 = 0x2c;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let name = dev.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{dev:?} is not an interface name"),
+        ));
+    }
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    for cmd in [ETHTOOL_STXCSUM, ETHTOOL_SGRO] {
+        let mut value = EthtoolValue { cmd, data: 0 };
+        // SAFETY: ifreq is plain data; zeroed is a valid value.
+        #[allow(unsafe_code)]
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, &b) in req.ifr_name.iter_mut().zip(name) {
+            *d = b as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&raw mut value).cast();
+        use std::os::fd::AsRawFd;
+        // SAFETY: SIOCETHTOOL reads the ifreq and the ethtool_value it points to, both live
+        // for the call.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// The packet counts of every `counter` in nftables' listing.

@@ -2,7 +2,6 @@
 //! process, so this file holds one test: a memif pair in one process (server and client ends
 //! of the same socket), over which two UDP ports resolve each other by ARP and exchange
 //! batches of datagrams in both directions, and the errors of bad arguments.
-#![cfg(feature = "dpdk")]
 #![allow(clippy::unwrap_used)]
 
 use ina_io::dpdk::{Device, DeviceConfig, DpdkError, DpdkUdpConfig, DpdkUdpPort, Eal};
@@ -10,20 +9,7 @@ use ina_io::{Port, RecvBatch, SendBatch};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-fn skip_or_fail(reason: &str) {
-    assert!(
-        std::env::var_os("INA_REQUIRE_PRIVILEGED").is_none(),
-        "required test cannot run: {reason}"
-    );
-    eprintln!("skipped: {reason}");
-}
-
-#[test]
 fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
-    // SAFETY of the test: geteuid has no preconditions.
-    if std::fs::metadata("/proc/self/ns/net").is_err() || !is_root() {
-        return skip_or_fail("DPDK's virtual devices need root here");
-    }
     let sock = format!("/tmp/ina-dpdk-test-{}.sock", std::process::id());
     let _ = std::fs::remove_file(&sock);
     let args: Vec<String> = [
@@ -126,8 +112,12 @@ fn udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches() {
     let _ = std::fs::remove_file(&sock);
 }
 
-#[allow(unsafe_code)]
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches",
+            &[ina_testkit::Need::Root],
+            udp_ports_over_a_memif_pair_resolve_each_other_and_exchange_batches,
+        )
+        .run()
 }

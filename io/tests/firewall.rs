@@ -1,34 +1,21 @@
 //! A datagram that a firewall of the sending host drops (netfilter answers the send with
 //! EPERM) is a loss, as on a wire: the batch still counts as sent and the error is counted, so
 //! a worker behind such a firewall goes on and the protocol repairs the loss. Needs root and
-//! nft (skips otherwise, fails under INA_REQUIRE_PRIVILEGED=1).
-#![cfg(target_os = "linux")]
+//! nft (skipped with the reason otherwise; required under INA_REQUIRE_PRIVILEGED=1).
 #![allow(clippy::unwrap_used)]
 
-use ina_io::netns::privileged_required;
 use ina_io::{Port, SendBatch, UdpConfig, UdpPort};
 use std::process::Command;
-
-fn skip(reason: &str) {
-    assert!(!privileged_required(), "required test cannot run: {reason}");
-    eprintln!("skipped: {reason}");
-}
 
 fn ok(cmd: &mut Command) -> bool {
     cmd.status().is_ok_and(|s| s.success())
 }
 
-#[test]
 fn datagrams_a_firewall_drops_on_the_way_out_are_losses_not_errors() {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)]
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("network namespaces and nft need root");
-    }
     let ns = "inaiofw";
     let _ = ok(Command::new("ip").args(["netns", "del", ns]));
     if !ok(Command::new("ip").args(["netns", "add", ns])) {
-        return skip("cannot create a network namespace");
+        panic!("cannot create a network namespace");
     }
     let nft = |args: &[&str]| {
         ok(Command::new("ip")
@@ -70,8 +57,23 @@ fn datagrams_a_firewall_drops_on_the_way_out_are_losses_not_errors() {
     });
     let _ = ok(Command::new("ip").args(["netns", "del", ns]));
     let Some((sent, errors)) = result else {
-        return skip("cannot load an nftables rule (is nft installed?)");
+        panic!("cannot load an nftables rule");
     };
     assert_eq!(sent, Ok(5), "the batch failed");
     assert!(errors >= 1, "no send error was counted");
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "datagrams_a_firewall_drops_on_the_way_out_are_losses_not_errors",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::NFT,
+            ],
+            datagrams_a_firewall_drops_on_the_way_out_are_losses_not_errors,
+        )
+        .run()
 }

@@ -2,19 +2,11 @@
 //! one end arrive whole and in order on the other, a port does not see its own frames, and
 //! the counters add up. Needs root; skips with a reason otherwise (fails instead when
 //! INA_REQUIRE_PRIVILEGED=1).
-#![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
 
 use ina_io::packet::{RawConfig, RawPort};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn skip(reason: &str) {
-    if std::env::var_os("INA_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-        panic!("required test cannot run: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-}
 
 fn ip(args: &[&str]) -> bool {
     Command::new("ip")
@@ -76,15 +68,9 @@ fn frame(i: u32, len: usize) -> Vec<u8> {
     f
 }
 
-#[test]
 fn frames_cross_a_veth_pair_whole_and_in_order() {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)]
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("raw sockets and network namespaces need root");
-    }
     let Some(ns) = Netns::new("inaio-raw") else {
-        return skip("cannot create a network namespace with a veth pair (ip netns)");
+        panic!("cannot create a network namespace with a veth pair (ip netns)");
     };
     let (got, a_counters, b_counters, echo) = ns.run(|| {
         let mut a = RawPort::open("rawa", RawConfig::default()).unwrap();
@@ -135,4 +121,18 @@ fn frames_cross_a_veth_pair_whole_and_in_order() {
     assert!(a_counters.tx_flushes >= 8);
     assert!(b_counters.rx_frames >= 500);
     assert_eq!(b_counters.rx_truncated, 0);
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test(
+            "frames_cross_a_veth_pair_whole_and_in_order",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+            ],
+            frames_cross_a_veth_pair_whole_and_in_order,
+        )
+        .run()
 }

@@ -1,5 +1,6 @@
 //! The Tofino program: the committed `tna/ina.p4` is what `ina_switch_p4::tna::program` writes,
-//! it passes p4c's front and mid end against TNA, and its structure keeps Tofino 1's limits.
+//! its structure keeps Tofino 1's limits, and its decisions are the Rust pipeline's (the P4
+//! tools' checks of it are in `tests/p4c.rs`).
 
 use ina_proto::event::Event;
 use ina_proto::pipeline::{JobConfig, PortId};
@@ -7,30 +8,9 @@ use ina_switch_p4::tna::{self, TnaJobError};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
 
 fn committed_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tna/ina.p4")
-}
-
-/// Whether a test that needs an external tool must fail instead of skipping.
-fn required() -> bool {
-    std::env::var("INA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
-}
-
-/// The tool on PATH or in the toolchain's default prefix.
-fn find_tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/opt/ina-p4tools/bin")])
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-fn skip_or_fail(reason: &str) {
-    assert!(!required(), "INA_REQUIRE_PRIVILEGED=1: {reason}");
-    eprintln!("skipped: {reason}");
 }
 
 #[test]
@@ -47,59 +27,6 @@ fn committed_program_is_current() {
         "{} is stale: regenerate with INA_BLESS=1 cargo test -p ina-switch-p4 --test tna",
         path.display()
     );
-}
-
-#[test]
-fn passes_tna_check() {
-    let Some(tool) = find_tool("p4tools-tna-check") else {
-        skip_or_fail("p4tools-tna-check is not installed");
-        return;
-    };
-    let include = Path::new("/opt/ina-p4tools/share/p4c");
-    let started = Instant::now();
-    let mut cmd = Command::new(&tool);
-    cmd.arg(committed_path()).arg("tofino");
-    if std::env::var_os("P4TOOLS_TNA_INCLUDE").is_none() && include.is_dir() {
-        cmd.env("P4TOOLS_TNA_INCLUDE", include.join("tna-include"));
-        cmd.env("P4C_16_INCLUDE_PATH", include.join("p4include"));
-    }
-    let out = cmd.output().expect("run p4tools-tna-check");
-    eprintln!(
-        "p4tools-tna-check took {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert!(
-        out.status.success(),
-        "p4tools-tna-check failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[test]
-fn builds_with_the_tofino_back_end() {
-    let Some(tool) = find_tool("p4tools-tna-build") else {
-        // The Tofino back end is not part of the toolchain here: nothing to require.
-        eprintln!("skipped: p4tools-tna-build is not installed (no Tofino back end)");
-        return;
-    };
-    for target in ["tofino", "tofino2"] {
-        let dir =
-            std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
-        let out = Command::new(&tool)
-            .arg(committed_path())
-            .arg(&dir)
-            .arg(target)
-            .output()
-            .expect("run p4tools-tna-build");
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(
-            out.status.success(),
-            "p4tools-tna-build {target} failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }
 
 /// The register every `RegisterAction` of the program belongs to, by action name.

@@ -1,6 +1,6 @@
 //! Every scenario of `tests/scenarios` against every target this machine can run.
 
-use ina_conformance::bmv2::{environment, namespaces, Bmv2Target};
+use ina_conformance::bmv2::Bmv2Target;
 use ina_conformance::l2switch::L2SwitchTarget;
 use ina_conformance::model::ModelTarget;
 use ina_conformance::{all_scenarios, run_all, Target};
@@ -21,7 +21,6 @@ fn report(target: &dyn Target, failed: &[(String, String)], total: usize) {
     panic!("{text}");
 }
 
-#[test]
 fn scenarios_expand() {
     let s = all_scenarios().expect("scenarios load");
     assert!(s.len() >= 20, "only {} scenarios", s.len());
@@ -30,7 +29,6 @@ fn scenarios_expand() {
     }
 }
 
-#[test]
 fn model_conforms() {
     let scenarios = all_scenarios().expect("scenarios load");
     let mut t = ModelTarget::new();
@@ -38,18 +36,7 @@ fn model_conforms() {
     report(&t, &failed, scenarios.len());
 }
 
-#[test]
 fn bmv2_conforms() {
-    match environment() {
-        Ok(()) => {}
-        Err(why) => {
-            if std::env::var("INA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-                panic!("bmv2 conformance cannot run: {why}");
-            }
-            eprintln!("skipped: bmv2 conformance: {why}");
-            return;
-        }
-    };
     let mut scenarios = all_scenarios().expect("scenarios load");
     if let Ok(filter) = std::env::var("INA_SCENARIO") {
         scenarios.retain(|s| s.name.contains(&filter));
@@ -67,15 +54,7 @@ fn bmv2_conforms() {
     report(&t, &failed, scenarios.len());
 }
 
-#[test]
 fn l2_switch_conforms() {
-    if let Err(why) = namespaces() {
-        if std::env::var("INA_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("L2 switch conformance cannot run: {why}");
-        }
-        eprintln!("skipped: L2 switch conformance: {why}");
-        return;
-    }
     let mut scenarios = all_scenarios().expect("scenarios load");
     if let Ok(filter) = std::env::var("INA_SCENARIO") {
         scenarios.retain(|s| s.name.contains(&filter));
@@ -89,4 +68,32 @@ fn l2_switch_conforms() {
         start.elapsed().as_secs_f64()
     );
     report(&t, &failed, scenarios.len());
+}
+
+fn main() -> std::process::ExitCode {
+    ina_testkit::Suite::new()
+        .test("scenarios_expand", &[], scenarios_expand)
+        .test("model_conforms", &[], model_conforms)
+        .test(
+            "bmv2_conforms",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+                ina_testkit::P4C,
+                ina_testkit::SIMPLE_SWITCH,
+                ina_testkit::SIMPLE_SWITCH_CLI,
+            ],
+            bmv2_conforms,
+        )
+        .test(
+            "l2_switch_conforms",
+            &[
+                ina_testkit::Need::Root,
+                ina_testkit::Need::NetNamespaces,
+                ina_testkit::IP,
+            ],
+            l2_switch_conforms,
+        )
+        .run()
 }

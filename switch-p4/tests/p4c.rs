@@ -1,0 +1,100 @@
+//! The committed P4 programs through the P4 tools: the v1model program compiles with
+//! `p4c-bm2-ss`; the TNA program passes p4c's front and mid end against TNA
+//! (`p4tools-tna-check`) and, where the Tofino back end is installed, builds for Tofino 1 and 2
+//! (`p4tools-tna-build`). No package registry has these tools (README.md says where to get
+//! them): each test is skipped with the reason where its tool is absent, and required under
+//! `INA_REQUIRE_P4=1` (p4c) or `INA_REQUIRE_TOFINO=1` (the TNA tools).
+#![allow(clippy::unwrap_used)]
+
+use ina_testkit::{p4_tool, Need, Suite, P4C, P4_PREFIX};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+const TNA_CHECK: Need = Need::TofinoTool("p4tools-tna-check");
+const TNA_BUILD: Need = Need::TofinoTool("p4tools-tna-build");
+
+fn tna_program() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tna/ina.p4")
+}
+
+fn assert_ran(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn v1model_compiles_with_p4c_bm2_ss() {
+    let p4c = p4_tool("p4c-bm2-ss").unwrap();
+    let dir = std::env::temp_dir().join(format!("ina-v1model-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("ina.p4");
+    std::fs::write(&src, ina_switch_p4::v1model::program()).unwrap();
+    let out = Command::new(&p4c)
+        .args([
+            "--std", "p4-16", "--target", "bmv2", "--arch", "v1model", "-o",
+        ])
+        .arg(dir.join("ina.json"))
+        .arg(&src)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ran("p4c-bm2-ss", &out);
+}
+
+fn tna_passes_the_front_and_mid_end() {
+    let tool = p4_tool("p4tools-tna-check").unwrap();
+    let include = Path::new(P4_PREFIX).join("share/p4c");
+    let started = Instant::now();
+    let mut cmd = Command::new(&tool);
+    cmd.arg(tna_program()).arg("tofino");
+    if std::env::var_os("P4TOOLS_TNA_INCLUDE").is_none() && include.is_dir() {
+        cmd.env("P4TOOLS_TNA_INCLUDE", include.join("tna-include"));
+        cmd.env("P4C_16_INCLUDE_PATH", include.join("p4include"));
+    }
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "p4tools-tna-check took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_ran("p4tools-tna-check", &out);
+}
+
+fn tna_builds_with_the_tofino_back_end() {
+    let tool = p4_tool("p4tools-tna-build").unwrap();
+    for target in ["tofino", "tofino2"] {
+        let dir =
+            std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
+        let out = Command::new(&tool)
+            .arg(tna_program())
+            .arg(&dir)
+            .arg(target)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_ran(&format!("p4tools-tna-build {target}"), &out);
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    Suite::new()
+        .test(
+            "v1model_compiles_with_p4c_bm2_ss",
+            &[P4C],
+            v1model_compiles_with_p4c_bm2_ss,
+        )
+        .test(
+            "tna_passes_the_front_and_mid_end",
+            &[TNA_CHECK],
+            tna_passes_the_front_and_mid_end,
+        )
+        .test(
+            "tna_builds_with_the_tofino_back_end",
+            &[TNA_BUILD],
+            tna_builds_with_the_tofino_back_end,
+        )
+        .run()
+}
