@@ -1,5 +1,5 @@
 //! Ethernet II / IPv4 / UDP encapsulation of `ina` packets, for ports that see whole frames
-//! (raw Ethernet, AF_XDP, DPDK, and the P4 switch).
+//! (the L2 software switch's raw Ethernet ports, DPDK ports, and the P4 switches).
 //!
 //! Parsing goes through `etherparse`, which checks every length. The UDP checksum is sent as 0
 //! (allowed for IPv4 and what a switch that rewrites payloads can afford); the IPv4 header
