@@ -13,8 +13,9 @@ mod common;
 
 use common::*;
 use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
+use ina_wire::agg::{ProbeGroup, ProbeInfo};
 use ina_wire::frame::{emit_headers, FrameAddrs, FRAME_HEADER_LEN};
-use ina_wire::{AggRepr, MessageType, HEADER_LEN, UDP_PORT};
+use ina_wire::{AggRepr, MessageType, QueryAsk, HEADER_LEN, UDP_PORT};
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -101,6 +102,8 @@ const FIELDS: &[&str] = &[
     "ina.probe.elems",
     "ina.probe.slot_base",
     "ina.probe.slot_count",
+    "ina.probe.group",
+    "ina.probe.group_port",
     "ina.bitmap",
     "ina.pending.ranks",
     "ina.pending.rank",
@@ -322,6 +325,21 @@ fn assert_header(d: &Decoded, r: &AggRepr) {
     );
 }
 
+/// The payload of a ProbeReply as the switch writes it (`wire::agg`), as elements: the job's
+/// configuration, and the multicast group when there is one (6 elements instead of 4).
+fn probe_payload(info: &ProbeInfo, group: Option<ProbeGroup>) -> Vec<i32> {
+    let mut bytes = vec![0u8; 24];
+    info.emit(&mut bytes[..16]).unwrap();
+    match group {
+        Some(g) => g.emit(&mut bytes[16..]).unwrap(),
+        None => bytes.truncate(16),
+    }
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 fn hex(values: &[i32]) -> String {
     values
         .iter()
@@ -363,8 +381,43 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     bad_bits[0] = 0x29; // version 2, type 9
     bad_bits[1] = 0x81; // set 1, and bit 7 without the gap flag
     let unknown_reason = repr(Reject, 0, 0, 9, 25, 0, 105);
-    // A well-formed length, but three elements where a ProbeReply has four.
+    // A well-formed length, but three elements where a ProbeReply has four (or six).
     let short_reply = repr(ProbeReply, 0, 0, 0, 0, 3, 0);
+    // A ProbeReply that names the job's multicast group (PROTOCOL.md §3): six elements.
+    let group_reply = repr(ProbeReply, 0, 3, 0, 0, 6, 0);
+    let group_info = ProbeInfo {
+        workers: 4,
+        elems_per_packet: 64,
+        slot_base: 128,
+        slot_count: 64,
+    };
+    let group = ProbeGroup {
+        group: "239.1.0.1:18800".parse().unwrap(),
+    };
+    // Six elements whose group is no multicast address and whose port is out of range.
+    let bad_group_reply = repr(ProbeReply, 0, 3, 0, 0, 6, 0);
+    let mut bad_group = probe_payload(&group_info, Some(group));
+    bad_group[4] = i32::from_be_bytes([10, 1, 2, 3]);
+    bad_group[5] = 70_000;
+    // Queries by rank 0, whose nonzero byte asks a rack switch for the partial (PROTOCOL.md
+    // §2 and §9): a fetch (1), a status and partial (2), and a plain status (0).
+    let query_fetch_0 = repr(Query, 1, 0, QueryAsk::Fetch.byte(), 26, 0, 106);
+    let query_partial_0 = repr(
+        Query,
+        0,
+        0,
+        QueryAsk::StatusPushingPartial.byte(),
+        27,
+        0,
+        107,
+    );
+    let query_status_0 = repr(Query, 1, 0, QueryAsk::Status.byte(), 28, 0, 108);
+    // Missing reports, each way: the gap counter names the first skipped transmission and the
+    // exponent byte how many.
+    let missing = AggRepr {
+        gap: Some(5),
+        ..repr(Missing, 1, 2, 3, 64, 0, 200)
+    };
 
     let frames = vec![
         frame(Sender::Worker, &packet(&data, &data_values)),
@@ -392,6 +445,15 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
             f[FRAME_HEADER_LEN - 6..FRAME_HEADER_LEN - 4].copy_from_slice(&9001u16.to_be_bytes());
             f
         },
+        frame(
+            Sender::Switch,
+            &packet(&group_reply, &probe_payload(&group_info, Some(group))),
+        ),
+        frame(Sender::Switch, &packet(&bad_group_reply, &bad_group)),
+        frame(Sender::Worker, &packet(&query_fetch_0, &[])),
+        frame(Sender::Worker, &packet(&query_partial_0, &[])),
+        frame(Sender::Worker, &packet(&query_status_0, &[])),
+        frame(Sender::Switch, &packet(&missing, &[])),
     ];
     let file = scratch.path("crafted.pcap");
     std::fs::write(&file, pcap(&frames)).unwrap();
@@ -457,16 +519,35 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     assert!(d[8].info.ends_with("ranks=[]"), "{:#?}", d[8]);
 
     // Query: bit 0 of the exponent byte says whether the Result wanted has E elements or
-    // none; any nonzero byte asks a rack switch for rank 0's partial (QueryAsk).
+    // none; a nonzero byte asks a rack switch for the partial only in rank 0's Query
+    // (QueryAsk): another rank's byte 2 or 1 asks for nothing more.
     assert_header(&d[9], &query_header);
     d[9].expect("ina.query.wants_elements", 0);
-    d[9].expect("ina.query.pushes_partial", 1);
-    assert!(d[9].info.ends_with("wants=0 +partial"), "{:#?}", d[9]);
+    d[9].expect("ina.query.pushes_partial", 0);
+    assert!(d[9].info.ends_with("wants=0"), "{:#?}", d[9]);
     assert_header(&d[10], &query_full);
     d[10].expect("ina.query.wants_elements", 1);
-    d[10].expect("ina.query.pushes_partial", 1);
+    d[10].expect("ina.query.pushes_partial", 0);
     assert!(d[10].info.ends_with("wants=E"), "{:#?}", d[10]);
     d[0].expect("ina.query.wants_elements", "");
+    d[0].expect("ina.query.pushes_partial", "");
+    // Rank 0: a fetch (byte 1) and a status Query with byte 2 both ask for the partial; byte
+    // 0 does not.
+    assert_header(&d[19], &query_fetch_0);
+    d[19].expect("ina.query.wants_elements", 1);
+    d[19].expect("ina.query.pushes_partial", 1);
+    assert!(d[19].info.ends_with("wants=E +partial"), "{:#?}", d[19]);
+    assert_header(&d[20], &query_partial_0);
+    d[20].expect("ina.query.wants_elements", 0);
+    d[20].expect("ina.query.pushes_partial", 1);
+    assert!(d[20].info.ends_with("wants=0 +partial"), "{:#?}", d[20]);
+    assert_header(&d[21], &query_status_0);
+    d[21].expect("ina.query.wants_elements", 0);
+    d[21].expect("ina.query.pushes_partial", 0);
+    assert!(d[21].info.ends_with("wants=0"), "{:#?}", d[21]);
+    for q in &d[19..22] {
+        q.expect("_ws.expert.message", "");
+    }
 
     // Malformed: a length that disagrees with the count; unknown version, type and reserved
     // bits; an unknown reject reason; less than a header.
@@ -495,13 +576,69 @@ fn every_message_type_and_malformed_packet_decodes_field_by_field() {
     assert_header(&d[15], &short_reply);
     d[15].expect(
         "_ws.expert.message",
-        "ProbeReply carries 3 elements, 4 expected",
+        "ProbeReply carries 3 elements, 4 or 6 expected",
     );
     d[15].expect("ina.probe.workers", "");
     d[15].expect("ina.value", "5;256;16");
     d[16].expect("ina.type", "");
     d[16].expect("_ws.expert.message", "");
     assert!(!d[16].info.contains("job="), "{:#?}", d[16]);
+
+    // A ProbeReply of six elements: the configuration and the job's multicast group, not
+    // malformed.
+    assert_header(&d[17], &group_reply);
+    d[17].expect("ina.elements", 6);
+    d[17].expect("ina.probe.workers", 4);
+    d[17].expect("ina.probe.elems", 64);
+    d[17].expect("ina.probe.slot_base", 128);
+    d[17].expect("ina.probe.slot_count", 64);
+    d[17].expect("ina.probe.group", "239.1.0.1");
+    d[17].expect("ina.probe.group_port", 18800);
+    d[17].expect("ina.value", "");
+    d[17].expect("_ws.expert.message", "");
+    assert!(
+        d[17]
+            .info
+            .ends_with("workers=4 elems=64 slots=128..192 group=239.1.0.1:18800"),
+        "{:#?}",
+        d[17]
+    );
+    // The four-element form names no group.
+    d[6].expect("ina.probe.group", "");
+    d[6].expect("ina.probe.group_port", "");
+    // A group that is no multicast address, on a port beyond 65535: decoded, and flagged as
+    // wire::agg::ProbeGroup refuses it.
+    assert_header(&d[18], &bad_group_reply);
+    d[18].expect("ina.probe.group", "10.1.2.3");
+    d[18].expect("ina.probe.group_port", 70_000);
+    d[18].expect(
+        "_ws.expert.message",
+        "Group 10.1.2.3 is not an IPv4 multicast address;Group port 70000 is not 1..65535",
+    );
+
+    // Missing (switch to worker here): the gap counter is the first skipped transmission,
+    // the exponent byte how many.
+    d[22].expect("ina.type", 8);
+    d[22].expect("ina.flags", format!("0x{:02x}", 1 | 2 | (5 << 2)));
+    d[22].expect("ina.set", 1);
+    d[22].expect("ina.gap", 1);
+    d[22].expect("ina.gap_counter", 5);
+    d[22].expect("ina.reserved", "0x00");
+    d[22].expect("ina.missing", 3);
+    d[22].expect("ina.rank", 2);
+    d[22].expect("ina.slot", 64);
+    d[22].expect("ina.seq", 200);
+    d[22].expect("_ws.expert.message", "");
+    assert!(
+        d[22]
+            .info
+            .starts_with("Missing job=258 epoch=48879 rank=2 slot=64 set=1 seq=200 count=0"),
+        "{:#?}",
+        d[22]
+    );
+    assert!(d[22].info.ends_with("missing=3 gap=5"), "{:#?}", d[22]);
+    d[0].expect("ina.gap", 0);
+    d[0].expect("ina.gap_counter", "");
 
     // Installed by copying the one file into the personal plugins folder, no option needed.
     let home = scratch.path("home");

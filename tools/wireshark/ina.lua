@@ -60,6 +60,8 @@ local f = {
     probe_elems = ProtoField.int32("ina.probe.elems", "Elements per packet", base.DEC),
     probe_slot_base = ProtoField.int32("ina.probe.slot_base", "First slot", base.DEC),
     probe_slot_count = ProtoField.int32("ina.probe.slot_count", "Slot count", base.DEC),
+    probe_group = ProtoField.ipv4("ina.probe.group", "Multicast group"),
+    probe_group_port = ProtoField.uint32("ina.probe.group_port", "Multicast group UDP port", base.DEC),
     bitmap = ProtoField.uint32("ina.bitmap", "Contributor bitmap", base.HEX),
     ranks = ProtoField.string("ina.pending.ranks", "Contributing ranks"),
     pending_rank = ProtoField.uint8("ina.pending.rank", "Contributor", base.DEC),
@@ -67,7 +69,8 @@ local f = {
 ina.fields = {
     f.version, f.type, f.flags, f.set, f.gap, f.gap_counter, f.reserved, f.missing, f.job, f.epoch, f.rank, f.exponent,
     f.reject_reason, f.query_wants, f.query_partial, f.slot, f.count, f.seq, f.payload, f.elements, f.value,
-    f.probe_workers, f.probe_elems, f.probe_slot_base, f.probe_slot_count, f.bitmap, f.ranks,
+    f.probe_workers, f.probe_elems, f.probe_slot_base, f.probe_slot_count, f.probe_group,
+    f.probe_group_port, f.bitmap, f.ranks,
     f.pending_rank,
 }
 
@@ -86,9 +89,11 @@ local e = {
         expert.group.MALFORMED, expert.severity.WARN),
     payload = ProtoExpert.new("ina.bad_payload", "Payload size unexpected for the message type",
         expert.group.PROTOCOL, expert.severity.WARN),
+    group = ProtoExpert.new("ina.bad_group", "ProbeReply's group is not a multicast address and port",
+        expert.group.MALFORMED, expert.severity.WARN),
 }
 ina.experts = {
-    e.truncated, e.length, e.version, e.type, e.reserved, e.reason, e.payload,
+    e.truncated, e.length, e.version, e.type, e.reserved, e.reason, e.payload, e.group,
 }
 
 -- Ranks whose bit is set in a 32-bit bitmap, lowest first (plain arithmetic: no bit library
@@ -105,8 +110,19 @@ local function bitmap_ranks(bitmap)
     return ranks
 end
 
--- Payload elements per message type that the protocol fixes (nil: any).
-local FIXED_COUNT = { [3] = 0, [4] = 0, [5] = 4, [6] = 1, [7] = 0, [8] = 0 }
+-- Payload elements per message type that the protocol fixes (nil: any). A ProbeReply has 4,
+-- or 6 when it names the job's multicast group (PROTOCOL.md sections 2 and 3).
+local FIXED_COUNTS = { [3] = { 0 }, [4] = { 0 }, [5] = { 4, 6 }, [6] = { 1 }, [7] = { 0 }, [8] = { 0 } }
+
+-- Whether `count` is one of `counts`.
+local function one_of(counts, count)
+    for _, c in ipairs(counts) do
+        if c == count then
+            return true
+        end
+    end
+    return false
+end
 
 local function add_values(tree, tvb, first, n)
     local shown = math.min(n, SHOWN_VALUES)
@@ -143,6 +159,9 @@ local function dissect(tvb, pinfo, root)
     local count = tvb(10, 2):uint()
     local seq = tvb(12, 4):uint()
     local name = TYPE_NAMES[mtype] or string.format("Unknown type %d", mtype)
+    -- A Query asks a rack switch for the partial when it is rank 0's and its byte is nonzero
+    -- (a fetch, 1, or a status and partial, 2); other ranks' bytes ask for nothing more.
+    local pushes_partial = mtype == 7 and rank == 0 and exponent ~= 0
 
     local vitem = tree:add(f.version, tvb(0, 1))
     if version ~= 1 then
@@ -181,7 +200,7 @@ local function dissect(tvb, pinfo, root)
         end
     elseif mtype == 7 then
         xitem:add(f.query_wants, tvb(7, 1), exponent % 2 == 1)
-        xitem:add(f.query_partial, tvb(7, 1), exponent ~= 0)
+        xitem:add(f.query_partial, tvb(7, 1), pushes_partial)
     elseif mtype == 8 then
         xitem:add(f.missing, tvb(7, 1), exponent)
     end
@@ -194,10 +213,11 @@ local function dissect(tvb, pinfo, root)
         citem:add_proto_expert_info(e.length,
             string.format("Length %d is not 16 + 4 * count = %d", len, expected))
     end
-    local fixed = FIXED_COUNT[mtype]
-    if fixed ~= nil and count ~= fixed then
+    local fixed = FIXED_COUNTS[mtype]
+    if fixed ~= nil and not one_of(fixed, count) then
         citem:add_proto_expert_info(e.payload,
-            string.format("%s carries %d elements, %d expected", name, count, fixed))
+            string.format("%s carries %d elements, %s expected", name, count,
+                table.concat(fixed, " or ")))
     end
 
     -- Only whole elements that are present are decoded; a short payload is flagged above.
@@ -217,7 +237,27 @@ local function dissect(tvb, pinfo, root)
             local base = tvb(24, 4):int()
             info = info .. string.format(" workers=%d elems=%d slots=%d..%d",
                 tvb(16, 4):int(), tvb(20, 4):int(), base, base + tvb(28, 4):int())
-            add_values(ptree, tvb, HEADER_LEN + 16, n - 4)
+            if n >= 6 then
+                -- The job's multicast group: its IPv4 address as one element, its UDP port.
+                local first = tvb(32, 1):uint()
+                local ip = string.format("%d.%d.%d.%d", first, tvb(33, 1):uint(),
+                    tvb(34, 1):uint(), tvb(35, 1):uint())
+                local port = tvb(36, 4):uint()
+                local gitem = ptree:add(f.probe_group, tvb(32, 4))
+                if first < 224 or first > 239 then
+                    gitem:add_proto_expert_info(e.group,
+                        string.format("Group %s is not an IPv4 multicast address", ip))
+                end
+                local pitem = ptree:add(f.probe_group_port, tvb(36, 4))
+                if port == 0 or port > 65535 then
+                    pitem:add_proto_expert_info(e.group,
+                        string.format("Group port %d is not 1..65535", port))
+                end
+                info = info .. string.format(" group=%s:%d", ip, port)
+                add_values(ptree, tvb, HEADER_LEN + 24, n - 6)
+            else
+                add_values(ptree, tvb, HEADER_LEN + 16, n - 4)
+            end
         elseif mtype == 6 and n >= 1 then
             local bitmap = tvb(16, 4):uint()
             local bitem = ptree:add(f.bitmap, tvb(16, 4))
@@ -241,7 +281,7 @@ local function dissect(tvb, pinfo, root)
         info = info .. " reason=" .. (REJECT_REASONS[exponent] or tostring(exponent))
     elseif mtype == 7 then
         info = info .. (exponent % 2 == 1 and " wants=E" or " wants=0")
-        if exponent ~= 0 and exponent % 2 == 0 then
+        if pushes_partial then
             info = info .. " +partial"
         end
     elseif mtype == 8 then
