@@ -57,7 +57,25 @@ fn main() {
     for p in &dpdk.include_paths {
         b = b.clang_arg(format!("-I{}", p.display()));
     }
-    let bindings = b.generate().unwrap_or_else(|e| {
+    // bindgen panics when it cannot load libclang: say which package brings it instead (and
+    // keep the panic's own report and backtrace out of the way while it is caught).
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || b.generate()))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("bindgen panicked");
+            eprintln!(
+                "error: generating the DPDK bindings needs libclang: {what}\n\
+             Install it (Debian/Ubuntu: apt-get install libclang-dev), or build without the\n\
+             `dpdk` feature."
+            );
+            std::process::exit(1);
+        });
+    let bindings = generated.unwrap_or_else(|e| {
         eprintln!("error: generating the DPDK bindings failed: {e}");
         std::process::exit(1);
     });
