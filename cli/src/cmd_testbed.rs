@@ -35,7 +35,7 @@ impl HubKind {
 #[serde(deny_unknown_fields)]
 pub struct LinkArgs {
     /// Rate limit of every link direction: `1gbit`, `500mbit`, `200mbit`, `10kbit`, or bits
-    /// per second (default: none).
+    /// per second [default: none; `ina bench --testbed`: 1gbit].
     #[arg(long, value_parser = parse_rate)]
     #[serde(default, deserialize_with = "rate_from_text")]
     pub rate: Option<u64>,

@@ -26,6 +26,7 @@
 //! * [`reflector::Reflector`] echoes every datagram back to its sender with
 //!   the same batched I/O: the I/O-bound upper limit for the switch's packet
 //!   rate.
+//! * [`paced::PacedPort`] puts a port behind a link of a given rate inside the process.
 //! * [`segment`] holds the pure GSO run planning / GRO splitting logic.
 //!
 //! # Example
@@ -63,6 +64,7 @@ pub mod metrics;
 pub mod mtu;
 #[cfg(target_os = "linux")]
 pub mod netns;
+pub mod paced;
 #[cfg(target_os = "linux")]
 pub mod packet;
 pub mod reflector;

@@ -456,6 +456,26 @@ pub(crate) fn set_int_opt(
     Ok(())
 }
 
+/// `SO_MAX_PACING_RATE`: the most bytes per second the socket sends (TCP paces itself to it;
+/// other sockets need the `fq` queueing discipline).
+pub(crate) fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_s: u64) -> io::Result<()> {
+    // SAFETY: the option value is a live `u64` whose size is passed (the kernel takes an
+    // unsigned long here).
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_s as *const u64).cast(),
+            mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,6 +93,9 @@ pub struct RingOptions {
     /// The TCP congestion control of both connections (`TCP_CONGESTION`, e.g. `cubic` or
     /// `bbr`); `None` keeps the system's default.
     pub congestion: Option<String>,
+    /// The most bits per second either connection sends (`SO_MAX_PACING_RATE`: the kernel
+    /// paces TCP to it, loopback included), as a link of that rate would; `None`: unpaced.
+    pub max_pacing_rate: Option<u64>,
 }
 
 impl Default for RingOptions {
@@ -104,6 +107,7 @@ impl Default for RingOptions {
             io_timeout: Some(Duration::from_secs(30)),
             nodelay: true,
             congestion: None,
+            max_pacing_rate: None,
         }
     }
 }
@@ -130,6 +134,12 @@ impl RingOptions {
     /// Sets [`RingOptions::congestion`].
     pub fn with_congestion(mut self, name: Option<String>) -> Self {
         self.congestion = name;
+        self
+    }
+
+    /// Sets [`RingOptions::max_pacing_rate`].
+    pub fn with_max_pacing_rate(mut self, bits_per_s: Option<u64>) -> Self {
+        self.max_pacing_rate = bits_per_s;
         self
     }
 
@@ -634,6 +644,13 @@ fn configure(
                 );
                 io_error(why, peer, side, None)
             })?;
+    }
+    if let Some(rate) = opts.max_pacing_rate {
+        ina_io::paced::set_max_pacing_rate(stream, rate).map_err(|e| {
+            let why =
+                std::io::Error::new(e.kind(), format!("SO_MAX_PACING_RATE {rate} bit/s: {e}"));
+            io_error(why, peer, side, None)
+        })?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ use super::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer
 use super::{summarize, AlgoResult, Algorithm, Ctx};
 use crate::data::generate;
 use anyhow::{anyhow, Context};
+use ina_io::paced::PacedPort;
 use ina_io::{Port, UdpConfig, UdpPort};
 use ina_switch::{JobSpec, Switch, SwitchConfig};
 use ina_worker::ring::{RingComm, RingOptions};
@@ -60,12 +61,15 @@ where
 }
 
 /// Runs the `ina` workers, rank `r` on `ports[r]`, against the switch at `switch` (which has
-/// the job installed); `mtu`, when set, is the path's (else the kernel's routes tell).
+/// the job installed); `mtu`, when set, is the path's (else the kernel's routes tell); `group`,
+/// the multicast group the ports receive the results on (ports other than a bare UDP port
+/// cannot join one themselves).
 pub(crate) fn run_ina_workers<P: Port<Addr = SocketAddr> + Send + 'static>(
     ctx: &Ctx,
     ports: Vec<P>,
     switch: SocketAddr,
     mtu: Option<usize>,
+    group: Option<std::net::SocketAddrV4>,
 ) -> anyhow::Result<Vec<Vec<IterRecord>>> {
     let args = &ctx.args;
     let addrs: Vec<SocketAddr> = ports.iter().map(|p| p.local_addr()).collect();
@@ -90,6 +94,7 @@ pub(crate) fn run_ina_workers<P: Port<Addr = SocketAddr> + Send + 'static>(
         }
         wc.give_up = Duration::from_millis(args.give_up_ms);
         wc.mtu = mtu.or(wc.mtu);
+        wc.group = group;
         Ok(Box::new(InaReducer::new(Communicator::with_port(port, wc)?)) as Box<dyn Reducer>)
     })
 }
@@ -144,7 +149,13 @@ pub(crate) fn ina(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 uplink: None,
             })
             .context("installing the job")?;
-        let records = run_ina_workers(ctx, ports, switch_addr, None)?;
+        let records = match ctx.link_rate {
+            Some(bps) => {
+                let paced = ports.into_iter().map(|p| PacedPort::new(p, bps)).collect();
+                run_ina_workers(ctx, paced, switch_addr, None, group)?
+            }
+            None => run_ina_workers(ctx, ports, switch_addr, None, group)?,
+        };
         let stats = handle.stats().context("reading switch statistics")?;
         anyhow::Ok((records, stats))
     })();
@@ -178,7 +189,8 @@ pub(crate) fn ring(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
                 kind: "internal".into(),
                 message: "listener taken twice".into(),
             })?;
-        let comm = RingComm::connect_with_listener(rank, listener, &peers, RingOptions::default())?;
+        let opts = RingOptions::default().with_max_pacing_rate(ctx.link_rate);
+        let comm = RingComm::connect_with_listener(rank, listener, &peers, opts)?;
         Ok(Box::new(RingReducer(comm)) as Box<dyn Reducer>)
     })?;
     let mut r = summarize(ctx, Algorithm::Ring, &records)?;

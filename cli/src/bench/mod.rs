@@ -7,6 +7,7 @@ mod rate;
 pub mod runner;
 mod scenario;
 pub(crate) use scenario::read_toml;
+mod links;
 mod sweep;
 mod testbed;
 
@@ -70,10 +71,11 @@ pub struct BenchArgs {
     /// machine (the kernel's and the allocator's memory), which would bias the comparison.
     #[arg(long, default_value_t = 1)]
     pub warmup_rounds: usize,
-    /// Elements per packet. Tofino takes 64 or 256; the software switch takes any count that
-    /// fits a datagram, and 2048 (8 KiB, a jumbo frame) moves loopback traffic with far fewer
-    /// packets.
-    #[arg(long, default_value_t = 2048)]
+    /// Elements per packet [default: 2048 in process; with --testbed the most a frame of --mtu
+    /// carries (364 at 1500) on the bridge hub, 256 on the l2 and bmv2 hubs]. Tofino takes 64
+    /// or 256; the software switch takes any count that fits a datagram, and 2048 (8 KiB)
+    /// moves loopback traffic with far fewer packets.
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub elems: u16,
     /// Aggregation slots given to the job [default: 32, or 64 with --testbed]. With
     /// 2048-element packets, 32 slots make a 256 KiB window per worker: on one host a larger
@@ -106,6 +108,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
     /// Run the switch and each worker in its own OS process (ina and ring).
+    /// In-process runs: each worker's link, each way, paced inside this process (`500mbit`,
+    /// `1gbit`, ...), so that the ring's 2(n-1)/n shows as on a rack; `unlimited` runs on bare
+    /// loopback, which measures CPU cost, not links [default: 500mbit].
+    #[arg(long, value_parser = links::parse_link)]
+    pub link: Option<links::LinkArg>,
     #[arg(long)]
     pub processes: bool,
     /// Run on an emulated rack (root): the switch in a hub namespace, each worker a process
@@ -367,6 +374,8 @@ impl AlgoResult {
 pub struct BenchReport {
     /// `--testbed`: the rack's hub and links.
     pub testbed: Option<testbed::TestbedReport>,
+    /// In-process runs behind `--link`: the links and each algorithm's bound.
+    pub links: Option<links::LinkReport>,
     pub workers: usize,
     pub bytes: u64,
     pub elems_per_packet: u16,
@@ -413,6 +422,8 @@ pub(crate) struct Ctx {
     /// much slower to touch the first time on a virtual machine that returns free pages to its
     /// host; keeping it makes every algorithm run on the same warm buffers.)
     pub tensors: Vec<std::sync::Mutex<Option<Tensors>>>,
+    /// In-process runs: the rate of each worker's link, each way (`None`: bare loopback).
+    pub link_rate: Option<u64>,
 }
 
 /// The median of unsorted values; `None` for none.
@@ -528,6 +539,25 @@ pub(crate) fn summarize(
     })
 }
 
+/// Elements per packet when `--elems` is not given: 2048 in process; on a rack, the most a
+/// frame of the links' MTU carries through the bridge hub (a P4-like hub takes 256 or 64).
+fn default_elems(args: &BenchArgs) -> u16 {
+    use crate::cmd_testbed::HubKind;
+    if !args.testbed {
+        return 2048;
+    }
+    let fits = args
+        .links
+        .mtu
+        .saturating_sub((20 + 8 + ina_wire::HEADER_LEN) as u32)
+        / 4;
+    match args.hub {
+        HubKind::Bridge => u16::try_from(fits.min(MAX_UDP_ELEMS as u32)).unwrap_or(2048),
+        _ if fits >= 256 => 256,
+        _ => 64,
+    }
+}
+
 /// The window a worker streams with: `--window`, at most the job's `--slots`.
 pub(crate) fn window_of(args: &BenchArgs) -> u16 {
     args.window.unwrap_or(args.slots).min(args.slots)
@@ -560,6 +590,12 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     args.processes |= args.testbed;
     if args.slots == 0 {
         args.slots = if args.testbed { 64 } else { 32 };
+    }
+    if args.elems == 0 {
+        args.elems = default_elems(&args);
+    }
+    if args.testbed && args.links.rate.is_none() {
+        args.links.rate = Some(testbed::DEFAULT_RATE_BPS);
     }
     if args.workers == 0 || args.workers > 32 {
         bail!("--workers must be 1..=32 (a switch slot tracks at most 32 workers)");
@@ -612,6 +648,14 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     } else {
         None
     };
+    let link_rate = match (args.link, args.processes) {
+        (Some(_), true) => bail!(
+            "--link paces in-process workers; --processes runs on bare loopback and --testbed on links of --rate"
+        ),
+        (_, true) | (Some(links::LinkArg::Unlimited), false) => None,
+        (Some(links::LinkArg::Rate(bps)), false) => Some(bps),
+        (None, false) => Some(links::DEFAULT_RATE_BPS),
+    };
     let elements = usize::try_from(args.size / 4).context("--size too large")?;
     let tensor_algos = args
         .algorithms
@@ -644,6 +688,7 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         elements,
         reference,
         progress,
+        link_rate,
     };
     let mut results: Vec<AlgoResult> = Vec::new();
     for round in 0..args.warmup_rounds + args.rounds {
@@ -745,6 +790,22 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
             }
             r
         }),
+        links: link_rate
+            .filter(|_| {
+                results
+                    .iter()
+                    .any(|r| matches!(r.algorithm, Algorithm::Ina | Algorithm::Ring))
+            })
+            .map(|bps| {
+                links::report(
+                    bps,
+                    &mut results,
+                    args.workers,
+                    elements,
+                    args.elems,
+                    window_of(&args),
+                )
+            }),
         workers: args.workers,
         bytes: elements as u64 * 4,
         elems_per_packet: args.elems,
@@ -846,6 +907,11 @@ fn print_report(r: &BenchReport) {
     }
     if let Some(t) = &r.testbed {
         testbed::print(t, r);
+    }
+    if let Some(l) = &r.links {
+        links::print(l, r);
+    } else if !r.processes && r.results.iter().any(|x| x.algorithm == Algorithm::Ina) {
+        links::print_unlimited();
     }
     let rates: Vec<&AlgoResult> = r.results.iter().filter(|x| x.rate.is_some()).collect();
     if !rates.is_empty() {

@@ -576,6 +576,7 @@ pub(crate) mod dpdk {
                 ports,
                 SocketAddr::V4(local),
                 Some(mtu),
+                None,
             )?;
             let stats = handle.stats().context("reading switch statistics")?;
             anyhow::Ok((records, stats))

@@ -14,6 +14,9 @@ use ina_switch_p4::bmv2::{Bmv2, Bmv2Config};
 use ina_switch_p4::runtime::{JobDesc, MacAddr, SwitchDesc};
 use std::io::Write;
 
+/// The links' rate of `ina bench --testbed` when `--rate` is not given, bits per second.
+pub(crate) const DEFAULT_RATE_BPS: u64 = 1_000_000_000;
+
 /// The multicast group results go to on a bridge hub (unless `--unicast`).
 const GROUP: &str = "239.1.0.1:18800";
 
@@ -324,6 +327,35 @@ pub fn ring_framing(mtu: u32) -> f64 {
     (mtu + 14.0 + 33.0) / (mtu - 52.0)
 }
 
+/// Sets each ina and ring result's bound and fraction of it; returns the ring's time over
+/// ina's where both ran.
+pub(crate) fn fill_bounds(
+    results: &mut [AlgoResult],
+    ina_bound_s: Option<f64>,
+    ring_bound_s: Option<f64>,
+) -> Option<f64> {
+    let mut times = (None, None);
+    for r in results.iter_mut() {
+        let b = match r.algorithm {
+            Algorithm::Ina => {
+                times.0 = Some(r.median_s);
+                ina_bound_s
+            }
+            Algorithm::Ring => {
+                times.1 = Some(r.median_s);
+                ring_bound_s
+            }
+            _ => None,
+        };
+        r.bound_s = b;
+        r.of_bound = b.map(|b| b / r.median_s);
+    }
+    match times {
+        (Some(i), Some(r)) => Some(r / i),
+        _ => None,
+    }
+}
+
 /// Fills in every result's bound and fraction of it; returns the testbed's report.
 pub(crate) fn report(
     t: &TestbedCtx,
@@ -343,22 +375,7 @@ pub(crate) fn report(
     };
     let ina_bound_s = bound(ina_framing, 1.0);
     let ring_bound_s = bound(ring_framing, super::ring_factor(workers));
-    let mut times = (None, None);
-    for r in results.iter_mut() {
-        let b = match r.algorithm {
-            Algorithm::Ina => {
-                times.0 = Some(r.median_s);
-                ina_bound_s
-            }
-            Algorithm::Ring => {
-                times.1 = Some(r.median_s);
-                ring_bound_s
-            }
-            _ => None,
-        };
-        r.bound_s = b;
-        r.of_bound = b.map(|b| b / r.median_s);
-    }
+    let speedup = fill_bounds(results, ina_bound_s, ring_bound_s);
     TestbedReport {
         hub: t.hub,
         rate_bps: t.links.rate,
@@ -371,10 +388,7 @@ pub(crate) fn report(
         ring_framing,
         ina_bound_s,
         ring_bound_s,
-        speedup: match times {
-            (Some(i), Some(r)) => Some(r / i),
-            _ => None,
-        },
+        speedup,
         speedup_ceiling: super::ring_factor(workers),
     }
 }
@@ -409,34 +423,7 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
             t.dropped_by_queues
         );
     }
-    for x in &r.results {
-        let name = format!("{:?}", x.algorithm).to_lowercase();
-        let bound = match (x.bound_s, x.of_bound) {
-            (Some(b), Some(f)) => format!(", bound {:.1} ms, {:.3} of it", b * 1e3, f),
-            _ => String::new(),
-        };
-        let rate = x
-            .switch_frames_per_s
-            .filter(|p| *p > 0.0)
-            .map_or(String::new(), |p| {
-                format!(", switch took in {p:.0} packets/s")
-            });
-        let cpu = x.median_cpu_s.map_or(String::new(), |c| {
-            let gbit = x.bytes as f64 * 8.0 / 1e9;
-            format!(", hosts' CPU {:.2} s per Gbit all-reduced", c / gbit)
-        });
-        println!(
-            "  {name:<5} algbw {:.3} Gbit/s, busbw {:.3} Gbit/s{bound}{rate}{cpu}",
-            x.algbw_gbit_per_s, x.busbw_gbit_per_s
-        );
-    }
-    if let Some(s) = t.speedup {
-        println!(
-            "  ina over ring: {s:.2}x, ceiling 2(n-1)/n = {:.2}x ({:.2} of it)",
-            t.speedup_ceiling,
-            s / t.speedup_ceiling
-        );
-    }
+    print_algorithms(r, t.speedup, t.speedup_ceiling);
     match t.rate_bps {
         None => println!(
             "  the links are not limited: the hosts' CPUs, not the links, bound both algorithms, and in-network aggregation has no bandwidth to save (give --rate)"
@@ -460,5 +447,42 @@ pub(crate) fn print(t: &TestbedReport, r: &super::BenchReport) {
                 );
             }
         }
+    }
+}
+
+/// Each algorithm's line (bandwidths, its bound and the fraction of it) and ina's speedup over
+/// the ring against its ceiling.
+pub(crate) fn print_algorithms(r: &super::BenchReport, speedup: Option<f64>, ceiling: f64) {
+    for x in &r.results {
+        let name = format!("{:?}", x.algorithm).to_lowercase();
+        let bound = match (x.bound_s, x.of_bound) {
+            (Some(b), Some(f)) => format!(", bound {:.1} ms, {:.3} of it", b * 1e3, f),
+            _ => String::new(),
+        };
+        let rate = x
+            .switch_frames_per_s
+            .filter(|p| *p > 0.0)
+            .map_or(String::new(), |p| {
+                format!(", switch took in {p:.0} packets/s")
+            });
+        let cpu = x.median_cpu_s.map_or(String::new(), |c| {
+            let gbit = x.bytes as f64 * 8.0 / 1e9;
+            let whose = if r.testbed.is_some() {
+                "hosts' CPU"
+            } else {
+                "CPU"
+            };
+            format!(", {whose} {:.2} s per Gbit all-reduced", c / gbit)
+        });
+        println!(
+            "  {name:<5} algbw {:.3} Gbit/s, busbw {:.3} Gbit/s{bound}{rate}{cpu}",
+            x.algbw_gbit_per_s, x.busbw_gbit_per_s
+        );
+    }
+    if let Some(s) = speedup {
+        println!(
+            "  ina over ring: {s:.2}x, ceiling {ceiling:.2}x ({:.2} of it)",
+            s / ceiling
+        );
     }
 }
