@@ -5,7 +5,7 @@ use ina_controller::alloc::{Policy, BLOCK};
 use ina_controller::api::{JobInfo, JobRequest, JobState, SwitchInfo, SwitchKind, SwitchSpec};
 use ina_controller::client::Client;
 use ina_controller::server::{self, ServerConfig};
-use ina_controller::service::{drivers, Controller};
+use ina_controller::service::{drivers_with, Controller, LocalDrivers};
 use ina_controller::store::Store;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +56,33 @@ pub struct ControllerArgs {
     /// Serve the controller's counters in Prometheus' text format on this address.
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Where the Tofino switches' BfRt documents are written, `NAME.json` for switch NAME
+    /// [default: STATE_DIR/tofino].
+    #[arg(long)]
+    tofino_dir: Option<PathBuf>,
+    /// Run bmv2 switch NAME's runtime CLI in network namespace NETNS (`NAME=NETNS`; repeat
+    /// for several switches). The API takes no namespace or path: only this command line does.
+    #[arg(long, value_parser = parse_netns)]
+    bmv2_netns: Vec<(String, String)>,
+}
+
+/// Parses `NAME=NETNS`.
+fn parse_netns(s: &str) -> Result<(String, String), String> {
+    let (name, ns) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: NAME=NETNS"))?;
+    let ok = |t: &str| {
+        !t.is_empty()
+            && t.len() <= 64
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    if !ok(name) || !ok(ns) {
+        return Err(format!(
+            "`{s}`: a switch name and a namespace of letters, digits, `.`, `_` and `-`"
+        ));
+    }
+    Ok((name.to_string(), ns.to_string()))
 }
 
 /// Where the controller is.
@@ -204,7 +231,16 @@ pub enum SwitchCommand {
 pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
     server::check_access(args.listen, args.token.as_deref())?;
     let store = Store::open(&args.state_dir)?;
-    let ctl = Controller::open(args.policy.into(), Some(store), drivers())?;
+    let local = LocalDrivers {
+        tofino_dir: args
+            .tofino_dir
+            .clone()
+            .unwrap_or_else(|| args.state_dir.join("tofino")),
+        bmv2_netns: args.bmv2_netns.iter().cloned().collect(),
+    };
+    std::fs::create_dir_all(&local.tofino_dir)
+        .with_context(|| format!("creating {}", local.tofino_dir.display()))?;
+    let ctl = Controller::open(args.policy.into(), Some(store), drivers_with(local))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -214,6 +250,7 @@ pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
         token: args.token,
         resync_every: Duration::from_millis(args.resync_ms.max(10)),
         metrics: args.metrics,
+        ..ServerConfig::default()
     };
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)

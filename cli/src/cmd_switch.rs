@@ -515,6 +515,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
                 token: args.control_token.clone(),
                 max_connections: args.control_max_connections.max(1),
                 idle: Duration::from_secs(args.control_idle_s.max(1)),
+                ..Default::default()
             };
             let server = ControlServer::bind_with(addr, handle.clone(), limits)?;
             control_local = Some(server.local_addr()?);

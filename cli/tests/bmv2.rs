@@ -116,8 +116,6 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
                 mac: MacAddr(Rack::worker_mac_bytes(r)),
             })
             .collect(),
-        netns: Some(rack.hub()),
-        bfrt_file: None,
     };
     let spec_file = dir.join("bmv2.json");
     std::fs::write(&spec_file, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
@@ -138,6 +136,7 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
             "--token=bmv2-controller-t0ken".into(),
             format!("--state-dir={}", dir.join("state").display()),
             "--resync-ms=200".into(),
+            format!("--bmv2-netns=bm={}", rack.hub()),
         ],
     );
     ctl.expect("ready", after(Duration::from_secs(30)));

@@ -43,7 +43,7 @@ pub enum SwitchKind {
     /// control endpoint is its thrift server); needs [`SwitchSpec::p4`].
     Bmv2,
     /// A Tofino running the TNA program: the controller writes the switch's BfRt entries to
-    /// [`P4Spec::bfrt_file`], for the BfRt client on the switch to apply; needs
+    /// the controller's Tofino directory, for the BfRt client on the switch to apply; needs
     /// [`SwitchSpec::p4`].
     Tofino,
 }
@@ -76,12 +76,8 @@ pub struct P4Spec {
     pub switch: SwitchDesc,
     /// Where workers may be: a worker joins with an address listed here.
     pub hosts: Vec<P4Host>,
-    /// bmv2: the network namespace to run `simple_switch_CLI` in (none: the controller's).
-    #[serde(default)]
-    pub netns: Option<String>,
-    /// Tofino: the file the switch's BfRt entries are written to.
-    #[serde(default)]
-    pub bfrt_file: Option<std::path::PathBuf>,
+    // (No path or namespace: where a driver writes or runs is the controller's own
+    // configuration, `service::LocalDrivers`, never a request's.)
 }
 
 /// A switch as an operator declares it.

@@ -40,6 +40,13 @@ pub struct ServerConfig {
     pub resync_every: Duration,
     /// Where to serve the controller's counters in Prometheus' text format, if anywhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Connections served at once; one more is closed at once.
+    pub max_connections: usize,
+    /// The longest a client may take to send a request's head (also the longest a kept-alive
+    /// connection may wait for its next request).
+    pub header_timeout: Duration,
+    /// The longest a request may take, its body and the switch I/O it causes included.
+    pub request_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +55,9 @@ impl Default for ServerConfig {
             token: None,
             resync_every: Duration::from_secs(2),
             metrics: None,
+            max_connections: MAX_CONNECTIONS,
+            header_timeout: HEADER_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
         }
     }
 }
@@ -152,16 +162,76 @@ pub async fn serve(
         None => None,
     };
     let resync = tokio::spawn(resync_loop(app.ctl.clone(), config.resync_every));
-    let router = router(app);
+    let router = router(app, config.request_timeout);
     tracing::info!(%addr, "controller listening");
-    let result = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = (config.max_connections.max(1), config.header_timeout);
+    let result = accept_loop(listener, router, limits, shutdown).await;
     resync.abort();
-    Ok(result?)
+    result
 }
 
-fn router(app: App) -> Router {
+/// [`ServerConfig::max_connections`] by default.
+pub const MAX_CONNECTIONS: usize = 64;
+/// [`ServerConfig::header_timeout`] by default.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`ServerConfig::request_timeout`] by default (bmv2's runtime CLI may take 20 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Accepts connections until `shutdown` completes, at most `max_connections` at once, each
+/// with `header_timeout` for every request head.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    (max_connections, header_timeout): (usize, Duration),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let places = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = max_connections, "connection refused: too many open");
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+            drop(place);
+        });
+    }
+}
+
+/// Answers 408 to a request not done within `limit`.
+async fn deadline(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request took longer than {limit:?}"),
+        )
+        .into_response(),
+    }
+}
+
+fn router(app: App, request_timeout: Duration) -> Router {
     let v1 = Router::new()
         .route("/health", get(health))
         .route("/switches", get(list_switches).post(add_switch))
@@ -180,6 +250,7 @@ fn router(app: App) -> Router {
         })
         .layer(middleware::from_fn_with_state(app.clone(), authorize))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(request_timeout, deadline))
         .with_state(app)
 }
 
@@ -191,7 +262,8 @@ async fn authorize(State(app): State<App>, req: Request, next: Next) -> Response
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+        if !given.is_some_and(|g| ina_switch::control::tokens_match(g.as_bytes(), token.as_bytes()))
+        {
             return ApiError(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong access token (Authorization: Bearer TOKEN)".into(),
@@ -200,11 +272,6 @@ async fn authorize(State(app): State<App>, req: Request, next: Next) -> Response
         }
     }
     next.run(req).await
-}
-
-/// Compares in time independent of where the inputs differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn health(State(app): State<App>) -> Result<Response, ApiError> {

@@ -13,6 +13,7 @@ use crate::driver::{DriverError, Install, SoftwareSwitch, SwitchDriver};
 use crate::state::{Change, State, StateError};
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,14 +109,38 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-/// The driver of each switch's kind: the software switch's control endpoint, bmv2's runtime
-/// CLI, or the Tofino's BfRt entries.
+/// Where the drivers of P4 switches write and run: the controller's own configuration (its
+/// command line), never a request's, so that the API cannot make the controller write a file
+/// or enter a namespace of a client's choosing.
+#[derive(Debug, Clone, Default)]
+pub struct LocalDrivers {
+    /// The directory of the Tofino drivers' documents: switch NAME's is `NAME.json` here
+    /// (switch names hold no path separator: [`crate::api::valid_name`]).
+    pub tofino_dir: PathBuf,
+    /// bmv2 switches whose runtime CLI runs in a network namespace: switch name, namespace.
+    pub bmv2_netns: BTreeMap<String, String>,
+}
+
+/// The driver of each switch's kind, with the default [`LocalDrivers`] (Tofino documents in
+/// the working directory, every bmv2 CLI in the controller's namespace).
 pub fn drivers() -> DriverFactory {
+    drivers_with(LocalDrivers::default())
+}
+
+/// The driver of each switch's kind: the software switch's control endpoint, bmv2's runtime
+/// CLI, or the Tofino's BfRt entries, placed as `local` says.
+pub fn drivers_with(local: LocalDrivers) -> DriverFactory {
     Box::new(
-        |spec: &SwitchSpec, token: Option<&str>| -> Box<dyn SwitchDriver> {
+        move |spec: &SwitchSpec, token: Option<&str>| -> Box<dyn SwitchDriver> {
             match (spec.kind, spec.p4.clone()) {
-                (SwitchKind::Bmv2, Some(p4)) => Box::new(Bmv2Switch::new(spec.control, p4)),
-                (SwitchKind::Tofino, Some(p4)) => Box::new(TofinoSwitch::new(spec.control, p4)),
+                (SwitchKind::Bmv2, Some(p4)) => {
+                    let netns = local.bmv2_netns.get(&spec.name).cloned();
+                    Box::new(Bmv2Switch::new(spec.control, p4, netns))
+                }
+                (SwitchKind::Tofino, Some(p4)) => {
+                    let path = local.tofino_dir.join(format!("{}.json", spec.name));
+                    Box::new(TofinoSwitch::new(spec.control, p4, path))
+                }
                 // (A P4 switch without its description is refused before it gets a driver.)
                 _ => Box::new(SoftwareSwitch::new(spec.control, token.map(str::to_string))),
             }

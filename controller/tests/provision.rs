@@ -114,6 +114,7 @@ impl RunningController {
             token: token.map(str::to_string),
             resync_every: Duration::from_millis(100),
             metrics,
+            ..ServerConfig::default()
         };
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()

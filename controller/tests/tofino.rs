@@ -6,7 +6,7 @@
 use ina_controller::alloc::Policy;
 use ina_controller::api::{JobRequest, P4Host, P4Spec, SwitchKind, SwitchSpec};
 use ina_controller::driver::tofino::BfrtDocument;
-use ina_controller::service::{drivers, Controller};
+use ina_controller::service::{drivers_with, Controller, LocalDrivers};
 use ina_controller::store::Store;
 use ina_switch_p4::runtime::{L2Entry, MacAddr, SwitchDesc};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -26,7 +26,9 @@ fn host(i: u8) -> (Ipv4Addr, MacAddr) {
     )
 }
 
-fn spec(bfrt: &Path) -> SwitchSpec {
+/// The switch `tofino`, whose document the controller writes to `tofino.json` in the Tofino
+/// directory it is given ([`local`]).
+fn spec() -> SwitchSpec {
     let ip = Ipv4Addr::new(198, 18, 0, 100);
     SwitchSpec {
         name: "tofino".into(),
@@ -55,8 +57,6 @@ fn spec(bfrt: &Path) -> SwitchSpec {
                     mac: host(i).1,
                 })
                 .collect(),
-            netns: None,
-            bfrt_file: Some(bfrt.to_path_buf()),
         }),
     }
 }
@@ -98,17 +98,25 @@ fn job_entries(doc: &BfrtDocument) -> Vec<(u64, u64, u64, u64)> {
         .collect()
 }
 
+/// Drivers that keep the Tofino documents in `dir`.
+fn local(dir: &Path) -> ina_controller::service::DriverFactory {
+    drivers_with(LocalDrivers {
+        tofino_dir: dir.to_path_buf(),
+        ..LocalDrivers::default()
+    })
+}
+
 #[test]
 fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
     let d = dir("follow");
-    let bfrt = d.join("entries.json");
+    let bfrt = d.join("tofino.json");
     let mut c = Controller::open(
         Policy::FairShare,
         Some(Store::open(&d.join("state")).unwrap()),
-        drivers(),
+        local(&d),
     )
     .unwrap();
-    c.add_switch(spec(&bfrt)).unwrap();
+    c.add_switch(spec()).unwrap();
     // Added, it holds the switch's own entries and no job.
     let doc = document(&bfrt);
     assert!(doc.jobs.is_empty());
@@ -159,7 +167,7 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
     let mut c = Controller::open(
         Policy::FairShare,
         Some(Store::open(&d.join("state")).unwrap()),
-        drivers(),
+        local(&d),
     )
     .unwrap();
     let failed = c.resync(
@@ -188,12 +196,12 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
 #[test]
 fn a_tofino_switch_without_its_description_or_a_stranger_worker_is_refused() {
     let d = dir("refuse");
-    let mut c = Controller::open(Policy::FirstFit, None, drivers()).unwrap();
-    let mut s = spec(&d.join("entries.json"));
+    let mut c = Controller::open(Policy::FirstFit, None, local(&d)).unwrap();
+    let mut s = spec();
     s.p4 = None;
     let e = c.add_switch(s).unwrap_err().to_string();
     assert!(e.contains("needs its p4 description"), "{e}");
-    c.add_switch(spec(&d.join("entries.json"))).unwrap();
+    c.add_switch(spec()).unwrap();
     let mut j = job("j", 0..2, 64);
     j.workers[1] = "198.18.9.9:9000".parse().unwrap();
     let e = c.create_job(j).unwrap_err().to_string();

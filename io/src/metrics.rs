@@ -148,17 +148,27 @@ impl Drop for MetricsServer {
     }
 }
 
+/// The longest a client may take to send its whole request head.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Answers one request: `GET /metrics` gets the exposition, anything else 404 or 400.
 fn serve(mut stream: TcpStream, render: &dyn Fn() -> String) {
     let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    // The request head, at most 4 KiB.
+    // The request head, at most 4 KiB, within REQUEST_DEADLINE from the connection's accept
+    // (each read waits only what is left of it: a client trickling a byte at a time cannot
+    // hold the thread longer).
+    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
     while head.len() < 4096 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
         match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
+            Err(_) => return,
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
     }
@@ -224,6 +234,22 @@ mod tests {
         assert!(get(a, "GET /metrics HTTP/1.0\r\n\r\n").contains("ina_test_total 2\n"));
         assert!(get(a, "GET / HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
         assert!(get(a, "nonsense\r\n\r\n").starts_with("HTTP/1.0 400"));
+        // A client that trickles its request a byte at a time, each within a second, is cut
+        // off at the request's deadline, not served for as long as it keeps trickling.
+        let mut slow = TcpStream::connect(a).expect("connect");
+        let started = std::time::Instant::now();
+        let mut cut_off_after = None;
+        for b in b"GET /metrics HTTP/1.0\r\nX-Slow: ".iter().cycle().take(40) {
+            std::thread::sleep(Duration::from_millis(300));
+            if slow.write_all(&[*b]).is_err() {
+                cut_off_after = Some(started.elapsed());
+                break;
+            }
+        }
+        // (40 bytes take 12 s to trickle in; the server closes at its deadline, and a write
+        // or two later the client sees it.)
+        let after = cut_off_after.expect("a trickling client was never cut off");
+        assert!(after < REQUEST_DEADLINE * 3, "cut off only after {after:?}");
         // A client that says nothing is given up on; the next one is served.
         let silent = TcpStream::connect(a).expect("connect");
         assert!(get(a, "GET /metrics HTTP/1.0\r\n\r\n").contains("ina_test_total"));

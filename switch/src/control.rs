@@ -467,6 +467,12 @@ pub struct ControlLimits {
     pub max_connections: usize,
     /// A connection that sends no complete request for this long is closed.
     pub idle: Duration,
+    /// Connections that have not sent their first request yet (their token, where one is
+    /// required), counted apart from [`max_connections`](Self::max_connections), so that
+    /// clients that never authenticate cannot take the places of the operator's.
+    pub max_unadmitted: usize,
+    /// How long a new connection has to send its first request.
+    pub first_request: Duration,
 }
 
 impl Default for ControlLimits {
@@ -475,7 +481,30 @@ impl Default for ControlLimits {
             token: None,
             max_connections: 32,
             idle: Duration::from_secs(60),
+            max_unadmitted: 8,
+            first_request: Duration::from_secs(5),
         }
+    }
+}
+
+/// A connection's place in one of the endpoint's two counts, given back when it ends.
+struct Place(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Place {
+    /// A place among `count`'s at most `max`, if one is free.
+    fn take(count: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Place> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place(count.clone()))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -499,7 +528,10 @@ pub struct ControlServer {
     listener: TcpListener,
     handle: SwitchHandle,
     limits: ControlLimits,
+    /// Connections admitted (authenticated, or past their first request).
     open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections not admitted yet.
+    unadmitted: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ControlServer {
@@ -537,6 +569,7 @@ impl ControlServer {
             handle,
             limits,
             open: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            unadmitted: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         })
     }
 
@@ -551,21 +584,18 @@ impl ControlServer {
         while !shutdown.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((mut stream, peer)) => {
-                    if self.open.load(Ordering::SeqCst) >= self.limits.max_connections {
-                        tracing::warn!(%peer, limit = self.limits.max_connections, "control connection refused: too many open");
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
-                        let _ = writeln!(
-                            stream,
-                            "{}",
-                            to_line(&Response::err(format!(
-                                "too many control connections (limit {})",
-                                self.limits.max_connections
-                            )))
+                    let Some(place) = Place::take(&self.unadmitted, self.limits.max_unadmitted)
+                    else {
+                        tracing::warn!(%peer, limit = self.limits.max_unadmitted, "control connection refused: too many awaiting their first request");
+                        refuse(
+                            &mut stream,
+                            &format!(
+                                "too many control connections awaiting their first request (limit {})",
+                                self.limits.max_unadmitted
+                            ),
                         );
                         continue;
-                    }
-                    self.open.fetch_add(1, Ordering::SeqCst);
+                    };
                     let handle = self.handle.clone();
                     let stop = shutdown.clone();
                     let limits = self.limits.clone();
@@ -573,13 +603,16 @@ impl ControlServer {
                     let spawned = std::thread::Builder::new()
                         .name("ina-control".into())
                         .spawn(move || {
-                            if let Err(e) = connection(stream, &handle, &stop, &limits) {
+                            let admit = Admission {
+                                waiting: Some(place),
+                                open: &open,
+                            };
+                            if let Err(e) = connection(stream, &handle, &stop, &limits, admit) {
                                 tracing::debug!(%peer, error = %e, "control connection ended");
                             }
-                            open.fetch_sub(1, Ordering::SeqCst);
                         });
-                    if spawned.is_err() {
-                        self.open.fetch_sub(1, Ordering::SeqCst);
+                    if let Err(e) = spawned {
+                        tracing::warn!(error = %e, "control connection dropped: no thread");
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -601,11 +634,39 @@ impl ControlServer {
     }
 }
 
+/// Tells a connection it is not served, and closes it.
+fn refuse(stream: &mut TcpStream, why: &str) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+    let _ = writeln!(stream, "{}", to_line(&Response::err(why)));
+}
+
+/// A connection's place: among those awaiting their first request until it is admitted, then
+/// among the admitted.
+struct Admission<'a> {
+    waiting: Option<Place>,
+    open: &'a Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Admission<'_> {
+    fn admitted(&self) -> bool {
+        self.waiting.is_none()
+    }
+
+    /// Moves the connection to the admitted ones; `None` if they are all taken.
+    fn admit(&mut self, max: usize) -> Option<Place> {
+        let place = Place::take(self.open, max)?;
+        self.waiting = None;
+        Some(place)
+    }
+}
+
 fn connection(
     stream: TcpStream,
     handle: &SwitchHandle,
     stop: &AtomicBool,
     limits: &ControlLimits,
+    mut admission: Admission<'_>,
 ) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -614,8 +675,18 @@ fn connection(
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     let mut authorized = limits.token.is_none();
-    let mut last_request = std::time::Instant::now();
+    let mut _admitted_place = None;
+    let accepted = std::time::Instant::now();
+    let mut last_request = accepted;
     while !stop.load(Ordering::Relaxed) {
+        if !admission.admitted() && accepted.elapsed() >= limits.first_request {
+            writeln!(
+                writer,
+                "{}",
+                to_line(&Response::err("no request in time: closed"))
+            )?;
+            return Ok(());
+        }
         if last_request.elapsed() >= limits.idle {
             writeln!(
                 writer,
@@ -649,9 +720,34 @@ fn connection(
         last_request = std::time::Instant::now();
         let req = serde_json::from_slice::<Request>(&line);
         line.clear();
+        // The first request admits the connection (with a token required, only the right
+        // token does: anything else closes it below).
+        let admits = match &req {
+            Ok(Request::Auth { token }) => limits
+                .token
+                .as_ref()
+                .is_none_or(|t| tokens_match(token.as_bytes(), t.as_bytes())),
+            _ => authorized,
+        };
+        if admits && !admission.admitted() {
+            match admission.admit(limits.max_connections) {
+                Some(place) => _admitted_place = Some(place),
+                None => {
+                    writeln!(
+                        writer,
+                        "{}",
+                        to_line(&Response::err(format!(
+                            "too many control connections (limit {})",
+                            limits.max_connections
+                        )))
+                    )?;
+                    return Ok(());
+                }
+            }
+        }
         let resp = match req {
             Ok(Request::Auth { token }) => match &limits.token {
-                Some(t) if !same(token.as_bytes(), t.as_bytes()) => {
+                Some(t) if !tokens_match(token.as_bytes(), t.as_bytes()) => {
                     writeln!(writer, "{}", to_line(&Response::err("wrong access token")))?;
                     return Ok(());
                 }
@@ -678,9 +774,13 @@ fn connection(
     Ok(())
 }
 
-/// Compares in time independent of where the inputs differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether a presented access token is the expected one, in time that depends on neither's
+/// content nor length: both are hashed to 32 bytes, and the digests compared in constant time.
+pub fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
+    use sha2::{Digest, Sha256};
+    use subtle::ConstantTimeEq;
+    let (a, b) = (Sha256::digest(given), Sha256::digest(expected));
+    a.as_slice().ct_eq(b.as_slice()).into()
 }
 
 fn to_line(r: &Response) -> String {

@@ -42,10 +42,12 @@ pub struct Bmv2Switch {
 }
 
 impl Bmv2Switch {
-    /// The driver of the bmv2 whose thrift server is `thrift`, described by `p4`.
-    pub fn new(thrift: SocketAddr, p4: P4Spec) -> Bmv2Switch {
+    /// The driver of the bmv2 whose thrift server is `thrift`, described by `p4`, whose
+    /// runtime CLI runs in network namespace `netns` (the controller's configuration; `None`:
+    /// the controller's own).
+    pub fn new(thrift: SocketAddr, p4: P4Spec, netns: Option<String>) -> Bmv2Switch {
         let mut cli = Bmv2Cli::new(thrift);
-        cli.netns = p4.netns.clone();
+        cli.netns = netns;
         cli.timeout = CLI_TIMEOUT;
         Bmv2Switch { cli, p4 }
     }

@@ -1,5 +1,6 @@
 //! The driver of a Tofino running the TNA program: it keeps the switch's whole configuration
-//! (its data-plane description and its jobs) in one JSON document, [`P4Spec::bfrt_file`], with
+//! (its data-plane description and its jobs) in one JSON document in the controller's Tofino
+//! directory (`service::LocalDrivers::tofino_dir`, named for the switch), with
 //! the BfRt entries that configuration takes (`ina_switch_p4::runtime::bfrt_entries`). The
 //! BfRt client on the switch's CPU applies the entries; this repository has no Tofino to run
 //! one against, so the document is where the driver's work ends.
@@ -38,13 +39,9 @@ pub struct TofinoSwitch {
 }
 
 impl TofinoSwitch {
-    /// The driver of the Tofino described by `p4`, whose entries go to its `bfrt_file` (or,
-    /// when that is unset, `ina-tofino-entries.json` in the working directory).
-    pub fn new(addr: SocketAddr, p4: P4Spec) -> TofinoSwitch {
-        let path = p4
-            .bfrt_file
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("ina-tofino-entries.json"));
+    /// The driver of the Tofino described by `p4`, whose entries go to `path` (the controller
+    /// names it; a request never does).
+    pub fn new(addr: SocketAddr, p4: P4Spec, path: PathBuf) -> TofinoSwitch {
         TofinoSwitch { addr, p4, path }
     }
 
@@ -76,6 +73,9 @@ impl TofinoSwitch {
         let text = serde_json::to_vec_pretty(&doc).map_err(|e| self.fail("encoding", e))?;
         let tmp = self.path.with_extension("json.tmp");
         let written = (|| {
+            if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&text)?;
             f.sync_all()?;

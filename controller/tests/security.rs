@@ -1,0 +1,171 @@
+//! The controller's API against clients that do not behave: a request cannot name a file for
+//! the controller to write or a namespace for it to enter, a client that sends its request
+//! slowly is cut off, and connections beyond the limit are closed.
+#![allow(clippy::unwrap_used)]
+
+use ina_controller::alloc::Policy;
+use ina_controller::server::{self, ServerConfig};
+use ina_controller::service::{drivers_with, Controller, LocalDrivers};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start(tofino_dir: &Path, config: ServerConfig) -> Running {
+    let local = LocalDrivers {
+        tofino_dir: tofino_dir.to_path_buf(),
+        ..LocalDrivers::default()
+    };
+    let ctl = Controller::open(Policy::FairShare, None, drivers_with(local)).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addr_tx.send(listener.local_addr().unwrap()).unwrap();
+            server::serve(listener, ctl, config, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+    });
+    let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    Running {
+        addr,
+        stop: Some(tx),
+        thread: Some(thread),
+    }
+}
+
+/// Sends `request` whole and returns the answer (until the server closes).
+fn http(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> String {
+    http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// A Tofino switch as a request describes it, with `extra` fields in its `p4`.
+fn tofino_switch(extra: &str) -> String {
+    format!(
+        r#"{{"name":"t1","kind":"tofino","control":"127.0.0.1:50052","data":"198.18.0.100:18766","slots":1024,"elems_per_slot":64,
+            "p4":{{"switch":{{"mac":"02:00:00:00:00:64","ip":"198.18.0.100","ports":[0,1],
+              "l2":[{{"mac":"02:00:00:00:01:00","port":0}},{{"mac":"02:00:00:00:01:01","port":1}}],"flood_mgrp":65535}},
+              "hosts":[{{"ip":"198.18.1.1","mac":"02:00:00:00:01:00"}},{{"ip":"198.18.1.2","mac":"02:00:00:00:01:01"}}]{extra}}}}}"#
+    )
+}
+
+#[test]
+fn a_request_names_no_file_or_namespace_for_the_controller() {
+    let dir = std::env::temp_dir().join(format!("ina-ctl-sec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    let ctl = start(&dir.join("tofino"), ServerConfig::default());
+    for extra in [
+        format!(r#","bfrt_file":"{}""#, victim.display()),
+        r#","netns":"someone-elses""#.to_string(),
+    ] {
+        let answer = post(ctl.addr, "/v1/switches", &tofino_switch(&extra));
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("unknown field"), "{answer}");
+    }
+    assert!(!victim.exists());
+    // Without them the switch is taken, and its document goes where the controller says.
+    let answer = post(ctl.addr, "/v1/switches", &tofino_switch(""));
+    assert!(answer.starts_with("HTTP/1.1 2"), "{answer}");
+    assert!(dir.join("tofino").join("t1.json").is_file());
+    drop(ctl);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_slow_client_is_cut_off_and_connections_are_bounded() {
+    let dir = std::env::temp_dir().join(format!("ina-ctl-slow-{}", std::process::id()));
+    let ctl = start(
+        &dir,
+        ServerConfig {
+            max_connections: 2,
+            header_timeout: Duration::from_millis(500),
+            ..ServerConfig::default()
+        },
+    );
+    // A client sending its request head a byte at a time is cut off at the head's deadline.
+    let mut slow = TcpStream::connect(ctl.addr).unwrap();
+    let started = Instant::now();
+    let mut cut_off_after = None;
+    for b in b"GET /v1/health HTTP/1.1\r\nX-Slow: "
+        .iter()
+        .cycle()
+        .take(60)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        if slow.write_all(&[*b]).is_err() {
+            cut_off_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let after = cut_off_after.expect("a client trickling its head for 6 s was never cut off");
+    assert!(
+        after < Duration::from_secs(3),
+        "cut off only after {after:?}"
+    );
+    // Two silent connections take both places: a third is closed without an answer ...
+    let silent: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(ctl.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let answer = http(
+        ctl.addr,
+        "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // ... until their heads' deadline frees the places.
+    drop(silent);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = http(
+            ctl.addr,
+            "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        if answer.contains("200 OK") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again: {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
