@@ -9,9 +9,10 @@
 //! AVX2 (see [`has_avx2`]) gets the AVX2 loops, one compiled for AVX-512 the AVX-512 loops.
 //! Every compilation computes exactly the same
 //! results: the loops use only integer operations and IEEE-754 multiplications and conversions,
-//! which do not depend on the instructions chosen. The one hand-written loop, [`quantize_be`]'s
-//! AVX2 version, is checked against the portable one in the tests, at every alignment of its
-//! output.
+//! which do not depend on the instructions chosen. The tests check every compilation the CPU
+//! runs (the dispatched one, the baseline one, and the AVX2 ones when the CPU has AVX2)
+//! against references written from the documented results; the one hand-written loop,
+//! [`quantize_be`]'s AVX2 version, at every alignment of its output.
 //!
 //! `unsafe` code in this crate is limited to calling functions compiled with
 //! `#[target_feature(enable = ...)]` after [`has_avx2`] or [`Isa::detect`] found those
@@ -346,7 +347,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The loops of `portable` compiled for AVX2, to compare with their baseline compilation.
+    /// The loops of `portable` compiled for AVX2, to compare with their references.
     #[cfg(target_arch = "x86_64")]
     mod avx2 {
         use super::portable;
@@ -363,37 +364,161 @@ mod tests {
         pub(super) unsafe fn accumulate_be(bytes: &[u8], acc: &mut [i32]) {
             portable::accumulate_be(bytes, acc)
         }
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn max_magnitude_bits(values: &[f32]) -> u32 {
+            portable::max_magnitude_bits(values)
+        }
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn dequantize_be(bytes: &[u8], scale: f32, out: &mut [f32]) {
+            portable::dequantize_be(bytes, scale, out)
+        }
     }
 
     fn bits(xs: &[f32]) -> Vec<u32> {
         xs.iter().map(|x| x.to_bits()).collect()
     }
 
-    /// `quantize_be` (AVX2 on CPUs that have it) against the portable loop, with every scale
-    /// the quantizer uses, and (for some scales) at every alignment of the output: `out_len`
-    /// bytes from offset 0 to 35 of a larger buffer, whose bytes outside must stay untouched.
+    /// `quantize_be` as documented, written apart from `portable`: `min(values.len(),
+    /// out.len() / 4)` elements, each `x * scale` rounded half to even by std's
+    /// `round_ties_even` and wrapped modulo 2^32, which `round_even_i32` promises for
+    /// `|x * scale| < 2^51`. Beyond that, and for NaN, `round_even_i32` leaves its value
+    /// unspecified, so the reference takes that value from it.
+    fn reference_quantize(values: &[f32], scale: f32, out: &mut [u8]) -> usize {
+        let n = values.len().min(out.len() / 4);
+        for (i, x) in values[..n].iter().enumerate() {
+            let y = x * scale;
+            let q = if y.abs() < 2f32.powi(51) {
+                f64::from(y).round_ties_even() as i64 as i32
+            } else {
+                crate::quant::round_even_i32(y)
+            };
+            out[4 * i..4 * i + 4].copy_from_slice(&q.to_be_bytes());
+        }
+        n
+    }
+
+    /// `dequantize_be` as documented: `min(bytes.len() / 4, out.len())` elements.
+    fn reference_dequantize(bytes: &[u8], scale: f32, out: &mut [f32]) {
+        let n = (bytes.len() / 4).min(out.len());
+        for i in 0..n {
+            let q = i32::from_be_bytes([
+                bytes[4 * i],
+                bytes[4 * i + 1],
+                bytes[4 * i + 2],
+                bytes[4 * i + 3],
+            ]);
+            out[i] = q as f32 * scale;
+        }
+    }
+
+    /// `max_magnitude_bits` as documented (an unsigned maximum, where the loop takes a signed
+    /// one).
+    fn reference_max_magnitude_bits(values: &[f32]) -> u32 {
+        values
+            .iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff)
+            .max()
+            .unwrap_or(0)
+    }
+
+    type Quantize = fn(&[f32], f32, &mut [u8]) -> usize;
+    type Dequantize = fn(&[u8], f32, &mut [f32]);
+    type MaxBits = fn(&[f32]) -> u32;
+
+    /// The compilations of the quantizer this CPU runs, by name: the dispatched one (the one
+    /// the CPU gets), the portable loop compiled for the baseline target (the one a CPU
+    /// without AVX2 gets), and on a CPU with AVX2 the hand-written AVX2 loop.
+    fn quantizers() -> Vec<(&'static str, Quantize)> {
+        let mut q: Vec<(&'static str, Quantize)> = vec![
+            ("dispatched", quantize_be),
+            ("baseline", |values, scale, out| {
+                portable::quantize_be(values, scale, out);
+                values.len().min(out.len() / 4)
+            }),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: only called on this CPU, which has AVX2 (checked above).
+            q.push(("avx2", |values, scale, out| unsafe {
+                x86::quantize_be_avx2(values, scale, out)
+            }));
+        }
+        q
+    }
+
+    /// The compilations of `dequantize_be` and `max_magnitude_bits` this CPU runs, as
+    /// [`quantizers`] names them.
+    fn dequantizers() -> Vec<(&'static str, Dequantize, MaxBits)> {
+        let mut d: Vec<(&'static str, Dequantize, MaxBits)> = vec![
+            ("dispatched", dequantize_be, max_magnitude_bits),
+            (
+                "baseline",
+                |bytes, scale, out| portable::dequantize_be(bytes, scale, out),
+                |values| portable::max_magnitude_bits(values),
+            ),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: only called on this CPU, which has AVX2 (checked above).
+            d.push((
+                "avx2",
+                |bytes, scale, out| unsafe { avx2::dequantize_be(bytes, scale, out) },
+                |values| unsafe { avx2::max_magnitude_bits(values) },
+            ));
+        }
+        d
+    }
+
+    /// Says which compilations the tests compare with their references on this CPU (one
+    /// without AVX2 cannot run, and so cannot check, the AVX2 ones), and checks that the
+    /// run-time choice follows the CPU's features.
+    #[test]
+    fn kernel_compilations_checked() {
+        let q: Vec<&str> = quantizers().iter().map(|(name, _)| *name).collect();
+        let d: Vec<&str> = dequantizers().iter().map(|(name, ..)| *name).collect();
+        eprintln!("quantize_be compared with its reference: {q:?}");
+        eprintln!("dequantize_be and max_magnitude_bits compared with theirs: {d:?}");
+        if !has_avx2() {
+            eprintln!("this CPU has no AVX2: its loops are not checked here");
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(has_avx2(), std::is_x86_feature_detected!("avx2"));
+        assert_eq!(has_avx2(), Isa::detect() != Isa::Baseline);
+        assert_eq!(q.contains(&"avx2"), has_avx2());
+        assert_eq!(d.contains(&"avx2"), has_avx2());
+        assert!(q.starts_with(&["dispatched", "baseline"]), "{q:?}");
+        assert!(d.starts_with(&["dispatched", "baseline"]), "{d:?}");
+    }
+
+    /// Every compilation of `quantize_be` (see [`quantizers`]) against the reference, with
+    /// every scale the quantizer uses, and (for some scales) at every alignment of the output:
+    /// `out_len` bytes from offset 0 to 35 of a larger buffer, whose bytes outside the
+    /// elements written must stay untouched.
     fn check_quantize(values: &[f32], out_len: usize) {
+        let quantizers = quantizers();
         for k in -126..=127 {
             let scale = f32::from_bits(((k + 127) as u32) << 23);
             let offsets = if k % 16 == 0 { 0..36 } else { 0..1 };
             for off in offsets {
                 let mut want = vec![0xA5u8; off + out_len + 4];
-                let mut got = want.clone();
-                let n = values.len().min(out_len / 4);
-                portable::quantize_be(&values[..n], scale, &mut want[off..off + 4 * n]);
-                quantize_be(values, scale, &mut got[off..off + out_len]);
-                assert_eq!(
-                    got,
-                    want,
-                    "scale 2^{k}, offset {off}, values {:x?}",
-                    bits(values)
-                );
+                let want_n = reference_quantize(values, scale, &mut want[off..off + out_len]);
+                for (name, quantize) in &quantizers {
+                    let mut got = vec![0xA5u8; off + out_len + 4];
+                    let n = quantize(values, scale, &mut got[off..off + out_len]);
+                    assert_eq!(n, want_n, "{name}: elements quantized, scale 2^{k}");
+                    assert_eq!(
+                        got,
+                        want,
+                        "{name}: scale 2^{k}, offset {off}, values {:x?}",
+                        bits(values)
+                    );
+                }
             }
         }
     }
 
     #[test]
-    fn quantize_edges_match_the_portable_loop() {
+    fn quantize_edges_match_the_reference() {
         let two31 = 2147483648.0f32;
         let edges = [
             0.0f32,
@@ -436,7 +561,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn quantize_matches_the_portable_loop(
+        fn quantize_matches_the_reference(
             raw in proptest::collection::vec(any::<u32>(), 0..80),
             out_len in 0usize..400,
         ) {
@@ -444,34 +569,41 @@ mod tests {
             check_quantize(&values, out_len);
         }
 
+        /// Every compilation of `dequantize_be` and `max_magnitude_bits` (see
+        /// [`dequantizers`]) against the references.
         #[test]
-        fn dequantize_and_exponent_match_the_portable_loops(
+        fn dequantize_and_exponent_match_the_references(
             raw in proptest::collection::vec(any::<u32>(), 0..80),
             k in -126i32..=127,
         ) {
             let values: Vec<f32> = raw.iter().map(|b| f32::from_bits(*b)).collect();
-            prop_assert_eq!(max_magnitude_bits(&values), portable::max_magnitude_bits(&values));
             let bytes: Vec<u8> = raw.iter().flat_map(|b| b.to_be_bytes()).collect();
             let scale = f32::from_bits(((k + 127) as u32) << 23);
-            // At every alignment of the output, and with outputs shorter than the input;
-            // the floats around the output stay untouched.
-            for off in 0..9 {
-                for short in [0, 3] {
-                    let len = raw.len().saturating_sub(short);
-                    let mut want = vec![-1.5f32; off + raw.len() + 2];
-                    let mut got = want.clone();
-                    portable::dequantize_be(&bytes, scale, &mut want[off..off + len]);
-                    dequantize_be(&bytes, scale, &mut got[off..off + len]);
-                    prop_assert_eq!(bits(&got), bits(&want), "offset {} len {}", off, len);
+            let want_bits = reference_max_magnitude_bits(&values);
+            for (name, dequantize, max_bits) in dequantizers() {
+                prop_assert_eq!(max_bits(&values), want_bits, "{}", name);
+                // At every alignment of the output, and with outputs shorter than the input;
+                // the floats around the output stay untouched.
+                for off in 0..9 {
+                    for short in [0, 3] {
+                        let len = raw.len().saturating_sub(short);
+                        let mut want = vec![-1.5f32; off + raw.len() + 2];
+                        let mut got = want.clone();
+                        reference_dequantize(&bytes, scale, &mut want[off..off + len]);
+                        dequantize(&bytes, scale, &mut got[off..off + len]);
+                        prop_assert_eq!(
+                            bits(&got), bits(&want), "{}: offset {} len {}", name, off, len
+                        );
+                    }
                 }
+                // Bytes that do not fill the last element.
+                let mut want = vec![0f32; raw.len()];
+                let mut got = want.clone();
+                let cut = bytes.len().saturating_sub(1);
+                reference_dequantize(&bytes[..cut], scale, &mut want);
+                dequantize(&bytes[..cut], scale, &mut got);
+                prop_assert_eq!(bits(&got), bits(&want), "{}: a cut element", name);
             }
-            // Bytes that do not fill the last element.
-            let mut want = vec![0f32; raw.len()];
-            let mut got = want.clone();
-            let cut = bytes.len().saturating_sub(1);
-            portable::dequantize_be(&bytes[..cut], scale, &mut want);
-            dequantize_be(&bytes[..cut], scale, &mut got);
-            prop_assert_eq!(bits(&got), bits(&want));
         }
 
         /// The payload loops against the wire crate's, in both compilations.
