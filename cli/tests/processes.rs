@@ -395,6 +395,8 @@ fn spray(
             }
         }
         out.rounds += 1;
+        // (Pacing, not a wait: a round every few milliseconds for as long as the run goes
+        // on, so that the spray overlaps it without taking the switch's whole time.)
         std::thread::sleep(Duration::from_millis(3));
     }
     out
@@ -435,8 +437,36 @@ fn garbage_and_foreign_datagrams_are_counted_and_change_no_sum() {
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(60)));
     stop.store(true, Ordering::Relaxed);
     let sprayed = sprayer.join().expect("the spraying thread");
-    // Let the switch work off its receive queue.
-    std::thread::sleep(Duration::from_millis(300));
+    // The switch has worked off its receive queue once it answers a probe sent after the
+    // spray: its one shard takes the datagrams of its one socket in order. The probe comes
+    // from the one member of a job of its own (slots 72..80), again every 200 ms in case a
+    // full queue dropped it.
+    let marker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    marker
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    sw.add_job(JobSpec {
+        job: 3,
+        epoch: None,
+        slot_base: 72,
+        slot_count: 8,
+        elems_per_packet: 256,
+        workers: vec![marker.local_addr().unwrap()],
+        group: None,
+        uplink: None,
+    });
+    let probe = packet(MessageType::Probe, 3, 0, 0, 0, 0, 0);
+    wait_until(
+        "the switch to answer a probe sent after the spray",
+        after(Duration::from_secs(30)),
+        || {
+            marker.send_to(&probe, sw.udp).unwrap();
+            let mut buf = [0u8; 2048];
+            let (n, _) = marker.recv_from(&mut buf).ok()?;
+            let (h, _) = AggRepr::parse_bytes(&buf[..n]).ok()?;
+            (h.kind == MessageType::ProbeReply && h.job == 3).then_some(())
+        },
+    );
 
     for o in &outcomes {
         o.assert_verified(run.total());
@@ -1153,7 +1183,18 @@ fn a_rack_switch_refused_by_its_upper_switch_says_so() {
         .unwrap_or_default()
         .to_string();
     assert!(message.contains("upper switch refuses"), "{message}");
-    std::thread::sleep(Duration::from_millis(1200));
+    // The rack switch checks its counters once a second and warns when the refusals grow.
+    wait_until(
+        "the rack switch's warning about the refusals",
+        after(Duration::from_secs(30)),
+        || {
+            rack_switch
+                .proc
+                .stderr_text()
+                .contains("the upper switch refuses this switch's partial sums")
+                .then_some(())
+        },
+    );
     let stats = rack_switch.stats();
     assert!(stats.total.pipeline.upstream_rejects > 0, "{stats:?}");
     assert_eq!(stats.total.pipeline.totals_received, 0);

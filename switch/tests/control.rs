@@ -9,7 +9,23 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Calls `check` every 10 ms until it returns `Some`, and returns that; panics naming `what`
+/// was awaited if `within` passes first.
+fn wait_until<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 struct Running {
     udp: SocketAddr,
@@ -239,14 +255,16 @@ fn injected_loss_is_counted() {
         s.send_to(b"x", sw.udp).unwrap();
     }
     let mut c = ControlClient::connect(sw.control).unwrap();
-    let mut t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
-    for _ in 0..50 {
-        if t.injected_drops_in + t.pipeline.packets_in >= 400 {
-            break;
+    // Until the switch has taken in all 400 (each either dropped or passed on), or 20 s have
+    // passed (then the count below says how many it took in).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let t = loop {
+        let t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
+        if t.injected_drops_in + t.pipeline.packets_in >= 400 || Instant::now() >= deadline {
+            break t;
         }
-        std::thread::sleep(Duration::from_millis(20));
-        t = c.call(&Request::Stats).unwrap().stats.unwrap().total;
-    }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert!(
         (100..=300).contains(&t.injected_drops_in),
         "about half dropped: {t:?}"
@@ -292,6 +310,8 @@ fn an_endless_request_line_is_refused_and_the_connection_closed() {
             }
             sent += n;
             if sent >= 2 << 20 {
+                // (Pacing, not a wait: the trickle must keep coming, each piece well within
+                // the endpoint's read timeout, until the refusal ends it.)
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -376,6 +396,8 @@ fn worker_address_ids_are_freed_when_their_jobs_are_removed() {
             let s = UdpSocket::bind("127.0.0.1:0").unwrap();
             while waking.load(Ordering::Relaxed) {
                 let _ = s.send_to(b"wake", to);
+                // (Pacing, not a wait: the trickle's rate is the point, one datagram every
+                // 200 µs for as long as the cycles run.)
                 std::thread::sleep(Duration::from_micros(200));
             }
         })
@@ -497,32 +519,70 @@ fn beyond_loopback_the_control_endpoint_needs_a_token_and_checks_it() {
 #[test]
 fn control_connections_are_bounded_and_idle_ones_closed() {
     let sw = start(SwitchConfig::new("127.0.0.1:0".parse().unwrap()));
+    let idle_limit = Duration::from_millis(600);
     let addr = endpoint(
         &sw,
         ina_switch::ControlLimits {
             token: None,
             max_connections: 3,
-            idle: Duration::from_millis(600),
+            idle: idle_limit,
+            ..Default::default()
         },
     );
+    // Three connections, each served once: the endpoint holds all three.
     let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(100));
-    // A fourth is told so and closed; the three are still served.
+    let mut readers: Vec<BufReader<TcpStream>> = idle
+        .iter()
+        .map(|s| {
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            BufReader::new(s.try_clone().unwrap())
+        })
+        .collect();
+    let mut last_request = Vec::new();
+    let ping = |mut s: &TcpStream, r: &mut BufReader<TcpStream>| {
+        let at = Instant::now();
+        writeln!(s, "{{\"op\":\"ping\"}}").unwrap();
+        let a = answer(r).expect("an answer to a ping");
+        assert!(a.contains("\"ok\":true"), "{a}");
+        at
+    };
+    for (s, r) in idle.iter().zip(&mut readers) {
+        last_request.push(ping(s, r));
+    }
+    // A fourth is told so and closed.
     let s = TcpStream::connect(addr).unwrap();
-    let mut r = BufReader::new(s);
-    assert!(answer(&mut r)
-        .unwrap()
-        .contains("too many control connections"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let _ = writeln!(&s, "{{\"op\":\"ping\"}}");
+    let refused = answer(&mut r).expect("an answer to the fourth connection");
+    assert!(
+        refused.contains("too many control connections"),
+        "{refused}"
+    );
     assert_eq!(answer(&mut r), None);
-    let mut first = BufReader::new(idle[0].try_clone().unwrap());
-    writeln!(&idle[0], "{{\"op\":\"ping\"}}").unwrap();
-    assert!(answer(&mut first).unwrap().contains("\"ok\":true"));
-    // Idle past the limit: closed, and their places free again.
-    std::thread::sleep(Duration::from_millis(1200));
-    assert!(answer(&mut first).unwrap().contains("idle too long"));
-    assert_eq!(answer(&mut first), None);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut c = ControlClient::connect(addr).unwrap();
-    assert!(c.call(&Request::Ping).unwrap().ok);
+    // The three are still served.
+    last_request[0] = ping(&idle[0], &mut readers[0]);
+    // Idle past the limit: each of the three is told so and closed, not before the limit
+    // after its last request (the reads wait for that, up to 30 s).
+    for (i, r) in readers.iter_mut().enumerate() {
+        let closed = answer(r).expect("no idle close within 30 s");
+        let after = last_request[i].elapsed();
+        assert!(closed.contains("idle too long"), "{closed}");
+        assert!(
+            after >= idle_limit,
+            "connection {i} closed {after:?} after its last request, within the idle limit of {idle_limit:?}"
+        );
+        assert_eq!(answer(r), None);
+    }
+    // Their places free again: a new connection is served (once the endpoint has counted the
+    // closed ones out).
+    wait_until(
+        "a place among the control connections",
+        Duration::from_secs(20),
+        || {
+            let mut c = ControlClient::connect(addr).ok()?;
+            c.call(&Request::Ping).ok().filter(|r| r.ok)
+        },
+    );
     drop(idle);
 }

@@ -757,3 +757,16 @@ pub fn start_bmv2(
     })
     .expect("starting simple_switch")
 }
+
+/// Calls `check` every 10 ms until it returns `Some`, and returns that; panics naming `what`
+/// was awaited if `deadline` passes first. For a condition a test waits for, in place of a
+/// sleep that guesses how long it takes.
+pub fn wait_until<T>(what: &str, deadline: Instant, mut check: impl FnMut() -> Option<T>) -> T {
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
