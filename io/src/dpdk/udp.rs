@@ -5,8 +5,9 @@
 //! device its destination was learned on; ARP requests and multicast go out of every device.
 //!
 //! The port owns one IPv4 address and UDP port on the device. It answers ARP requests for its
-//! address, learns neighbours from ARP and from the datagrams it receives, asks (ARP) for a
-//! destination it does not know, and takes static neighbours from its configuration. A
+//! address, asks (ARP) for a destination it does not know and learns it from the answer (only
+//! answers to its own requests, at most [`MAX_NEIGHBOURS`]), and takes static neighbours from
+//! its configuration, which nothing on the wire replaces. A
 //! datagram to a destination not yet resolved is not sent (counted in `tx_errors`): the
 //! protocol above resends, and [`DpdkUdpPort::resolve`] resolves a peer before traffic starts.
 //! Frames that are not ARP nor UDP to this port are dropped and counted.
@@ -57,6 +58,8 @@ pub struct DpdkUdpStats {
     pub arp_replies_sent: u64,
     /// Datagrams not sent because their destination's MAC is not known yet.
     pub unresolved: u64,
+    /// ARP answers not learned because the neighbour table was full.
+    pub neighbours_refused: u64,
 }
 
 /// UDP over DPDK devices.
@@ -64,8 +67,11 @@ pub struct DpdkUdpStats {
 pub struct DpdkUdpPort {
     devs: Vec<Device>,
     local: SocketAddrV4,
-    /// Destination → (device, MAC).
+    /// Destination → (device, MAC): the configured peers, and the answers to this port's own
+    /// ARP requests (at most [`MAX_NEIGHBOURS`] of those).
     neighbours: HashMap<Ipv4Addr, (usize, [u8; 6])>,
+    /// The configured peers among `neighbours` (never replaced by what the wire says).
+    configured: std::collections::HashSet<Ipv4Addr>,
     groups: Vec<SocketAddrV4>,
     /// When each unresolved destination was last asked for.
     asked: HashMap<Ipv4Addr, Instant>,
@@ -78,6 +84,26 @@ pub struct DpdkUdpPort {
     tx_plan: Vec<Vec<(usize, FrameTemplate)>>,
     /// The headers of frames already sent, by (device, destination, its MAC).
     templates: HashMap<(usize, SocketAddrV4, [u8; 6]), FrameTemplate>,
+}
+
+/// Most neighbours learned from ARP answers (beyond, answers are not learned and counted).
+pub const MAX_NEIGHBOURS: usize = 4096;
+
+/// Whether an ARP packet is an answer to a request this port sent (to `local`, from an address
+/// asked for): the only ARP a port learns from, so that neither gratuitous nor spoofed ARP nor
+/// a datagram's source can add or replace a neighbour.
+fn answers_our_request(
+    arp: &ArpPacket<'_>,
+    local: [u8; 4],
+    asked: &HashMap<Ipv4Addr, Instant>,
+) -> bool {
+    arp.hlen() == 6
+        && arp.plen() == 4
+        && arp.oper() == ARP_REPLY
+        && arp.tpa() == local
+        && asked.contains_key(&Ipv4Addr::from(arp.spa()))
+        && arp.sha() != [0; 6]
+        && arp.sha() != [0xff; 6]
 }
 
 /// Most remembered frame headers (the cache starts afresh beyond).
@@ -96,14 +122,16 @@ impl DpdkUdpPort {
     /// receives and sends nothing.
     pub fn on_devices(devs: Vec<Device>, cfg: &DpdkUdpConfig) -> DpdkUdpPort {
         let n = devs.len();
+        let neighbours: HashMap<_, _> = cfg
+            .neighbours
+            .iter()
+            .map(|(ip, mac)| (*ip, (0, *mac)))
+            .collect();
         DpdkUdpPort {
             devs,
             local: cfg.local,
-            neighbours: cfg
-                .neighbours
-                .iter()
-                .map(|(ip, mac)| (*ip, (0, *mac)))
-                .collect(),
+            configured: neighbours.keys().copied().collect(),
+            neighbours,
             groups: cfg.groups.clone(),
             asked: HashMap::new(),
             next_dev: 0,
@@ -138,6 +166,11 @@ impl DpdkUdpPort {
     /// The devices underneath.
     pub fn devices(&self) -> &[Device] {
         &self.devs
+    }
+
+    /// How many neighbours the port knows (configured and learned).
+    pub fn neighbour_count(&self) -> usize {
+        self.neighbours.len()
     }
 
     /// What the port dropped, and its ARP exchanges.
@@ -211,15 +244,27 @@ impl DpdkUdpPort {
         }
         let (mac, ip, port) = (dev.mac(), self.local.ip().octets(), self.local.port());
         let groups = &self.groups;
-        // A sender's MAC is remembered on the device it came from (written only when new or
-        // changed: most datagrams come from a known peer).
+        // An answer to this port's own request is remembered on the device it came from;
+        // a configured peer is never replaced, and the learned ones are bounded.
         let neighbours = &mut self.neighbours;
-        let mut learn = |ip: [u8; 4], mac: [u8; 6]| {
-            let at = (d, mac);
-            let ip = Ipv4Addr::from(ip);
-            if mac != [0; 6] && mac != [0xff; 6] && neighbours.get(&ip) != Some(&at) {
-                neighbours.insert(ip, at);
+        let asked = &mut self.asked;
+        let configured = &self.configured;
+        let mut refused = 0u64;
+        let mut learn = |arp: &ArpPacket<'_>| {
+            if !answers_our_request(arp, ip, asked) {
+                return;
             }
+            let peer = Ipv4Addr::from(arp.spa());
+            asked.remove(&peer);
+            if configured.contains(&peer) {
+                return;
+            }
+            let learned = neighbours.len() - configured.len();
+            if !neighbours.contains_key(&peer) && learned >= MAX_NEIGHBOURS {
+                refused += 1;
+                return;
+            }
+            neighbours.insert(peer, (d, arp.sha()));
         };
         let mut replies: Vec<[u8; ARP_FRAME_LEN]> = Vec::new();
         let mut delivered = 0;
@@ -236,9 +281,7 @@ impl DpdkUdpPort {
                         stats.malformed += 1;
                         return;
                     };
-                    if arp.hlen() == 6 && arp.plen() == 4 {
-                        learn(arp.spa(), arp.sha());
-                    }
+                    learn(&arp);
                     if arp.is_ipv4_request() && arp.tpa() == ip {
                         let mut reply = [0u8; ARP_FRAME_LEN];
                         if let Some(request) = f.get(..ARP_FRAME_LEN) {
@@ -259,7 +302,6 @@ impl DpdkUdpPort {
                             }) =>
                     {
                         let src = SocketAddr::from((u.addrs.src_ip, u.addrs.src_port));
-                        learn(u.addrs.src_ip, u.addrs.src_mac);
                         let pushed = batch.as_deref_mut().is_some_and(|b| b.push(src, u.payload));
                         if pushed {
                             delivered += 1;
@@ -275,6 +317,7 @@ impl DpdkUdpPort {
                 _ => stats.foreign += 1,
             }
         });
+        self.stats.neighbours_refused += refused;
         if !replies.is_empty() {
             let sent = dev.send_with(replies.len(), |i, buf| {
                 replies.get(i).map_or(0, |r| put(r, buf))
@@ -418,5 +461,53 @@ fn put(frame: &[u8], buf: &mut [u8]) -> usize {
             frame.len()
         }
         None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOCAL: [u8; 4] = [198, 18, 0, 100];
+    const LOCAL_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x64];
+    const PEER: [u8; 4] = [198, 18, 1, 1];
+    const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 1, 0];
+
+    /// `from` (at `from_mac`) asking `to` for its MAC.
+    fn request(from_mac: [u8; 6], from: [u8; 4], to: [u8; 4]) -> [u8; ARP_FRAME_LEN] {
+        let mut f = [0u8; ARP_FRAME_LEN];
+        emit_arp_request(&mut f, from_mac, from, to).unwrap();
+        f
+    }
+
+    /// `from`'s answer (at `mac`) to a request of `to`.
+    fn reply(mac: [u8; 6], from: [u8; 4], to: [u8; 4]) -> [u8; ARP_FRAME_LEN] {
+        let mut f = request(LOCAL_MAC, to, from);
+        arp_reply_in_place(&mut f, mac, from).unwrap();
+        f
+    }
+
+    fn learns(frame: &[u8], asked: &HashMap<Ipv4Addr, Instant>) -> bool {
+        let eth = EthernetFrame::new_checked(frame).unwrap();
+        let arp = ArpPacket::new_checked(eth.payload()).unwrap();
+        answers_our_request(&arp, LOCAL, asked)
+    }
+
+    #[test]
+    fn only_answers_to_our_own_requests_are_learned() {
+        let mut asked = HashMap::new();
+        let answer = reply(PEER_MAC, PEER, LOCAL);
+        // Not asked for: a reply out of the blue (spoofed or gratuitous) is not learned.
+        assert!(!learns(&answer, &asked));
+        asked.insert(Ipv4Addr::from(PEER), Instant::now());
+        assert!(learns(&answer, &asked));
+        // A request, even one to this port, teaches nothing.
+        assert!(!learns(&request(PEER_MAC, PEER, LOCAL), &asked));
+        // An answer meant for another host, or with no usable MAC, neither.
+        assert!(!learns(&reply(PEER_MAC, PEER, [198, 18, 1, 9]), &asked));
+        assert!(!learns(&reply([0xff; 6], PEER, LOCAL), &asked));
+        assert!(!learns(&reply([0; 6], PEER, LOCAL), &asked));
+        // Another host's answer while only PEER was asked for.
+        assert!(!learns(&reply(PEER_MAC, [198, 18, 1, 2], LOCAL), &asked));
     }
 }
