@@ -36,6 +36,10 @@ pub enum ControlError {
     Ports,
     #[error("the switch is not running")]
     NotRunning,
+    #[error(
+        "a shard did not confirm the change within {0:?}: it was taken back, and may be retried"
+    )]
+    Unconfirmed(Duration),
     #[error("bad request: {0}")]
     BadRequest(String),
 }
@@ -50,6 +54,54 @@ struct State {
     last_epoch: HashMap<u16, u16>,
     epoch_seed: u64,
     installs: u64,
+}
+
+/// How long the shards have to confirm a change.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
+
+impl State {
+    /// Sends a command made by `command` to every shard; returns the receivers of their
+    /// replies.
+    fn send_all(
+        &self,
+        command: impl Fn(mpsc::Sender<Result<(), String>>) -> Command,
+    ) -> Vec<mpsc::Receiver<Result<(), String>>> {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let (reply, rx) = mpsc::channel();
+                let _ = shard.send(command(reply));
+                rx
+            })
+            .collect()
+    }
+
+    /// Takes job `job` out of the control state (addresses no remaining job lists are
+    /// forgotten, and their ids free for new ones) and sends its removal to every shard;
+    /// returns the receivers of their replies.
+    fn withdraw(
+        &mut self,
+        job: u16,
+    ) -> Result<Vec<mpsc::Receiver<Result<(), String>>>, ControlError> {
+        self.scratch
+            .remove_job(job)
+            .map_err(|e| ControlError::Job(e.to_string()))?;
+        self.jobs.retain(|j| j.job != job);
+        let listed: HashSet<SocketAddr> = self.jobs.iter().flat_map(JobSpec::addresses).collect();
+        let mut forget = Vec::new();
+        self.ports.retain(|a, p| {
+            let keep = listed.contains(a);
+            if !keep {
+                forget.push((*p, *a));
+            }
+            keep
+        });
+        Ok(self.send_all(|reply| Command::RemoveJob {
+            job,
+            forget: forget.clone(),
+            reply,
+        }))
+    }
 }
 
 /// A handle on a switch's control plane; cheap to clone, usable from any thread.
@@ -124,7 +176,8 @@ impl SwitchHandle {
         self.local
     }
 
-    /// Installs a job on every shard; returns it with its epoch.
+    /// Installs a job on every shard; returns it with its epoch. A job that not every shard
+    /// confirms is taken back out, so that the same request can be made again.
     pub fn add_job(&self, mut spec: JobSpec) -> Result<JobSpec, ControlError> {
         let mut st = self.lock();
         let epoch = match spec.epoch {
@@ -213,21 +266,19 @@ impl SwitchHandle {
             .addresses()
             .filter_map(|a| st.ports.get(&a).map(|p| (*p, a)))
             .collect();
-        let mut replies = Vec::new();
-        for shard in &st.shards {
-            let (reply, rx) = mpsc::channel();
-            let _ = shard.send(Command::AddJob {
-                cfg: cfg.clone(),
-                addrs: addrs.clone(),
-                group: spec.group,
-                reply,
-            });
-            replies.push(rx);
-        }
+        let replies = st.send_all(|reply| Command::AddJob {
+            cfg: cfg.clone(),
+            addrs: addrs.clone(),
+            group: spec.group,
+            reply,
+        });
         st.last_epoch.insert(spec.job, epoch);
         st.jobs.push(spec.clone());
         drop(st);
-        self.await_replies(replies)?;
+        if let Err(e) = self.await_replies(replies) {
+            self.take_back(&spec);
+            return Err(e);
+        }
         tracing::info!(job = spec.job, epoch, slots = ?(spec.slot_base..spec.slot_base + spec.slot_count), workers = spec.workers.len(), "job added");
         Ok(spec)
     }
@@ -285,44 +336,36 @@ impl SwitchHandle {
         if !self.running.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let deadline = std::time::Instant::now() + CONFIRM_WITHIN;
         for rx in replies {
-            match rx.recv_timeout(Duration::from_secs(2)) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(ControlError::Job(e)),
-                Err(_) => return Err(ControlError::NotRunning),
+                Err(_) => return Err(ControlError::Unconfirmed(CONFIRM_WITHIN)),
             }
         }
         Ok(())
     }
 
+    /// Takes back a job that was added but not confirmed by every shard. The shards that
+    /// applied it remove it; a late one removes it right after applying it, as a shard
+    /// applies its commands in order. (Not awaited: a shard that did not answer the one
+    /// may not answer the other either.)
+    fn take_back(&self, spec: &JobSpec) {
+        let mut st = self.lock();
+        if st.jobs.iter().any(|j| j == spec) {
+            let _ = st.withdraw(spec.job);
+            tracing::warn!(
+                job = spec.job,
+                "job not confirmed by every shard: taken back"
+            );
+        }
+    }
+
     /// Removes a job from every shard.
     pub fn remove_job(&self, job: u16) -> Result<(), ControlError> {
-        let mut st = self.lock();
-        st.scratch
-            .remove_job(job)
-            .map_err(|e| ControlError::Job(e.to_string()))?;
-        st.jobs.retain(|j| j.job != job);
-        // Addresses no remaining job lists are forgotten, and their ids free for new ones.
-        let listed: HashSet<SocketAddr> = st.jobs.iter().flat_map(JobSpec::addresses).collect();
-        let mut forget = Vec::new();
-        st.ports.retain(|a, p| {
-            let keep = listed.contains(a);
-            if !keep {
-                forget.push((*p, *a));
-            }
-            keep
-        });
-        let mut replies = Vec::new();
-        for shard in &st.shards {
-            let (reply, rx) = mpsc::channel();
-            let _ = shard.send(Command::RemoveJob {
-                job,
-                forget: forget.clone(),
-                reply,
-            });
-            replies.push(rx);
-        }
-        drop(st);
+        let replies = self.lock().withdraw(job)?;
         self.await_replies(replies)?;
         tracing::info!(job, "job removed");
         Ok(())
@@ -858,5 +901,69 @@ impl ControlClient {
         let mut answer = String::new();
         self.reader.read_line(&mut answer)?;
         serde_json::from_str(&answer).map_err(std::io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            job: 3,
+            epoch: None,
+            slot_base: 0,
+            slot_count: 64,
+            elems_per_packet: 64,
+            workers: vec![SocketAddr::from(([127, 0, 0, 1], 5000))],
+            group: None,
+            uplink: None,
+        }
+    }
+
+    /// A job the shard does not confirm in time is taken back: the same request made again
+    /// is taken, not refused as a job that exists.
+    #[test]
+    fn a_job_the_shards_do_not_confirm_is_taken_back_and_can_be_added_again() {
+        let (tx, shard) = mpsc::channel();
+        let config = PipelineConfig {
+            pool_slots: 256,
+            max_elems: 256,
+        };
+        let handle = SwitchHandle::new(config, vec![tx], SocketAddr::from(([127, 0, 0, 1], 18766)));
+        handle.set_running(true);
+        // The shard does not answer.
+        let e = handle.add_job(spec());
+        assert_eq!(e, Err(ControlError::Unconfirmed(CONFIRM_WITHIN)));
+        assert!(handle.jobs().is_empty());
+        // It got the job and then its removal, so it ends without it whenever it catches up.
+        let got: Vec<Command> = shard.try_iter().collect();
+        assert!(
+            matches!(
+                got.as_slice(),
+                [Command::AddJob { .. }, Command::RemoveJob { job: 3, .. }]
+            ),
+            "{got:?}"
+        );
+        // Now the shard answers: the same request is taken.
+        let answering = std::thread::spawn(move || {
+            let mut seen = 0;
+            for cmd in shard {
+                seen += 1;
+                match cmd {
+                    Command::AddJob { reply, .. } | Command::RemoveJob { reply, .. } => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    Command::Stats(_) => {}
+                }
+            }
+            seen
+        });
+        let added = handle.add_job(spec()).map_err(|e| e.to_string());
+        let added = added.as_ref().map(|j| (j.job, j.epoch.is_some()));
+        assert_eq!(added, Ok((3, true)));
+        assert_eq!(handle.jobs().len(), 1);
+        drop(handle);
+        assert_eq!(answering.join().ok(), Some(1));
     }
 }
