@@ -409,6 +409,11 @@ pub fn render_metrics(stats: Option<&ina_switch::SwitchStats>) -> String {
         "ina_switch_tx_errors_total",
         "Datagrams the sockets failed to send.",
         t.io.tx_errors,
+    )
+    .counter(
+        "ina_switch_forward_dropped_total",
+        "Datagrams for another shard's slots dropped because that shard's inbox was full.",
+        t.forward_dropped,
     );
     e.finish()
 }

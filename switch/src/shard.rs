@@ -95,6 +95,10 @@ pub struct ShardStats {
     /// Datagrams handed over by other shards.
     #[serde(default)]
     pub forwarded_in: u64,
+    /// Datagrams received for another shard's slots and dropped, because that shard's inbox
+    /// was full (it is behind; the workers resend what was lost).
+    #[serde(default)]
+    pub forward_dropped: u64,
     /// Probes left unanswered while their job is reinstalled for a new worker.
     #[serde(default)]
     pub probes_held: u64,
@@ -132,6 +136,7 @@ impl SwitchStats {
             total.injected_drops_out += s.injected_drops_out;
             total.forwarded_out += s.forwarded_out;
             total.forwarded_in += s.forwarded_in;
+            total.forward_dropped += s.forward_dropped;
             total.probes_held += s.probes_held;
             total.reinstalls_deferred += s.reinstalls_deferred;
             total.results_to_workers += s.results_to_workers;
@@ -325,19 +330,32 @@ pub(crate) type ForwardBatch = SendBatch<SocketAddr>;
 /// whole by its first datagram: its other datagrams may belong to other shards, which get
 /// them through here, followed by a wake-up datagram sent to the switch's own address with
 /// the owner's slot, so the owner does not sleep on its socket meanwhile.
+///
+/// Each shard's inbox holds at most [`MESH_CAPACITY`] batches: a batch for a shard that is
+/// that far behind is dropped and counted ([`ShardStats::forward_dropped`]), as its socket
+/// would drop datagrams it has no room for, instead of growing without bound.
 #[derive(Debug)]
 pub(crate) struct Mesh {
     pub(crate) shards: usize,
-    pub(crate) peers: Vec<mpsc::Sender<ForwardBatch>>,
+    pub(crate) peers: Vec<mpsc::SyncSender<ForwardBatch>>,
     pub(crate) inbox: mpsc::Receiver<ForwardBatch>,
     /// The switch's address, as seen in the source of its own wake-up datagrams.
     pub(crate) local: SocketAddr,
 }
 
+/// The batches (of at most one receive batch each) a shard's inbox holds.
+pub(crate) const MESH_CAPACITY: usize = 64;
+
 impl Mesh {
     /// One mesh per shard, all connected.
     pub(crate) fn build(shards: usize, local: SocketAddr) -> Vec<Mesh> {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..shards).map(|_| mpsc::channel()).unzip();
+        Mesh::build_with(shards, local, MESH_CAPACITY)
+    }
+
+    /// [`build`](Self::build) with inboxes of `capacity` batches.
+    fn build_with(shards: usize, local: SocketAddr, capacity: usize) -> Vec<Mesh> {
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..shards).map(|_| mpsc::sync_channel(capacity)).unzip();
         receivers
             .into_iter()
             .map(|inbox| Mesh {
@@ -347,6 +365,22 @@ impl Mesh {
                 local,
             })
             .collect()
+    }
+
+    /// Hands `batch` to shard `owner` without waiting; returns whether it was taken. A batch
+    /// its inbox has no room for is dropped, and its datagrams counted in `stats`.
+    fn hand_over(&self, owner: usize, batch: ForwardBatch, stats: &mut ShardStats) -> bool {
+        let datagrams = batch.len() as u64;
+        match self.peers.get(owner).map(|peer| peer.try_send(batch)) {
+            Some(Ok(())) => {
+                stats.forwarded_out += datagrams;
+                true
+            }
+            _ => {
+                stats.forward_dropped += datagrams;
+                false
+            }
+        }
     }
 
     /// Where wake-up datagrams go.
@@ -771,17 +805,14 @@ impl Shard {
                 if out.is_empty() {
                     continue;
                 }
-                self.stats.forwarded_out += out.len() as u64;
                 let batch = std::mem::take(out);
-                if let Some(peer) = self.mesh.peers.get(owner) {
-                    if peer.send(batch).is_ok() {
-                        let mut wake_packet = [0u8; ina_wire::HEADER_LEN];
-                        wake_packet[8..10].copy_from_slice(&(owner as u16).to_be_bytes());
-                        wake.clear();
-                        wake.push(self.mesh.wake_addr(), &wake_packet);
-                        if let Err(e) = self.port.send_batch(&wake) {
-                            tracing::debug!(error = %e, "wake-up failed");
-                        }
+                if self.mesh.hand_over(owner, batch, &mut self.stats) {
+                    let mut wake_packet = [0u8; ina_wire::HEADER_LEN];
+                    wake_packet[8..10].copy_from_slice(&(owner as u16).to_be_bytes());
+                    wake.clear();
+                    wake.push(self.mesh.wake_addr(), &wake_packet);
+                    if let Err(e) = self.port.send_batch(&wake) {
+                        tracing::debug!(error = %e, "wake-up failed");
                     }
                 }
             }
@@ -842,6 +873,44 @@ mod tests {
         let later = t0 + MIN_REINSTALL_INTERVAL;
         assert_eq!(joins.admit(1, 0, 7, later), Admit::Held);
         assert_eq!(rx.try_recv(), Ok(1));
+    }
+
+    /// A shard's inbox holds its capacity of batches; more are dropped and counted, not
+    /// queued, and there is room again once the shard takes some.
+    #[test]
+    fn a_full_inbox_drops_and_counts_instead_of_growing() {
+        let meshes = Mesh::build_with(2, SocketAddr::from(([127, 0, 0, 1], 18766)), 4);
+        let from = SocketAddr::from(([127, 0, 0, 1], 5000));
+        let batch = || {
+            let mut b = ForwardBatch::new();
+            b.push(from, &[0u8; HEADER_LEN]);
+            b.push(from, &[1u8; HEADER_LEN]);
+            b
+        };
+        let mut stats = ShardStats::default();
+        for _ in 0..4 {
+            assert!(meshes[0].hand_over(1, batch(), &mut stats));
+        }
+        for _ in 0..10 {
+            assert!(!meshes[0].hand_over(1, batch(), &mut stats));
+        }
+        assert_eq!((stats.forwarded_out, stats.forward_dropped), (8, 20));
+        assert_eq!(meshes[1].inbox.try_iter().count(), 4, "the inbox grew");
+        assert!(meshes[0].hand_over(1, batch(), &mut stats));
+        assert_eq!(stats.forwarded_out, 10);
+        // The total counts every shard's drops.
+        let other = ShardStats {
+            shard: 1,
+            forward_dropped: 3,
+            ..ShardStats::default()
+        };
+        let total = SwitchStats::from_shards(vec![stats, other]).total;
+        assert_eq!(total.forward_dropped, 23);
+        // Statistics of a switch without the counter still read.
+        let mut json = serde_json::to_value(stats).unwrap();
+        json.as_object_mut().unwrap().remove("forward_dropped");
+        let old: ShardStats = serde_json::from_value(json).unwrap();
+        assert_eq!(old.forward_dropped, 0);
     }
 
     fn addrs() -> Vec<SocketAddr> {
