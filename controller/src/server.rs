@@ -1,5 +1,8 @@
 //! The HTTP/JSON server of the API (see [`crate::api`]), on tokio and axum. It takes its
 //! listener and a shutdown future, and resyncs the switches periodically in the background.
+//! Every request runs on a blocking thread; one that changes a switch waits for that switch
+//! only (see [`crate::service`]), so a slow switch holds up neither the other requests nor
+//! the heartbeats.
 
 use crate::api::{ErrorBody, Heartbeat, JobRequest, JoinRequest, SwitchSpec, PREFIX};
 use crate::service::{Controller, ControllerError};
@@ -12,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The largest request body accepted.
@@ -64,7 +67,7 @@ impl Default for ServerConfig {
 
 #[derive(Clone)]
 struct App {
-    ctl: Arc<Mutex<Controller>>,
+    ctl: Arc<Controller>,
     token: Option<Arc<str>>,
 }
 
@@ -100,14 +103,13 @@ impl From<ControllerError> for ApiError {
 /// Runs `f` on the controller on a blocking thread (drivers do blocking I/O).
 async fn run<T: Send + 'static>(
     app: &App,
-    f: impl FnOnce(&mut Controller) -> Result<T, ControllerError> + Send + 'static,
+    f: impl FnOnce(&Controller) -> Result<T, ControllerError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let ctl = app.ctl.clone();
     tokio::task::spawn_blocking(move || {
-        let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut c).map_err(|e| {
+        f(&ctl).map_err(|e| {
             if matches!(e, ControllerError::State(_)) {
-                c.refused();
+                ctl.refused();
             }
             ApiError::from(e)
         })
@@ -143,7 +145,7 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     check_access(addr, config.token.as_deref())?;
     let app = App {
-        ctl: Arc::new(Mutex::new(controller)),
+        ctl: Arc::new(controller),
         token: config.token.map(Arc::from),
     };
     let stop_metrics = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -152,7 +154,7 @@ pub async fn serve(
             let ctl = app.ctl.clone();
             let m = ina_io::metrics::MetricsServer::spawn(
                 at,
-                move || ctl.lock().unwrap_or_else(|p| p.into_inner()).metrics_text(),
+                move || ctl.metrics_text(),
                 stop_metrics.clone(),
             )
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -338,37 +340,33 @@ async fn heartbeat(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let hb: Heartbeat = parse(&body)?;
-    let now = std::time::Instant::now();
-    let info = run(&app, move |c| c.heartbeat(&name, &hb, now)).await?;
-    Ok(Json(info).into_response())
+    let beat = run(&app, move |c| c.heartbeat(&name, &hb)).await?;
+    if let Some(switch) = beat.bring {
+        // The move its workers parked for, made apart: the heartbeat is answered at once.
+        let ctl = app.ctl.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = ctl.bring(&switch) {
+                tracing::warn!(%switch, error = %e, "moving the parked job");
+            }
+        });
+    }
+    Ok(Json(beat.job).into_response())
 }
 
-async fn resync_loop(ctl: Arc<Mutex<Controller>>, every: Duration) {
+/// Every period: checks the workers' heartbeats, then resyncs each switch on a thread of its
+/// own, so that a slow switch delays neither the liveness checks nor the other switches (a
+/// switch still busy from before is skipped).
+async fn resync_loop(ctl: Arc<Controller>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing: Vec<String> = Vec::new();
     loop {
         tick.tick().await;
-        let ctl = ctl.clone();
-        let (failed, unreachable) = tokio::task::spawn_blocking(move || {
-            let mut c = ctl.lock().unwrap_or_else(|p| p.into_inner());
-            let now = std::time::Instant::now();
-            c.check_members(now);
-            let failed = c.resync(now, every);
-            (failed, c.unreachable())
-        })
-        .await
-        .unwrap_or_default();
-        for (switch, e) in &failed {
-            if !failing.contains(switch) {
-                tracing::warn!(%switch, error = %e, "switch unreachable; retrying with backoff");
-            }
+        let c = ctl.clone();
+        let _ = tokio::task::spawn_blocking(move || c.check_members()).await;
+        let now = std::time::Instant::now();
+        for switch in ctl.switch_names() {
+            let c = ctl.clone();
+            tokio::task::spawn_blocking(move || c.resync_switch(&switch, now, every));
         }
-        for s in &failing {
-            if !unreachable.contains(s) {
-                tracing::info!(switch = %s, "switch reachable again");
-            }
-        }
-        failing = unreachable;
     }
 }

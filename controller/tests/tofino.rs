@@ -110,7 +110,7 @@ fn local(dir: &Path) -> ina_controller::service::DriverFactory {
 fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
     let d = dir("follow");
     let bfrt = d.join("tofino.json");
-    let mut c = Controller::open(
+    let c = Controller::open(
         Policy::FairShare,
         Some(Store::open(&d.join("state")).unwrap()),
         local(&d),
@@ -164,7 +164,7 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
     // A restarted controller reads what the switch holds from the document and changes
     // nothing.
     drop(c);
-    let mut c = Controller::open(
+    let c = Controller::open(
         Policy::FairShare,
         Some(Store::open(&d.join("state")).unwrap()),
         local(&d),
@@ -196,7 +196,7 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
 #[test]
 fn a_tofino_switch_without_its_description_or_a_stranger_worker_is_refused() {
     let d = dir("refuse");
-    let mut c = Controller::open(Policy::FirstFit, None, local(&d)).unwrap();
+    let c = Controller::open(Policy::FirstFit, None, local(&d)).unwrap();
     let mut s = spec();
     s.p4 = None;
     let e = c.add_switch(s).unwrap_err().to_string();

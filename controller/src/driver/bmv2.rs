@@ -137,7 +137,7 @@ fn job_slots(e: &DumpedEntry) -> Option<(JobId, Range, u16, u16)> {
 }
 
 impl SwitchDriver for Bmv2Switch {
-    fn install(&mut self, job: &Install) -> Result<u16, DriverError> {
+    fn install(&self, job: &Install) -> Result<u16, DriverError> {
         let previous = self
             .job_entries()?
             .iter()
@@ -161,7 +161,7 @@ impl SwitchDriver for Bmv2Switch {
         Ok(epoch)
     }
 
-    fn remove(&mut self, job: JobId) -> Result<(), DriverError> {
+    fn remove(&self, job: JobId) -> Result<(), DriverError> {
         let mut commands: Vec<String> = JOB_TABLES
             .iter()
             .map(|t| format!("table_dump {t}"))
@@ -198,7 +198,7 @@ impl SwitchDriver for Bmv2Switch {
         Ok(())
     }
 
-    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError> {
+    fn installed(&self) -> Result<BTreeMap<JobId, Range>, DriverError> {
         Ok(self
             .job_entries()?
             .iter()

@@ -50,14 +50,16 @@ pub enum DriverError {
     Refused { addr: SocketAddr, message: String },
 }
 
-/// One switch's data plane, as the controller changes it.
-pub trait SwitchDriver: Send {
+/// One switch's data plane, as the controller changes it. The controller calls it from any
+/// thread, one change at a time per switch, and never while it holds its own lock; only
+/// [`check_worker`](Self::check_worker) is called under that lock, and must do no I/O.
+pub trait SwitchDriver: Send + Sync {
     /// Installs a job on its slots; returns the epoch the switch gave it.
-    fn install(&mut self, job: &Install) -> Result<u16, DriverError>;
+    fn install(&self, job: &Install) -> Result<u16, DriverError>;
     /// Removes a job; removing one the switch does not hold is not an error.
-    fn remove(&mut self, job: JobId) -> Result<(), DriverError>;
+    fn remove(&self, job: JobId) -> Result<(), DriverError>;
     /// The jobs the switch holds now, with their slots.
-    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError>;
+    fn installed(&self) -> Result<BTreeMap<JobId, Range>, DriverError>;
     /// Whether a worker may join from `addr` (a P4 switch must know where the address
     /// lives); the answer says why not.
     fn check_worker(&self, addr: SocketAddr) -> Result<(), String> {
@@ -83,16 +85,23 @@ impl SoftwareSwitch {
             addr: self.addr,
             source,
         };
-        // Short: the controller holds its state while it waits, and an unreachable switch
-        // must not hold every API request up for long.
+        // A read from a switch that never answers fails "would block" when it times out.
+        let silent = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock => std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {IO_TIMEOUT:?}"),
+            ),
+            _ => e,
+        };
+        // Short: the requests that change this switch wait for it meanwhile.
         let mut c = ControlClient::connect_with_token_within(
             self.addr,
             self.token.as_deref(),
             CONNECT_TIMEOUT,
             IO_TIMEOUT,
         )
-        .map_err(unreachable)?;
-        let r = c.call(req).map_err(unreachable)?;
+        .map_err(|e| unreachable(silent(e)))?;
+        let r = c.call(req).map_err(|e| unreachable(silent(e)))?;
         if r.ok {
             Ok(r)
         } else {
@@ -114,7 +123,7 @@ impl std::fmt::Debug for SoftwareSwitch {
 }
 
 impl SwitchDriver for SoftwareSwitch {
-    fn install(&mut self, job: &Install) -> Result<u16, DriverError> {
+    fn install(&self, job: &Install) -> Result<u16, DriverError> {
         let spec = JobSpec {
             job: job.job,
             epoch: None,
@@ -134,7 +143,7 @@ impl SwitchDriver for SoftwareSwitch {
             })
     }
 
-    fn remove(&mut self, job: JobId) -> Result<(), DriverError> {
+    fn remove(&self, job: JobId) -> Result<(), DriverError> {
         match self.call(&Request::RemoveJob { job }) {
             Ok(_) => Ok(()),
             // Already gone (a restarted switch, or a removal retried).
@@ -145,7 +154,7 @@ impl SwitchDriver for SoftwareSwitch {
         }
     }
 
-    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError> {
+    fn installed(&self) -> Result<BTreeMap<JobId, Range>, DriverError> {
         let r = self.call(&Request::Jobs)?;
         Ok(r.jobs
             .unwrap_or_default()

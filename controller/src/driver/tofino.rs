@@ -86,7 +86,7 @@ impl TofinoSwitch {
 }
 
 impl SwitchDriver for TofinoSwitch {
-    fn install(&mut self, job: &Install) -> Result<u16, DriverError> {
+    fn install(&self, job: &Install) -> Result<u16, DriverError> {
         let mut jobs = self.read()?;
         let previous = jobs.iter().find(|j| j.id == job.job).map(|j| j.epoch);
         jobs.retain(|j| j.id != job.job);
@@ -102,7 +102,7 @@ impl SwitchDriver for TofinoSwitch {
         Ok(epoch)
     }
 
-    fn remove(&mut self, job: JobId) -> Result<(), DriverError> {
+    fn remove(&self, job: JobId) -> Result<(), DriverError> {
         let mut jobs = self.read()?;
         let before = jobs.len();
         jobs.retain(|j| j.id != job);
@@ -112,7 +112,7 @@ impl SwitchDriver for TofinoSwitch {
         Ok(())
     }
 
-    fn installed(&mut self) -> Result<BTreeMap<JobId, Range>, DriverError> {
+    fn installed(&self) -> Result<BTreeMap<JobId, Range>, DriverError> {
         // A switch new to the controller gets its own entries (address, L2, flooding) at once.
         if !self.path.exists() {
             self.write(Vec::new())?;
