@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod alloc;
+pub mod descriptor;
 pub mod event;
 mod gap;
 mod kernels;

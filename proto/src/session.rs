@@ -27,6 +27,7 @@
 //! exponents: packet `i` carries block `i`, `B` packets in all. A short last block is padded with
 //! zeros on the wire and only its real elements are written back.
 
+use crate::descriptor::Descriptor;
 use crate::quant::{self, NON_FINITE};
 use crate::rtt::{RtoConfig, RttEstimator};
 use crate::window::WindowControl;
@@ -36,6 +37,9 @@ use core::time::Duration;
 use ina_wire::agg::{PendingInfo, GAP_BLOCK, GAP_COUNTER, MAX_RANK};
 use ina_wire::{AggRepr, MessageType, QueryAsk, RejectReason, HEADER_LEN};
 use std::collections::{BinaryHeap, VecDeque};
+
+/// Packets of the descriptor at the start of every stream (PROTOCOL.md §5, "The descriptor").
+pub const DESCRIPTOR_PACKETS: u64 = 1;
 
 /// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
 /// by [`Stream::into_tensor`]), or never held whole ([`Source`]). The result replaces it.
@@ -227,6 +231,8 @@ pub enum StreamError {
     Rejected(RejectReason),
     #[error(transparent)]
     NonFinite(#[from] quant::QuantError),
+    #[error("the ranks do not all-reduce the same thing: {0}")]
+    Mismatch(crate::descriptor::Mismatch),
     #[error("transmit buffer of {have} bytes is smaller than a packet ({need} bytes)")]
     BufferTooSmall { need: usize, have: usize },
 }
@@ -293,6 +299,7 @@ pub struct StreamStats {
     pub lookahead_copies: u64,
     /// Header-only answers to status Queries: the use was complete, its result lost.
     pub completions_seen: u64,
+    /// Results of the stream's data and lookahead packets (the descriptor's not counted).
     pub results: u64,
     /// Results that matched no outstanding packet (copies, or answers to retransmissions that
     /// crossed the original result).
@@ -567,12 +574,15 @@ impl<'a> Stream<'a> {
         let e = u64::from(cfg.elems_per_packet);
         let blocks = (tensor.len() as u64).div_ceil(e);
         let window = u64::from(cfg.lane.window);
-        let (lookahead, packets) = if tensor.is_float() {
-            let l = window.min(blocks);
+        let (lookahead, body) = if tensor.is_float() {
+            // The descriptor and the lookahead's headers fill the first window together.
+            let l = window.saturating_sub(DESCRIPTOR_PACKETS).max(1).min(blocks);
             (l, blocks + l)
         } else {
             (0, blocks)
         };
+        // The descriptor goes first (PROTOCOL.md §5, "The descriptor").
+        let packets = DESCRIPTOR_PACKETS + body;
         let first = packets.min(window);
         let block = u64::from(GAP_BLOCK);
         let reports =
@@ -709,16 +719,31 @@ impl<'a> Stream<'a> {
         self.failed.is_some() || self.received == self.packets
     }
 
+    /// The index of packet `index` among the stream's packets after the descriptor.
+    fn body(&self, index: u64) -> Option<u64> {
+        index.checked_sub(DESCRIPTOR_PACKETS)
+    }
+
+    /// This rank's descriptor.
+    fn descriptor(&self) -> Descriptor {
+        Descriptor {
+            elements: self.tensor.len() as u64,
+            float: self.tensor.is_float(),
+            total_workers: self.cfg.total_workers,
+        }
+    }
+
     fn slot_of(&self, index: u64) -> usize {
         ((self.cfg.lane.next_position + index) % u64::from(self.cfg.lane.window)) as usize
     }
 
     /// The block whose data packet `index` carries.
     fn data_block(&self, index: u64) -> Option<u64> {
+        let body = self.body(index)?;
         if self.tensor.is_float() {
-            index.checked_sub(self.lookahead)
+            body.checked_sub(self.lookahead)
         } else {
-            Some(index)
+            Some(body)
         }
     }
 
@@ -854,7 +879,7 @@ impl<'a> Stream<'a> {
                 return Ok(None);
             };
             if let (true, Some(b)) = (self.tensor.is_float(), self.data_block(index)) {
-                if !self.result_received(b) {
+                if !self.result_received(b + DESCRIPTOR_PACKETS) {
                     self.parked.insert(index);
                     continue;
                 }
@@ -897,8 +922,17 @@ impl<'a> Stream<'a> {
         if self.reports && self.sent_new == self.packets {
             self.arm_tail_timers(now);
         }
-        if self.tensor.is_float() && index + 1 == self.lookahead.min(self.packets) {
-            self.queue_lookahead_copies(index + 1);
+        if self.tensor.is_float() {
+            // The headers of the first window are copied once the last of them has gone; a
+            // header that waited for a slot (behind the descriptor) is copied as it goes.
+            let headers_end = DESCRIPTOR_PACKETS + self.lookahead;
+            let first_window = u64::from(self.cfg.lane.window).min(self.packets);
+            if index + 1 == headers_end.min(first_window) {
+                self.queue_lookahead_copies(index + 1);
+            } else if (first_window..headers_end).contains(&index) {
+                self.retransmit
+                    .push_back((index, Retransmit::LookaheadCopy));
+            }
         }
         Ok(Some(self.write_packet(index, gap, buf)))
     }
@@ -963,9 +997,9 @@ impl<'a> Stream<'a> {
     /// wait for the lookahead's results anyway, 16 bytes each, without a gap counter (the
     /// first copy carried it); the switch answers a copy of a header it holds as it answers
     /// data sent again (PROTOCOL.md §5, "Exponent lookahead").
-    fn queue_lookahead_copies(&mut self, headers: u64) {
+    fn queue_lookahead_copies(&mut self, end: u64) {
         self.retransmit
-            .extend((0..headers).map(|index| (index, Retransmit::LookaheadCopy)));
+            .extend((DESCRIPTOR_PACKETS..end).map(|index| (index, Retransmit::LookaheadCopy)));
     }
 
     /// Once every packet has gone out, no later first transmission will make the switch report
@@ -1078,7 +1112,7 @@ impl<'a> Stream<'a> {
     /// The payload elements of packet `index`'s data and result: E, or 0 for a header-only
     /// packet of the exponent lookahead.
     fn count_of(&self, index: u64) -> u16 {
-        if self.data_block(index).is_some_and(|b| b < self.blocks) {
+        if index < DESCRIPTOR_PACKETS || self.data_block(index).is_some_and(|b| b < self.blocks) {
             self.cfg.elems_per_packet
         } else {
             0
@@ -1142,8 +1176,11 @@ impl<'a> Stream<'a> {
     fn write_packet(&mut self, index: u64, gap: Option<u8>, buf: &mut [u8]) -> usize {
         let data_block = self.data_block(index).filter(|b| *b < self.blocks);
         let e = usize::from(self.cfg.elems_per_packet);
-        let exponent = if self.tensor.is_float() && index < self.blocks {
-            let r = self.block_range(index);
+        let lookahead_of = self
+            .body(index)
+            .filter(|b| self.tensor.is_float() && *b < self.blocks);
+        let exponent = if let Some(b) = lookahead_of {
+            let r = self.block_range(b);
             match &mut self.tensor {
                 Tensor::Generated(g) => {
                     let x = &mut self.scratch[..r.len()];
@@ -1169,6 +1206,10 @@ impl<'a> Stream<'a> {
             // Unreachable: poll_transmit checked the buffer against max_packet_len.
             return 0;
         };
+        if index < DESCRIPTOR_PACKETS {
+            let values = self.descriptor().encode(e);
+            ina_wire::payload::encode_from(&values, pkt.payload_mut());
+        }
         if let Some(b) = data_block {
             let r = self.block_range(b);
             let n = r.len();
@@ -1489,7 +1530,7 @@ impl<'a> Stream<'a> {
         let position = self.cfg.lane.next_position + out.index;
         let window = u64::from(self.cfg.lane.window);
         let data_block = self.data_block(out.index).filter(|b| *b < self.blocks);
-        let want_count = if data_block.is_some() {
+        let want_count = if data_block.is_some() || out.index < DESCRIPTOR_PACKETS {
             self.cfg.elems_per_packet
         } else {
             0
@@ -1548,7 +1589,9 @@ impl<'a> Stream<'a> {
             self.ready.push(Reverse(out.index + self.lookahead));
         }
         self.detect_losses(now);
-        self.stats.results += 1;
+        if out.index >= DESCRIPTOR_PACKETS {
+            self.stats.results += 1;
+        }
         if let Some(b) = data_block {
             let r = self.block_range(b);
             let workers = self.cfg.total_workers;
@@ -1574,10 +1617,20 @@ impl<'a> Stream<'a> {
                 },
             }
         }
-        if self.tensor.is_float() && out.index < self.blocks {
-            self.exps[(out.index % self.lookahead) as usize] = hdr.exponent;
+        if let Some(b) = self
+            .body(out.index)
+            .filter(|b| self.tensor.is_float() && *b < self.blocks)
+        {
+            self.exps[(b % self.lookahead) as usize] = hdr.exponent;
             if hdr.exponent == NON_FINITE && self.poisoned.is_none() {
-                self.poisoned = Some(out.index);
+                self.poisoned = Some(b);
+            }
+        }
+        if out.index < DESCRIPTOR_PACKETS {
+            let mut sums = vec![0i32; usize::from(self.cfg.elems_per_packet)];
+            ina_wire::payload::decode_into(payload, &mut sums);
+            if let Err(m) = self.descriptor().check(&sums) {
+                self.failed = Some(StreamError::Mismatch(m));
             }
         }
     }

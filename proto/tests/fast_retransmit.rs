@@ -163,9 +163,10 @@ fn lose_rank1(position: u32, times: usize) -> (StreamStats, Duration) {
 fn a_loss_among_the_last_packets_is_probed_for_without_its_timer() {
     // Each of the last four packets of rank 1 is lost once in turn (a separate run each): no
     // later transmission can show it lost, and its timer would wait 10 ms. The stall probe
-    // sends it again after two round trips.
+    // sends it again after two round trips. (Positions 16 to 80: the descriptor and 64 data
+    // packets.)
     let (_, _, lossless) = run_timed(2, 64, 16, 5, library_rto(), |_, _| false);
-    for last in 76..80 {
+    for last in 77..81 {
         let (stats, took) = lose_rank1(last, 1);
         assert!(stats.stall_probes >= 1, "position {last}: {stats:?}");
         assert!(
@@ -257,7 +258,8 @@ fn a_slot_waiting_for_a_repair_holds_back_only_itself() {
     // Slot 0's uses went in order; a use may be sent again while it waits for rank 1.
     assert_eq!(&slot0[..3], &[16, 16, 16]);
     slot0.dedup();
-    assert_eq!(slot0, vec![16, 32, 48, 64, 80, 96]);
+    // (The descriptor and 96 data packets: positions 16 to 112.)
+    assert_eq!(slot0, vec![16, 32, 48, 64, 80, 96, 112]);
     assert!(outcomes.iter().all(Option::is_some), "{outcomes:?}");
     assert_eq!(tensors[0], tensors[1]);
 }

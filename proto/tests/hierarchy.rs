@@ -15,6 +15,11 @@ use ina_wire::{AggRepr, MessageType, QueryAsk};
 use proptest::prelude::*;
 use std::time::Duration;
 
+/// The uses of a slot a stream of `packets` data packets makes: its descriptor's and theirs.
+fn uses(packets: usize) -> u64 {
+    packets as u64 + ina_proto::session::DESCRIPTOR_PACKETS
+}
+
 const ROUND: Duration = Duration::from_micros(10);
 const ELEMS: u16 = 4;
 /// The job's id on the upper switch (the racks' job is 7).
@@ -146,17 +151,17 @@ fn two_racks_sum_through_the_upper_switch_without_loss() {
     );
     let upper = ran.switches[0].counters();
     // Every use is completed once on the upper switch, from one partial per rack.
-    assert_eq!(upper.results_multicast, packets as u64);
+    assert_eq!(upper.results_multicast, uses(packets));
     assert_eq!(
         upper.data_first + upper.data_added,
-        (packets * racks) as u64
+        uses(packets) * racks as u64
     );
     for rack in &ran.switches[1..] {
         let c = rack.counters();
-        assert_eq!(c.partials_sent, packets as u64);
-        assert_eq!(c.totals_received, packets as u64);
+        assert_eq!(c.partials_sent, uses(packets));
+        assert_eq!(c.totals_received, uses(packets));
         assert_eq!(c.partials_resent, 0);
-        assert_eq!(c.data_first + c.data_added, (packets * per_rack) as u64);
+        assert_eq!(c.data_first + c.data_added, uses(packets) * per_rack as u64);
     }
 }
 
@@ -190,7 +195,7 @@ fn losses_between_the_switches_are_repaired_by_the_workers_retransmissions() {
     assert!(resent > 0, "no partial was sent again");
     assert!(fetched > 0, "no partial went up as a fetch");
     assert!(pending > 0, "no Pending came down");
-    assert_eq!(ran.switches[0].counters().results_multicast, packets as u64);
+    assert_eq!(ran.switches[0].counters().results_multicast, uses(packets));
     assert!(
         ran.switches[0].counters().results_unicast > 0,
         "no total was sent again"
@@ -537,10 +542,10 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let ran = run(racks, per_rack, packets, window, Faults { loss, duplicate, delay }, seed);
-        prop_assert_eq!(ran.switches[0].counters().results_multicast, packets as u64);
+        prop_assert_eq!(ran.switches[0].counters().results_multicast, uses(packets));
         for rack in &ran.switches[1..] {
-            prop_assert_eq!(rack.counters().partials_sent, packets as u64);
-            prop_assert_eq!(rack.counters().totals_received, packets as u64);
+            prop_assert_eq!(rack.counters().partials_sent, uses(packets));
+            prop_assert_eq!(rack.counters().totals_received, uses(packets));
         }
     }
 
@@ -561,10 +566,10 @@ proptest! {
         let faults = Faults { loss, duplicate, delay };
         let (tensors, tree) = run_any(&[per_rack, racks], packets, (64, 64), faults, seed);
         assert_exact(&tensors, racks * per_rack);
-        prop_assert_eq!(tree.switches[0].counters().results_multicast, packets as u64);
+        prop_assert_eq!(tree.switches[0].counters().results_multicast, uses(packets));
         for rack in &tree.switches[1..] {
-            prop_assert_eq!(rack.counters().partials_sent, packets as u64);
-            prop_assert_eq!(rack.counters().totals_received, packets as u64);
+            prop_assert_eq!(rack.counters().partials_sent, uses(packets));
+            prop_assert_eq!(rack.counters().totals_received, uses(packets));
         }
     }
 }
@@ -806,11 +811,11 @@ fn three_levels_compose_under_loss() {
         let (tensors, tree) = run_any(&fanout, packets, (8, 40), faults, seed);
         assert_exact(&tensors, 12);
         let top = tree.switches[0].counters();
-        assert_eq!(top.results_multicast, packets as u64, "seed {seed}");
+        assert_eq!(top.results_multicast, uses(packets), "seed {seed}");
         for (s, p) in tree.switches.iter().enumerate().skip(1) {
             let c = p.counters();
-            assert_eq!(c.partials_sent, packets as u64, "seed {seed} switch {s}");
-            assert_eq!(c.totals_received, packets as u64, "seed {seed} switch {s}");
+            assert_eq!(c.partials_sent, uses(packets), "seed {seed} switch {s}");
+            assert_eq!(c.totals_received, uses(packets), "seed {seed} switch {s}");
         }
         let resent: u64 = tree
             .switches
@@ -1057,7 +1062,7 @@ fn with_whole_blocks_the_upper_switch_reports_lost_partials() {
     let (tensors, tree) = run_any(&[2, 3], 400, (64, 64), faults, 5);
     assert_exact(&tensors, 6);
     let top = tree.switches[0].counters();
-    assert_eq!(top.results_multicast, 400);
+    assert_eq!(top.results_multicast, uses(400));
     assert!(top.missing_sent > 0, "the upper switch reported no gap");
     let reported: u64 = tree.switches[1..]
         .iter()

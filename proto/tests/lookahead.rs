@@ -111,12 +111,14 @@ fn assert_sums(ran: &Ran) {
 }
 
 /// Rank 1's header at stream index `index`, its first transmission (which carries the gap
-/// counter) or its second copy (which does not). A fresh lane's first position is the window.
+/// counter) or its second copy (which does not). A fresh lane's first position is the window,
+/// and the stream's descriptor takes it.
 fn is_header(rank: usize, packet: &[u8], index: u32, first: bool) -> bool {
     let seq = u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]]);
     let data = packet[0] & 0x0f == 1;
     let gap = packet[1] & 0b10 != 0;
-    rank == 1 && data && packet.len() == 16 && seq == u32::from(WINDOW) + index && gap == first
+    let at = u32::from(WINDOW) + ina_proto::session::DESCRIPTOR_PACKETS as u32 + index;
+    rank == 1 && data && packet.len() == 16 && seq == at && gap == first
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! does so too for a use found waiting before its last packets went.
 #![allow(clippy::unwrap_used)]
 
+use ina_proto::descriptor::Descriptor;
 use ina_proto::rtt::{RtoConfig, RttEstimator};
 use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
@@ -19,8 +20,10 @@ use std::time::Duration;
 
 const WINDOW: u16 = 64;
 const ELEMS: u16 = 4;
-/// One block of the lane: every packet has a slot of its own.
+/// One block of the lane: every packet, the descriptor's and the data's, has a slot of its own.
 const PACKETS: usize = 64;
+/// The data packets of such a stream.
+const DATA: usize = PACKETS - ina_proto::session::DESCRIPTOR_PACKETS as usize;
 
 /// A stream of `rank` in a rack of 4 workers under a tree of 8, with Missing reports.
 fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {
@@ -29,6 +32,7 @@ fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {
 
 /// The same, with the round-trip estimator's settings `rto`.
 fn stream_with(rank: u8, tensor: &mut [i32], rto: RtoConfig) -> Stream<'_> {
+    ELEMENTS.with(|e| e.set(tensor.len() as u64));
     let cfg = StreamConfig {
         job: 1,
         epoch: 2,
@@ -54,7 +58,14 @@ fn drain(s: &mut Stream<'_>, now: Instant) -> Vec<AggRepr> {
     sent
 }
 
-/// The multicast result of `data`, numbered `counter` among its block's results.
+thread_local! {
+    /// The elements of this test's stream (each test runs on a thread of its own).
+    static ELEMENTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The multicast result of `data`, numbered `counter` among its block's results: zeros, or
+/// for the stream's descriptor (its lane's first position) the sums of the tree's 8 ranks'
+/// equal descriptors.
 fn result_of(data: &AggRepr, counter: u8) -> Vec<u8> {
     let repr = AggRepr {
         kind: MessageType::Result,
@@ -64,7 +75,17 @@ fn result_of(data: &AggRepr, counter: u8) -> Vec<u8> {
         ..*data
     };
     let mut bytes = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut AggPacket::new_unchecked(&mut bytes[..]));
+    let mut pkt = AggPacket::new_unchecked(&mut bytes[..]);
+    repr.emit(&mut pkt);
+    if data.seq == u32::from(WINDOW) {
+        let d = Descriptor {
+            elements: ELEMENTS.with(std::cell::Cell::get),
+            float: false,
+            total_workers: 8,
+        };
+        let sums: Vec<i32> = d.encode(usize::from(ELEMS)).iter().map(|v| v * 8).collect();
+        ina_wire::payload::encode_from(&sums, pkt.payload_mut());
+    }
     bytes
 }
 
@@ -84,7 +105,7 @@ fn all_but_two_oldest_answered(s: &mut Stream<'_>, start: Instant) -> Instant {
 /// The seqs of the Queries `rank` sends: when the results of every packet but the two
 /// oldest have come, and then at each timer until both have been asked about.
 fn queries(rank: u8) -> (Vec<u32>, Vec<(Duration, u32)>) {
-    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; DATA * usize::from(ELEMS)];
     let mut s = stream(rank, &mut tensor);
     let start = Instant::ZERO;
     let mut now = all_but_two_oldest_answered(&mut s, start);
@@ -148,7 +169,7 @@ fn asks(sent: &[AggRepr]) -> Vec<(u32, u8)> {
 #[test]
 fn rank_0_asks_for_the_state_and_the_partial_and_fetches_a_lost_result_at_once() {
     let first = u32::from(WINDOW);
-    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; DATA * usize::from(ELEMS)];
     let mut s = stream(0, &mut tensor);
     let mut now = all_but_two_oldest_answered(&mut s, Instant::ZERO);
     let status = QueryAsk::StatusPushingPartial.byte();
@@ -174,7 +195,7 @@ fn rank_0_asks_for_the_state_and_the_partial_and_fetches_a_lost_result_at_once()
 
 #[test]
 fn the_other_ranks_fetch() {
-    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; DATA * usize::from(ELEMS)];
     let mut s = stream(1, &mut tensor);
     let now = all_but_two_oldest_answered(&mut s, Instant::ZERO);
     assert_eq!(
@@ -201,7 +222,7 @@ fn pending_of(query: &AggRepr, bitmap: u32) -> Vec<u8> {
 fn a_blocks_last_packet_taken_for_lost_has_the_one_before_it_asked_about() {
     // 65 packets on a lane of one block: the 65th goes when the first one's result frees its
     // slot, and is the block's last first transmission.
-    let mut tensor = vec![1i32; (PACKETS + 1) * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; (DATA + 1) * usize::from(ELEMS)];
     // A clock as fine as the simulator's: the timers follow the path's round trip.
     let rto = RtoConfig {
         granularity: Duration::from_micros(1),
@@ -279,7 +300,7 @@ fn next_ask_about(s: &mut Stream<'_>, mut now: Instant, seq: u32) -> Option<Inst
 
 #[test]
 fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_after_its_answer() {
-    let mut tensor = vec![1i32; PACKETS * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; DATA * usize::from(ELEMS)];
     let rto = RtoConfig {
         granularity: Duration::from_micros(1),
         ..RtoConfig::default()
@@ -320,7 +341,7 @@ fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_afte
 /// use of the first pass's second half can be held while the last packets wait for the first
 /// half's results.
 fn next_ask_about_a_use_held_before_the_end(rank: u8) -> Duration {
-    let mut tensor = vec![1i32; (PACKETS + PACKETS / 2) * usize::from(ELEMS)];
+    let mut tensor = vec![1i32; (DATA + PACKETS / 2) * usize::from(ELEMS)];
     let rto = RtoConfig {
         granularity: Duration::from_micros(1),
         ..RtoConfig::default()

@@ -178,11 +178,23 @@ fn a_partial_is_sent_again_only_when_the_upper_switch_lacks_it() {
             .sum();
         eprintln!("seed {seed}: {resent} partials sent again, {lost_up} packets lost on the way up, {asked} Queries up");
         assert!(resent > 0, "seed {seed}: no partial was sent again");
+        // Each way of finding a lost partial finds only lost ones. (Both may find the same
+        // loss when a Pending and a Missing report about it cross: at most a few per run.)
+        let reported: u64 = racks.iter().map(|c| c.partials_reported).sum();
+        let pending_resent: u64 = racks.iter().map(|c| c.partials_resent).sum();
+        for (way, n) in [
+            ("on Missing reports", reported),
+            ("on Pending", pending_resent),
+        ] {
+            assert!(
+                n <= lost_up,
+                "seed {seed}: {n} partials sent again {way} for {lost_up} packets lost on the way up"
+            );
+        }
         assert!(
-            resent <= lost_up,
+            resent <= lost_up + lost_up / 10,
             "seed {seed}: {resent} partials sent again for {lost_up} packets lost on the way up"
         );
-        let pending_resent: u64 = racks.iter().map(|c| c.partials_resent).sum();
         assert!(asked >= pending_resent, "seed {seed}");
     }
 }

@@ -121,6 +121,8 @@ pub enum WorkerError {
     Rejected(StreamError),
     #[error("NaN or infinity in the tensor: {0}")]
     NonFinite(StreamError),
+    #[error("{0}")]
+    Mismatch(StreamError),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error(
@@ -143,6 +145,7 @@ impl WorkerError {
             WorkerError::SwitchRestarted { .. } => "switch_restarted",
             WorkerError::Rejected(_) => "rejected",
             WorkerError::NonFinite(_) => "non_finite",
+            WorkerError::Mismatch(_) => "mismatch",
             WorkerError::Config(_) => "config",
             WorkerError::Broken(_) => "broken",
             WorkerError::Disconnected => "disconnected",
@@ -165,6 +168,7 @@ impl From<StreamError> for WorkerError {
             }
             StreamError::Rejected(_) => WorkerError::Rejected(e),
             StreamError::NonFinite(_) => WorkerError::NonFinite(e),
+            StreamError::Mismatch(_) => WorkerError::Mismatch(e),
             StreamError::Config(c) => WorkerError::Config(c.to_string()),
             StreamError::BufferTooSmall { .. } => WorkerError::Config(e.to_string()),
         }

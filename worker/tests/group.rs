@@ -62,7 +62,8 @@ fn a_worker_without_the_group_joins_the_one_the_switch_names() {
         }
     }
     let p = sw.handle.stats().unwrap().total.pipeline;
-    assert_eq!(p.results_multicast, 200);
+    // The tensor's 200 packets and its descriptor.
+    assert_eq!(p.results_multicast, 201);
     // Outside the group every result would be an answer to a retransmission or a Query.
     assert!(
         p.results_unicast * 4 <= p.results_multicast,

@@ -94,8 +94,9 @@ fn totals_reach_the_racks_multicast_groups() {
     let _ = upper.stop();
     for r in racks {
         let s = r.stop();
-        assert_eq!(s.total.pipeline.totals_received, 100);
-        assert_eq!(s.total.results_to_group, 100, "{s:?}");
+        // The tensor's 100 packets and its descriptor.
+        assert_eq!(s.total.pipeline.totals_received, 101);
+        assert_eq!(s.total.results_to_group, 101, "{s:?}");
         assert_eq!(s.total.results_to_workers, 0);
     }
 }
