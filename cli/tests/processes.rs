@@ -34,9 +34,12 @@ use std::time::{Duration, Instant};
 /// worker runs before each iteration.
 fn uses_per_iteration(elements: usize, elems_per_packet: usize, window: usize) -> u64 {
     let blocks = elements.div_ceil(elems_per_packet);
-    // The tensor's packets (the exponent lookahead included), and one each for the barriers
-    // before and after the timed all-reduce (an int32 all-reduce of one element).
-    (blocks + blocks.min(window) + 2) as u64
+    // The tensor's packets (the exponent lookahead included, which shares the first window
+    // with the descriptor), and one each for the barriers before and after the timed
+    // all-reduce (an int32 all-reduce of one element); and each of the three streams'
+    // descriptor.
+    let descriptor = ina_proto::session::DESCRIPTOR_PACKETS as usize;
+    (blocks + blocks.min(window - descriptor) + 2 + 3 * descriptor) as u64
 }
 
 /// Asserts that every worker's every iteration holds exactly `expected` (bit for bit).
