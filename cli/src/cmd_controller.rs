@@ -36,7 +36,8 @@ impl From<PolicyArg> for Policy {
 
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
-    /// Address of the HTTP/JSON API. Beyond loopback it needs --token.
+    /// Address of the HTTP/JSON API. Every request needs the access token; beyond loopback
+    /// it must be given (--token).
     #[arg(long, default_value = DEFAULT_ADDR)]
     listen: SocketAddr,
     /// Directory of the state file, kept across restarts.
@@ -46,7 +47,8 @@ pub struct ControllerArgs {
     #[arg(long, value_enum, default_value = "fair-share")]
     policy: PolicyArg,
     /// Access token every request must carry (Authorization: Bearer TOKEN), 16 to 256
-    /// printable characters.
+    /// printable characters. Without it, on loopback, the controller uses the one in
+    /// STATE_DIR/token, which it makes (readable by its user only) on its first start.
     #[arg(long, env = "INA_CONTROLLER_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// How often every switch is brought back to the state (a restarted switch is provisioned
@@ -99,11 +101,59 @@ pub struct Connect {
         global = true
     )]
     token: Option<String>,
+    /// A file holding its access token, without --token (a controller started without
+    /// --token keeps its own in STATE_DIR/token) [default: ina-controller/token, for a
+    /// controller on loopback].
+    #[arg(long, global = true)]
+    token_file: Option<PathBuf>,
 }
 
 impl Connect {
-    fn client(&self) -> Client {
-        Client::new(&self.controller, self.token.clone())
+    fn client(&self) -> anyhow::Result<Client> {
+        let token = client_token(
+            &self.controller,
+            self.token.clone(),
+            self.token_file.as_deref(),
+        )?;
+        Ok(Client::new(&self.controller, token))
+    }
+}
+
+/// Where a client on the controller's host finds the token of a controller started without
+/// --token and its default --state-dir.
+const DEFAULT_TOKEN_FILE: &str = "ina-controller/token";
+
+/// The token a client of the controller at `controller` presents: `token`, else the one in
+/// `token_file`, else, when the controller is on loopback, the one in `ina-controller/token`
+/// if that file exists (if not, the controller's refusal says where the token is).
+pub(crate) fn client_token(
+    controller: &str,
+    token: Option<String>,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<Option<String>> {
+    if token.is_some() {
+        return Ok(token);
+    }
+    if let Some(path) = token_file {
+        let t = ina_controller::token::read(path).context("--token-file")?;
+        return Ok(Some(t));
+    }
+    let default = std::path::Path::new(DEFAULT_TOKEN_FILE);
+    if !on_loopback(controller) || !default.exists() {
+        return Ok(None);
+    }
+    let t = ina_controller::token::read(default)
+        .context("the controller's token, in its default state directory")?;
+    Ok(Some(t))
+}
+
+/// Whether `controller` (`HOST:PORT`) is on this host's loopback.
+fn on_loopback(controller: &str) -> bool {
+    match controller.parse::<SocketAddr>() {
+        Ok(a) => a.ip().is_loopback(),
+        Err(_) => controller
+            .rsplit_once(':')
+            .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
     }
 }
 
@@ -229,7 +279,8 @@ pub enum SwitchCommand {
 
 /// Runs the controller until SIGINT or SIGTERM.
 pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
-    server::check_access(args.listen, args.token.as_deref())?;
+    let (token, token_file) =
+        ina_controller::token::resolve(args.listen, args.token.clone(), &args.state_dir)?;
     let store = Store::open(&args.state_dir)?;
     let local = LocalDrivers {
         tofino_dir: args
@@ -247,7 +298,7 @@ pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     let config = ServerConfig {
-        token: args.token,
+        token,
         resync_every: Duration::from_millis(args.resync_ms.max(10)),
         metrics: args.metrics,
         ..ServerConfig::default()
@@ -259,7 +310,7 @@ pub fn run_daemon(args: ControllerArgs) -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         println!(
             "{}",
-            serde_json::json!({"event": "ready", "api": addr.to_string(), "state_dir": args.state_dir})
+            serde_json::json!({"event": "ready", "api": addr.to_string(), "state_dir": args.state_dir, "token_file": token_file})
         );
         server::serve(listener, ctl, config, shutdown_signal()).await?;
         println!("{}", serde_json::json!({"event": "stopped"}));
@@ -282,7 +333,7 @@ async fn shutdown_signal() {
 }
 
 pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
-    let c = args.connect.client();
+    let c = args.connect.client()?;
     match args.command {
         JobCommand::Create {
             name,
@@ -406,7 +457,7 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
                 (None, Some(p4)) => SocketAddr::from((p4.switch.ip, ina_wire::agg::UDP_PORT)),
                 (None, None) => anyhow::bail!("--data is required"),
             };
-            print_json(&connect.client().add_switch(&SwitchSpec {
+            print_json(&connect.client()?.add_switch(&SwitchSpec {
                 name,
                 kind,
                 control,
@@ -418,7 +469,7 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
             })?)
         }
         SwitchCommand::List { connect } => {
-            let switches = connect.client().switches()?;
+            let switches = connect.client()?.switches()?;
             println!(
                 "{:<16} {:<22} {:<9} {:>6} {:>6} {:>5}",
                 "name", "control", "state", "slots", "free", "jobs"
@@ -429,7 +480,7 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
             Ok(())
         }
         SwitchCommand::Drain { name, connect } => {
-            print_json(&connect.client().drain_switch(&name)?)
+            print_json(&connect.client()?.drain_switch(&name)?)
         }
     }
 }

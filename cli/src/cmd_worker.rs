@@ -62,6 +62,10 @@ pub struct WorkerArgs {
     /// The controller's access token, with --job-name.
     #[arg(long, env = "INA_CONTROLLER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the controller's access token, with --job-name and without --token
+    /// [default: ina-controller/token, for a controller on loopback].
+    #[arg(long)]
+    token_file: Option<std::path::PathBuf>,
     /// With --job-name: how long to wait for the other workers to join, milliseconds.
     #[arg(long, default_value_t = 60_000)]
     join_timeout_ms: u64,
@@ -453,7 +457,12 @@ fn join_through_controller(
     let port = UdpPort::bind_with(args.bind, &UdpConfig::default())
         .with_context(|| format!("binding {}", args.bind))?;
     let me = port.local_addr();
-    let client = ina_controller::client::Client::new(&args.controller, args.token.clone());
+    let token = crate::cmd_controller::client_token(
+        &args.controller,
+        args.token.clone(),
+        args.token_file.as_deref(),
+    )?;
+    let client = ina_controller::client::Client::new(&args.controller, token);
     let joined = client.join(name, args.rank, me)?;
     emit(serde_json::json!({
         "event": "provisioned", "job_name": name, "job": joined.job, "rank": joined.rank,

@@ -12,9 +12,11 @@ use ina_controller::api::{JobRequest, SwitchSpec};
 use ina_controller::client::Client;
 use ina_switch::Request;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A controller started without a token, with its state in `dir`: it keeps its token in
+/// `dir/token` and says so when ready.
 fn controller(dir: &Path) -> (Proc, SocketAddr) {
     let mut p = Proc::spawn(
         "controller",
@@ -27,7 +29,20 @@ fn controller(dir: &Path) -> (Proc, SocketAddr) {
     );
     let ready = p.expect("ready", after(START));
     let api = ready.addr("api");
+    let file = ready.value["token_file"].as_str().map(PathBuf::from);
+    assert_eq!(file, Some(token_file(dir)), "{}", ready.value);
     (p, api)
+}
+
+/// Where the controller with its state in `dir` keeps its token.
+fn token_file(dir: &Path) -> PathBuf {
+    dir.join("token")
+}
+
+/// A client of the controller at `api` with its state in `dir`, with its token.
+fn client(api: SocketAddr, dir: &Path) -> Client {
+    let token = ina_controller::token::read(&token_file(dir)).unwrap();
+    Client::new(&api.to_string(), Some(token))
 }
 
 /// The spec of the software switch `sw` as "tor", with `slots` slots of 256 elements.
@@ -47,7 +62,7 @@ fn rack_with_job(
     let _ = std::fs::remove_dir_all(&dir);
     let sw = SwitchProc::start(&[]);
     let (ctl, api) = controller(&dir);
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     c.add_switch(&software_switch(&sw, 4096)).unwrap();
     c.create_job(&JobRequest {
         name: name.into(),
@@ -75,10 +90,10 @@ fn fails_with(args: &[&str], needle: &str) {
     );
 }
 
-/// `size` workers of job `name` that join through the controller at `api`, each running
-/// `iterations` all-reduces of `elements` with seed 7.
+/// `size` workers of job `name` that join through the controller at `api` (its state in
+/// `dir`), each running `iterations` all-reduces of `elements` with seed 7.
 fn joining_workers(
-    api: SocketAddr,
+    (api, dir): (SocketAddr, &Path),
     name: &str,
     size: usize,
     elements: usize,
@@ -90,6 +105,7 @@ fn joining_workers(
                 "worker".to_string(),
                 format!("--job-name={name}"),
                 format!("--controller={api}"),
+                format!("--token-file={}", token_file(dir).display()),
                 "--bind=127.0.0.1:0".into(),
                 format!("--rank={r}"),
                 format!("--elements={elements}"),
@@ -116,10 +132,10 @@ fn epochs(sw: &SwitchProc) -> Vec<(u16, Option<u16>)> {
 fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
     let _serial = serial();
     let (sw, mut ctl, api, dir) = rack_with_job("controller", "train", 2, None);
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     // Enough to be running when the controller is killed (about 2 s here).
     let iterations = 400;
-    let mut workers = joining_workers(api, "train", 2, 200_000, iterations);
+    let mut workers = joining_workers((api, &dir), "train", 2, 200_000, iterations);
     let p = workers[0].expect("provisioned", after(START));
     assert_eq!(p.value.get("rank").and_then(|v| v.as_u64()), Some(0));
     // Once installed, the worker has its slots, epoch and peers from the controller.
@@ -136,7 +152,7 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
     // SIGKILL mid-run, then a new controller on the same state.
     ctl.kill();
     let (_ctl, api) = controller(&dir);
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     assert_eq!(c.job("train").unwrap(), before);
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(120)));
     for o in &outcomes {
@@ -183,9 +199,9 @@ fn wrong_controller_flags_fail_with_a_clear_error() {
 fn a_worker_killed_mid_run_fails_its_job_and_the_others_are_told_which_rank() {
     let _serial = serial();
     let (sw, _ctl, api, dir) = rack_with_job("heartbeat", "hb", 3, Some(200));
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     // Far more iterations than the test waits for.
-    let mut workers = joining_workers(api, "hb", 3, 100_000, 1_000_000);
+    let mut workers = joining_workers((api, &dir), "hb", 3, 100_000, 1_000_000);
     for w in &mut workers {
         w.expect("joined", after(Duration::from_secs(60)));
     }
@@ -222,7 +238,7 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     let _ = std::fs::remove_dir_all(&dir);
     let sw = SwitchProc::start(&["--pool-slots=512"]);
     let (_ctl, api) = controller(&dir);
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     c.add_switch(&software_switch(&sw, 512)).unwrap();
     let request = |name: &str| JobRequest {
         name: name.into(),
@@ -237,7 +253,7 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     };
     c.create_job(&request("first")).unwrap();
     let iterations = 300;
-    let mut first = joining_workers(api, "first", 2, 200_000, iterations);
+    let mut first = joining_workers((api, &dir), "first", 2, 200_000, iterations);
     for w in &mut first {
         w.expect("joined", after(Duration::from_secs(60)));
     }
@@ -245,7 +261,7 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     assert_eq!(before.slots.map(|r| r.count), Some(512));
     // A second job halves the first one's slots while it runs.
     c.create_job(&request("second")).unwrap();
-    let mut second = joining_workers(api, "second", 2, 200_000, 20);
+    let mut second = joining_workers((api, &dir), "second", 2, 200_000, 20);
     for o in collect_all(&mut second, after(Duration::from_secs(120))) {
         o.assert_verified(20);
     }
@@ -265,7 +281,7 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
     let _ = std::fs::remove_dir_all(&dir);
     let sw = SwitchProc::start(&[]);
     let (_ctl, api) = controller(&dir);
-    let c = Client::new(&api.to_string(), None);
+    let c = client(api, &dir);
     c.add_switch(&software_switch(&sw, 4096)).unwrap();
     // 100 Gbit/s and a 10 µs round trip: 117 frames of 256 elements in flight, twelve of
     // those in whole blocks.
@@ -279,6 +295,7 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
             "--link-gbps=100",
             "--rtt-us=10",
             &format!("--controller={api}"),
+            &format!("--token-file={}", token_file(&dir).display()),
         ],
     );
     assert!(p.wait(after(START)).success(), "{}", p.stderr_text());
@@ -292,6 +309,7 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
             "--link-gbps=-1",
             "--rtt-us=10",
             &format!("--controller={api}"),
+            &format!("--token-file={}", token_file(&dir).display()),
         ],
         "must be positive",
     );

@@ -145,8 +145,8 @@ fn switch_and_worker_at_their_defaults() {
     sw.terminate();
 }
 
-/// The controller at its defaults (loopback, its state next to it), and `ina job list` with
-/// its defaults finds it.
+/// The controller at its defaults (loopback, its state and its token next to it), and
+/// `ina job list` with its defaults, run from the same directory, finds it and is let in.
 fn controller_and_job_list_at_their_defaults() {
     let _guard = serial();
     let dir = std::env::temp_dir().join(format!("ina-defaults-ctl-{}", std::process::id()));
@@ -162,7 +162,18 @@ fn controller_and_job_list_at_their_defaults() {
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(ctl.stdout.take().unwrap()));
     let ready = lines.next().unwrap().unwrap();
     assert!(ready.contains("\"ready\""), "{ready}");
-    let list = ina(&["job", "list"]);
+    assert!(
+        ready.contains("\"token_file\":\"ina-controller/token\""),
+        "{ready}"
+    );
+    let list = Command::new(BIN)
+        .args(["job", "list"])
+        .current_dir(&dir)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    // From elsewhere, without the token, the controller refuses and says where it is.
+    let elsewhere = ina(&["job", "list"]);
     // SAFETY: kill with a pid of our own child.
     #[allow(unsafe_code)]
     unsafe {
@@ -172,6 +183,11 @@ fn controller_and_job_list_at_their_defaults() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_ok(&list);
     assert!(status.success(), "{status:?}");
+    let refused = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(
+        !elsewhere.status.success() && refused.contains("401") && refused.contains("token"),
+        "{refused}"
+    );
 }
 
 fn main() -> std::process::ExitCode {

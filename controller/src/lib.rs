@@ -10,6 +10,8 @@
 //! `curl` and see in a log; the build needs no protocol compiler; and the API's rate is a few
 //! requests per job, far from where an encoding's cost shows.
 //!
+//! Every request carries an access token ([`token`]), on loopback too.
+//!
 //! What it must not do: touch a switch's data plane other than through a [`driver`], or give
 //! one slot to two jobs at any instant ([`alloc::plan`] orders every change so).
 //! [`alloc`] and [`state`] are pure: no I/O, no clock.
@@ -24,3 +26,4 @@ pub mod server;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod token;

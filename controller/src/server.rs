@@ -24,10 +24,8 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// Why the server did not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("listening on {addr}, beyond loopback, needs an access token (--token or INA_CONTROLLER_TOKEN)")]
-    TokenRequired { addr: std::net::SocketAddr },
-    #[error("the access token must be 16 to 256 printable ASCII characters without spaces")]
-    BadToken,
+    #[error(transparent)]
+    Token(#[from] crate::token::TokenError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -35,9 +33,9 @@ pub enum ServeError {
 /// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Required of every request (as `Authorization: Bearer TOKEN`) when set; must be set to
-    /// listen beyond loopback.
-    pub token: Option<String>,
+    /// Required of every request, as `Authorization: Bearer TOKEN`, on every listener
+    /// (loopback too: any user of the host can reach it). See [`crate::token`].
+    pub token: String,
     /// How often every switch is brought to the state (a restarted switch is provisioned
     /// again within this time).
     pub resync_every: Duration,
@@ -55,7 +53,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            token: None,
+            token: String::new(),
             resync_every: Duration::from_secs(2),
             metrics: None,
             max_connections: MAX_CONNECTIONS,
@@ -68,7 +66,7 @@ impl Default for ServerConfig {
 #[derive(Clone)]
 struct App {
     ctl: Arc<Controller>,
-    token: Option<Arc<str>>,
+    token: Arc<str>,
 }
 
 /// An error answer.
@@ -123,19 +121,8 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("bad request body: {e}")))
 }
 
-/// Checks the access rule: a token, if given, is 16 to 256 printable ASCII characters without
-/// spaces, and one is required to listen beyond loopback.
-pub fn check_access(addr: std::net::SocketAddr, token: Option<&str>) -> Result<(), ServeError> {
-    match token {
-        Some(t) if !((16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic())) => {
-            Err(ServeError::BadToken)
-        }
-        None if !addr.ip().is_loopback() => Err(ServeError::TokenRequired { addr }),
-        _ => Ok(()),
-    }
-}
-
-/// Serves the API on `listener` until `shutdown` completes.
+/// Serves the API on `listener` until `shutdown` completes; every request must carry
+/// [`ServerConfig::token`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     controller: Controller,
@@ -143,10 +130,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
-    check_access(addr, config.token.as_deref())?;
+    crate::token::check(&config.token)?;
     let app = App {
         ctl: Arc::new(controller),
-        token: config.token.map(Arc::from),
+        token: Arc::from(config.token),
     };
     let stop_metrics = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _metrics = match config.metrics {
@@ -256,22 +243,20 @@ fn router(app: App, request_timeout: Duration) -> Router {
         .with_state(app)
 }
 
-/// Refuses a request without the token, when one is set.
+/// Refuses a request without the token.
 async fn authorize(State(app): State<App>, req: Request, next: Next) -> Response {
-    if let Some(token) = &app.token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !given.is_some_and(|g| ina_switch::control::tokens_match(g.as_bytes(), token.as_bytes()))
-        {
-            return ApiError(
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong access token (Authorization: Bearer TOKEN)".into(),
-            )
-            .into_response();
-        }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|g| ina_switch::control::tokens_match(g.as_bytes(), app.token.as_bytes()))
+    {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong access token (Authorization: Bearer TOKEN): a controller started without --token keeps it in STATE_DIR/token (clients: --token-file)".into(),
+        )
+        .into_response();
     }
     next.run(req).await
 }

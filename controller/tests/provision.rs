@@ -9,6 +9,7 @@ use ina_controller::client::{Client, ClientError};
 use ina_controller::server::{self, ServeError, ServerConfig};
 use ina_controller::service::{drivers, Controller};
 use ina_controller::store::Store;
+use ina_controller::token::TokenError;
 use ina_switch::{ControlClient, Request};
 use ina_worker::{Communicator, WorkerConfig};
 use std::net::UdpSocket;
@@ -20,8 +21,8 @@ use common::*;
 #[test]
 fn four_jobs_share_one_switch_and_every_sum_is_exact() {
     let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 1024);
-    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
-    let c = ctl.client(None);
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0");
+    let c = ctl.client();
     c.add_switch(&switch_spec("tor-1", &sw, 1024)).unwrap();
     let sizes = [2usize, 3, 4, 2];
     let windows = [(512, 128), (256, 64), (256, 128), (128, 64)];
@@ -143,8 +144,8 @@ fn four_jobs_share_one_switch_and_every_sum_is_exact() {
 #[test]
 fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
     let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", None);
-    let c = ctl.client(None);
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0");
+    let c = ctl.client();
     c.add_switch(&switch_spec("tor", &sw, 512)).unwrap();
     let mut req = job("joined", Vec::new(), 256, 64);
     req.size = Some(3);
@@ -158,7 +159,7 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
             let ctl_addr = ctl_addr.clone();
             std::thread::spawn(move || {
                 // Each worker knows only the controller and the job's name.
-                let c = Client::new(&ctl_addr, None);
+                let c = Client::new(&ctl_addr, Some(TOKEN.into()));
                 let port = ina_io::UdpPort::bind_with(
                     "127.0.0.1:0".parse().unwrap(),
                     &ina_io::UdpConfig::default(),
@@ -208,7 +209,7 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
 #[test]
 fn a_silent_worker_fails_its_job_and_frees_its_slots() {
     let (sw, ctl, metrics) = switch_and_fair_share_controller_with_metrics();
-    let c = ctl.client(None);
+    let c = ctl.client();
     let mut hb = job("watched", free_addrs(3), 512, 64);
     hb.heartbeat_ms = Some(100);
     let watched = c.create_job(&hb).unwrap();
@@ -258,7 +259,7 @@ fn a_silent_worker_fails_its_job_and_frees_its_slots() {
 #[test]
 fn a_higher_priority_job_preempts_a_lower_one_and_gives_its_slots_back() {
     let (sw, ctl) = switch_and_controller(Policy::Priority);
-    let c = ctl.client(None);
+    let c = ctl.client();
     let low = c.create_job(&job("low", free_addrs(2), 512, 256)).unwrap();
     assert_eq!(sw.jobs(), vec![(low.id, 0, 512)]);
     // A higher-priority job that needs 384: the low one cannot keep its minimum of 256, so it
@@ -284,8 +285,8 @@ fn a_higher_priority_job_preempts_a_lower_one_and_gives_its_slots_back() {
 
 #[test]
 fn requests_are_validated_with_clear_errors() {
-    let ctl = RunningController::start(None, Policy::FirstFit, "127.0.0.1:0", None);
-    let c = ctl.client(None);
+    let ctl = RunningController::start(None, Policy::FirstFit, "127.0.0.1:0");
+    let c = ctl.client();
     let api = |r: Result<_, ClientError>| match r {
         Err(ClientError::Api { status, message }) => (status, message),
         other => panic!("expected an API error, got {other:?}"),
@@ -328,6 +329,7 @@ fn requests_are_validated_with_clear_errors() {
     // A body that is not a request, and a field this version does not know.
     let http = ureq::post(&format!("http://{}/v1/jobs", ctl.addr))
         .set("Content-Type", "application/json")
+        .set("Authorization", &format!("Bearer {TOKEN}"))
         .send_string("{\"name\": \"x\", \"colour\": 1}");
     match http {
         Err(ureq::Error::Status(400, r)) => {
@@ -339,32 +341,35 @@ fn requests_are_validated_with_clear_errors() {
 }
 
 #[test]
-fn beyond_loopback_a_token_is_required_and_checked() {
-    // Listening on every address without a token: refused at start.
+fn every_listener_requires_a_token_and_checks_it() {
+    // Without a token the server does not start, on loopback too.
     let ctl = Controller::open(Policy::FairShare, None, drivers()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let err = rt.block_on(async {
-        let l = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         server::serve(l, ctl, ServerConfig::default(), async {}).await
     });
     assert!(
-        matches!(err, Err(ServeError::TokenRequired { .. })),
+        matches!(err, Err(ServeError::Token(TokenError::Missing))),
         "{err:?}"
     );
-    let token = "0123456789abcdef-token";
-    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0", Some(token));
-    match ctl.client(None).health() {
+    // Every request must carry it.
+    let ctl = RunningController::start(None, Policy::FairShare, "127.0.0.1:0");
+    match ctl.client_with(None).health() {
+        Err(ClientError::Api {
+            status: 401,
+            message,
+        }) => assert!(message.contains("STATE_DIR/token"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    match ctl.client_with(Some("0123456789abcdef-wrong")).jobs() {
         Err(ClientError::Api { status: 401, .. }) => {}
         other => panic!("{other:?}"),
     }
-    match ctl.client(Some("0123456789abcdef-wrong")).jobs() {
-        Err(ClientError::Api { status: 401, .. }) => {}
-        other => panic!("{other:?}"),
-    }
-    let h = ctl.client(Some(token)).health().unwrap();
+    let h = ctl.client().health().unwrap();
     assert_eq!(h.version, "v1");
     ctl.stop();
 }
@@ -374,8 +379,8 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
     let dir = temp_dir("restart");
     let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 1024);
     let control = sw.control;
-    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0", None);
-    let c = ctl.client(None);
+    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0");
+    let c = ctl.client();
     c.add_switch(&switch_spec("tor", &sw, 1024)).unwrap();
     for (j, w) in [512u16, 256, 256].into_iter().enumerate() {
         c.create_job(&job(&format!("j{j}"), free_addrs(2), w, 64))
@@ -394,8 +399,8 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
     ctl.stop();
 
     // A new controller on the same state: the same jobs, and the switch untouched.
-    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0", None);
-    let c = ctl.client(None);
+    let ctl = RunningController::start(Some(&dir), Policy::FairShare, "127.0.0.1:0");
+    let c = ctl.client();
     assert_eq!(c.jobs().unwrap(), before);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(sw.jobs(), held);
@@ -446,7 +451,7 @@ fn restarts_of_the_controller_and_the_switch_keep_every_job() {
 #[test]
 fn running_jobs_shrink_and_grow_live_between_tensors_and_every_sum_is_exact() {
     let (sw, ctl, metrics) = switch_and_fair_share_controller_with_metrics();
-    let c = ctl.client(None);
+    let c = ctl.client();
     let mut req = job("a", free_addrs(2), 512, 64);
     req.heartbeat_ms = Some(100);
     let a = c.create_job(&req).unwrap();
@@ -500,7 +505,7 @@ fn running_jobs_shrink_and_grow_live_between_tensors_and_every_sum_is_exact() {
 #[test]
 fn a_preempted_job_parks_between_tensors_and_resumes_with_exact_sums() {
     let (sw, ctl) = switch_and_controller(Policy::Priority);
-    let c = ctl.client(None);
+    let c = ctl.client();
     let mut req = job("low", free_addrs(2), 512, 256);
     req.heartbeat_ms = Some(100);
     let low = c.create_job(&req).unwrap();
@@ -538,7 +543,7 @@ fn a_preempted_job_parks_between_tensors_and_resumes_with_exact_sums() {
 #[test]
 fn a_report_of_a_worker_parked_for_the_last_move_does_not_make_the_next_one() {
     let (sw, ctl) = switch_and_controller(Policy::FairShare);
-    let c = ctl.client(None);
+    let c = ctl.client();
     let mut req = job("a", free_addrs(2), 512, 64);
     req.heartbeat_ms = Some(5_000);
     let a = c.create_job(&req).unwrap();

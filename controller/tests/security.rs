@@ -1,6 +1,7 @@
 //! The controller's API against clients that do not behave: a request cannot name a file for
 //! the controller to write or a namespace for it to enter, a client that sends its request
-//! slowly is cut off, and connections beyond the limit are closed.
+//! slowly is cut off, connections beyond the limit are closed, and a controller started
+//! without a token keeps one that only its user can read.
 #![allow(clippy::unwrap_used)]
 
 use ina_controller::alloc::Policy;
@@ -28,7 +29,14 @@ impl Drop for Running {
     }
 }
 
-fn start(tofino_dir: &Path, config: ServerConfig) -> Running {
+/// The access token of the controllers started here.
+const TOKEN: &str = "security-test-token-0123456789";
+
+/// A controller requiring `config`'s token, or [`TOKEN`] if it has none.
+fn start(tofino_dir: &Path, mut config: ServerConfig) -> Running {
+    if config.token.is_empty() {
+        config.token = TOKEN.to_string();
+    }
     let local = LocalDrivers {
         tofino_dir: tofino_dir.to_path_buf(),
         ..LocalDrivers::default()
@@ -69,11 +77,16 @@ fn http(addr: SocketAddr, request: &str) -> String {
     out
 }
 
+/// `GET /v1/health`, with the token, as one request.
+fn health() -> String {
+    format!("GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n")
+}
+
 fn post(addr: SocketAddr, path: &str, body: &str) -> String {
     http(
         addr,
         &format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         ),
     )
@@ -149,23 +162,78 @@ fn a_slow_client_is_cut_off_and_connections_are_bounded() {
         .map(|_| TcpStream::connect(ctl.addr).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(100));
-    let answer = http(
-        ctl.addr,
-        "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    );
+    let answer = http(ctl.addr, &health());
     assert!(!answer.contains("200 OK"), "{answer}");
     // ... until their heads' deadline frees the places.
     drop(silent);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let answer = http(
-            ctl.addr,
-            "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        );
+        let answer = http(ctl.addr, &health());
         if answer.contains("200 OK") {
             break;
         }
         assert!(Instant::now() < deadline, "never served again: {answer}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_controller_without_a_token_keeps_one_only_its_user_can_read() {
+    use ina_controller::token::{self, TokenError};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("ina-ctl-token-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let loopback: SocketAddr = "127.0.0.1:7070".parse().unwrap();
+    // Made on the first start, in the state directory, for this user only.
+    let (made, file) = token::resolve(loopback, None, &dir).unwrap();
+    let file = file.unwrap();
+    assert_eq!(file, dir.join("token"));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(made.len(), 64);
+    assert!(made.bytes().all(|b| b.is_ascii_hexdigit()), "{made}");
+    assert_eq!(token::read(&file).unwrap(), made);
+    // Kept across restarts (the workers of running jobs keep theirs), and never the same
+    // in two directories.
+    assert_eq!(token::resolve(loopback, None, &dir).unwrap().0, made);
+    let other = dir.join("other");
+    assert_ne!(token::resolve(loopback, None, &other).unwrap().0, made);
+    // A given token is used as it is, and checked; beyond loopback one must be given.
+    let given = "a-given-token-0123456789".to_string();
+    assert_eq!(
+        token::resolve(loopback, Some(given.clone()), &dir).unwrap(),
+        (given, None)
+    );
+    assert!(matches!(
+        token::resolve(loopback, Some("short".into()), &dir),
+        Err(TokenError::Bad)
+    ));
+    let everywhere: SocketAddr = "0.0.0.0:7070".parse().unwrap();
+    let e = token::resolve(everywhere, None, &dir).unwrap_err();
+    assert!(e.to_string().contains("needs an access token"), "{e}");
+    // A file other users may read is refused, not used.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = token::resolve(loopback, None, &dir).unwrap_err();
+    assert!(matches!(e, TokenError::Exposed { .. }), "{e}");
+    // The made token opens the API, and nothing else does.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = ServerConfig {
+        token: token::read(&file).unwrap(),
+        ..ServerConfig::default()
+    };
+    let ctl = start(&dir.join("tofino"), config);
+    let ask = |auth: &str| {
+        http(
+            ctl.addr,
+            &format!("GET /v1/health HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+        )
+    };
+    let answer = ask(&format!("Authorization: Bearer {made}\r\n"));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    for auth in [String::new(), format!("Authorization: Bearer {TOKEN}\r\n")] {
+        let answer = ask(&auth);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    }
+    drop(ctl);
+    let _ = std::fs::remove_dir_all(&dir);
 }

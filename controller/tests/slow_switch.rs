@@ -44,7 +44,7 @@ fn api_error<T: std::fmt::Debug>(r: Result<T, ClientError>) -> (u16, String) {
 fn a_stalled_switch_fails_no_job_of_another_and_does_not_hang_the_api() {
     let stall = Duration::from_secs(20);
     let (sw, ctl) = switch_and_controller(Policy::FairShare);
-    let c = ctl.client(None);
+    let c = ctl.client();
     // A job on the healthy switch whose workers beat every 100 ms: three silent periods, and
     // it would fail.
     let mut req = job("healthy", free_addrs(2), 256, 64);

@@ -81,6 +81,9 @@ impl Drop for RunningSwitch {
     }
 }
 
+/// The access token of the controllers started here.
+pub const TOKEN: &str = "controller-test-token-0123456789";
+
 pub struct RunningController {
     pub addr: SocketAddr,
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -88,20 +91,15 @@ pub struct RunningController {
 }
 
 impl RunningController {
-    pub fn start(
-        dir: Option<&Path>,
-        policy: Policy,
-        bind: &str,
-        token: Option<&str>,
-    ) -> RunningController {
-        RunningController::start_with_metrics(dir, policy, bind, token, None)
+    /// A controller on `bind` requiring [`TOKEN`].
+    pub fn start(dir: Option<&Path>, policy: Policy, bind: &str) -> RunningController {
+        RunningController::start_with_metrics(dir, policy, bind, None)
     }
 
     pub fn start_with_metrics(
         dir: Option<&Path>,
         policy: Policy,
         bind: &str,
-        token: Option<&str>,
         metrics: Option<SocketAddr>,
     ) -> RunningController {
         let store = dir.map(|d| Store::open(d).unwrap());
@@ -110,7 +108,7 @@ impl RunningController {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let bind: SocketAddr = bind.parse().unwrap();
         let config = ServerConfig {
-            token: token.map(str::to_string),
+            token: TOKEN.to_string(),
             resync_every: Duration::from_millis(100),
             metrics,
             ..ServerConfig::default()
@@ -137,7 +135,13 @@ impl RunningController {
         }
     }
 
-    pub fn client(&self, token: Option<&str>) -> Client {
+    /// A client with the controller's token.
+    pub fn client(&self) -> Client {
+        self.client_with(Some(TOKEN))
+    }
+
+    /// A client presenting `token`, or none.
+    pub fn client_with(&self, token: Option<&str>) -> Client {
         Client::new(&self.addr.to_string(), token.map(str::to_string))
     }
 
@@ -161,8 +165,8 @@ impl Drop for RunningController {
 /// A software switch of 512 slots, and a controller under `policy` holding it.
 pub fn switch_and_controller(policy: Policy) -> (RunningSwitch, RunningController) {
     let sw = RunningSwitch::start("127.0.0.1:0", "127.0.0.1:0", 512);
-    let ctl = RunningController::start(None, policy, "127.0.0.1:0", None);
-    ctl.client(None)
+    let ctl = RunningController::start(None, policy, "127.0.0.1:0");
+    ctl.client()
         .add_switch(&switch_spec("tor", &sw, 512))
         .unwrap();
     (sw, ctl)
@@ -181,10 +185,9 @@ pub fn switch_and_fair_share_controller_with_metrics(
         None,
         Policy::FairShare,
         "127.0.0.1:0",
-        None,
         Some(metrics),
     );
-    ctl.client(None)
+    ctl.client()
         .add_switch(&switch_spec("tor", &sw, 512))
         .unwrap();
     (sw, ctl, metrics)
@@ -286,7 +289,7 @@ impl HeldJob {
         let size = self.workers.len();
         (0..size)
             .map(|rank| {
-                let (client, switch, addr) = (ctl.client(None), sw.udp, self.workers[rank]);
+                let (client, switch, addr) = (ctl.client(), sw.udp, self.workers[rank]);
                 let (name, id) = (self.name, self.id);
                 let (progress, stop_at) = (self.progress.clone(), self.stop_at.clone());
                 std::thread::spawn(move || {
