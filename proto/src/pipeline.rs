@@ -138,6 +138,15 @@ impl Uplink {
     }
 }
 
+/// The bit of `reg_count` that marks a use whose first arrival carried no payload (an exponent
+/// lookahead header): the use's later arrivals must carry none either, and one that carries a
+/// payload is refused with `BadCount`, as is a payload-less arrival to a use that began with
+/// one (PROTOCOL.md §6). Without it a header-only use would leave the registers' previous
+/// values in place for a later payload to be added to.
+pub const HEADER_USE: u32 = 1 << 31;
+/// The bits of `reg_count` that count the arrivals still pending.
+const PENDING_ARRIVALS: u32 = !HEADER_USE;
+
 /// `reg_count` of a use whose ranks have all contributed on a lower switch, which waits for
 /// the upper switch's total (a count of arrivals never reaches it: a job has at most 32 ranks).
 /// The use's packets carried payload: its partial sum is sent with the job's elements.
@@ -1415,6 +1424,11 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
+        if self.differs_from_its_use(view, payload_bytes.is_empty()) {
+            if let Some(&header) = view.as_bytes().first_chunk::<HEADER_LEN>() {
+                return self.reject_header(job_idx, &header, RejectReason::BadCount, ingress, out);
+            }
+        }
         // Borrowed apart, so that stores to one are known not to change the others.
         let Pipeline {
             regs,
@@ -1491,7 +1505,16 @@ impl Pipeline {
         }
         // An arrival that counts. Arrivals pending: a new use starts at workers - 1 still to
         // come.
-        let remaining = if new_use { workers - 1 } else { pending[x] - 1 };
+        let remaining = if new_use {
+            workers - 1
+        } else {
+            (pending[x] & PENDING_ARRIVALS) - 1
+        };
+        let header_use = if new_use {
+            count == 0
+        } else {
+            pending[x] & HEADER_USE != 0
+        };
         // The arrival that completes the use must be able to send the result; refusing it
         // before any register changes keeps the slot collecting, so that its retransmission
         // completes the use as this packet would have.
@@ -1513,7 +1536,11 @@ impl Pipeline {
             counters.data_added += 1;
         }
         counters.elements_aggregated += count as u64;
-        pending[x] = remaining;
+        pending[x] = if remaining != 0 && header_use {
+            remaining | HEADER_USE
+        } else {
+            remaining
+        };
         if remaining != 0 {
             return Verdict::Absorbed;
         }
@@ -1548,6 +1575,27 @@ impl Pipeline {
 
     /// [`Self::reject`] of a data packet's header, which parsed as data already.
     #[cold]
+    /// Whether a Data arrival that would count towards its slot's current use (new from its
+    /// rank, the use collecting) carries a payload where the use's first arrival carried none,
+    /// or none where it carried one.
+    #[inline(always)]
+    fn differs_from_its_use(
+        &self,
+        view: &AggPacket<&[u8; HEADER_LEN]>,
+        headers_only: bool,
+    ) -> bool {
+        let x = usize::from(view.set());
+        let Some(r) = self.regs.slots.get(usize::from(view.slot())) else {
+            return false;
+        };
+        let pending = r.count[x];
+        let collecting = pending & PENDING_ARRIVALS != 0 && awaiting(pending, 0).is_none();
+        collecting
+            && view.seq() == r.seq[x]
+            && r.bitmap[x] & (1u32 << (view.rank() % 32)) == 0
+            && (pending & HEADER_USE != 0) != headers_only
+    }
+
     fn reject_header(
         &mut self,
         job_idx: usize,

@@ -206,6 +206,11 @@ impl<T: AsRef<[u8]>> AggPacket<T> {
         self.buffer
     }
 
+    /// The bytes under the view.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
     fn u16_at(&self, r: core::ops::Range<usize>) -> u16 {
         let d = &self.buffer.as_ref()[r];
         u16::from_be_bytes([d[0], d[1]])
