@@ -532,6 +532,7 @@ impl Inner {
         match done {
             Done::Holds(held) => self.record_holding(switch, held),
             Done::Removed(id) => {
+                tracing::info!(%switch, job = id, "job taken off the switch");
                 self.counters.changes_applied += 1;
                 if let Some(h) = self.holding.get_mut(switch) {
                     h.remove(&id);
@@ -571,6 +572,7 @@ impl Inner {
     /// was deleted, resized or its workers changed meanwhile), the switch holds it under an
     /// epoch nobody keeps, and the next plan changes it.
     fn record_install(&mut self, switch: &str, install: Install, epoch: u16) {
+        tracing::info!(%switch, job = install.job, epoch, slots = ?install.slots, "job installed on the switch");
         self.counters.changes_applied += 1;
         let current = self.wanted_install(switch, install.job).as_ref() == Some(&install);
         self.holding
