@@ -225,9 +225,7 @@ pub enum StreamError {
     },
     #[error("the switch runs epoch {switch} of the job, this stream was started for epoch {ours}: the switch restarted or the job was reinstalled")]
     SwitchRestarted { ours: u16, switch: u16 },
-    #[error(
-        "the switch rejected a packet: {0:?} (the job's configuration differs from the worker's)"
-    )]
+    #[error("the switch rejected a packet: {reason:?} ({why})", reason = .0, why = why_rejected(*.0))]
     Rejected(RejectReason),
     #[error(transparent)]
     NonFinite(#[from] quant::QuantError),
@@ -235,6 +233,14 @@ pub enum StreamError {
     Mismatch(crate::descriptor::Mismatch),
     #[error("transmit buffer of {have} bytes is smaller than a packet ({need} bytes)")]
     BufferTooSmall { need: usize, have: usize },
+}
+
+/// What a Reject says about the job, in words.
+fn why_rejected(reason: RejectReason) -> &'static str {
+    match reason {
+        RejectReason::BadCount => "the packet's element count differs from the job's, or from the other ranks' packets of the same use: the ranks all-reduce tensors of different element types or lengths, or the job's elements per packet differ from the worker's",
+        _ => "the job's configuration differs from the worker's",
+    }
 }
 
 /// The reason a stream gave up, in words: which workers are gone, when known.
