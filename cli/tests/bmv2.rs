@@ -284,28 +284,12 @@ fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
             "workers_all_reduce_through_bmv2_running_the_v1model_program",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-                ina_testkit::TC,
-                ina_testkit::P4C,
-                ina_testkit::SIMPLE_SWITCH,
-                ina_testkit::SIMPLE_SWITCH_CLI,
-            ],
+            ina_testkit::BMV2_RACK,
             workers_all_reduce_through_bmv2_running_the_v1model_program,
         )
         .test(
             "the_controller_provisions_bmv2_and_provisions_a_restarted_one_again",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-                ina_testkit::TC,
-                ina_testkit::P4C,
-                ina_testkit::SIMPLE_SWITCH,
-                ina_testkit::SIMPLE_SWITCH_CLI,
-            ],
+            ina_testkit::BMV2_RACK,
             the_controller_provisions_bmv2_and_provisions_a_restarted_one_again,
         )
         .run()

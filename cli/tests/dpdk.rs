@@ -276,15 +276,7 @@ fn main() -> std::process::ExitCode {
         )
         .test(
             "a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-                ina_testkit::TC,
-                ina_testkit::P4C,
-                ina_testkit::SIMPLE_SWITCH,
-                ina_testkit::SIMPLE_SWITCH_CLI,
-            ],
+            ina_testkit::BMV2_RACK,
             a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers,
         )
         .run()

@@ -144,11 +144,7 @@ fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
             "switch_and_worker_refuse_packets_beyond_the_path_mtu",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-            ],
+            ina_testkit::NAMESPACE,
             switch_and_worker_refuse_packets_beyond_the_path_mtu,
         )
         .run()

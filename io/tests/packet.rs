@@ -127,11 +127,7 @@ fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
             "frames_cross_a_veth_pair_whole_and_in_order",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-            ],
+            ina_testkit::NAMESPACE,
             frames_cross_a_veth_pair_whole_and_in_order,
         )
         .run()

@@ -78,6 +78,27 @@ pub const SIMPLE_SWITCH: Need = Need::P4Tool("simple_switch");
 pub const SIMPLE_SWITCH_CLI: Need = Need::P4Tool("simple_switch_CLI");
 /// Everything a bmv2 run needs besides a rack.
 pub const BMV2: &[Need] = &[P4C, SIMPLE_SWITCH, SIMPLE_SWITCH_CLI];
+/// A network namespace of the test's own: root, the kernel's namespaces, `ip`.
+pub const NAMESPACE: &[Need] = &[Need::Root, Need::NetNamespaces, IP];
+/// bmv2 in a namespace of its own (the conformance target).
+pub const BMV2_NAMESPACE: &[Need] = &[
+    Need::Root,
+    Need::NetNamespaces,
+    IP,
+    P4C,
+    SIMPLE_SWITCH,
+    SIMPLE_SWITCH_CLI,
+];
+/// bmv2 as the hub of an emulated rack.
+pub const BMV2_RACK: &[Need] = &[
+    Need::Root,
+    Need::NetNamespaces,
+    IP,
+    TC,
+    P4C,
+    SIMPLE_SWITCH,
+    SIMPLE_SWITCH_CLI,
+];
 
 impl Need {
     /// Why the need is not met on this machine, or `None` if it is.

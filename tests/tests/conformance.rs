@@ -74,25 +74,10 @@ fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test("scenarios_expand", &[], scenarios_expand)
         .test("model_conforms", &[], model_conforms)
-        .test(
-            "bmv2_conforms",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-                ina_testkit::P4C,
-                ina_testkit::SIMPLE_SWITCH,
-                ina_testkit::SIMPLE_SWITCH_CLI,
-            ],
-            bmv2_conforms,
-        )
+        .test("bmv2_conforms", ina_testkit::BMV2_NAMESPACE, bmv2_conforms)
         .test(
             "l2_switch_conforms",
-            &[
-                ina_testkit::Need::Root,
-                ina_testkit::Need::NetNamespaces,
-                ina_testkit::IP,
-            ],
+            ina_testkit::NAMESPACE,
             l2_switch_conforms,
         )
         .run()

@@ -51,10 +51,16 @@ pub struct LinkReport {
 /// window for the exponent lookahead. (The ring's TCP segments on loopback are 64 KiB: their
 /// headers add under 0.1%, counted as nothing.)
 pub fn ina_framing(elements: usize, elems: u16, window: u16) -> f64 {
+    let headers = ina_io::paced::IP_UDP_HEADERS + ina_wire::HEADER_LEN;
+    framing_with_headers(elements, elems, window, headers)
+}
+
+/// Bytes on a link per tensor byte for `ina` when every packet carries `headers` bytes of
+/// headers: `elements` in packets of `elems`, and a lookahead header per slot of `window`.
+pub fn framing_with_headers(elements: usize, elems: u16, window: u16, headers: usize) -> f64 {
     let e = usize::from(elems);
     let blocks = elements.div_ceil(e);
     let lookahead = blocks.min(usize::from(window));
-    let headers = ina_io::paced::IP_UDP_HEADERS + ina_wire::HEADER_LEN;
     let bytes = blocks * (headers + 4 * e) + lookahead * headers;
     bytes as f64 / (elements * 4) as f64
 }

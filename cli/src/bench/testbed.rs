@@ -310,12 +310,7 @@ pub struct TestbedReport {
 /// UDP (8) and ina (16) headers and 4E bytes of payload, and the exponent lookahead adds one
 /// header-only packet per slot of the window (`window` of them per tensor).
 pub fn ina_framing(elements: usize, elems: u16, window: u16) -> f64 {
-    let e = usize::from(elems);
-    let blocks = elements.div_ceil(e);
-    let lookahead = blocks.min(usize::from(window));
-    let headers = 14 + 20 + 8 + 16;
-    let bytes = blocks * (headers + 4 * e) + lookahead * headers;
-    bytes as f64 / (elements * 4) as f64
+    super::links::framing_with_headers(elements, elems, window, 14 + 20 + 8 + 16)
 }
 
 /// Bytes on a link per tensor byte for the ring's TCP: segments of MTU − 52 bytes of data
