@@ -4,36 +4,24 @@
 //! without a token keeps one that only its user can read.
 #![allow(clippy::unwrap_used)]
 
+#[allow(dead_code)]
+mod common;
+
+use common::RunningController;
+
 use ina_controller::alloc::Policy;
-use ina_controller::server::{self, ServerConfig};
+use ina_controller::server::ServerConfig;
 use ina_controller::service::{drivers_with, Controller, LocalDrivers};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-struct Running {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// The access token of the controllers started here.
 const TOKEN: &str = "security-test-token-0123456789";
 
 /// A controller requiring `config`'s token, or [`TOKEN`] if it has none.
-fn start(tofino_dir: &Path, mut config: ServerConfig) -> Running {
+fn start(tofino_dir: &Path, mut config: ServerConfig) -> RunningController {
     if config.token.is_empty() {
         config.token = TOKEN.to_string();
     }
@@ -42,29 +30,7 @@ fn start(tofino_dir: &Path, mut config: ServerConfig) -> Running {
         ..LocalDrivers::default()
     };
     let ctl = Controller::open(Policy::FairShare, None, drivers_with(local)).unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            addr_tx.send(listener.local_addr().unwrap()).unwrap();
-            server::serve(listener, ctl, config, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-    });
-    let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    Running {
-        addr,
-        stop: Some(tx),
-        thread: Some(thread),
-    }
+    RunningController::serve(ctl, "127.0.0.1:0", config)
 }
 
 /// Sends `request` whole and returns the answer (until the server closes).

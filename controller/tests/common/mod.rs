@@ -104,15 +104,20 @@ impl RunningController {
     ) -> RunningController {
         let store = dir.map(|d| Store::open(d).unwrap());
         let ctl = Controller::open(policy, store, drivers()).unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let bind: SocketAddr = bind.parse().unwrap();
         let config = ServerConfig {
             token: TOKEN.to_string(),
             resync_every: Duration::from_millis(100),
             metrics,
             ..ServerConfig::default()
         };
+        RunningController::serve(ctl, bind, config)
+    }
+
+    /// Serves `ctl` on `bind` as `config` says, on a thread of its own.
+    pub fn serve(ctl: Controller, bind: &str, config: ServerConfig) -> RunningController {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let bind: SocketAddr = bind.parse().unwrap();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
