@@ -4,7 +4,6 @@
 //! without a token keeps one that only its user can read.
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
 mod common;
 
 use common::RunningController;
