@@ -32,6 +32,10 @@ fn assert_ok(out: &Output) -> String {
     stdout
 }
 
+/// The flags that shorten a bench run to one timed iteration (they change nothing else).
+const ONE_TIMED_ITERATION: &[&str] =
+    &["--rounds", "1", "--iterations", "1", "--warmup-rounds", "0"];
+
 /// A bench run at its defaults, shortened to one timed iteration of `size`; its JSON report.
 fn short_bench(extra: &[&str]) -> Value {
     let json = std::env::temp_dir().join(format!(
@@ -39,19 +43,9 @@ fn short_bench(extra: &[&str]) -> Value {
         std::process::id(),
         extra.len()
     ));
-    let mut args = vec![
-        "bench",
-        "--size",
-        "2MiB",
-        "--rounds",
-        "1",
-        "--iterations",
-        "1",
-        "--warmup-rounds",
-        "0",
-        "--json",
-        json.to_str().unwrap(),
-    ];
+    let mut args = vec!["bench", "--size", "2MiB"];
+    args.extend_from_slice(ONE_TIMED_ITERATION);
+    args.extend_from_slice(&["--json", json.to_str().unwrap()]);
     args.extend_from_slice(extra);
     let stdout = assert_ok(&ina(&args));
     println!("{stdout}");
@@ -80,19 +74,10 @@ fn bench_runs_behind_paced_links_at_its_defaults() {
 
 /// `--link unlimited` says what it measures, and `--link` with `--processes` is refused.
 fn bench_on_bare_loopback_says_it_measures_cpu() {
-    let stdout = assert_ok(&ina(&[
-        "bench",
-        "--size",
-        "1MiB",
-        "--rounds",
-        "1",
-        "--iterations",
-        "1",
-        "--warmup-rounds",
-        "0",
-        "--link",
-        "unlimited",
-    ]));
+    let mut args = vec!["bench", "--size", "1MiB"];
+    args.extend_from_slice(ONE_TIMED_ITERATION);
+    args.extend_from_slice(&["--link", "unlimited"]);
+    let stdout = assert_ok(&ina(&args));
     assert!(stdout.contains("measures CPU cost, not links"), "{stdout}");
     let out = ina(&["bench", "--processes", "--link", "1gbit"]);
     assert!(!out.status.success());

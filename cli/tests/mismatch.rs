@@ -44,25 +44,39 @@ fn two_workers(extra: [&[&str]; 2]) -> Vec<Outcome> {
     outcomes
 }
 
+/// Every rank stopped with an error of kind `mismatch` before reporting any iteration; the
+/// messages of its error lines.
+fn assert_every_rank_stopped_on_a_mismatch(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|o| {
+            assert_eq!(
+                o.error_kind(),
+                Some("mismatch"),
+                "{}: {:?}\n{}",
+                o.name,
+                o.end,
+                o.stderr
+            );
+            assert!(
+                o.iterations.is_empty(),
+                "{}: an iteration was reported",
+                o.name
+            );
+            let End::Error(line) = &o.end else {
+                unreachable!()
+            };
+            line.value["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
 fn assert_mismatch_everywhere(outcomes: &[Outcome], says: &str) {
-    for o in outcomes {
-        assert_eq!(
-            o.error_kind(),
-            Some("mismatch"),
-            "{}: {:?}\n{}",
-            o.name,
-            o.end,
-            o.stderr
-        );
-        assert!(
-            o.iterations.is_empty(),
-            "{}: an iteration was reported",
-            o.name
-        );
-        let End::Error(line) = &o.end else {
-            unreachable!()
-        };
-        let message = line.value["message"].as_str().unwrap_or_default();
+    let messages = assert_every_rank_stopped_on_a_mismatch(outcomes);
+    for (o, message) in outcomes.iter().zip(messages) {
         assert!(message.contains(says), "{}: {message}", o.name);
         assert!(
             o.status.is_some_and(|s| !s.success()),
@@ -83,15 +97,5 @@ fn workers_with_tensors_of_different_lengths_both_stop_naming_it() {
 fn workers_that_count_different_totals_both_stop_naming_it() {
     // Rank 1 believes it is one of three workers (as behind a rack switch of a tree).
     let outcomes = two_workers([&[], &["--workers=3", "--switch-rank=1"]]);
-    for o in &outcomes {
-        assert_eq!(
-            o.error_kind(),
-            Some("mismatch"),
-            "{}: {:?}\n{}",
-            o.name,
-            o.end,
-            o.stderr
-        );
-        assert!(o.iterations.is_empty(), "{}", o.name);
-    }
+    assert_every_rank_stopped_on_a_mismatch(&outcomes);
 }
