@@ -24,7 +24,8 @@
 use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::pipeline::JobConfig;
-use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN, MAX_RANK, UDP_PORT};
+use ina_proto::pipeline::HEADER_USE;
+use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN, UDP_PORT};
 use ina_wire::PROTOCOL_VERSION;
 
 /// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
@@ -47,6 +48,14 @@ pub const VALUE_FIRST_STAGE: usize = 4;
 pub const INGRESS_STAGES: usize = 12;
 /// Stateful ALUs per stage on Tofino 1.
 pub const ALUS_PER_STAGE: usize = 4;
+/// Ranks of a job, at most: a set's 32-bit bitmap holds one bit per rank and, in bit 31, the
+/// kind of its use (`KIND_BIT`), one rank fewer than the wire's 32.
+pub const MAX_WORKERS: u8 = 31;
+/// Bit 31 of a set's `reg_bitmap` and `reg_exp` cells: its use began with a header, no payload
+/// (the Rust model keeps the same bit, `HEADER_USE`, in its count register, which this program
+/// does not have). An arrival of the other kind to a use that collects changes neither
+/// register and is refused with `BadCount`.
+const KIND_BIT: u32 = HEADER_USE;
 
 /// The control registers of the program, indexed by slot, which the control plane zeroes for
 /// a job's slots when it installs the job. (`reg_seq_order` holds the same sequence numbers as
@@ -62,7 +71,10 @@ pub enum TnaJobError {
          about twice the job's traffic; see docs/P4-RESOURCES.md)"
     )]
     ElemsPerPacket { elems: u16 },
-    #[error("{workers} workers: a job has 1 to {} ranks", u32::from(MAX_RANK) + 1)]
+    #[error(
+        "{workers} workers: a job has 1 to {MAX_WORKERS} ranks on Tofino (bit 31 of the \
+         bitmap marks a use begun by a header)"
+    )]
     Workers { workers: usize },
     #[error("slots {base}..{end} are not inside the pool of {POOL_SLOTS} slots")]
     SlotRange { base: u16, end: u32 },
@@ -92,7 +104,7 @@ pub fn check_job(job: &JobConfig) -> Result<(), TnaJobError> {
         });
     }
     let workers = job.ranks.len();
-    if workers == 0 || workers > usize::from(MAX_RANK) + 1 {
+    if workers == 0 || workers > usize::from(MAX_WORKERS) {
         return Err(TnaJobError::Workers { workers });
     }
     let end = u32::from(job.slot_base) + u32::from(job.slot_count);
@@ -149,6 +161,7 @@ mod out {
     pub const RESULT: u8 = 3;
     pub const RESULT_HARVEST: u8 = 4;
     pub const PENDING: u8 = 5;
+    pub const REJECT: u8 = 6;
 }
 
 /// The bridged header's instruction to egress or to the second pass (`hdr.bridge.op`).
@@ -186,6 +199,16 @@ mod pred {
     pub const OTHER_NEWER: &str = "4w0b0100";
     /// `reg_seq_order` for a packet of the set's current use: the other set holds no newer use.
     pub const OTHER_OLDER: &str = "4w0b0001";
+}
+
+/// [`KIND_BIT`] as a P4 literal.
+fn kind_bit() -> String {
+    format!("32w0x{KIND_BIT:08x}")
+}
+
+/// The bits of a bitmap that are ranks (all but [`KIND_BIT`]), as a P4 literal.
+fn rank_bits() -> String {
+    format!("32w0x{:08x}", !KIND_BIT)
 }
 
 fn ev(e: Event) -> String {
@@ -517,6 +540,9 @@ fn header_comment(p: &mut String) {
 //      stage 2: reg_seq (sequence of each set; new use, same use or stale) and reg_seq_order
 //               (the same sequence numbers; says whether the other set holds a newer use);
 //      stage 3: reg_bitmap (contributors of each set) and reg_exp (max exponent of each set);
+//               bit 31 of both marks a use begun by a header (no payload), whose later
+//               arrivals must carry none either: one of the other kind changes neither and is
+//               refused with BadCount (the Rust model's HEADER_USE). A job has at most 31 ranks;
 //      stage 4 on: the value registers, which add only when the bitmap says the rank is new.
 //    The arrivals still missing in a use (the Rust model's count register) are not stored:
 //    a stage's four ALUs and twelve stages hold seq, its order copy, bitmap, exp and 32 value
@@ -729,6 +755,7 @@ struct ingress_md_t {
     bit<8> outcome;
     bit<32> pend;
     bit<1> mcast_count;
+    bit<32> exp_h;
 }
 
 struct egress_md_t {
@@ -999,13 +1026,22 @@ fn value_registers(p: &mut String) {
                     format!("do_value_read_lo_{j}()"),
                 ),
             ];
-            for r in 0..=MAX_RANK {
+            for r in 0..MAX_WORKERS {
                 let bit = format!("32w0x{:08x} &&& 32w0x{:08x}", 1u32 << r, 1u32 << r);
                 entries.push(entry(
                     &[&vop::ADD_IF_UNSEEN.to_string(), &bit, &r.to_string()],
                     format!("do_value_read_hi_{j}()"),
                 ));
             }
+            // A payload to a use begun by a header (refused): nothing is added.
+            entries.push(entry(
+                &[
+                    &vop::ADD_IF_UNSEEN.to_string(),
+                    &format!("{} &&& {}", kind_bit(), kind_bit()),
+                    "_",
+                ],
+                format!("do_value_read_hi_{j}()"),
+            ));
             entries.push(entry(
                 &[&vop::ADD_IF_UNSEEN.to_string(), "_", "_"],
                 format!("do_value_add_{j}()"),
@@ -1099,21 +1135,40 @@ fn control_registers(p: &mut String) {
     action do_order_data_{set}() {{ md.order_pred = order_data_{set}.execute(md.cell[13:1]); }}
     action do_order_query_{set}() {{ md.order_pred = order_query_{set}.execute(md.cell[13:1]); }}
 
-    // Set {set}: a new use starts with the rank alone; an arrival to the current use adds the
-    // rank (a no-op for a rank already there); both take the rank out of the other set.
-    // Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_{set} = {{
+    // Set {set}: a new use starts with the rank alone, and KIND_BIT if the packet carries no
+    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
+    // rank already there), one of the other kind changes nothing; both updates take the rank
+    // out of the other set. Returns the set's bitmap before the update.
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_{set} = {{
         void apply(inout pair_t v, out bit<32> rv) {{
             rv = v.{x};
             v.{x} = md.rbit;
             v.{o} = v.{o} & ~md.rbit;
         }}
     }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_{set} = {{
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_{set} = {{
         void apply(inout pair_t v, out bit<32> rv) {{
             rv = v.{x};
-            v.{x} = v.{x} | md.rbit;
+            v.{x} = md.rbit | {kind};
             v.{o} = v.{o} & ~md.rbit;
+        }}
+    }};
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_{set} = {{
+        void apply(inout pair_t v, out bit<32> rv) {{
+            rv = v.{x};
+            if ((int<32>)v.{x} >= 0) {{
+                v.{x} = v.{x} | md.rbit;
+                v.{o} = v.{o} & ~md.rbit;
+            }}
+        }}
+    }};
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_{set} = {{
+        void apply(inout pair_t v, out bit<32> rv) {{
+            rv = v.{x};
+            if ((int<32>)v.{x} < 0) {{
+                v.{x} = v.{x} | md.rbit;
+                v.{o} = v.{o} & ~md.rbit;
+            }}
         }}
     }};
     RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_{set} = {{
@@ -1121,22 +1176,40 @@ fn control_registers(p: &mut String) {
             rv = v.{x};
         }}
     }};
-    action do_bitmap_new_{set}() {{ md.bm_old = bitmap_new_{set}.execute(md.cell[13:1]); }}
-    action do_bitmap_add_{set}() {{ md.bm_old = bitmap_add_{set}.execute(md.cell[13:1]); }}
+    action do_bitmap_new_payload_{set}() {{ md.bm_old = bitmap_new_payload_{set}.execute(md.cell[13:1]); }}
+    action do_bitmap_new_header_{set}() {{ md.bm_old = bitmap_new_header_{set}.execute(md.cell[13:1]); }}
+    action do_bitmap_add_payload_{set}() {{ md.bm_old = bitmap_add_payload_{set}.execute(md.cell[13:1]); }}
+    action do_bitmap_add_header_{set}() {{ md.bm_old = bitmap_add_header_{set}.execute(md.cell[13:1]); }}
     action do_bitmap_read_{set}() {{ md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]); }}
 
-    // Set {set}: a new use takes the packet's exponent byte, an arrival to the current use the
-    // larger of the two (unsigned). Returns the set's exponent after the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_{set} = {{
+    // Set {set}: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
+    // no payload; an arrival to the current use of the use's kind the larger of the two
+    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
+    // update (the exponent in its low byte).
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_{set} = {{
         void apply(inout pair_t v, out bit<32> rv) {{
             v.{x} = (bit<32>)hdr.ina.exponent;
             rv = v.{x};
         }}
     }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_{set} = {{
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_{set} = {{
         void apply(inout pair_t v, out bit<32> rv) {{
-            if ((bit<32>)hdr.ina.exponent > v.{x}) {{
+            v.{x} = md.exp_h;
+            rv = v.{x};
+        }}
+    }};
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_{set} = {{
+        void apply(inout pair_t v, out bit<32> rv) {{
+            if ((int<32>)v.{x} >= 0 && (bit<32>)hdr.ina.exponent > v.{x}) {{
                 v.{x} = (bit<32>)hdr.ina.exponent;
+            }}
+            rv = v.{x};
+        }}
+    }};
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_{set} = {{
+        void apply(inout pair_t v, out bit<32> rv) {{
+            if ((int<32>)v.{x} < 0 && md.exp_h > v.{x}) {{
+                v.{x} = md.exp_h;
             }}
             rv = v.{x};
         }}
@@ -1146,9 +1219,12 @@ fn control_registers(p: &mut String) {
             rv = v.{x};
         }}
     }};
-    action do_exp_write_{set}() {{ md.exp_x = exp_write_{set}.execute(md.cell[13:1]); }}
-    action do_exp_max_{set}() {{ md.exp_x = exp_max_{set}.execute(md.cell[13:1]); }}
-    action do_exp_read_{set}() {{ md.exp_x = exp_read_{set}.execute(md.cell[13:1]); }}"
+    action do_exp_write_payload_{set}() {{ md.exp_x = exp_write_payload_{set}.execute(md.cell[13:1]); }}
+    action do_exp_write_header_{set}() {{ md.exp_x = exp_write_header_{set}.execute(md.cell[13:1]); }}
+    action do_exp_max_payload_{set}() {{ md.exp_x = exp_max_payload_{set}.execute(md.cell[13:1]); }}
+    action do_exp_max_header_{set}() {{ md.exp_x = exp_max_header_{set}.execute(md.cell[13:1]); }}
+    action do_exp_read_{set}() {{ md.exp_x = exp_read_{set}.execute(md.cell[13:1]); }}",
+            kind = kind_bit(),
         );
     }
 }
@@ -1277,7 +1353,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }}",
         hdr_udp = 8 + HEADER_LEN,
     );
-    let entries: Vec<Entry> = (0..=MAX_RANK)
+    let entries: Vec<Entry> = (0..MAX_WORKERS)
         .map(|r| {
             entry(
                 &[&r.to_string()],
@@ -1306,6 +1382,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
+        md.exp_h = {kind} | (bit<32>)hdr.ina.exponent;
     }}
     @stage(1)
     table prep_compare {{
@@ -1317,11 +1394,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     action set_full_mask(bit<32> mask) {{
         md.full_mask = mask;
-    }}"
+    }}",
+        kind = kind_bit(),
     );
-    let entries: Vec<Entry> = (1..=u32::from(MAX_RANK) + 1)
+    let entries: Vec<Entry> = (1..=u32::from(MAX_WORKERS))
         .map(|n| {
-            let mask = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+            let mask = (1u32 << n) - 1;
             entry(&[&n.to_string()], format!("set_full_mask(32w0x{mask:08x})"))
         })
         .collect();
@@ -1448,60 +1526,80 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ("hdr.ina.set", "exact"),
         ("md.seq_pred", "ternary"),
         ("md.order_pred", "ternary"),
+        ("hdr.ina.count", "ternary"),
     ];
     let data = op::DATA.to_string();
     let query = op::QUERY.to_string();
+    let full = ELEMS.to_string();
     let mut bm = Vec::new();
     let mut ex = Vec::new();
     for set in 0..2 {
         let s = set.to_string();
-        bm.push(entry(
-            &[&data, &s, pred::NEW, "_"],
-            format!("do_bitmap_new_{set}()"),
-        ));
-        bm.push(entry(
-            &[&data, &s, pred::SAME, pred::OTHER_OLDER],
-            format!("do_bitmap_add_{set}()"),
-        ));
-        bm.push(entry(
-            &[&data, &s, pred::SAME, "_"],
-            format!("do_bitmap_read_{set}()"),
-        ));
-        bm.push(entry(
-            &[&query, &s, pred::SAME, "_"],
-            format!("do_bitmap_read_{set}()"),
-        ));
-        ex.push(entry(
-            &[&data, &s, pred::NEW, "_"],
-            format!("do_exp_write_{set}()"),
-        ));
-        ex.push(entry(
-            &[&data, &s, pred::SAME, pred::OTHER_OLDER],
-            format!("do_exp_max_{set}()"),
-        ));
-        ex.push(entry(
-            &[&data, &s, pred::SAME, "_"],
-            format!("do_exp_read_{set}()"),
-        ));
-        ex.push(entry(
-            &[&query, &s, pred::SAME, "_"],
-            format!("do_exp_read_{set}()"),
-        ));
+        // Accepted Data carries 0 or ELEMS elements (check 9).
+        for (kind, count) in [("header", "0"), ("payload", full.as_str())] {
+            bm.push(entry(
+                &[&data, &s, pred::NEW, "_", count],
+                format!("do_bitmap_new_{kind}_{set}()"),
+            ));
+            bm.push(entry(
+                &[&data, &s, pred::SAME, pred::OTHER_OLDER, count],
+                format!("do_bitmap_add_{kind}_{set}()"),
+            ));
+            ex.push(entry(
+                &[&data, &s, pred::NEW, "_", count],
+                format!("do_exp_write_{kind}_{set}()"),
+            ));
+            ex.push(entry(
+                &[&data, &s, pred::SAME, pred::OTHER_OLDER, count],
+                format!("do_exp_max_{kind}_{set}()"),
+            ));
+        }
+        for t in [&data, &query] {
+            bm.push(entry(
+                &[t, &s, pred::SAME, "_", "_"],
+                format!("do_bitmap_read_{set}()"),
+            ));
+            ex.push(entry(
+                &[t, &s, pred::SAME, "_", "_"],
+                format!("do_exp_read_{set}()"),
+            ));
+        }
     }
+    let actions = |register: &str, ops: &[&str]| -> Vec<String> {
+        (0..2)
+            .flat_map(|set| {
+                ops.iter()
+                    .map(move |op| format!("do_{register}_{op}_{set}"))
+            })
+            .chain(["NoAction".to_string()])
+            .collect()
+    };
+    let bm_actions = actions(
+        "bitmap",
+        &[
+            "new_payload",
+            "new_header",
+            "add_payload",
+            "add_header",
+            "read",
+        ],
+    );
+    let ex_actions = actions(
+        "exp",
+        &[
+            "write_payload",
+            "write_header",
+            "max_payload",
+            "max_header",
+            "read",
+        ],
+    );
     table(
         p,
         "bitmap_access",
         Some(3),
         &set_keys,
-        &[
-            "do_bitmap_new_0",
-            "do_bitmap_add_0",
-            "do_bitmap_read_0",
-            "do_bitmap_new_1",
-            "do_bitmap_add_1",
-            "do_bitmap_read_1",
-            "NoAction",
-        ],
+        &bm_actions.iter().map(String::as_str).collect::<Vec<_>>(),
         &bm,
         "NoAction()",
     );
@@ -1510,15 +1608,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         "exp_access",
         Some(3),
         &set_keys,
-        &[
-            "do_exp_write_0",
-            "do_exp_max_0",
-            "do_exp_read_0",
-            "do_exp_write_1",
-            "do_exp_max_1",
-            "do_exp_read_1",
-            "NoAction",
-        ],
+        &ex_actions.iter().map(String::as_str).collect::<Vec<_>>(),
         &ex,
         "NoAction()",
     );
@@ -1536,7 +1626,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }}",
         read_hi = vop::READ_HI,
     );
-    let full = ELEMS.to_string();
     let harvest = op::HARVEST.to_string();
     let vsel = vec![
         entry(
@@ -1585,7 +1674,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         "\n    // ---- stages 4 to 11: the value registers, four per stage ----\n\
          \n    // Stage 4: whether the rank's bit is in the set's bitmap.\n    action set_seen() {\n        md.seen = 1;\n    }\n",
     );
-    let seen: Vec<Entry> = (0..=MAX_RANK)
+    let seen: Vec<Entry> = (0..MAX_WORKERS)
         .map(|r| {
             entry(
                 &[
@@ -1710,14 +1799,21 @@ fn outcome(p: &mut String) {
     action outcome_pending(bit<8> event) {{
         md.outcome = {pending};
         md.event = event;
-        md.pend = md.bm_old;
+        md.pend = md.bm_old & {ranks};
     }}
     action outcome_pending_empty(bit<8> event) {{
         md.outcome = {pending};
         md.event = event;
         md.pend = 0;
+    }}
+    action outcome_reject(bit<8> reason, bit<8> event) {{
+        md.outcome = {reject};
+        md.reason = reason;
+        md.event = event;
     }}",
         pending = out::PENDING,
+        reject = out::REJECT,
+        ranks = rank_bits(),
     );
     let data = op::DATA.to_string();
     let query = op::QUERY.to_string();
@@ -1725,6 +1821,32 @@ fn outcome(p: &mut String) {
     let o = |x: u8, e: Event| format!("outcome({x}, {})", ev(e));
     let m = |x: u8, e: Event| format!("outcome_multicast({x}, {})", ev(e));
     // Key: op, seq_pred, order_pred, seen, old_x, new_x, workers, count, exponent.
+    // A new rank's arrival to a collecting use, of the other kind than the use's (bit 31 of
+    // old_x is the use's KIND_BIT): refused; stage 3 left the registers as they were.
+    let kind = format!("{} &&& {}", kind_bit(), kind_bit());
+    let payload_kind = format!("32w0 &&& {}", kind_bit());
+    let bad_count = format!(
+        "outcome_reject({}, {})",
+        RejectReason::BadCount as u8,
+        ev(Event::BadCount)
+    );
+    let mismatched =
+        [(kind.as_str(), full.as_str()), (payload_kind.as_str(), "0")].map(|(old_x, count)| {
+            entry(
+                &[
+                    &data,
+                    pred::SAME,
+                    pred::OTHER_OLDER,
+                    "0",
+                    old_x,
+                    "_",
+                    "_",
+                    count,
+                    "_",
+                ],
+                bad_count.clone(),
+            )
+        });
     let rows: Vec<Entry> = vec![
         // Data.
         entry(
@@ -1973,6 +2095,20 @@ fn outcome(p: &mut String) {
             format!("outcome_pending({})", ev(Event::PendingSent)),
         ),
     ];
+    // old_x and new_x compare a bitmap with the mask of the job's ranks: a complete use is one
+    // whose rank bits all match, whatever its KIND_BIT.
+    let all_ranks = format!("32w0 &&& {}", rank_bits());
+    let rows: Vec<Entry> = mismatched
+        .into_iter()
+        .chain(rows.into_iter().map(|mut e| {
+            for k in &mut e.keys[4..6] {
+                if k == "0" {
+                    k.clone_from(&all_ranks);
+                }
+            }
+            e
+        }))
+        .collect();
     table(
         p,
         "ina_outcome",
@@ -1993,6 +2129,7 @@ fn outcome(p: &mut String) {
             "outcome_multicast",
             "outcome_pending",
             "outcome_pending_empty",
+            "outcome_reject",
             "NoAction",
         ],
         &rows,
@@ -2170,6 +2307,10 @@ fn reply(p: &mut String) {
         entry(
             &[&s(op::DATA), &s(out::PENDING), "_", "_"],
             "answer_pending()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::REJECT), "_", "_"],
+            "answer_reject()",
         ),
         entry(
             &[&s(op::QUERY), &s(out::PENDING), "_", "_"],

@@ -32,6 +32,7 @@
 
 use core::fmt::Write as _;
 use ina_proto::event::Event;
+use ina_proto::pipeline::HEADER_USE;
 use ina_wire::agg::{MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION, UDP_PORT};
 
 /// Slots of the v1model program's pool (its control registers have this many cells, its value
@@ -176,6 +177,7 @@ fn constants(p: &mut P4) {
     let _ = writeln!(c, "const bit<32> EVENT_COUNT = {};", Event::COUNT);
     let _ = writeln!(c, "const bit<32> POOL_SLOTS = {POOL_SLOTS};");
     let _ = writeln!(c, "const bit<16> MAX_ELEMS = {MAX_ELEMS};");
+    let _ = writeln!(c, "const bit<32> HEADER_USE = 0x{HEADER_USE:08x};");
     // What the egress does with a frame.
     let _ = writeln!(c, "const bit<2> OUT_DROP = 0;");
     let _ = writeln!(c, "const bit<2> OUT_PORT = 1;");
@@ -432,6 +434,8 @@ fn ingress(p: &mut P4) {
         // Per slot: low half = set 0, high half = set 1.
         register<bit<64>>(POOL_SLOTS) reg_seq;
         register<bit<64>>(POOL_SLOTS) reg_bitmap;
+        // reg_count: the arrivals still pending, with HEADER_USE set while a use begun by a
+        // header (no payload) collects.
         register<bit<64>>(POOL_SLOTS) reg_count;
         register<bit<64>>(POOL_SLOTS) reg_exp;
         // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).",
@@ -745,6 +749,10 @@ fn ingress_apply(p: &mut P4) {
         bitmap_o = bitmap_o & ~rank_bit;
         exp_x = (bit<32>)hdr.ina.exponent;
         count_x = (bit<32>)meta.job_workers - 1;
+        if (hdr.ina.count == 0 && count_x != 0) {
+        // A use begun by a header: its later arrivals must be headers too.
+        count_x = count_x | HEADER_USE;
+        }
         if (hdr.elems_lo.isValid()) {
         values_write_elems_lo();
         }
@@ -769,6 +777,10 @@ fn ingress_apply(p: &mut P4) {
         } else if (count_x == 0) {
         // A late copy of a complete use.
         drop_event(EV_DUPLICATE);
+        } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
+        || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
+        // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+        reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
         } else {
         // A later arrival.
         bitmap_x = bitmap_x | rank_bit;
@@ -777,6 +789,9 @@ fn ingress_apply(p: &mut P4) {
         exp_x = (bit<32>)hdr.ina.exponent;
         }
         count_x = count_x - 1;
+        if (count_x == HEADER_USE) {
+        count_x = 0;
+        }
         if (hdr.elems_lo.isValid()) {
         values_add_elems_lo();
         }

@@ -286,6 +286,13 @@ fn control_plane_refuses_what_the_program_cannot_do() {
         tna::check_job(&job(64, &[])),
         Err(TnaJobError::Workers { workers: 0 })
     );
+    // Bit 31 of a bitmap is the use's kind: 31 ranks fit, 32 do not.
+    let ports: Vec<u16> = (0..32).collect();
+    assert_eq!(tna::check_job(&job(64, &ports[..31])), Ok(()));
+    assert_eq!(
+        tna::check_job(&job(64, &ports)),
+        Err(TnaJobError::Workers { workers: 32 })
+    );
     let mut big = job(64, &[1]);
     big.slot_base = 8190;
     big.slot_count = 3;
@@ -310,7 +317,7 @@ proptest! {
         j.slot_base = base;
         j.slot_count = count;
         let ok = elems == 64
-            && (1..=32).contains(&ports.len())
+            && (1..=usize::from(tna::MAX_WORKERS)).contains(&ports.len())
             && count > 0
             && u32::from(base) + u32::from(count) <= tna::POOL_SLOTS
             && ports.iter().all(|p| *p < 512 && p & 0x7f != 68)
@@ -326,10 +333,12 @@ proptest! {
 // const entries as they stand in the generated text (first match wins), and applies the
 // register action the matched action names. The register actions' bodies are mirrored by hand.
 // Random executions of workers that follow the protocol (self-clocking, retransmissions,
-// Queries; the network loses, duplicates and reorders) must get the same answers from it as
-// from `ina_proto::pipeline::Pipeline`, and leave the same registers.
+// Queries; the network loses, duplicates and reorders), and of ranks that send a use's packet
+// with a payload where the use carries none or the reverse (refused, BadCount), must get the
+// same answers from it as from `ina_proto::pipeline::Pipeline`, and leave the same registers.
 
 use ina_proto::pipeline::{DropReason, Pipeline, PipelineConfig, Verdict};
+use ina_wire::agg::RejectReason;
 
 /// One const entry: key patterns (value, mask; mask 0 = any) and the action with its arguments.
 #[derive(Debug, Clone)]
@@ -435,6 +444,8 @@ impl Tables {
 }
 
 const OP_DATA: u64 = 6;
+/// Bit 31 of a set's bitmap and exponent in the program: its use began with a header.
+const KIND_BIT: u32 = ina_proto::pipeline::HEADER_USE;
 const OP_QUERY: u64 = 7;
 const E: usize = 64;
 
@@ -498,19 +509,24 @@ impl TnaModel<'_> {
             s.seq[x] = seq;
             s.seq_order[x] = seq;
         }
-        // Stage 3.
-        let key = [op, x as u64, seq_pred, order_pred];
+        // Stage 3. Bit 31 of a set's bitmap and exponent: its use began with a header.
+        let key = [op, x as u64, seq_pred, order_pred, count];
+        let kind = if count == 0 { KIND_BIT } else { 0 };
         let mut bm_old = 0u32;
         if let Some(e) = lookup(&t.bitmap, &key) {
             bm_old = s.bitmap[x];
             match e.action.rsplit_once('_').map(|(a, _)| a) {
-                Some("do_bitmap_new") => {
-                    s.bitmap[x] = bit;
+                Some("do_bitmap_new_payload" | "do_bitmap_new_header") => {
+                    assert_eq!(e.action.contains("header"), count == 0, "{}", e.action);
+                    s.bitmap[x] = bit | kind;
                     s.bitmap[1 - x] &= !bit;
                 }
-                Some("do_bitmap_add") => {
-                    s.bitmap[x] |= bit;
-                    s.bitmap[1 - x] &= !bit;
+                Some("do_bitmap_add_payload" | "do_bitmap_add_header") => {
+                    assert_eq!(e.action.contains("header"), count == 0, "{}", e.action);
+                    if s.bitmap[x] & KIND_BIT == kind {
+                        s.bitmap[x] |= bit;
+                        s.bitmap[1 - x] &= !bit;
+                    }
                 }
                 Some("do_bitmap_read") => {}
                 other => panic!("bitmap action {other:?}"),
@@ -520,8 +536,16 @@ impl TnaModel<'_> {
         let mut exp_x = 0u32;
         if let Some(e) = lookup(&t.exp, &key) {
             match e.action.rsplit_once('_').map(|(a, _)| a) {
-                Some("do_exp_write") => s.exp[x] = exponent,
-                Some("do_exp_max") => s.exp[x] = s.exp[x].max(exponent),
+                Some("do_exp_write_payload" | "do_exp_write_header") => {
+                    assert_eq!(e.action.contains("header"), count == 0, "{}", e.action);
+                    s.exp[x] = exponent | kind;
+                }
+                Some("do_exp_max_payload" | "do_exp_max_header") => {
+                    assert_eq!(e.action.contains("header"), count == 0, "{}", e.action);
+                    if s.exp[x] & KIND_BIT == kind {
+                        s.exp[x] = s.exp[x].max(exponent | kind);
+                    }
+                }
                 Some("do_exp_read") => {}
                 other => panic!("exp action {other:?}"),
             }
@@ -596,8 +620,12 @@ impl TnaModel<'_> {
             .unwrap_or_else(|| panic!("no outcome for the accepted packet's key {okey:?}"));
         let (outcome, event, pend) = match o.action.as_str() {
             "outcome" | "outcome_multicast" => (o.args[0], o.args[1], 0),
-            "outcome_pending" => (5, o.args[0], bm_old),
+            "outcome_pending" => (5, o.args[0], bm_old & !KIND_BIT),
             "outcome_pending_empty" => (5, o.args[0], 0),
+            "outcome_reject" => {
+                assert_eq!(o.args[0], RejectReason::BadCount as u64, "reject reason");
+                (6, o.args[1], 0)
+            }
             a => panic!("outcome action {a}"),
         };
         let event = Event::ALL[event as usize];
@@ -626,6 +654,7 @@ impl TnaModel<'_> {
                 e => Sent::Dropped(e),
             },
             "answer_pending" => Sent::Unicast(with_values(header(6, 0, 1), &[pend as i32])),
+            "answer_reject" => Sent::Unicast(header(3, RejectReason::BadCount as u8, 0)),
             "answer_result" => Sent::Unicast(header(2, exp_x as u8, 0)),
             "answer_result_harvest" => {
                 Sent::Unicast(with_values(header(2, exp_x as u8, E as u16), &values))
@@ -671,7 +700,12 @@ fn count_of(g: u32) -> u16 {
 
 /// The packet of `rank` at position `g` of a lane of `w` slots: Data, or a Query of it.
 fn packet(rank: u8, g: u32, w: u32, query: bool) -> Vec<u8> {
-    let count = count_of(g);
+    packet_of_count(rank, g, w, query, count_of(g))
+}
+
+/// As [`packet`], with `count` elements (0 or `E`) whatever the position's own count: a
+/// misused rank's packet when they differ.
+fn packet_of_count(rank: u8, g: u32, w: u32, query: bool, count: u16) -> Vec<u8> {
     let slot = BASE + (g % w) as u16;
     let set = ((g / w) % 2) as u8;
     let kind = if query { 7 } else { 1 };
@@ -750,7 +784,7 @@ fn run_execution(
     for &(what, a, b) in steps {
         let r = (a % u16::from(workers)) as u8;
         let sim = &mut sims[usize::from(r)];
-        match what % 6 {
+        match what % 7 {
             // A new position, when self-clocking allows it.
             0 | 1 => {
                 let g = sim.next;
@@ -766,6 +800,16 @@ fn run_execution(
                 if !outstanding.is_empty() {
                     let g = outstanding[usize::from(b) % outstanding.len()];
                     bag.push((r, packet(r, g, w, b % 2 == 0)));
+                }
+            }
+            // A rank sends an outstanding position with the other count (a payload where the
+            // position's use carries none, or the reverse).
+            6 => {
+                let outstanding: Vec<u32> = sim.sent.difference(&sim.done).copied().collect();
+                if !outstanding.is_empty() {
+                    let g = outstanding[usize::from(b) % outstanding.len()];
+                    let other = if count_of(g) == 0 { E as u16 } else { 0 };
+                    bag.push((r, packet_of_count(r, g, w, false, other)));
                 }
             }
             // Loss.
@@ -858,8 +902,12 @@ fn run_execution(
                     let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
                     assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
                     assert_eq!(ms.seq_order, ms.seq, "seq order copy of slot {slot}");
-                    assert_eq!(rs.bitmap, ms.bitmap, "bitmap of slot {slot}");
-                    assert_eq!(rs.exp, ms.exp, "exp of slot {slot}");
+                    assert_eq!(
+                        rs.bitmap,
+                        ms.bitmap.map(|b| b & !KIND_BIT),
+                        "bitmap of slot {slot}"
+                    );
+                    assert_eq!(rs.exp, ms.exp.map(|e| e & 0xff), "exp of slot {slot}");
                     for set in 0..2 {
                         assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
                     }
@@ -876,7 +924,7 @@ proptest! {
     fn decision_tables_agree_with_the_rust_pipeline(
         workers in 1u8..=4,
         w in 1u32..=3,
-        steps in proptest::collection::vec((0u8..6, 0u16..64, 0u16..1000), 0..400),
+        steps in proptest::collection::vec((0u8..7, 0u16..64, 0u16..1000), 0..400),
     ) {
         run_execution(workers, w, &steps);
     }
@@ -887,14 +935,14 @@ fn executions_reach_every_decision() {
     // A long execution from a fixed pseudo-random sequence, per job shape.
     let mut all = std::collections::BTreeSet::new();
     let mut state = 0x2545_f491_4f6c_dd1du64;
-    for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
+    for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3), (tna::MAX_WORKERS, 2)] {
         let steps: Vec<(u8, u16, u16)> = (0..4000)
             .map(|_| {
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
                 (
-                    (state % 6) as u8,
+                    (state % 7) as u8,
                     (state >> 8) as u16 % 64,
                     (state >> 24) as u16 % 1000,
                 )
@@ -911,6 +959,7 @@ fn executions_reach_every_decision() {
         "unicast type 6 count 1",
         "multicast type 2 count 0",
         "multicast type 2 count 64",
+        "unicast type 3 count 0",
     ] {
         assert!(all.contains(kind), "no {kind} in {all:?}");
     }
@@ -1651,6 +1700,8 @@ fn check_frames(
         ("mgrp", JOB_MGRP),
         ("exp_x", u64::from(exp_x)),
         ("pend", u64::from(pend)),
+        // The only reason the decision tables refuse with (checks refuse before them).
+        ("reason", RejectReason::BadCount as u64),
     ]
     .into_iter()
     .collect();

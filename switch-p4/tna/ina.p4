@@ -16,6 +16,9 @@
 //      stage 2: reg_seq (sequence of each set; new use, same use or stale) and reg_seq_order
 //               (the same sequence numbers; says whether the other set holds a newer use);
 //      stage 3: reg_bitmap (contributors of each set) and reg_exp (max exponent of each set);
+//               bit 31 of both marks a use begun by a header (no payload), whose later
+//               arrivals must carry none either: one of the other kind changes neither and is
+//               refused with BadCount (the Rust model's HEADER_USE). A job has at most 31 ranks;
 //      stage 4 on: the value registers, which add only when the bitmap says the rank is new.
 //    The arrivals still missing in a use (the Rust model's count register) are not stored:
 //    a stage's four ALUs and twelve stages hold seq, its order copy, bitmap, exp and 32 value
@@ -267,6 +270,7 @@ struct ingress_md_t {
     bit<8> outcome;
     bit<32> pend;
     bit<1> mcast_count;
+    bit<32> exp_h;
 }
 
 struct egress_md_t {
@@ -535,9 +539,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (28) : set_bit(32w0x10000000);
             (29) : set_bit(32w0x20000000);
             (30) : set_bit(32w0x40000000);
-            (31) : set_bit(32w0x80000000);
         }
-        size = 32;
+        size = 31;
         const default_action = set_bit(0);
     }
 
@@ -550,6 +553,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
+        md.exp_h = 32w0x80000000 | (bit<32>)hdr.ina.exponent;
     }
     @stage(1)
     table prep_compare {
@@ -602,9 +606,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (29) : set_full_mask(32w0x1fffffff);
             (30) : set_full_mask(32w0x3fffffff);
             (31) : set_full_mask(32w0x7fffffff);
-            (32) : set_full_mask(32w0xffffffff);
         }
-        size = 32;
+        size = 31;
         const default_action = set_full_mask(0);
     }
 
@@ -765,21 +768,40 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action do_order_data_0() { md.order_pred = order_data_0.execute(md.cell[13:1]); }
     action do_order_query_0() { md.order_pred = order_query_0.execute(md.cell[13:1]); }
 
-    // Set 0: a new use starts with the rank alone; an arrival to the current use adds the
-    // rank (a no-op for a rank already there); both take the rank out of the other set.
-    // Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_0 = {
+    // Set 0: a new use starts with the rank alone, and KIND_BIT if the packet carries no
+    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
+    // rank already there), one of the other kind changes nothing; both updates take the rank
+    // out of the other set. Returns the set's bitmap before the update.
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_0 = {
         void apply(inout pair_t v, out bit<32> rv) {
             rv = v.lo;
             v.lo = md.rbit;
             v.hi = v.hi & ~md.rbit;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_0 = {
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_0 = {
         void apply(inout pair_t v, out bit<32> rv) {
             rv = v.lo;
-            v.lo = v.lo | md.rbit;
+            v.lo = md.rbit | 32w0x80000000;
             v.hi = v.hi & ~md.rbit;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_0 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            rv = v.lo;
+            if ((int<32>)v.lo >= 0) {
+                v.lo = v.lo | md.rbit;
+                v.hi = v.hi & ~md.rbit;
+            }
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_0 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            rv = v.lo;
+            if ((int<32>)v.lo < 0) {
+                v.lo = v.lo | md.rbit;
+                v.hi = v.hi & ~md.rbit;
+            }
         }
     };
     RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_0 = {
@@ -787,22 +809,40 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v.lo;
         }
     };
-    action do_bitmap_new_0() { md.bm_old = bitmap_new_0.execute(md.cell[13:1]); }
-    action do_bitmap_add_0() { md.bm_old = bitmap_add_0.execute(md.cell[13:1]); }
+    action do_bitmap_new_payload_0() { md.bm_old = bitmap_new_payload_0.execute(md.cell[13:1]); }
+    action do_bitmap_new_header_0() { md.bm_old = bitmap_new_header_0.execute(md.cell[13:1]); }
+    action do_bitmap_add_payload_0() { md.bm_old = bitmap_add_payload_0.execute(md.cell[13:1]); }
+    action do_bitmap_add_header_0() { md.bm_old = bitmap_add_header_0.execute(md.cell[13:1]); }
     action do_bitmap_read_0() { md.bm_old = bitmap_read_0.execute(md.cell[13:1]); }
 
-    // Set 0: a new use takes the packet's exponent byte, an arrival to the current use the
-    // larger of the two (unsigned). Returns the set's exponent after the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_0 = {
+    // Set 0: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
+    // no payload; an arrival to the current use of the use's kind the larger of the two
+    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
+    // update (the exponent in its low byte).
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_0 = {
         void apply(inout pair_t v, out bit<32> rv) {
             v.lo = (bit<32>)hdr.ina.exponent;
             rv = v.lo;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_0 = {
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_0 = {
         void apply(inout pair_t v, out bit<32> rv) {
-            if ((bit<32>)hdr.ina.exponent > v.lo) {
+            v.lo = md.exp_h;
+            rv = v.lo;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_0 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            if ((int<32>)v.lo >= 0 && (bit<32>)hdr.ina.exponent > v.lo) {
                 v.lo = (bit<32>)hdr.ina.exponent;
+            }
+            rv = v.lo;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_0 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            if ((int<32>)v.lo < 0 && md.exp_h > v.lo) {
+                v.lo = md.exp_h;
             }
             rv = v.lo;
         }
@@ -812,8 +852,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v.lo;
         }
     };
-    action do_exp_write_0() { md.exp_x = exp_write_0.execute(md.cell[13:1]); }
-    action do_exp_max_0() { md.exp_x = exp_max_0.execute(md.cell[13:1]); }
+    action do_exp_write_payload_0() { md.exp_x = exp_write_payload_0.execute(md.cell[13:1]); }
+    action do_exp_write_header_0() { md.exp_x = exp_write_header_0.execute(md.cell[13:1]); }
+    action do_exp_max_payload_0() { md.exp_x = exp_max_payload_0.execute(md.cell[13:1]); }
+    action do_exp_max_header_0() { md.exp_x = exp_max_header_0.execute(md.cell[13:1]); }
     action do_exp_read_0() { md.exp_x = exp_read_0.execute(md.cell[13:1]); }
 
     // Set 1: cmplo = the packet's use is newer than the set's (serial-number arithmetic),
@@ -860,21 +902,40 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action do_order_data_1() { md.order_pred = order_data_1.execute(md.cell[13:1]); }
     action do_order_query_1() { md.order_pred = order_query_1.execute(md.cell[13:1]); }
 
-    // Set 1: a new use starts with the rank alone; an arrival to the current use adds the
-    // rank (a no-op for a rank already there); both take the rank out of the other set.
-    // Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_1 = {
+    // Set 1: a new use starts with the rank alone, and KIND_BIT if the packet carries no
+    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
+    // rank already there), one of the other kind changes nothing; both updates take the rank
+    // out of the other set. Returns the set's bitmap before the update.
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_1 = {
         void apply(inout pair_t v, out bit<32> rv) {
             rv = v.hi;
             v.hi = md.rbit;
             v.lo = v.lo & ~md.rbit;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_1 = {
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_1 = {
         void apply(inout pair_t v, out bit<32> rv) {
             rv = v.hi;
-            v.hi = v.hi | md.rbit;
+            v.hi = md.rbit | 32w0x80000000;
             v.lo = v.lo & ~md.rbit;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_1 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            rv = v.hi;
+            if ((int<32>)v.hi >= 0) {
+                v.hi = v.hi | md.rbit;
+                v.lo = v.lo & ~md.rbit;
+            }
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_1 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            rv = v.hi;
+            if ((int<32>)v.hi < 0) {
+                v.hi = v.hi | md.rbit;
+                v.lo = v.lo & ~md.rbit;
+            }
         }
     };
     RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_1 = {
@@ -882,22 +943,40 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v.hi;
         }
     };
-    action do_bitmap_new_1() { md.bm_old = bitmap_new_1.execute(md.cell[13:1]); }
-    action do_bitmap_add_1() { md.bm_old = bitmap_add_1.execute(md.cell[13:1]); }
+    action do_bitmap_new_payload_1() { md.bm_old = bitmap_new_payload_1.execute(md.cell[13:1]); }
+    action do_bitmap_new_header_1() { md.bm_old = bitmap_new_header_1.execute(md.cell[13:1]); }
+    action do_bitmap_add_payload_1() { md.bm_old = bitmap_add_payload_1.execute(md.cell[13:1]); }
+    action do_bitmap_add_header_1() { md.bm_old = bitmap_add_header_1.execute(md.cell[13:1]); }
     action do_bitmap_read_1() { md.bm_old = bitmap_read_1.execute(md.cell[13:1]); }
 
-    // Set 1: a new use takes the packet's exponent byte, an arrival to the current use the
-    // larger of the two (unsigned). Returns the set's exponent after the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_1 = {
+    // Set 1: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
+    // no payload; an arrival to the current use of the use's kind the larger of the two
+    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
+    // update (the exponent in its low byte).
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_1 = {
         void apply(inout pair_t v, out bit<32> rv) {
             v.hi = (bit<32>)hdr.ina.exponent;
             rv = v.hi;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_1 = {
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_1 = {
         void apply(inout pair_t v, out bit<32> rv) {
-            if ((bit<32>)hdr.ina.exponent > v.hi) {
+            v.hi = md.exp_h;
+            rv = v.hi;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_1 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            if ((int<32>)v.hi >= 0 && (bit<32>)hdr.ina.exponent > v.hi) {
                 v.hi = (bit<32>)hdr.ina.exponent;
+            }
+            rv = v.hi;
+        }
+    };
+    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_1 = {
+        void apply(inout pair_t v, out bit<32> rv) {
+            if ((int<32>)v.hi < 0 && md.exp_h > v.hi) {
+                v.hi = md.exp_h;
             }
             rv = v.hi;
         }
@@ -907,8 +986,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v.hi;
         }
     };
-    action do_exp_write_1() { md.exp_x = exp_write_1.execute(md.cell[13:1]); }
-    action do_exp_max_1() { md.exp_x = exp_max_1.execute(md.cell[13:1]); }
+    action do_exp_write_payload_1() { md.exp_x = exp_write_payload_1.execute(md.cell[13:1]); }
+    action do_exp_write_header_1() { md.exp_x = exp_write_header_1.execute(md.cell[13:1]); }
+    action do_exp_max_payload_1() { md.exp_x = exp_max_payload_1.execute(md.cell[13:1]); }
+    action do_exp_max_header_1() { md.exp_x = exp_max_header_1.execute(md.cell[13:1]); }
     action do_exp_read_1() { md.exp_x = exp_read_1.execute(md.cell[13:1]); }
     @stage(2)
     table seq_access {
@@ -1013,27 +1094,36 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.set : exact;
             md.seq_pred : ternary;
             md.order_pred : ternary;
+            hdr.ina.count : ternary;
         }
         actions = {
-            do_bitmap_new_0;
-            do_bitmap_add_0;
+            do_bitmap_new_payload_0;
+            do_bitmap_new_header_0;
+            do_bitmap_add_payload_0;
+            do_bitmap_add_header_0;
             do_bitmap_read_0;
-            do_bitmap_new_1;
-            do_bitmap_add_1;
+            do_bitmap_new_payload_1;
+            do_bitmap_new_header_1;
+            do_bitmap_add_payload_1;
+            do_bitmap_add_header_1;
             do_bitmap_read_1;
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _) : do_bitmap_new_0();
-            (6, 0, 4w0b0100, 4w0b0001) : do_bitmap_add_0();
-            (6, 0, 4w0b0100, _) : do_bitmap_read_0();
-            (7, 0, 4w0b0100, _) : do_bitmap_read_0();
-            (6, 1, 4w0b0010, _) : do_bitmap_new_1();
-            (6, 1, 4w0b0100, 4w0b0001) : do_bitmap_add_1();
-            (6, 1, 4w0b0100, _) : do_bitmap_read_1();
-            (7, 1, 4w0b0100, _) : do_bitmap_read_1();
+            (6, 0, 4w0b0010, _, 0) : do_bitmap_new_header_0();
+            (6, 0, 4w0b0100, 4w0b0001, 0) : do_bitmap_add_header_0();
+            (6, 0, 4w0b0010, _, 64) : do_bitmap_new_payload_0();
+            (6, 0, 4w0b0100, 4w0b0001, 64) : do_bitmap_add_payload_0();
+            (6, 0, 4w0b0100, _, _) : do_bitmap_read_0();
+            (7, 0, 4w0b0100, _, _) : do_bitmap_read_0();
+            (6, 1, 4w0b0010, _, 0) : do_bitmap_new_header_1();
+            (6, 1, 4w0b0100, 4w0b0001, 0) : do_bitmap_add_header_1();
+            (6, 1, 4w0b0010, _, 64) : do_bitmap_new_payload_1();
+            (6, 1, 4w0b0100, 4w0b0001, 64) : do_bitmap_add_payload_1();
+            (6, 1, 4w0b0100, _, _) : do_bitmap_read_1();
+            (7, 1, 4w0b0100, _, _) : do_bitmap_read_1();
         }
-        size = 8;
+        size = 12;
         const default_action = NoAction();
     }
     @stage(3)
@@ -1043,27 +1133,36 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.set : exact;
             md.seq_pred : ternary;
             md.order_pred : ternary;
+            hdr.ina.count : ternary;
         }
         actions = {
-            do_exp_write_0;
-            do_exp_max_0;
+            do_exp_write_payload_0;
+            do_exp_write_header_0;
+            do_exp_max_payload_0;
+            do_exp_max_header_0;
             do_exp_read_0;
-            do_exp_write_1;
-            do_exp_max_1;
+            do_exp_write_payload_1;
+            do_exp_write_header_1;
+            do_exp_max_payload_1;
+            do_exp_max_header_1;
             do_exp_read_1;
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _) : do_exp_write_0();
-            (6, 0, 4w0b0100, 4w0b0001) : do_exp_max_0();
-            (6, 0, 4w0b0100, _) : do_exp_read_0();
-            (7, 0, 4w0b0100, _) : do_exp_read_0();
-            (6, 1, 4w0b0010, _) : do_exp_write_1();
-            (6, 1, 4w0b0100, 4w0b0001) : do_exp_max_1();
-            (6, 1, 4w0b0100, _) : do_exp_read_1();
-            (7, 1, 4w0b0100, _) : do_exp_read_1();
+            (6, 0, 4w0b0010, _, 0) : do_exp_write_header_0();
+            (6, 0, 4w0b0100, 4w0b0001, 0) : do_exp_max_header_0();
+            (6, 0, 4w0b0010, _, 64) : do_exp_write_payload_0();
+            (6, 0, 4w0b0100, 4w0b0001, 64) : do_exp_max_payload_0();
+            (6, 0, 4w0b0100, _, _) : do_exp_read_0();
+            (7, 0, 4w0b0100, _, _) : do_exp_read_0();
+            (6, 1, 4w0b0010, _, 0) : do_exp_write_header_1();
+            (6, 1, 4w0b0100, 4w0b0001, 0) : do_exp_max_header_1();
+            (6, 1, 4w0b0010, _, 64) : do_exp_write_payload_1();
+            (6, 1, 4w0b0100, 4w0b0001, 64) : do_exp_max_payload_1();
+            (6, 1, 4w0b0100, _, _) : do_exp_read_1();
+            (7, 1, 4w0b0100, _, _) : do_exp_read_1();
         }
-        size = 8;
+        size = 12;
         const default_action = NoAction();
     }
 
@@ -1149,9 +1248,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (32w0x10000000 &&& 32w0x10000000, 28) : set_seen();
             (32w0x20000000 &&& 32w0x20000000, 29) : set_seen();
             (32w0x40000000 &&& 32w0x40000000, 30) : set_seen();
-            (32w0x80000000 &&& 32w0x80000000, 31) : set_seen();
         }
-        size = 32;
+        size = 31;
         const default_action = NoAction();
     }
 
@@ -1257,7 +1355,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (2, 32w0x10000000 &&& 32w0x10000000, 28) : do_value_read_hi_0();
             (2, 32w0x20000000 &&& 32w0x20000000, 29) : do_value_read_hi_0();
             (2, 32w0x40000000 &&& 32w0x40000000, 30) : do_value_read_hi_0();
-            (2, 32w0x80000000 &&& 32w0x80000000, 31) : do_value_read_hi_0();
+            (2, 32w0x80000000 &&& 32w0x80000000, _) : do_value_read_hi_0();
             (2, _, _) : do_value_add_0();
         }
         size = 36;
@@ -1343,7 +1441,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (2, 32w0x10000000 &&& 32w0x10000000, 28) : do_value_read_hi_1();
             (2, 32w0x20000000 &&& 32w0x20000000, 29) : do_value_read_hi_1();
             (2, 32w0x40000000 &&& 32w0x40000000, 30) : do_value_read_hi_1();
-            (2, 32w0x80000000 &&& 32w0x80000000, 31) : do_value_read_hi_1();
+            (2, 32w0x80000000 &&& 32w0x80000000, _) : do_value_read_hi_1();
             (2, _, _) : do_value_add_1();
         }
         size = 36;
@@ -1429,7 +1527,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (2, 32w0x10000000 &&& 32w0x10000000, 28) : do_value_read_hi_2();
             (2, 32w0x20000000 &&& 32w0x20000000, 29) : do_value_read_hi_2();
             (2, 32w0x40000000 &&& 32w0x40000000, 30) : do_value_read_hi_2();
-            (2, 32w0x80000000 &&& 32w0x80000000, 31) : do_value_read_hi_2();
+            (2, 32w0x80000000 &&& 32w0x80000000, _) : do_value_read_hi_2();
             (2, _, _) : do_value_add_2();
         }
         size = 36;
@@ -1515,7 +1613,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (2, 32w0x10000000 &&& 32w0x10000000, 28) : do_value_read_hi_3();
             (2, 32w0x20000000 &&& 32w0x20000000, 29) : do_value_read_hi_3();
             (2, 32w0x40000000 &&& 32w0x40000000, 30) : do_value_read_hi_3();
-            (2, 32w0x80000000 &&& 32w0x80000000, 31) : do_value_read_hi_3();
+            (2, 32w0x80000000 &&& 32w0x80000000, _) : do_value_read_hi_3();
             (2, _, _) : do_value_add_3();
         }
         size = 36;
@@ -2992,12 +3090,17 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action outcome_pending(bit<8> event) {
         md.outcome = 5;
         md.event = event;
-        md.pend = md.bm_old;
+        md.pend = md.bm_old & 32w0x7fffffff;
     }
     action outcome_pending_empty(bit<8> event) {
         md.outcome = 5;
         md.event = event;
         md.pend = 0;
+    }
+    action outcome_reject(bit<8> reason, bit<8> event) {
+        md.outcome = 6;
+        md.reason = reason;
+        md.event = event;
     }
     @stage(6)
     table ina_outcome {
@@ -3017,32 +3120,35 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             outcome_multicast;
             outcome_pending;
             outcome_pending_empty;
+            outcome_reject;
             NoAction;
         }
         const entries = {
+            (6, 4w0b0100, 4w0b0001, 0, 32w0x80000000 &&& 32w0x80000000, _, _, 64, _) : outcome_reject(3, 11);
+            (6, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x80000000, _, _, 0, _) : outcome_reject(3, 11);
             (6, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
             (6, 4w0b0010, _, _, _, _, 1, _, _) : outcome_multicast(1, 14);
             (6, 4w0b0010, _, _, _, _, _, _, _) : outcome(0, 14);
             (6, 4w0b0100, 4w0b0100, 1, _, _, _, 0, _) : outcome(3, 16);
             (6, 4w0b0100, 4w0b0100, 1, _, _, _, 64, _) : outcome(4, 16);
             (6, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
-            (6, 4w0b0100, 4w0b0001, 1, 0, _, _, 0, _) : outcome(3, 16);
-            (6, 4w0b0100, 4w0b0001, 1, 0, _, _, 64, _) : outcome(4, 16);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 0, _) : outcome(3, 16);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 64, _) : outcome(4, 16);
             (6, 4w0b0100, 4w0b0001, 1, _, _, _, _, _) : outcome_pending(17);
-            (6, 4w0b0100, 4w0b0001, 0, _, 0, _, 0, _) : outcome_multicast(1, 15);
-            (6, 4w0b0100, 4w0b0001, 0, _, 0, _, 64, _) : outcome_multicast(2, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 0, _) : outcome_multicast(1, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 64, _) : outcome_multicast(2, 15);
             (6, 4w0b0100, 4w0b0001, 0, _, _, _, _, _) : outcome(0, 15);
             (7, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
             (7, 4w0b0010, _, _, _, _, _, _, _) : outcome_pending_empty(17);
             (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
             (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, _) : outcome(4, 16);
             (7, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
-            (7, 4w0b0100, 4w0b0001, 1, 0, _, _, _, _) : outcome(4, 16);
-            (7, 4w0b0100, 4w0b0001, 0, 0, _, _, _, _) : outcome(0, 13);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _) : outcome(4, 16);
+            (7, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x7fffffff, _, _, _, _) : outcome(0, 13);
             (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _) : outcome_pending(17);
         }
-        size = 21;
+        size = 23;
         const default_action = NoAction();
     }
 
@@ -3384,6 +3490,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (4, _, _, _) : answer_probe();
             (5, _, _, _) : answer_reject();
             (6, 5, _, _) : answer_pending();
+            (6, 6, _, _) : answer_reject();
             (7, 5, _, _) : answer_pending();
             (6, 3, _, _) : answer_result();
             (7, 3, _, _) : answer_result();
@@ -3393,7 +3500,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 1, _, 64) : multicast_result();
             (6, 2, _, _) : multicast_result_harvest();
         }
-        size = 16;
+        size = 17;
         const default_action = drop_frame();
     }
 

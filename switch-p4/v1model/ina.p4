@@ -45,6 +45,7 @@ const bit<32> EV_PROBES_ANSWERED = 18;
 const bit<32> EVENT_COUNT = 19;
 const bit<32> POOL_SLOTS = 1024;
 const bit<16> MAX_ELEMS = 256;
+const bit<32> HEADER_USE = 0x80000000;
 const bit<2> OUT_DROP = 0;
 const bit<2> OUT_PORT = 1;
 const bit<2> OUT_GROUP = 2;
@@ -494,6 +495,8 @@ inout standard_metadata_t sm) {
     // Per slot: low half = set 0, high half = set 1.
     register<bit<64>>(POOL_SLOTS) reg_seq;
     register<bit<64>>(POOL_SLOTS) reg_bitmap;
+    // reg_count: the arrivals still pending, with HEADER_USE set while a use begun by a
+    // header (no payload) collects.
     register<bit<64>>(POOL_SLOTS) reg_count;
     register<bit<64>>(POOL_SLOTS) reg_exp;
     // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).
@@ -1959,6 +1962,10 @@ inout standard_metadata_t sm) {
                             bitmap_o = bitmap_o & ~rank_bit;
                             exp_x = (bit<32>)hdr.ina.exponent;
                             count_x = (bit<32>)meta.job_workers - 1;
+                            if (hdr.ina.count == 0 && count_x != 0) {
+                                // A use begun by a header: its later arrivals must be headers too.
+                                count_x = count_x | HEADER_USE;
+                            }
                             if (hdr.elems_lo.isValid()) {
                                 values_write_elems_lo();
                             }
@@ -1983,6 +1990,10 @@ inout standard_metadata_t sm) {
                         } else if (count_x == 0) {
                             // A late copy of a complete use.
                             drop_event(EV_DUPLICATE);
+                        } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
+                        || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
+                            // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+                            reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
                         } else {
                             // A later arrival.
                             bitmap_x = bitmap_x | rank_bit;
@@ -1991,6 +2002,9 @@ inout standard_metadata_t sm) {
                                 exp_x = (bit<32>)hdr.ina.exponent;
                             }
                             count_x = count_x - 1;
+                            if (count_x == HEADER_USE) {
+                                count_x = 0;
+                            }
                             if (hdr.elems_lo.isValid()) {
                                 values_add_elems_lo();
                             }
