@@ -448,27 +448,26 @@ fn join_through_controller(
             "--job-name joins an ina job through the controller: not for --algorithm ring"
         );
     }
-    if args.bind.ip().is_unspecified() {
-        anyhow::bail!(
-            "--bind {}: with --job-name the worker's address is its identity on the switch; bind its own IP (and a port, or 0 for any)",
-            args.bind
-        );
-    }
-    let port = UdpPort::bind_with(args.bind, &UdpConfig::default())
-        .with_context(|| format!("binding {}", args.bind))?;
-    let me = port.local_addr();
     let token = crate::cmd_controller::client_token(
         &args.controller,
         args.token.clone(),
         args.token_file.as_deref(),
     )?;
     let client = ina_controller::client::Client::new(&args.controller, token);
-    let joined = client.join(name, args.rank, me)?;
+    let ina_controller_client::join::JoinedJob { port, joined, job } =
+        ina_controller_client::join::join(
+            &client,
+            name,
+            args.rank,
+            args.bind,
+            &UdpConfig::default(),
+            Duration::from_millis(args.join_timeout_ms),
+        )?;
+    let me = port.local_addr();
     emit(serde_json::json!({
         "event": "provisioned", "job_name": name, "job": joined.job, "rank": joined.rank,
         "workers": joined.workers, "switch": joined.switch.to_string(), "udp": me.to_string(),
     }));
-    let job = client.wait_installed(name, Duration::from_millis(args.join_timeout_ms))?;
     // Everything the controller gave this worker: the switch, its job's slots and epoch,
     // and its peers by rank (the ring's order).
     emit(serde_json::json!({

@@ -16,12 +16,10 @@
 //! one slot to two jobs at any instant ([`alloc::plan`] orders every change so).
 //! [`alloc`] and [`state`] are pure: no I/O, no clock.
 
+pub use ina_controller_client::{api, client, member};
 /// The slot allocator, pure, in `ina-proto` so that the simulator runs it too.
 pub use ina_proto::alloc;
-pub mod api;
-pub mod client;
 pub mod driver;
-pub mod member;
 pub mod server;
 pub mod service;
 pub mod state;

@@ -18,7 +18,7 @@
 //! When the controller listens beyond loopback every request carries `Authorization: Bearer
 //! TOKEN`.
 
-use crate::alloc::{JobId, Policy, Range};
+use ina_proto::alloc::{JobId, Policy, Range};
 use ina_switch_p4::runtime::{MacAddr, SwitchDesc};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
