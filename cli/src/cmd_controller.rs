@@ -104,7 +104,7 @@ pub struct Connect {
     /// A file holding its access token, without --token (a controller started without
     /// --token keeps its own in STATE_DIR/token) [default: ina-controller/token, for a
     /// controller on loopback].
-    #[arg(long, global = true)]
+    #[arg(long, env = "INA_CONTROLLER_TOKEN_FILE", global = true)]
     token_file: Option<PathBuf>,
 }
 

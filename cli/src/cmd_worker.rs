@@ -64,7 +64,7 @@ pub struct WorkerArgs {
     token: Option<String>,
     /// A file holding the controller's access token, with --job-name and without --token
     /// [default: ina-controller/token, for a controller on loopback].
-    #[arg(long)]
+    #[arg(long, env = "INA_CONTROLLER_TOKEN_FILE")]
     token_file: Option<std::path::PathBuf>,
     /// With --job-name: how long to wait for the other workers to join, milliseconds.
     #[arg(long, default_value_t = 60_000)]

@@ -229,8 +229,8 @@ class Communicator:
         Unset arguments come from the environment: ``controller`` from ``INA_CONTROLLER``,
         ``job_name`` from ``INA_JOB``, ``rank`` from ``RANK`` (as ``torchrun`` sets it; else
         the controller picks), ``bind`` from ``INA_BIND`` (else this host's address towards
-        the controller, any port), ``token`` from ``INA_TOKEN`` or the file ``token_file`` /
-        ``INA_TOKEN_FILE``.
+        the controller, any port), ``token`` from ``INA_CONTROLLER_TOKEN`` or the file ``token_file`` /
+        ``INA_CONTROLLER_TOKEN_FILE``.
         """
         controller = controller or os.environ.get("INA_CONTROLLER")
         job_name = job_name or os.environ.get("INA_JOB")
@@ -244,8 +244,8 @@ class Communicator:
         if bind is None:
             bind = os.environ.get("INA_BIND") or f"{_route_address(controller)}:0"
         if token is None:
-            token = os.environ.get("INA_TOKEN") or None
-        token_file = token_file or os.environ.get("INA_TOKEN_FILE")
+            token = os.environ.get("INA_CONTROLLER_TOKEN") or None
+        token_file = token_file or os.environ.get("INA_CONTROLLER_TOKEN_FILE")
         if token is None and token_file:
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()

@@ -1,0 +1,162 @@
+"""PyTorch through ina: the DDP hook, the backend, failures, and torchrun with the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+
+import torch_ranks  # noqa: E402
+from conftest import ina_binary, free_tcp_port, run_ranks  # noqa: E402
+
+STEPS = 4
+
+
+def train_all(sw, mode: str, **kw) -> list:
+    port = free_tcp_port()
+    return run_ranks(
+        torch_ranks.train,
+        [(mode, sw.kwargs(r), port, STEPS, *kw.get("args", ())) for r in range(sw.workers)],
+        timeout=180,
+    )
+
+
+def test_ddp_hook_keeps_ranks_identical_and_follows_gloo(switch):
+    sw = switch(4)
+    ina_runs = train_all(sw, "hook")
+    gloo_runs = train_all(sw, "gloo")
+    for step in range(STEPS):
+        first = ina_runs[0][0][step]
+        for r in range(1, 4):
+            assert np.array_equal(ina_runs[r][0][step], first), f"rank {r} step {step}"
+        # The same training as Gloo's, up to the quantization of the gradients.
+        gloo = gloo_runs[0][0][step]
+        assert np.abs(first - gloo).max() < 1e-4, f"step {step}: {np.abs(first - gloo).max()}"
+    # The model did move.
+    assert np.abs(ina_runs[0][0][-1] - torch_ranks.params(torch_ranks.model())).max() > 1e-3
+
+
+def test_backend_sums_through_ina_and_delegates_the_rest_to_gloo(switch):
+    sw = switch(4)
+    runs = train_all(sw, "backend")
+    gloo_runs = train_all(sw, "gloo")
+    for step in range(STEPS):
+        for r in range(1, 4):
+            assert np.array_equal(runs[r][0][step], runs[0][0][step])
+        assert np.abs(runs[0][0][step] - gloo_runs[0][0][step]).max() < 1e-4
+    for r, (_, extra) in enumerate(runs):
+        t, i, mx, b = extra["collectives"]
+        assert t == [10.0] * 1000 and i == [10] * 10, f"rank {r}"
+        assert mx == 3.0 and b == 10, f"rank {r}"
+        # What went to Gloo was said, once per kind.
+        said = extra["warnings"]
+        assert any("broadcast goes through gloo" in w for w in said), said
+        assert len(said) == len(set(said)), said
+
+
+def test_hook_raises_within_give_up_when_the_switch_dies(switch):
+    sw = switch(2)
+    pid = sw.proc.pid
+    runs = run_ranks(torch_ranks.train, _same_port_args(sw, "no-fallback", 1.0, pid), timeout=120)
+    for r, (steps, extra) in enumerate(runs):
+        assert steps == [], f"rank {r} trained without its switch"
+        assert "Timeout" in extra["raised"], extra
+        assert extra["after"] < 10, extra
+
+
+def test_hook_falls_back_to_gloo_with_a_warning(switch):
+    sw = switch(2)
+    runs = run_ranks(torch_ranks.train, _same_port_args(sw, "fallback", 1.0, sw.proc.pid), timeout=120)
+    for step in range(STEPS):
+        assert np.array_equal(runs[0][0][step], runs[1][0][step])
+    for r, (_, extra) in enumerate(runs):
+        assert "raised" not in extra, extra
+        assert any("fallback process group" in w for w in extra["warnings"]), extra["warnings"]
+
+
+def _same_port_args(sw, mode: str, give_up: float, pid: int) -> list:
+    port = free_tcp_port()
+    return [(mode, sw.kwargs(r), port, STEPS, give_up, pid) for r in range(sw.workers)]
+
+
+SCRIPT = """
+import json, os, sys
+import torch, torch.distributed as dist
+import ina, ina.torch
+sys.path.insert(0, {tests!r})
+import torch_ranks
+dist.init_process_group("gloo")
+comm = ina.Communicator.join()
+ddp = torch.nn.parallel.DistributedDataParallel(torch_ranks.model())
+ddp.register_comm_hook(ina.torch.HookState(comm), ina.torch.allreduce_hook)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+g = torch.Generator().manual_seed(int(os.environ["RANK"]))
+for _ in range(3):
+    loss = torch.nn.functional.cross_entropy(ddp(torch.randn(16, 64, generator=g)), torch.randint(0, 10, (16,), generator=g))
+    opt.zero_grad(); loss.backward(); opt.step()
+with open(os.path.join({out!r}, f"rank{{comm.rank}}.json"), "w") as f:
+    json.dump({{"rank": comm.rank, "world": comm.world_size, "env_rank": int(os.environ["RANK"]),
+               "params": torch_ranks.params(ddp.module).tolist()}}, f)
+dist.destroy_process_group()
+"""
+
+
+def _ready(proc: subprocess.Popen) -> dict:
+    line = proc.stdout.readline()
+    event = json.loads(line)
+    assert event.get("event") == "ready", line
+    return event
+
+
+def test_torchrun_finds_its_switch_through_the_controller():
+    binary = ina_binary()
+    if binary is None:
+        pytest.skip("no ina binary: build it (cargo build --release) or set INA_BIN")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        try:
+            sw = subprocess.Popen(
+                [binary, "switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--pool-slots", "1024"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )
+            procs.append(sw)
+            s = _ready(sw)
+            ctl = subprocess.Popen(
+                [binary, "controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )
+            procs.append(ctl)
+            c = _ready(ctl)
+            env = {**os.environ, "INA_CONTROLLER": c["api"], "INA_CONTROLLER_TOKEN_FILE": c["token_file"]}
+            for args in (
+                ["switch", "add", "tor", "--control", s["control"], "--data", s["udp"], "--slots", "1024", "--elems", "256"],
+                ["job", "create", "train", "--size", "2"],
+            ):
+                subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
+            script = Path(tmp) / "train.py"
+            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp))
+            start = time.monotonic()
+            run = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                 "--master-port", str(free_tcp_port()), str(script)],
+                env={**env, "INA_JOB": "train"}, capture_output=True, text=True, timeout=180,
+            )
+            assert run.returncode == 0, run.stderr[-3000:]
+            ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(2)]
+            for r, out in enumerate(ranks):
+                assert out["world"] == 2 and out["rank"] == out["env_rank"] == r, out
+            assert ranks[0]["params"] == ranks[1]["params"]
+            assert time.monotonic() - start < 170
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
