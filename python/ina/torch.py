@@ -29,8 +29,11 @@ import warnings
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(f"ina.torch needs PyTorch (pip install torch): {e}") from e
 
 import ina
 
@@ -93,13 +96,14 @@ class _Completer:
         self._queue.put(None)
 
 
-def _sum_tensor(tensor: torch.Tensor, staging: dict) -> tuple[torch.Tensor, Callable[[], None]]:
+def _sum_tensor(tensor: torch.Tensor, staging: dict, slot: Any) -> tuple[torch.Tensor, Callable[[], None]]:
     """The host float32/int32 contiguous tensor ina sums for `tensor`, and what copies the sum
-    back into `tensor` (nothing when it is that tensor)."""
+    back into `tensor` (nothing when it is that tensor). A staging buffer (pinned host memory
+    for a CUDA tensor) is kept per `slot` (a bucket: several can be in flight at once)."""
     if tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.int32) and tensor.is_contiguous():
         return tensor, lambda: None
     dtype = torch.int32 if tensor.dtype == torch.int32 else torch.float32
-    key = (tensor.numel(), dtype)
+    key = (slot, tensor.numel(), dtype)
     host = staging.get(key)
     if host is None:
         pin = tensor.device.type == "cuda"
@@ -172,7 +176,7 @@ def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.F
         state._completer.add(None, lambda: _fall_back(state, tensor, error, fut), fut.set_exception)
         return result
     original = tensor.clone() if state.fallback is not None else None
-    host, back = _sum_tensor(tensor, state._staging)
+    host, back = _sum_tensor(tensor, state._staging, bucket.index())
 
     def ok() -> None:
         back()

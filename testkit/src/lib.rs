@@ -6,7 +6,8 @@
 //! with the reason in its line (`test [skipped: needs root] name ... ignored`) and counted in
 //! the summary, so that a machine that cannot run it never shows it as passed. Where the
 //! environment says a need is required (`INA_REQUIRE_PRIVILEGED=1` for root and system tools,
-//! `INA_REQUIRE_P4=1` for p4c and bmv2, `INA_REQUIRE_TOFINO=1` for the Tofino tools), the unmet
+//! `INA_REQUIRE_P4=1` for p4c and bmv2, `INA_REQUIRE_TOFINO=1` for the Tofino tools,
+//! `INA_REQUIRE_PYTHON=1` for the Python package's suites), the unmet
 //! need fails the test instead.
 //!
 //! This crate only decides and reports; it must not install anything or change the machine.
@@ -21,6 +22,9 @@ pub const REQUIRE_PRIVILEGED: &str = "INA_REQUIRE_PRIVILEGED";
 pub const REQUIRE_P4: &str = "INA_REQUIRE_P4";
 /// The variable that makes the Tofino tools required.
 pub const REQUIRE_TOFINO: &str = "INA_REQUIRE_TOFINO";
+/// The variable that makes the Python suites required (their interpreter, the `ina` package,
+/// pytest, NumPy, torch), as `.ci/run` sets it after installing them.
+pub const REQUIRE_PYTHON: &str = "INA_REQUIRE_PYTHON";
 /// Where the P4 tools may be installed besides the `PATH`.
 pub const P4_PREFIX: &str = "/opt/ina-p4tools";
 
