@@ -77,10 +77,14 @@ def run(comm: str, args, binary: str, tmp: Path, train_args: list[str], master_p
                  str(ROOT / "examples/train.py"), "--comm", comm, "--out", str(out), *train_args],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             ))
+        errors = []
         for r, p in enumerate(procs):
             _, err = p.communicate(timeout=args.timeout)
             if p.returncode != 0:
-                sys.exit(f"{comm}: rank {r} failed:\n{err[-4000:]}")
+                said = [l for l in err.splitlines() if l.startswith(f"[rank{r}]:") and "Error" in l]
+                errors.append(f"rank {r}: {said[-1] if said else err[-2000:]}")
+        if errors:
+            sys.exit(f"{comm} failed:\n" + "\n".join(errors))
     finally:
         for p in procs:
             if p.poll() is None:
