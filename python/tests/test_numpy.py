@@ -146,3 +146,54 @@ def test_an_unreachable_switch_fails_within_the_probe_timeout(switch):
     with pytest.raises(ina.Timeout):
         ina.Communicator(**sw.kwargs(0, probe_timeout=0.5))
     assert time.monotonic() - start < 5
+
+
+def test_waiting_releases_the_gil(switch):
+    """Two ranks in one process: rank 1 starts from another Python thread while rank 0 blocks
+    in allreduce; that can finish only if the wait released the GIL."""
+    import threading
+    import time
+
+    sw = switch(2)
+    c0 = ina.Communicator(**sw.kwargs(0))
+    c1 = ina.Communicator(**sw.kwargs(1))
+    x0 = np.full(200_000, 1.0, dtype=np.float32)
+    x1 = np.full(200_000, 2.0, dtype=np.float32)
+    ticks = []
+
+    def rank1():
+        time.sleep(0.3)
+        ticks.append(time.monotonic())
+        c1.allreduce(x1)
+
+    t = threading.Thread(target=rank1)
+    t.start()
+    start = time.monotonic()
+    c0.allreduce(x0)
+    t.join()
+    assert ticks and ticks[0] - start >= 0.25
+    assert np.array_equal(x0, np.full(200_000, 3.0, dtype=np.float32))
+    assert np.array_equal(x1, x0)
+
+
+def test_a_restarted_switch_raises_switch_restarted(switch):
+    sw = switch(1)
+    comm = ina.Communicator(**sw.kwargs(0))
+    x = np.ones(10_000, dtype=np.float32)
+    comm.allreduce(x)
+    # The same switch address and job, started again: a new epoch.
+    sw.stop()
+    import subprocess
+    import time
+
+    from conftest import ina_binary
+
+    spec = f"id={sw.job};slots=0..256;elems=256;workers=" + ",".join(sw.ranks)
+    sw.proc = subprocess.Popen(
+        [ina_binary(), "switch", "--listen", sw.addr, "--job", spec],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    with pytest.raises(ina.SwitchRestarted):
+        comm.allreduce(x)
