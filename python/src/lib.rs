@@ -130,6 +130,10 @@ struct Tuning {
 impl Tuning {
     fn apply(&self, cfg: &mut WorkerConfig, world_size: u8) {
         cfg.lanes = self.lanes;
+        // `give_up` is the one bound this API documents: a switch that answers but cannot yet
+        // take a packet (its host busy with the ranks' training, its socket full) gets the
+        // whole of it, not a count of retransmissions that its answers use up in milliseconds.
+        cfg.max_retries = u32::MAX;
         cfg.give_up = self.give_up;
         cfg.probe_timeout = self.probe_timeout;
         match self.total_workers {
