@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import sys
 from typing import Any, Optional
 
 from ._native import (
@@ -59,7 +60,7 @@ _FORMATS = {"f": "float32", "i": "int32", "l": "int32"}
 
 def _torch_tensor(x: Any):
     """`x` if it is a torch tensor (without importing torch when the caller did not)."""
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         return torch, x
     return None, None

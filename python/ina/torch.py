@@ -66,7 +66,7 @@ class _Completer:
     """Finishes futures in submission order as their all-reduces end, on one thread."""
 
     def __init__(self) -> None:
-        self._queue: "queue.Queue[Optional[tuple[ina.Handle, Callable[[], None], Callable[[BaseException], None]]]]" = queue.Queue()
+        self._queue: "queue.Queue[tuple[Optional[ina.Handle], Callable[[], None], Callable[[BaseException], None]]]" = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="ina-completer", daemon=True)
         self._thread.start()
 
@@ -77,10 +77,7 @@ class _Completer:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            handle, ok, failed = item
+            handle, ok, failed = self._queue.get()
             try:
                 if handle is not None:
                     handle.wait()
@@ -91,9 +88,6 @@ class _Completer:
                 ok()
             except BaseException as e:  # noqa: BLE001
                 failed(e)
-
-    def close(self) -> None:
-        self._queue.put(None)
 
 
 def _sum_tensor(tensor: torch.Tensor, staging: dict, slot: Any) -> tuple[torch.Tensor, Callable[[], None]]:
