@@ -162,6 +162,10 @@ pub struct SimArgs {
     /// the flags'.
     #[arg(long)]
     pub(crate) scenario: Option<PathBuf>,
+    /// Leaves these loss-recovery rules out (comma-separated names), to measure what each is
+    /// worth against the same seeds with every rule on (docs/design/RECOVERY.md lists them).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) without: Vec<ina_proto::rules::Rule>,
 }
 
 /// A `--scenario` file (see [`SimArgs::scenario`]).
@@ -567,6 +571,10 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             .collect();
         let mut scenario = Scenario::new(seed, jobs);
         scenario.link = link;
+        scenario.rules = args
+            .without
+            .iter()
+            .fold(scenario.rules, |rules, r| rules.without(*r));
         scenario.rto.min = Duration::from_secs_f64(args.rto_min_us * 1e-6);
         scenario.rto.initial = scenario.rto.initial.max(scenario.rto.min);
         scenario.nic_queue = (args.nic_queue > 0).then_some(args.nic_queue);

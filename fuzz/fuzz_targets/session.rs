@@ -69,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
         max_retries: u32::from(inp.byte() % 4),
         give_up: Duration::from_millis(200),
         gap_reports: reports,
+        rules: Default::default(),
     };
     let values = inp.bytes(len * 4).to_vec();
     let tensor = if float {

@@ -30,6 +30,7 @@
 use crate::descriptor::Descriptor;
 use crate::quant::{self, NON_FINITE};
 use crate::rtt::{RtoConfig, RttEstimator};
+use crate::rules::{Rule, Rules};
 use crate::window::WindowControl;
 use crate::Instant;
 use core::cmp::Reverse;
@@ -176,6 +177,8 @@ pub struct StreamConfig {
     /// stream whose lane covers whole blocks of [`GAP_BLOCK`] slots then asks for them, and
     /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, loss recovery).
     pub gap_reports: bool,
+    /// The loss-recovery rules the stream follows (all by default; see [`crate::rules`]).
+    pub rules: Rules,
 }
 
 impl StreamConfig {
@@ -615,7 +618,11 @@ impl<'a> Stream<'a> {
             scratch,
             occupancy_at: None,
             reports,
-            results_seen: vec![0; gap_blocks.len()],
+            results_seen: if cfg.rules.has(Rule::ResultCounters) {
+                vec![0; gap_blocks.len()]
+            } else {
+                Vec::new()
+            },
             result_reports: VecDeque::new(),
             gap_blocks,
             ready: (0..first).map(Reverse).collect(),
@@ -811,11 +818,17 @@ impl<'a> Stream<'a> {
             // fetching from the last window on, while results still stream, 0.909).
             // (A packet whose loss only a later packet, taken for lost, would have revealed is
             // asked whether its data arrived.)
-            let fetch = (out.complete_seen || !self.reports || self.all_sent())
+            let fetch = (out.complete_seen
+                || !self.reports
+                || (self.all_sent() && self.has(Rule::FetchAtEnd))
+                || !self.has(Rule::StatusQueries))
                 && why != Retransmit::Unrevealed;
             let ask = if !fetch {
                 QueryAsk::Status
-            } else if !out.complete_seen && self.asks_for_partial() {
+            } else if !out.complete_seen
+                && self.asks_for_partial()
+                && self.has(Rule::Rank0AsksPartial)
+            {
                 QueryAsk::StatusPushingPartial
             } else {
                 QueryAsk::Fetch
@@ -928,7 +941,7 @@ impl<'a> Stream<'a> {
         if self.reports && self.sent_new == self.packets {
             self.arm_tail_timers(now);
         }
-        if self.tensor.is_float() {
+        if self.tensor.is_float() && self.has(Rule::LookaheadCopies) {
             // The headers of the first window are copied once the last of them has gone; a
             // header that waited for a slot (behind the descriptor) is copied as it goes.
             let headers_end = DESCRIPTOR_PACKETS + self.lookahead;
@@ -987,7 +1000,9 @@ impl<'a> Stream<'a> {
             Held::Yes => true,
             Held::No => false,
             Held::Unknown => {
-                self.reports && (out.retries > 1 || self.loss_reportable(out) || !self.all_sent())
+                self.reports
+                    && self.has(Rule::QueryFirst)
+                    && (out.retries > 1 || self.loss_reportable(out) || !self.all_sent())
             }
         }
     }
@@ -1021,7 +1036,7 @@ impl<'a> Stream<'a> {
         // results of later packets or its timer reveal, and at the end there are few later
         // packets: its timer is a result's timeout, without the retransmission timeout's floor.
         let result_timeout = self.timeout_of(&self.rtt);
-        let racks_timer = self.asks_for_partial();
+        let racks_timer = self.asks_for_partial() && self.has(Rule::Rank0HeldAtEndPace);
         for slot in 0..self.slots.len() {
             let Some(out) = self.slots[slot].outstanding else {
                 continue;
@@ -1033,7 +1048,7 @@ impl<'a> Stream<'a> {
                 }
                 continue;
             }
-            if queued || out.retries > 0 {
+            if queued || out.retries > 0 || !self.has(Rule::TailTimers) {
                 continue;
             }
             let timeout = if self.loss_reportable(&out) {
@@ -1076,6 +1091,11 @@ impl<'a> Stream<'a> {
     /// stream's last window, whose losses the stream's end waits for.
     fn in_last_window(&self) -> bool {
         self.sent_new + u64::from(self.cfg.lane.window) >= self.packets
+    }
+
+    /// Whether the stream follows `rule` (see [`crate::rules`]).
+    fn has(&self, rule: Rule) -> bool {
+        self.cfg.rules.has(rule)
     }
 
     /// Whether every packet of the stream has had its first transmission: the stream's end,
@@ -1391,7 +1411,7 @@ impl<'a> Stream<'a> {
             ..out
         });
         self.retransmit.push_back((out.index, why));
-        if self.in_last_window() {
+        if self.in_last_window() && self.has(Rule::TailCopies) {
             self.retransmit.push_back((out.index, Retransmit::TailCopy));
         }
         true
@@ -1469,7 +1489,12 @@ impl<'a> Stream<'a> {
             }
         }
         let mut late = false;
-        for &index in before.iter().take(skipped) {
+        let late_reports = if self.has(Rule::LateReports) {
+            skipped
+        } else {
+            0
+        };
+        for &index in before.iter().take(late_reports) {
             if by_counter.contains(&index) {
                 continue;
             }
@@ -1797,7 +1822,7 @@ impl<'a> Stream<'a> {
     /// inflates to 1.5 times the empty path's), and 0.966 with a quarter of the round trip
     /// added (BENCHMARKS.md, "Loss in the simulator").
     fn path_timeout(&self) -> Option<Duration> {
-        if self.all_sent() {
+        if self.all_sent() && self.has(Rule::EmptyPathTimeout) {
             if let Some(result_min) = self.rtt.min_rtt() {
                 let path = self.path_min.unwrap_or(result_min);
                 let granularity = self.rtt.config().granularity;
@@ -1820,6 +1845,9 @@ impl<'a> Stream<'a> {
     /// seed). At 100 Gbit/s it adds a fraction of a microsecond, and 24 seeds at 1% loss
     /// gave the same goodput within 0.04 Gbit/s at n = 32, 4 racks of 4 and 4 racks of 8.
     fn full_result_time(&self) -> Duration {
+        if !self.has(Rule::FetchWaitsFullResult) {
+            return Duration::ZERO;
+        }
         self.min_full_rtt
             .zip(self.rtt.min_rtt())
             .map_or(Duration::ZERO, |(full, any)| full.saturating_sub(any))
@@ -1919,7 +1947,10 @@ impl<'a> Stream<'a> {
     /// slots lost 2.6 Gbit/s of 61), the stream keeps the reordering tolerance.
     fn held_tolerance(&self, tolerance: u64) -> u64 {
         let window = u64::from(self.cfg.lane.window);
-        if self.in_last_window() || self.sent_new - self.received > window / 2 {
+        if !self.has(Rule::HeldReordering)
+            || self.in_last_window()
+            || self.sent_new - self.received > window / 2
+        {
             return tolerance;
         }
         let cap = (window / 8).max(3);
@@ -1952,7 +1983,7 @@ impl<'a> Stream<'a> {
     fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
         let tolerance = (self.reordering + 3).min(half);
-        if self.in_last_window() {
+        if self.in_last_window() && self.has(Rule::LastWindowTolerance) {
             tolerance.min(3)
         } else {
             tolerance
@@ -1999,7 +2030,7 @@ impl<'a> Stream<'a> {
     /// once (PROTOCOL.md §5, "The tail").
     fn next_ask_after_held(&self, now: Instant, out: &Outstanding) -> Instant {
         let spacing = self.spacing(now, out);
-        if self.all_sent() && out.last_was_query {
+        if self.all_sent() && out.last_was_query && self.has(Rule::AskAgainFromQuery) {
             now.max(out.last_sent + spacing)
         } else {
             now + spacing
@@ -2015,6 +2046,9 @@ impl<'a> Stream<'a> {
     /// (some 90 Queries for a give-up time of 2 s and a 20 µs round trip).
     fn spacing(&self, now: Instant, out: &Outstanding) -> Duration {
         let waited = now.saturating_duration_since(out.first_sent);
+        if !self.has(Rule::SpacingByWait) {
+            return self.query_timeout();
+        }
         self.query_timeout().max(waited / 8)
     }
 
@@ -2066,7 +2100,7 @@ impl<'a> Stream<'a> {
             }
         }
         self.deferred = deferred;
-        if self.reports && self.in_last_window() {
+        if self.reports && self.in_last_window() && self.has(Rule::LastWindowTimers) {
             self.arm_reorder_timers(answered);
         }
     }
@@ -2206,7 +2240,8 @@ impl<'a> Stream<'a> {
     /// stream has sent every packet, [`waits_for_counters`](Self::waits_for_counters) holds
     /// some packets back there.)
     fn holds_off(&self, out: &Outstanding) -> bool {
-        self.reports
+        self.has(Rule::HoldOffMidStream)
+            && self.reports
             && self.cfg.workers > 1
             && !self.in_tree()
             && out.retries == 0
@@ -2231,7 +2266,8 @@ impl<'a> Stream<'a> {
     /// against 0.952 (seeds 1-3); 4 racks of 8 and of 4 unchanged (seeds 1-12).
     fn waits_for_counters(&self, out: &Outstanding) -> bool {
         // (Following the results' counters implies Missing reports: both need whole blocks.)
-        self.counts_results()
+        self.has(Rule::TreeWaitsForCounters)
+            && self.counts_results()
             && self.in_tree()
             && self.cfg.rank != 0
             && self.all_sent()
@@ -2275,7 +2311,10 @@ impl<'a> Stream<'a> {
     /// rank 0's asking with the wait kept gave 92.04 Gbit/s where this gives 92.34 (seeds
     /// 7-12).
     fn defers_fetch(&self) -> bool {
-        self.in_tree() && self.counts_results() && !self.all_sent()
+        self.has(Rule::TreeDefersFetch)
+            && self.in_tree()
+            && self.counts_results()
+            && !self.all_sent()
     }
 
     /// Whether a Query that would fetch the result of a use not yet answered "complete" asks
@@ -2388,7 +2427,8 @@ impl<'a> Stream<'a> {
                     continue;
                 };
                 // A Query's answer was due; a recheck of held data is due.
-                let unreportable_tail = self.all_sent() && !self.loss_reportable(&out);
+                let unreportable_tail =
+                    self.all_sent() && !self.loss_reportable(&out) && self.has(Rule::TailTimers);
                 let lost = Some(index) == probe
                     || out.awaiting_repair
                     || (self.reports
@@ -2403,7 +2443,7 @@ impl<'a> Stream<'a> {
                         Retransmit::Timer
                     };
                     self.queue_retransmission(slot, out, why);
-                    if unreportable_tail && out.retries == 0 {
+                    if unreportable_tail && out.retries == 0 && self.has(Rule::UnrevealedBefore) {
                         self.ask_about_unrevealed_before(&out, &expired);
                     }
                 } else {

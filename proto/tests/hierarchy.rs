@@ -710,6 +710,7 @@ fn run_any(
                     max_retries: 1000,
                     give_up: Duration::from_secs(10),
                     gap_reports: true,
+                    rules: Default::default(),
                 };
                 Stream::new(cfg, Tensor::I32(t), RttEstimator::new(rto)).unwrap()
             })

@@ -49,6 +49,7 @@ fn run(workers: u8, len: usize, window: u16, elems: u16) -> Vec<Vec<f32>> {
                         max_retries: 3,
                         give_up: Duration::from_secs(1),
                         gap_reports: true,
+                        rules: Default::default(),
                     },
                     Tensor::F32(t),
                     RttEstimator::new(RtoConfig::default()),

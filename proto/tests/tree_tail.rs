@@ -44,6 +44,7 @@ fn stream_with(rank: u8, tensor: &mut [i32], rto: RtoConfig) -> Stream<'_> {
         max_retries: 50,
         give_up: Duration::from_secs(1),
         gap_reports: true,
+        rules: Default::default(),
     };
     Stream::new(cfg, Tensor::I32(tensor), RttEstimator::new(rto)).unwrap()
 }

@@ -123,6 +123,8 @@ pub struct Scenario {
     pub switch_restart_at: Option<Duration>,
     /// Whether the switch sends its Missing reports (and the workers ask for them).
     pub gap_reports: bool,
+    /// The loss-recovery rules the workers follow (all by default).
+    pub rules: ina_proto::rules::Rules,
     /// How many full-size packets a worker's NIC holds before the worker stops handing it
     /// more (`None`: no limit, as a deep kernel queue would take them). With a short queue the
     /// worker chooses each packet when the NIC can send it, so a repair or a lagging slot's
@@ -159,6 +161,7 @@ impl Scenario {
             injections: Vec::new(),
             switch_restart_at: None,
             gap_reports: true,
+            rules: Default::default(),
             nic_queue: Some(DEFAULT_NIC_QUEUE),
             racks: None,
             window_control: None,
@@ -489,6 +492,7 @@ pub fn run(scenario: &Scenario) -> Report {
                     max_retries: scenario.max_retries,
                     give_up: scenario.give_up,
                     gap_reports: scenario.gap_reports,
+                    rules: scenario.rules,
                 },
                 start_at: Instant::ZERO + w.start_at,
                 dies_at: w.dies_at.map(|d| Instant::ZERO + d),

@@ -611,6 +611,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             max_retries: self.cfg.max_retries,
             give_up: self.cfg.give_up,
             gap_reports: self.job.gap_reports,
+            rules: Default::default(),
         }
     }
 

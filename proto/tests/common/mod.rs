@@ -93,6 +93,7 @@ pub fn config(net: &Net, rank: usize) -> StreamConfig {
         max_retries: net.max_retries,
         give_up: net.give_up,
         gap_reports: net.gap_reports,
+        rules: Default::default(),
     }
 }
 
