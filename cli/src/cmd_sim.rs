@@ -165,7 +165,7 @@ pub struct SimArgs {
     /// Leaves these loss-recovery rules out (comma-separated names), to measure what each is
     /// worth against the same seeds with every rule on (docs/design/RECOVERY.md lists them).
     #[arg(long, value_delimiter = ',')]
-    pub(crate) without: Vec<ina_proto::rules::Rule>,
+    pub(crate) without: Vec<ina_proto::stream::Rule>,
 }
 
 /// A `--scenario` file (see [`SimArgs::scenario`]).
@@ -617,7 +617,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             let mut within = true;
             let mut error = None;
             let mut ended = Duration::ZERO;
-            let mut t = ina_proto::session::StreamStats::default();
+            let mut t = ina_proto::stream::StreamStats::default();
             let mut lost = 0;
             for w in &job.workers {
                 lost += w.uplink.lost + w.downlink.lost;

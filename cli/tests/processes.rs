@@ -38,7 +38,7 @@ fn uses_per_iteration(elements: usize, elems_per_packet: usize, window: usize) -
     // with the descriptor), and one each for the barriers before and after the timed
     // all-reduce (an int32 all-reduce of one element); and each of the three streams'
     // descriptor.
-    let descriptor = ina_proto::session::DESCRIPTOR_PACKETS as usize;
+    let descriptor = ina_proto::stream::DESCRIPTOR_PACKETS as usize;
     (blocks + blocks.min(window - descriptor) + 2 + 3 * descriptor) as u64
 }
 

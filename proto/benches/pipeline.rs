@@ -87,7 +87,7 @@ impl Round {
     }
 
     /// Sequence number and set of `slot` in use `u`: position `g = (u + 1) * POOL + slot` of a
-    /// lane over the whole pool, as the worker's session numbers them.
+    /// lane over the whole pool, as the worker's stream numbers them.
     fn seq_set(u: u32, slot: u16) -> (u32, u8) {
         let g = (u + 1)
             .wrapping_mul(u32::from(POOL))

@@ -2,7 +2,7 @@
 //!
 //! Everything whose correctness matters lives here: the block floating point [`quant`]izer, the
 //! switch's data plane ([`pipeline`], mirroring the P4 programs register for register), the
-//! worker's stream [`session`] with its [`rtt`] estimator, the [`ring`] all-reduce schedule, and
+//! worker's stream [`stream`] with its [`rtt`] estimator, the [`ring`] all-reduce schedule, and
 //! the controller's slot allocator ([`alloc`]).
 //!
 //! What it must not do: touch sockets, threads, clocks, files or an async runtime. Every
@@ -22,8 +22,7 @@ pub mod pipeline;
 pub mod quant;
 pub mod ring;
 pub mod rtt;
-pub mod rules;
-pub mod session;
+pub mod stream;
 pub mod time;
 pub mod window;
 

@@ -8,7 +8,7 @@ mod common;
 
 use common::{Net, Outcome};
 use ina_proto::rtt::RtoConfig;
-use ina_proto::session::StreamError;
+use ina_proto::stream::StreamError;
 use std::time::Duration;
 
 /// Runs `workers` int32 streams of `packets` packets through the switch model, on a window

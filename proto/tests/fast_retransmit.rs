@@ -9,7 +9,7 @@ use common::seq_of;
 
 use common::{Net, Outcome};
 use ina_proto::rtt::RtoConfig;
-use ina_proto::session::{StreamError, StreamStats};
+use ina_proto::stream::{StreamError, StreamStats};
 use std::time::Duration;
 
 /// Runs `workers` int32 streams with the switch model in rounds of virtual time, dropping the

@@ -9,7 +9,7 @@ use ina_proto::pipeline::{
     DATA_REPORT_COPIES,
 };
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
 use ina_wire::{AggRepr, MessageType, QueryAsk};
 use proptest::prelude::*;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// The uses of a slot a stream of `packets` data packets makes: its descriptor's and theirs.
 fn uses(packets: usize) -> u64 {
-    packets as u64 + ina_proto::session::DESCRIPTOR_PACKETS
+    packets as u64 + ina_proto::stream::DESCRIPTOR_PACKETS
 }
 
 const ROUND: Duration = Duration::from_micros(10);

@@ -8,7 +8,7 @@ mod common;
 use common::{config, pipeline, through_switch, Net, ELEMS, ROUND};
 
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Stream, StreamStats, Tensor};
+use ina_proto::stream::{Stream, StreamStats, Tensor};
 use ina_proto::Instant;
 use std::time::Duration;
 
@@ -117,7 +117,7 @@ fn is_header(rank: usize, packet: &[u8], index: u32, first: bool) -> bool {
     let seq = u32::from_be_bytes([packet[12], packet[13], packet[14], packet[15]]);
     let data = packet[0] & 0x0f == 1;
     let gap = packet[1] & 0b10 != 0;
-    let at = u32::from(WINDOW) + ina_proto::session::DESCRIPTOR_PACKETS as u32 + index;
+    let at = u32::from(WINDOW) + ina_proto::stream::DESCRIPTOR_PACKETS as u32 + index;
     rank == 1 && data && packet.len() == 16 && seq == at && gap == first
 }
 
@@ -126,7 +126,7 @@ fn every_header_of_the_lookahead_goes_twice_and_nothing_else_does() {
     let ran = run(|_, _| false);
     assert_sums(&ran);
     // The lookahead's headers share the first window with the descriptor.
-    let headers = u64::from(WINDOW) - ina_proto::session::DESCRIPTOR_PACKETS;
+    let headers = u64::from(WINDOW) - ina_proto::stream::DESCRIPTOR_PACKETS;
     for s in &ran.stats {
         assert_eq!(s.lookahead_copies, headers, "{s:?}");
         assert_eq!(s.retransmissions, 0, "{s:?}");

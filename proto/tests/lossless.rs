@@ -3,7 +3,7 @@
 
 use ina_proto::pipeline::{JobConfig, Pipeline, PipelineConfig, PortId, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
 use std::time::Duration;
 

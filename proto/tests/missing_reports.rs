@@ -9,7 +9,7 @@ use common::{kind_of, seq_of};
 
 use common::Net;
 use ina_proto::rtt::RtoConfig;
-use ina_proto::session::StreamStats;
+use ina_proto::stream::StreamStats;
 use std::collections::HashSet;
 use std::time::Duration;
 

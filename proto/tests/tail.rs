@@ -12,7 +12,7 @@ use common::{kind_of, seq_of};
 use common::Net;
 use ina_proto::pipeline::{PortId, Verdict};
 use ina_proto::rtt::RtoConfig;
-use ina_proto::session::StreamStats;
+use ina_proto::stream::StreamStats;
 use ina_proto::Instant;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -13,7 +13,7 @@
 
 use ina_proto::descriptor::Descriptor;
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
 use ina_wire::agg::{AggPacket, AggRepr, MessageType, QueryAsk};
 use std::time::Duration;
@@ -23,7 +23,7 @@ const ELEMS: u16 = 4;
 /// One block of the lane: every packet, the descriptor's and the data's, has a slot of its own.
 const PACKETS: usize = 64;
 /// The data packets of such a stream.
-const DATA: usize = PACKETS - ina_proto::session::DESCRIPTOR_PACKETS as usize;
+const DATA: usize = PACKETS - ina_proto::stream::DESCRIPTOR_PACKETS as usize;
 
 /// A stream of `rank` in a rack of 4 workers under a tree of 8, with Missing reports.
 fn stream(rank: u8, tensor: &mut [i32]) -> Stream<'_> {

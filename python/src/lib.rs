@@ -10,7 +10,7 @@
 use ina_controller_client::client::Client;
 use ina_controller_client::member::Member;
 use ina_io::UdpConfig;
-use ina_proto::session::{StreamError, Tensor};
+use ina_proto::stream::{StreamError, Tensor};
 use ina_worker::{
     AsyncCommunicator, Communicator, Gate, OpStats, Pending, WorkerConfig, WorkerError,
 };

@@ -2,7 +2,7 @@
 //! of many workers holds no tensor of any ([`Generated`]), and results are checked as they come.
 
 use ina_proto::quant::{block_exponent, error_bound};
-use ina_proto::session::Source;
+use ina_proto::stream::Source;
 
 /// splitmix64: a cheap, well-mixed hash.
 fn mix(mut z: u64) -> u64 {

@@ -1,7 +1,7 @@
 //! A deterministic simulator for `ina`: virtual time, a seeded random source and a virtual
 //! network of links with latency, bandwidth, loss, duplication and reordering, driving the very
 //! same `proto` state machines as the daemons (the switch [`Pipeline`](ina_proto::pipeline) and
-//! worker [`Stream`](ina_proto::session)s); and, a level above, [`cluster`]: a stream of jobs
+//! worker [`Stream`](ina_proto::stream::Stream)s); and, a level above, [`cluster`]: a stream of jobs
 //! sharing a switch's slot pool under the controller's allocator and its baselines; and
 //! [`ceiling`]: the goodput no loss recovery by repair can beat on a topology, to read a run's
 //! figures against.

@@ -1,7 +1,7 @@
 //! The ring all-reduce in virtual time: a model of its TCP streams, for comparing `ina` with
 //! the ring on the same simulated links.
 //!
-//! Unlike `ina`, whose real session and pipeline code the simulator runs, the ring is modelled:
+//! Unlike `ina`, whose real stream and pipeline code the simulator runs, the ring is modelled:
 //! the chunks and their order are the real schedule's ([`RingSchedule`]), and each chunk
 //! crosses two link directions (the sender's uplink to the hub, the receiver's downlink) as
 //! TCP segments. What the model holds, and what it leaves out:

@@ -4,7 +4,7 @@ use crate::link::{Link, LinkConfig, LinkStats};
 use crate::rng::Rng;
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::window::{WindowConfig, WindowControl};
 use ina_proto::Instant;
 use std::cmp::Reverse;
@@ -124,7 +124,7 @@ pub struct Scenario {
     /// Whether the switch sends its Missing reports (and the workers ask for them).
     pub gap_reports: bool,
     /// The loss-recovery rules the workers follow (all by default).
-    pub rules: ina_proto::rules::Rules,
+    pub rules: ina_proto::stream::Rules,
     /// How many full-size packets a worker's NIC holds before the worker stops handing it
     /// more (`None`: no limit, as a deep kernel queue would take them). With a short queue the
     /// worker chooses each packet when the NIC can send it, so a repair or a lagging slot's

@@ -2,7 +2,7 @@
 
 use ina_io::{IoError, Port, RecvBatch, SendBatch, UdpConfig, UdpPort};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::Instant;
 use ina_wire::agg::{ProbeGroup, ProbeInfo, GAP_BLOCK};
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};

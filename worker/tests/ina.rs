@@ -5,7 +5,7 @@
 mod common;
 
 use common::{free_addrs, start, switch};
-use ina_proto::session::Tensor;
+use ina_proto::stream::Tensor;
 use ina_switch::{JobSpec, SwitchConfig};
 use ina_worker::{AsyncCommunicator, Communicator, WorkerConfig, WorkerError};
 use std::time::Duration;

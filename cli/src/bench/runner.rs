@@ -59,7 +59,7 @@ impl From<ina_worker::ring::RingError> for RunError {
 pub struct StreamTotals {
     pub operations: u64,
     /// Every all-reduce's stream statistics, added up.
-    pub streams: ina_proto::session::StreamStats,
+    pub streams: ina_proto::stream::StreamStats,
     /// Slots the worker streams through (its window).
     pub window: u16,
 }

@@ -16,7 +16,7 @@
 
 use core::time::Duration;
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::session::{Lane, Stream, StreamConfig, Tensor};
+use ina_proto::stream::{Lane, Stream, StreamConfig, Tensor};
 use ina_proto::Instant;
 use ina_wire::{AggRepr, MessageType, HEADER_LEN};
 use libfuzzer_sys::fuzz_target;

@@ -1,0 +1,89 @@
+//! The tensor a stream all-reduces: borrowed, owned or generated block by block.
+
+/// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
+/// by [`Stream::into_tensor`]), or never held whole ([`Source`]). The result replaces it.
+#[derive(Debug)]
+pub enum Tensor<'a> {
+    F32(&'a mut [f32]),
+    I32(&'a mut [i32]),
+    F32Owned(Vec<f32>),
+    I32Owned(Vec<i32>),
+    /// Float32 elements made on demand, block by block, and the result handed back the same
+    /// way: a simulation of many workers holds no tensor of any.
+    Generated(&'a mut (dyn Source + Send)),
+}
+
+/// A float32 tensor that is never held whole (see [`Tensor::Generated`]).
+pub trait Source: core::fmt::Debug {
+    /// Number of elements.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes input elements `start..start + out.len()` into `out`. Called as often as a block
+    /// is needed (for its exponent, then for its data): the same elements every time.
+    fn input(&mut self, start: usize, out: &mut [f32]);
+    /// Takes result elements `start..start + values.len()`, once per block, in any order.
+    fn result(&mut self, start: usize, values: &[f32]);
+}
+
+/// A read view of a tensor's elements.
+#[derive(Debug, Clone, Copy)]
+pub enum Elements<'t> {
+    F32(&'t [f32]),
+    I32(&'t [i32]),
+}
+
+/// A write view of a tensor's elements.
+#[derive(Debug)]
+pub enum ElementsMut<'t> {
+    F32(&'t mut [f32]),
+    I32(&'t mut [i32]),
+}
+
+impl Tensor<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self.elements() {
+            Some(Elements::F32(t)) => t.len(),
+            Some(Elements::I32(t)) => t.len(),
+            None => match self {
+                Tensor::Generated(g) => g.len(),
+                _ => 0,
+            },
+        }
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the elements are float32 (and so use the exponent lookahead).
+    pub fn is_float(&self) -> bool {
+        !matches!(self, Tensor::I32(_) | Tensor::I32Owned(_))
+    }
+
+    /// The elements; `None` for a generated tensor, which has none in memory.
+    pub fn elements(&self) -> Option<Elements<'_>> {
+        Some(match self {
+            Tensor::F32(t) => Elements::F32(t),
+            Tensor::I32(t) => Elements::I32(t),
+            Tensor::F32Owned(t) => Elements::F32(t),
+            Tensor::I32Owned(t) => Elements::I32(t),
+            Tensor::Generated(_) => return None,
+        })
+    }
+
+    /// The elements, writable; `None` for a generated tensor.
+    pub fn elements_mut(&mut self) -> Option<ElementsMut<'_>> {
+        Some(match self {
+            Tensor::F32(t) => ElementsMut::F32(t),
+            Tensor::I32(t) => ElementsMut::I32(t),
+            Tensor::F32Owned(t) => ElementsMut::F32(t),
+            Tensor::I32Owned(t) => ElementsMut::I32(t),
+            Tensor::Generated(_) => return None,
+        })
+    }
+}
