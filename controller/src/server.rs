@@ -250,8 +250,7 @@ async fn authorize(State(app): State<App>, req: Request, next: Next) -> Response
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if !given.is_some_and(|g| ina_switch::control::tokens_match(g.as_bytes(), app.token.as_bytes()))
-    {
+    if !given.is_some_and(|g| ina_switch_api::tokens_match(g.as_bytes(), app.token.as_bytes())) {
         return ApiError(
             StatusCode::UNAUTHORIZED,
             "missing or wrong access token (Authorization: Bearer TOKEN): a controller started without --token keeps it in STATE_DIR/token (clients: --token-file)".into(),

@@ -10,7 +10,7 @@ use ina_controller::server::{self, ServeError, ServerConfig};
 use ina_controller::service::{drivers, Controller};
 use ina_controller::store::Store;
 use ina_controller::token::TokenError;
-use ina_switch::{ControlClient, Request};
+use ina_switch_api::{ControlClient, Request};
 use ina_worker::{Communicator, WorkerConfig};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};

@@ -23,7 +23,7 @@ pub use config::{JobSpec, SwitchConfig, UplinkSpec};
 pub use control::{
     ControlBindError, ControlClient, ControlLimits, ControlServer, Request, Response, SwitchHandle,
 };
-pub use shard::{ShardStats, SwitchStats};
+pub use ina_switch_api::{IoStats, ShardStats, SwitchStats};
 
 use ina_io::{Port, UdpPort};
 use ina_proto::pipeline::Pipeline;

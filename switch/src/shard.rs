@@ -3,11 +3,11 @@
 use crate::loss::Loss;
 use crate::port::ShardPort;
 use ina_io::{Port, RecvBatch, SendBatch};
-use ina_proto::pipeline::{Burst, Counters, JobConfig, Pipeline, PortId, Report, Verdict};
+use ina_proto::pipeline::{Burst, JobConfig, Pipeline, PortId, Report, Verdict};
 use ina_proto::Instant;
+use ina_switch_api::{IoStats, ShardStats};
 use ina_wire::agg::{ProbeGroup, ProbeInfo, GAP_BLOCK};
 use ina_wire::{AggPacket, AggRepr, MessageType, HEADER_LEN};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,114 +36,17 @@ pub(crate) enum Command {
     Stats(mpsc::Sender<ShardStats>),
 }
 
-/// Socket counters of a shard.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IoStats {
-    pub rx_datagrams: u64,
-    pub rx_bytes: u64,
-    pub rx_truncated: u64,
-    pub rx_syscalls: u64,
-    pub tx_datagrams: u64,
-    pub tx_bytes: u64,
-    pub tx_errors: u64,
-    pub tx_syscalls: u64,
-}
-
-impl IoStats {
-    fn from_io(c: &ina_io::Counters) -> IoStats {
-        IoStats {
-            rx_datagrams: c.rx_datagrams,
-            rx_bytes: c.rx_bytes,
-            rx_truncated: c.rx_truncated,
-            rx_syscalls: c.rx_syscalls,
-            tx_datagrams: c.tx_datagrams,
-            tx_bytes: c.tx_bytes,
-            tx_errors: c.tx_errors,
-            tx_syscalls: c.tx_syscalls,
-        }
-    }
-
-    fn add(&mut self, o: &IoStats) {
-        self.rx_datagrams += o.rx_datagrams;
-        self.rx_bytes += o.rx_bytes;
-        self.rx_truncated += o.rx_truncated;
-        self.rx_syscalls += o.rx_syscalls;
-        self.tx_datagrams += o.tx_datagrams;
-        self.tx_bytes += o.tx_bytes;
-        self.tx_errors += o.tx_errors;
-        self.tx_syscalls += o.tx_syscalls;
-    }
-}
-
-/// What one shard saw.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardStats {
-    pub shard: usize,
-    pub pipeline: Counters,
-    pub io: IoStats,
-    /// Slots of this shard with a use still collecting.
-    pub busy_slots: usize,
-    /// Datagrams from addresses no job lists (dropped by the pipeline too).
-    pub unknown_source: u64,
-    /// Truncated datagrams (larger than a receive slot), dropped.
-    pub truncated: u64,
-    pub injected_drops_in: u64,
-    pub injected_drops_out: u64,
-    /// Datagrams received for another shard's slots and handed to it.
-    #[serde(default)]
-    pub forwarded_out: u64,
-    /// Datagrams handed over by other shards.
-    #[serde(default)]
-    pub forwarded_in: u64,
-    /// Datagrams received for another shard's slots and dropped, because that shard's inbox
-    /// was full (it is behind; the workers resend what was lost).
-    #[serde(default)]
-    pub forward_dropped: u64,
-    /// Probes left unanswered while their job is reinstalled for a new worker.
-    #[serde(default)]
-    pub probes_held: u64,
-    /// Probes of a new worker left unanswered because their job was reinstalled less than
-    /// [`MIN_REINSTALL_INTERVAL`] before (the worker probes again).
-    #[serde(default)]
-    pub reinstalls_deferred: u64,
-    /// Results of finished uses (the pipeline's `results_multicast`) sent to a worker's own
-    /// address: one per worker and use for a job without a multicast group.
-    #[serde(default)]
-    pub results_to_workers: u64,
-    /// Results of finished uses sent once to the job's multicast group.
-    #[serde(default)]
-    pub results_to_group: u64,
-}
-
-/// The whole switch: the sum over shards, and each shard.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SwitchStats {
-    pub total: ShardStats,
-    pub shards: Vec<ShardStats>,
-}
-
-impl SwitchStats {
-    pub(crate) fn from_shards(mut shards: Vec<ShardStats>) -> SwitchStats {
-        shards.sort_by_key(|s| s.shard);
-        let mut total = ShardStats::default();
-        for s in &shards {
-            total.pipeline.add(&s.pipeline);
-            total.io.add(&s.io);
-            total.busy_slots += s.busy_slots;
-            total.unknown_source += s.unknown_source;
-            total.truncated += s.truncated;
-            total.injected_drops_in += s.injected_drops_in;
-            total.injected_drops_out += s.injected_drops_out;
-            total.forwarded_out += s.forwarded_out;
-            total.forwarded_in += s.forwarded_in;
-            total.forward_dropped += s.forward_dropped;
-            total.probes_held += s.probes_held;
-            total.reinstalls_deferred += s.reinstalls_deferred;
-            total.results_to_workers += s.results_to_workers;
-            total.results_to_group += s.results_to_group;
-        }
-        total.shard = shards.len();
-        SwitchStats { total, shards }
+/// A shard's socket counters, from its port's.
+fn io_stats(c: &ina_io::Counters) -> IoStats {
+    IoStats {
+        rx_datagrams: c.rx_datagrams,
+        rx_bytes: c.rx_bytes,
+        rx_truncated: c.rx_truncated,
+        rx_syscalls: c.rx_syscalls,
+        tx_datagrams: c.tx_datagrams,
+        tx_bytes: c.tx_bytes,
+        tx_errors: c.tx_errors,
+        tx_syscalls: c.tx_syscalls,
     }
 }
 
@@ -645,7 +548,7 @@ impl Shard {
     fn snapshot(&self) -> ShardStats {
         let mut s = self.stats;
         s.pipeline = *self.pipe.counters();
-        s.io = IoStats::from_io(&self.port.counters());
+        s.io = io_stats(&self.port.counters());
         s.busy_slots = self.pipe.busy_slots();
         s
     }
@@ -898,19 +801,6 @@ mod tests {
         assert_eq!(meshes[1].inbox.try_iter().count(), 4, "the inbox grew");
         assert!(meshes[0].hand_over(1, batch(), &mut stats));
         assert_eq!(stats.forwarded_out, 10);
-        // The total counts every shard's drops.
-        let other = ShardStats {
-            shard: 1,
-            forward_dropped: 3,
-            ..ShardStats::default()
-        };
-        let total = SwitchStats::from_shards(vec![stats, other]).total;
-        assert_eq!(total.forward_dropped, 23);
-        // Statistics of a switch without the counter still read.
-        let mut json = serde_json::to_value(stats).unwrap();
-        json.as_object_mut().unwrap().remove("forward_dropped");
-        let old: ShardStats = serde_json::from_value(json).unwrap();
-        assert_eq!(old.forward_dropped, 0);
     }
 
     fn addrs() -> Vec<SocketAddr> {

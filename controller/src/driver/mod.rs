@@ -17,8 +17,8 @@ pub use p4::check_spec;
 pub mod tofino;
 
 use crate::alloc::{JobId, Range};
-use ina_switch::config::JobSpec;
-use ina_switch::control::{ControlClient, Request};
+use ina_switch_api::JobSpec;
+use ina_switch_api::{ControlClient, Request};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -80,7 +80,7 @@ impl SoftwareSwitch {
         SoftwareSwitch { addr, token }
     }
 
-    fn call(&self, req: &Request) -> Result<ina_switch::control::Response, DriverError> {
+    fn call(&self, req: &Request) -> Result<ina_switch_api::Response, DriverError> {
         let unreachable = |source| DriverError::Unreachable {
             addr: self.addr,
             source,
