@@ -4,9 +4,10 @@
 //! when it stopped (`{"event":"stopped","stats":...}`) on stdout; logs go to stderr.
 
 use anyhow::{bail, Context};
-use ina_switch::{ControlServer, JobSpec, Switch, SwitchConfig};
+use ina_switch::{ControlServer, Switch, SwitchConfig};
+use ina_switch_api::{JobKeys, JobSpec};
 use serde::Deserialize;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -103,132 +104,6 @@ struct FileConfig {
     seed: Option<u64>,
     #[serde(default)]
     job: Vec<JobSpec>,
-}
-
-/// The keys of a `--job` value common to the UDP and the raw-port switch; `workers` and
-/// `group` are left as text for each to read.
-#[derive(Debug, Default)]
-pub struct JobKeys<'a> {
-    pub id: u16,
-    pub epoch: Option<u16>,
-    /// (first slot, slot count)
-    pub slots: (u16, u16),
-    pub elems: u16,
-    pub workers: &'a str,
-    pub group: Option<&'a str>,
-}
-
-/// Splits `id=1;slots=0..64;elems=256;workers=...` into its keys, checking the common ones.
-pub fn parse_job_keys(s: &str) -> Result<JobKeys<'_>, String> {
-    let (mut id, mut slots, mut elems, mut workers) = (None, None, None, None);
-    let mut keys = JobKeys::default();
-    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("`{part}` is not key=value"))?;
-        let value = value.trim();
-        match key.trim() {
-            "id" | "job" => id = Some(value.parse::<u16>().map_err(|e| format!("id: {e}"))?),
-            "epoch" => keys.epoch = Some(value.parse::<u16>().map_err(|e| format!("epoch: {e}"))?),
-            "slots" => {
-                let (a, b) = value
-                    .split_once("..")
-                    .ok_or_else(|| format!("slots `{value}` is not START..END"))?;
-                let a: u16 = a.parse().map_err(|e| format!("slots start: {e}"))?;
-                let b: u16 = b.parse().map_err(|e| format!("slots end: {e}"))?;
-                if b <= a {
-                    return Err(format!("slots `{value}` is empty"));
-                }
-                slots = Some((a, b - a));
-            }
-            "elems" => {
-                elems = Some(value.parse::<u16>().map_err(|e| format!("elems: {e}"))?);
-            }
-            "workers" => workers = Some(value),
-            "group" => keys.group = Some(value),
-            k if k.starts_with("uplink") => {
-                return Err(format!(
-                    "`{k}`: the switch on raw ports (--ports) sends no partial sums to an upper switch; a rack switch of a tree is the UDP switch (--listen)"
-                ))
-            }
-            other => return Err(format!("unknown key `{other}`")),
-        }
-    }
-    keys.slots = slots.ok_or("missing slots=START..END")?;
-    keys.id = id.ok_or("missing id=")?;
-    keys.elems = elems.unwrap_or(256);
-    keys.workers = workers.ok_or("missing workers=")?;
-    Ok(keys)
-}
-
-/// Parses the `--job` syntax of the UDP switch: the common keys, and for a rack switch of an
-/// aggregation tree `uplink=ADDR;uplink_rank=R;uplink_epoch=E` (and optionally `uplink_job=J`,
-/// `uplink_slot=S`: the job's id and first slot on the upper switch, by default the same).
-pub fn parse_job(s: &str) -> Result<JobSpec, String> {
-    let (mut common, mut up) = (Vec::new(), Vec::new());
-    for part in s.split(';') {
-        match part.trim().split_once('=') {
-            Some((k, v)) if k.trim().starts_with("uplink") => up.push((k.trim(), v.trim())),
-            _ => common.push(part),
-        }
-    }
-    let common = common.join(";");
-    let keys = parse_job_keys(&common)?;
-    let uplink = parse_uplink(&up)?;
-    let workers: Result<Vec<SocketAddr>, _> =
-        keys.workers.split(',').map(|a| a.trim().parse()).collect();
-    let group = match keys.group {
-        None => None,
-        Some(value) => {
-            let g: SocketAddrV4 = value.parse().map_err(|e| format!("group: {e}"))?;
-            if !g.ip().is_multicast() {
-                return Err(format!("group `{value}` is not a multicast address"));
-            }
-            Some(g)
-        }
-    };
-    Ok(JobSpec {
-        job: keys.id,
-        epoch: keys.epoch,
-        slot_base: keys.slots.0,
-        slot_count: keys.slots.1,
-        elems_per_packet: keys.elems,
-        workers: workers.map_err(|e| format!("workers: {e}"))?,
-        group,
-        uplink,
-    })
-}
-
-/// The `uplink*` keys of a `--job` value.
-fn parse_uplink(keys: &[(&str, &str)]) -> Result<Option<ina_switch::UplinkSpec>, String> {
-    if keys.is_empty() {
-        return Ok(None);
-    }
-    let (mut addr, mut rank, mut epoch, mut job, mut slot) = (None, None, None, None, None);
-    for (k, v) in keys {
-        match *k {
-            "uplink" => addr = Some(v.parse().map_err(|e| format!("uplink `{v}`: {e}"))?),
-            "uplink_rank" => rank = Some(v.parse().map_err(|e| format!("uplink_rank: {e}"))?),
-            "uplink_epoch" => epoch = Some(v.parse().map_err(|e| format!("uplink_epoch: {e}"))?),
-            "uplink_job" => job = Some(v.parse().map_err(|e| format!("uplink_job: {e}"))?),
-            "uplink_slot" => slot = Some(v.parse().map_err(|e| format!("uplink_slot: {e}"))?),
-            other => return Err(format!("unknown key `{other}`")),
-        }
-    }
-    let need = |what: &str| {
-        format!("uplink needs uplink=ADDR, uplink_rank=R and uplink_epoch=E (the epoch the upper switch's job was installed with); {what} is missing")
-    };
-    let rank: u8 = rank.ok_or_else(|| need("uplink_rank"))?;
-    if rank > ina_wire::agg::MAX_RANK {
-        return Err(format!("uplink_rank {rank}: a job has ranks 0..=31"));
-    }
-    Ok(Some(ina_switch::UplinkSpec {
-        addr: addr.ok_or_else(|| need("uplink"))?,
-        job,
-        rank,
-        epoch: epoch.ok_or_else(|| need("uplink_epoch"))?,
-        slot_base: slot,
-    }))
 }
 
 /// The largest elements per packet the switch takes: `given` (by --max-elems or the config
@@ -428,7 +303,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         }
         let mut sizes = Vec::new();
         for j in &args.jobs {
-            let keys = parse_job_keys(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+            let keys = JobKeys::parse(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
             sizes.push((format!("--job `{j}`"), keys.elems));
         }
         let max_elems = Some(size_max_elems(args.max_elems, &sizes)?);
@@ -480,7 +355,7 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         .collect();
     cfg.jobs = file.job;
     for j in &args.jobs {
-        let job = parse_job(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+        let job: JobSpec = j.parse().map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
         sizes.push((format!("--job `{j}`"), job.elems_per_packet));
         cfg.jobs.push(job);
     }
@@ -644,70 +519,6 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn job_flag_parses_and_rejects_nonsense() {
-        let j = parse_job("id=3;slots=16..48;elems=64;workers=127.0.0.1:1,127.0.0.1:2").unwrap();
-        assert_eq!(
-            (j.job, j.slot_base, j.slot_count, j.elems_per_packet),
-            (3, 16, 32, 64)
-        );
-        assert_eq!(j.workers.len(), 2);
-        assert_eq!(j.epoch, None);
-        assert!(parse_job("id=3;slots=16..16;workers=127.0.0.1:1").is_err());
-        assert!(parse_job("id=3;slots=1..2").is_err());
-        assert!(parse_job("id=x;slots=1..2;workers=127.0.0.1:1").is_err());
-        assert!(parse_job("id=1;colour=blue").is_err());
-        assert_eq!(j.group, None);
-        let g = parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3:4000").unwrap();
-        assert_eq!(g.group, Some("239.1.2.3:4000".parse().unwrap()));
-        assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=10.1.2.3:4000").is_err());
-        assert!(parse_job("id=3;slots=0..8;workers=127.0.0.1:1;group=239.1.2.3").is_err());
-    }
-
-    #[test]
-    fn job_flag_takes_an_uplink() {
-        let j = parse_job(
-            "id=3;slots=0..64;workers=127.0.0.1:1;uplink=10.0.0.1:5;uplink_rank=2;uplink_epoch=9",
-        )
-        .unwrap();
-        let u = j.uplink.unwrap();
-        assert_eq!(u.addr, "10.0.0.1:5".parse().unwrap());
-        assert_eq!((u.rank, u.epoch, u.job, u.slot_base), (2, 9, None, None));
-        let j = parse_job("id=3;slots=0..64;workers=127.0.0.1:1;uplink=10.0.0.1:5;uplink_rank=0;uplink_epoch=9;uplink_job=7;uplink_slot=64").unwrap();
-        let u = j.uplink.unwrap();
-        assert_eq!((u.job, u.slot_base), (Some(7), Some(64)));
-        assert_eq!(
-            parse_job("id=3;slots=0..64;workers=127.0.0.1:1")
-                .unwrap()
-                .uplink,
-            None
-        );
-        for (bad, words) in [
-            ("uplink=10.0.0.1:5;uplink_rank=0", "uplink_epoch is missing"),
-            ("uplink=10.0.0.1:5;uplink_epoch=1", "uplink_rank is missing"),
-            ("uplink_rank=0;uplink_epoch=1", "uplink is missing"),
-            (
-                "uplink=10.0.0.1:5;uplink_rank=32;uplink_epoch=1",
-                "ranks 0..=31",
-            ),
-            (
-                "uplink=nowhere;uplink_rank=0;uplink_epoch=1",
-                "uplink `nowhere`",
-            ),
-            (
-                "uplink=10.0.0.1:5;uplink_rank=0;uplink_epoch=1;uplink_x=1",
-                "unknown key `uplink_x`",
-            ),
-        ] {
-            let err =
-                parse_job(&format!("id=3;slots=0..64;workers=127.0.0.1:1;{bad}")).unwrap_err();
-            assert!(err.contains(words), "{bad}: {err}");
-        }
-        // The raw-port switch's keys: an uplink is refused with what to use instead.
-        let err = parse_job_keys("id=3;slots=0..64;workers=x;uplink=10.0.0.1:5").unwrap_err();
-        assert!(err.contains("UDP switch (--listen)"), "{err}");
-    }
 
     #[test]
     fn max_elems_covers_every_job_or_names_the_flag() {

@@ -105,7 +105,7 @@ fn port_index(ports: &[String], name: &str) -> Result<u16, String> {
 /// `id=1;slots=0..64;elems=64;workers=IF/MAC/IP:UDP,...` (rank r is the r-th worker), with an
 /// optional `epoch=`.
 pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, String> {
-    let keys = crate::cmd_switch::parse_job_keys(s)?;
+    let keys = ina_switch_api::JobKeys::parse(s).map_err(|e| e.to_string())?;
     if keys.group.is_some() {
         return Err(
             "group= is for the UDP switch: on raw ports every result leaves once per rank's port"
