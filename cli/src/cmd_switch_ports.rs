@@ -9,6 +9,7 @@ use ina_io::packet::RawConfig;
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
 use ina_proto::pipeline::PipelineConfig;
 use ina_switch::frames::FramesSwitch;
+use ina_wire::MacAddr;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -78,21 +79,6 @@ pub fn render_metrics(stats: Option<&ina_switch::frames::FramesStats>) -> String
     e.finish()
 }
 
-/// Parses `02:00:00:00:00:01`.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.trim().split(':').collect();
-    if parts.len() != 6 {
-        return Err(format!(
-            "`{s}` is not a MAC address (six hex bytes with colons)"
-        ));
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(&parts) {
-        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address"))?;
-    }
-    Ok(mac)
-}
-
 fn port_index(ports: &[String], name: &str) -> Result<u16, String> {
     ports
         .iter()
@@ -122,7 +108,7 @@ pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, String> {
             .map_err(|e| format!("worker `{w}`: address: {e}"))?;
         ranks.push(Endpoint {
             port: port_index(ports, ifname)?,
-            mac: parse_mac(mac)?,
+            mac: mac.parse::<MacAddr>().map_err(|e| e.to_string())?.octets(),
             ip: addr.ip().octets(),
             udp_port: addr.port(),
         });
@@ -153,7 +139,10 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
     let Some(mac) = &args.mac else {
         bail!("--ports needs the switch's own --mac (its address on the LAN)");
     };
-    let mac = parse_mac(mac).map_err(anyhow::Error::msg)?;
+    let mac: MacAddr = mac
+        .trim()
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--mac: {e}"))?;
     let Some(ip) = args.ip else {
         bail!("--ports needs the switch's own --ip (workers send to it)");
     };
@@ -168,9 +157,12 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         let (m, port) = entry
             .split_once('=')
             .with_context(|| format!("--l2 `{entry}` is not MAC=INTERFACE"))?;
-        let m = parse_mac(m).map_err(anyhow::Error::msg)?;
+        let m: MacAddr = m
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--l2 `{entry}`: {e}"))?;
         let port = port_index(&args.ports, port.trim()).map_err(anyhow::Error::msg)?;
-        l2.push((m, port));
+        l2.push((m.octets(), port));
     }
     // Every worker's MAC is reachable through its port: ordinary traffic between workers
     // (a ring all-reduce, ARP answers) crosses the switch without extra flags.
@@ -187,7 +179,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         pipeline.max_elems = m;
     }
     let cfg = FrameSwitchConfig {
-        mac,
+        mac: mac.octets(),
         ip: ip.octets(),
         ports: Vec::new(),
         l2,
@@ -315,10 +307,5 @@ mod tests {
         for b in bad {
             assert!(parse_frame_job(b, &ports).is_err(), "{b}");
         }
-        assert!(parse_mac("02:00:00:00:00:zz").is_err());
-        assert_eq!(
-            parse_mac("ff:FF:00:01:02:03").unwrap(),
-            [255, 255, 0, 1, 2, 3]
-        );
     }
 }

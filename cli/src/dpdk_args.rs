@@ -69,9 +69,9 @@ impl DpdkArgs {
             })?;
             neighbours.push((
                 ip,
-                parse_mac(mac).ok_or_else(|| {
-                    anyhow::anyhow!("--dpdk-neighbour {n:?}: {mac:?} is not a MAC address")
-                })?,
+                mac.parse::<ina_wire::MacAddr>()
+                    .map_err(|e| anyhow::anyhow!("--dpdk-neighbour {n:?}: {e}"))?
+                    .octets(),
             ));
         }
         Ok(Parsed {
@@ -128,17 +128,4 @@ impl DpdkArgs {
             Ok(_) => anyhow::anyhow!("--port dpdk: this ina was built without DPDK (build it with `cargo build --release --features dpdk`, with DPDK's development package installed: apt-get install libdpdk-dev)"),
         }
     }
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split(':');
-    for b in out.iter_mut() {
-        let p = parts.next()?;
-        if p.len() != 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
 }

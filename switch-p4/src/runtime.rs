@@ -16,74 +16,15 @@
 //! `reg_count`, `reg_exp`, `reg_value_j`; counters `ina_events`, `ina_multicast`.
 
 use crate::{tna, v1model};
-use core::fmt;
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
 use ina_proto::pipeline::{JobConfig, PipelineConfig};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 
-/// A MAC address, written `02:00:00:00:00:01` in descriptions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl MacAddr {
-    /// The broadcast address.
-    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
-
-    /// The address as one hexadecimal number (`0x020000000001`), as `simple_switch_CLI`
-    /// takes it.
-    pub fn hex(&self) -> String {
-        let mut s = String::from("0x");
-        for b in self.0 {
-            s.push_str(&format!("{b:02x}"));
-        }
-        s
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
-    }
-}
-
-impl core::str::FromStr for MacAddr {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<MacAddr, ConfigError> {
-        let mut out = [0u8; 6];
-        let mut parts = s.split(':');
-        for b in out.iter_mut() {
-            let part = parts.next().ok_or_else(|| ConfigError::Mac(s.into()))?;
-            if part.len() != 2 {
-                return Err(ConfigError::Mac(s.into()));
-            }
-            *b = u8::from_str_radix(part, 16).map_err(|_| ConfigError::Mac(s.into()))?;
-        }
-        if parts.next().is_some() {
-            return Err(ConfigError::Mac(s.into()));
-        }
-        Ok(MacAddr(out))
-    }
-}
-
-impl Serialize for MacAddr {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for MacAddr {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MacAddr, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
+/// A MAC address, written `02:00:00:00:00:01` in descriptions (`hex` gives the number
+/// `simple_switch_CLI` takes).
+pub use ina_wire::MacAddr;
 
 /// One entry of the static L2 table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,8 +84,6 @@ pub struct JobDesc {
 /// Why a description cannot be installed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("not a MAC address: {0:?}")]
-    Mac(String),
     #[error("port {0} is beyond the ports of the target (0..=510)")]
     PortRange(u16),
     #[error("port {0} is listed twice")]
@@ -678,7 +617,6 @@ fn mgid_entry(mgrp: u16, nodes: &[u32]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn sw() -> SwitchDesc {
         SwitchDesc {
@@ -811,15 +749,5 @@ mod tests {
         assert_eq!(model.jobs()[0].ranks[2].ip, [198, 18, 1, 2]);
         assert_eq!(j.pipeline_job().ranks.len(), 4);
         assert_eq!(model.pipeline().config().pool_slots, v1model::POOL_SLOTS);
-    }
-
-    proptest! {
-        #[test]
-        fn mac_round_trip(b in any::<[u8; 6]>()) {
-            let m = MacAddr(b);
-            prop_assert_eq!(m.to_string().parse::<MacAddr>(), Ok(m));
-            prop_assert_eq!(u64::from_str_radix(&m.hex()[2..], 16).ok(),
-                Some(b.iter().fold(0u64, |a, &x| a << 8 | u64::from(x))));
-        }
     }
 }

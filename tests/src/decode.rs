@@ -5,10 +5,7 @@ use ina_wire::ether::{ArpPacket, EthernetFrame, Ipv4Header, UdpHeader};
 use ina_wire::{AggPacket, HEADER_LEN, UDP_PORT};
 
 fn mac(m: [u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    ina_wire::MacAddr(m).to_string()
 }
 
 fn ip(a: [u8; 4]) -> String {

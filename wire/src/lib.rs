@@ -16,12 +16,14 @@ pub mod agg;
 pub mod checksum;
 pub mod ether;
 pub mod frame;
+pub mod mac;
 pub mod payload;
 
 pub use agg::{
     AggPacket, AggRepr, MessageType, PendingInfo, QueryAsk, RejectReason, HEADER_LEN,
     PROTOCOL_VERSION, UDP_PORT,
 };
+pub use mac::{MacAddr, MacParseError};
 
 /// Why a buffer is not a valid `ina` packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
