@@ -6,11 +6,11 @@
 
 use anyhow::{bail, Context};
 use ina_io::packet::RawConfig;
-use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
+use ina_proto::l2::FrameSwitchConfig;
 use ina_proto::pipeline::PipelineConfig;
-use ina_switch::frames::FramesSwitch;
+use ina_switch::frames::{parse_frame_job, port_index, FramesSwitch};
 use ina_wire::MacAddr;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -79,59 +79,6 @@ pub fn render_metrics(stats: Option<&ina_switch::frames::FramesStats>) -> String
     e.finish()
 }
 
-fn port_index(ports: &[String], name: &str) -> Result<u16, String> {
-    ports
-        .iter()
-        .position(|p| p == name)
-        .map(|i| i as u16)
-        .ok_or_else(|| format!("`{name}` is not one of --ports ({})", ports.join(",")))
-}
-
-/// Parses a job of the L2 mode:
-/// `id=1;slots=0..64;elems=64;workers=IF/MAC/IP:UDP,...` (rank r is the r-th worker), with an
-/// optional `epoch=`.
-pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, String> {
-    let keys = ina_switch_api::JobKeys::parse(s).map_err(|e| e.to_string())?;
-    if keys.group.is_some() {
-        return Err(
-            "group= is for the UDP switch: on raw ports every result leaves once per rank's port"
-                .into(),
-        );
-    }
-    let mut ranks = Vec::new();
-    for w in keys.workers.split(',').map(str::trim) {
-        let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
-            return Err(format!("worker `{w}` is not INTERFACE/MAC/IP:UDP_PORT"));
-        };
-        let addr: SocketAddrV4 = addr
-            .parse()
-            .map_err(|e| format!("worker `{w}`: address: {e}"))?;
-        ranks.push(Endpoint {
-            port: port_index(ports, ifname)?,
-            mac: mac.parse::<MacAddr>().map_err(|e| e.to_string())?.octets(),
-            ip: addr.ip().octets(),
-            udp_port: addr.port(),
-        });
-    }
-    Ok(FrameJob {
-        job: keys.id,
-        // Different on every start unless given, as on the UDP switch: a restarted switch
-        // refuses the old run's packets instead of adding them into cleared registers.
-        epoch: keys.epoch.unwrap_or_else(|| boot_epoch(keys.id)),
-        slot_base: keys.slots.0,
-        slot_count: keys.slots.1,
-        elems_per_packet: keys.elems,
-        ranks,
-    })
-}
-
-fn boot_epoch(job: u16) -> u16 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    ((nanos >> 10) as u16 ^ job.rotate_left(7)).max(1)
-}
-
 pub fn run(args: PortsArgs) -> anyhow::Result<()> {
     if args.ports.iter().any(String::is_empty) {
         bail!("--ports takes interface names separated by commas");
@@ -149,7 +96,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
     let jobs = args
         .jobs
         .iter()
-        .map(|j| parse_frame_job(j, &args.ports).map_err(anyhow::Error::msg))
+        .map(|j| parse_frame_job(j, &args.ports).map_err(|e| anyhow::anyhow!("`{j}`: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()
         .context("--job")?;
     let mut l2: Vec<([u8; 6], u16)> = Vec::new();
@@ -161,7 +108,8 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
             .trim()
             .parse()
             .map_err(|e| anyhow::anyhow!("--l2 `{entry}`: {e}"))?;
-        let port = port_index(&args.ports, port.trim()).map_err(anyhow::Error::msg)?;
+        let port = port_index(&args.ports, port.trim())
+            .map_err(|e| anyhow::anyhow!("--l2 `{entry}`: {e}"))?;
         l2.push((m.octets(), port));
     }
     // Every worker's MAC is reachable through its port: ordinary traffic between workers
@@ -282,30 +230,5 @@ mod tests {
         assert!(text.contains("ina_switch_results_multicast_total 9\n"));
         assert!(text.contains("ina_port_tx_dropped_total{port=\"sw0\"} 2\n"));
         assert!(text.contains("ina_port_rx_truncated_total{port=\"sw0\"} 1\n"));
-    }
-
-    #[test]
-    fn frame_jobs_parse_and_reject_nonsense() {
-        let ports = vec!["p0".to_string(), "p1".to_string()];
-        let j = parse_frame_job(
-            "id=2;epoch=9;slots=8..16;elems=64;workers=p1/02:00:00:00:00:0a/198.18.0.1:9000,p0/02:00:00:00:00:0b/198.18.0.2:9001",
-            &ports,
-        )
-        .unwrap();
-        assert_eq!((j.job, j.epoch, j.slot_base, j.slot_count), (2, 9, 8, 8));
-        assert_eq!(j.ranks[0].port, 1);
-        assert_eq!(j.ranks[1].mac, [2, 0, 0, 0, 0, 0x0b]);
-        assert_eq!(j.ranks[1].udp_port, 9001);
-        let bad = [
-            "id=2;slots=8..16;workers=p9/02:00:00:00:00:0a/198.18.0.1:9000",
-            "id=2;slots=8..16;workers=p0/02:00:00:00:0a/198.18.0.1:9000",
-            "id=2;slots=8..16;workers=p0/198.18.0.1:9000",
-            "id=2;slots=8..8;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
-            "id=2;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000",
-            "id=2;slots=0..8;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000;group=239.1.1.1:5000",
-        ];
-        for b in bad {
-            assert!(parse_frame_job(b, &ports).is_err(), "{b}");
-        }
     }
 }

@@ -128,10 +128,6 @@ impl SwitchHandle {
         shards: Vec<mpsc::Sender<Command>>,
         local: SocketAddr,
     ) -> SwitchHandle {
-        let boot = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
         SwitchHandle {
             state: Arc::new(Mutex::new(State {
                 scratch: Pipeline::new(pipeline),
@@ -139,7 +135,7 @@ impl SwitchHandle {
                 jobs: Vec::new(),
                 ports: HashMap::new(),
                 last_epoch: HashMap::new(),
-                epoch_seed: boot ^ u64::from(std::process::id()).rotate_left(32),
+                epoch_seed: crate::epoch::boot_entropy(),
                 installs: 0,
             })),
             running: Arc::new(AtomicBool::new(false)),

@@ -7,6 +7,10 @@
 //! per round. Workers keep kernel UDP: to them this switch is an address on the LAN, as bmv2 or
 //! a Tofino would be.
 
+mod job;
+
+pub use job::{parse_frame_job, port_index, FrameJobError};
+
 use ina_io::packet::{RawConfig, RawCounters, RawError, RawPort};
 use ina_proto::event::Event;
 use ina_proto::l2::{FrameJob, FrameSwitch, FrameSwitchConfig, L2Error, Outputs};

@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod control;
+mod epoch;
 pub mod frames;
 mod loss;
 mod port;
