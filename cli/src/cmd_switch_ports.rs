@@ -29,56 +29,6 @@ pub struct PortsArgs {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
-/// The L2 switch's counters in Prometheus' text format.
-pub fn render_metrics(stats: Option<&ina_switch::frames::FramesStats>) -> String {
-    let mut e = ina_io::metrics::Exposition::new();
-    let Some(s) = stats else {
-        return e.finish();
-    };
-    e.counters_by(
-        "ina_switch_frames_total",
-        "Frames the switch took in, by the event each counted (PROTOCOL.md section 7).",
-        "event",
-        s.events.iter().map(|(name, n)| (*name, *n)),
-    )
-    .counter(
-        "ina_switch_results_multicast_total",
-        "Slot uses completed and their results sent to every rank.",
-        s.results_multicast,
-    );
-    let by_port = |f: fn(&ina_switch::frames::PortStats) -> u64| {
-        s.ports
-            .iter()
-            .map(move |p| (p.ifname.as_str(), f(p)))
-            .collect::<Vec<_>>()
-    };
-    e.counters_by(
-        "ina_port_rx_frames_total",
-        "Frames received per port.",
-        "port",
-        by_port(|p| p.rx_frames),
-    )
-    .counters_by(
-        "ina_port_tx_frames_total",
-        "Frames sent per port.",
-        "port",
-        by_port(|p| p.tx_frames),
-    )
-    .counters_by(
-        "ina_port_tx_dropped_total",
-        "Frames not sent per port: the transmit ring was full.",
-        "port",
-        by_port(|p| p.tx_dropped),
-    )
-    .counters_by(
-        "ina_port_rx_truncated_total",
-        "Frames dropped on receipt per port: larger than a ring slot (GSO super-frames).",
-        "port",
-        by_port(|p| p.rx_truncated),
-    );
-    e.finish()
-}
-
 pub fn run(args: PortsArgs) -> anyhow::Result<()> {
     if args.ports.iter().any(String::is_empty) {
         bail!("--ports takes interface names separated by commas");
@@ -161,7 +111,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
                 addr,
                 move || {
                     let snapshot = published.lock().ok().and_then(|s| s.clone());
-                    render_metrics(snapshot.as_ref())
+                    ina_switch::metrics::render_frames(snapshot.as_ref())
                 },
                 stop.clone(),
             )?;
@@ -191,44 +141,4 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
     );
     result.context("L2 switch failed")?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metrics_name_every_event_and_port() {
-        use ina_switch::frames::{FramesStats, PortStats};
-        assert_eq!(render_metrics(None), "");
-        let stats = FramesStats {
-            events: ina_proto::event::Event::ALL
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (e.name(), i as u64))
-                .collect(),
-            results_multicast: 9,
-            ports: vec![PortStats {
-                ifname: "sw0".into(),
-                rx_frames: 5,
-                rx_bytes: 500,
-                rx_truncated: 1,
-                tx_frames: 4,
-                tx_bytes: 400,
-                tx_dropped: 2,
-            }],
-        };
-        let text = render_metrics(Some(&stats));
-        for e in ina_proto::event::Event::ALL {
-            let line = format!(
-                "ina_switch_frames_total{{event=\"{}\"}} {}",
-                e.name(),
-                e.index()
-            );
-            assert!(text.contains(&line), "{line}\n{text}");
-        }
-        assert!(text.contains("ina_switch_results_multicast_total 9\n"));
-        assert!(text.contains("ina_port_tx_dropped_total{port=\"sw0\"} 2\n"));
-        assert!(text.contains("ina_port_rx_truncated_total{port=\"sw0\"} 1\n"));
-    }
 }

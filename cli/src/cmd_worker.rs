@@ -12,9 +12,7 @@
 //! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result
 //! was outside its bound.
 
-use crate::bench::runner::{
-    run_iterations, InaReducer, IterRecord, Reducer, RingReducer, StreamTotals,
-};
+use crate::bench::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer};
 use crate::data::{generate, Reference};
 use anyhow::Context;
 use ina_io::{Port, UdpConfig, UdpPort};
@@ -152,136 +150,6 @@ pub(crate) fn adaptive_window(target_queueing_us: f64) -> anyhow::Result<WindowC
         target_queueing: Duration::from_secs_f64(target_queueing_us * 1e-6),
         ..WindowConfig::default()
     })
-}
-
-/// A worker's all-reduces in Prometheus' text format.
-pub fn render_metrics(totals: &StreamTotals) -> String {
-    let t = &totals.streams;
-    let mut e = ina_io::metrics::Exposition::new();
-    e.counter(
-        "ina_worker_allreduces_total",
-        "All-reduces finished.",
-        totals.operations,
-    )
-    .counter(
-        "ina_worker_packets_total",
-        "Packets the streams carried (first transmissions).",
-        t.packets,
-    )
-    .counter(
-        "ina_worker_packets_sent_total",
-        "Packets sent, every copy included.",
-        t.packets_sent,
-    )
-    .counter(
-        "ina_worker_bytes_sent_total",
-        "Bytes of ina packets sent.",
-        t.bytes_sent,
-    )
-    .counter("ina_worker_results_total", "Results accepted.", t.results)
-    .counter(
-        "ina_worker_duplicate_results_total",
-        "Results that matched no outstanding packet.",
-        t.duplicate_results,
-    )
-    .counter(
-        "ina_worker_foreign_total",
-        "Datagrams that were not this job's results.",
-        t.foreign,
-    )
-    .counters_by(
-        "ina_worker_resends_total",
-        "Packets sent again, by cause.",
-        "cause",
-        [
-            ("loss_detected", t.fast_retransmissions),
-            ("missing_report", t.resent_reported),
-            ("pending_missing", t.resent_missing),
-            (
-                "timer",
-                t.retransmissions
-                    .saturating_sub(t.fast_retransmissions)
-                    .saturating_sub(t.resent_reported)
-                    .saturating_sub(t.resent_missing),
-            ),
-            ("stall_probe", t.stall_probes),
-            ("recheck", t.rechecks),
-        ],
-    )
-    .counter(
-        "ina_worker_results_reported_total",
-        "Results whose gap counter showed them lost, reported to the switch for its stored copy.",
-        t.results_reported,
-    )
-    .counter(
-        "ina_worker_queries_total",
-        "Retransmissions sent as 16-byte Queries (the switch held the data).",
-        t.queries,
-    )
-    .counter(
-        "ina_worker_lookahead_copies_total",
-        "Second copies of the exponent lookahead's 16-byte headers (every float32 stream sends its first window's headers twice).",
-        t.lookahead_copies,
-    )
-    .counter(
-        "ina_worker_pending_answers_total",
-        "Pending answers received.",
-        t.pending_answers,
-    )
-    .counter(
-        "ina_worker_resent_missing_total",
-        "Data sent again because a Pending answer showed it missing.",
-        t.resent_missing,
-    )
-    .counter(
-        "ina_worker_missing_reports_total",
-        "Missing reports of the switch that named an unanswered packet.",
-        t.missing_reports,
-    )
-    .counter(
-        "ina_worker_late_reports_total",
-        "Missing reports that came back after their block's counters came round again (or answered a delayed packet): the packets they name are asked about with Queries.",
-        t.late_reports,
-    )
-    .counter(
-        "ina_worker_completions_seen_total",
-        "Status Queries answered 'complete' whose result had been lost.",
-        t.completions_seen,
-    )
-    .gauge(
-        "ina_worker_window_slots",
-        "Slots the worker streams through.",
-        f64::from(totals.window),
-    )
-    .gauge(
-        "ina_worker_slot_occupancy",
-        "Mean fraction of the window in flight while all-reducing, over the worker's life.",
-        occupancy(t.slot_ns, t.active_ns, totals.window),
-    );
-    if let Some(rtt) = t.srtt {
-        e.gauge(
-            "ina_worker_srtt_seconds",
-            "Smoothed round trip to the switch.",
-            rtt.as_secs_f64(),
-        );
-    }
-    if let Some(rtt) = t.min_rtt {
-        e.gauge(
-            "ina_worker_min_rtt_seconds",
-            "Smallest round trip seen.",
-            rtt.as_secs_f64(),
-        );
-    }
-    e.finish()
-}
-
-/// The mean fraction of a window of `window` slots in flight: `slot_ns` slot-nanoseconds over
-/// `active_ns` nanoseconds (0 before any).
-fn occupancy(slot_ns: u64, active_ns: u64, window: u16) -> f64 {
-    if active_ns == 0 || window == 0 {
-        return 0.0;
-    }
-    slot_ns as f64 / (active_ns as f64 * f64::from(window))
 }
 
 pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
@@ -575,13 +443,15 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     }));
     let mut reducer = InaReducer::new(comm);
     if let Some(addr) = args.metrics {
-        let totals = std::sync::Arc::new(std::sync::Mutex::new(StreamTotals::default()));
+        let totals = std::sync::Arc::new(std::sync::Mutex::new(
+            ina_worker::metrics::StreamTotals::default(),
+        ));
         reducer.totals = Some(totals.clone());
         let server = ina_io::metrics::MetricsServer::spawn(
             addr,
             move || {
                 let t = totals.lock().map(|t| *t).unwrap_or_default();
-                render_metrics(&t)
+                ina_worker::metrics::render(&t)
             },
             std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
         )?;

@@ -16,6 +16,7 @@ pub mod control;
 mod epoch;
 pub mod frames;
 mod loss;
+pub mod metrics;
 mod port;
 mod shard;
 mod steer;

@@ -16,6 +16,7 @@ pub mod comm;
 #[cfg(feature = "dpdk")]
 pub use ina_io::dpdk;
 pub mod gate;
+pub mod metrics;
 pub mod ring;
 
 pub use comm::{AsyncCommunicator, Communicator, OpStats, Pending, WorkerConfig, WorkerError};

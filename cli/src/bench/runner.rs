@@ -54,22 +54,12 @@ impl From<ina_worker::ring::RingError> for RunError {
     }
 }
 
-/// What a worker's all-reduces added up to (a metrics endpoint reads it).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StreamTotals {
-    pub operations: u64,
-    /// Every all-reduce's stream statistics, added up.
-    pub streams: ina_proto::stream::StreamStats,
-    /// Slots the worker streams through (its window).
-    pub window: u16,
-}
-
 /// In-network aggregation through a switch, over a kernel UDP socket or another port.
 #[derive(Debug)]
 pub struct InaReducer<P: ina_io::Port<Addr = std::net::SocketAddr> = ina_io::UdpPort> {
     pub comm: Communicator<P>,
     /// Where each all-reduce's statistics are added, if anywhere.
-    pub totals: Option<std::sync::Arc<std::sync::Mutex<StreamTotals>>>,
+    pub totals: Option<std::sync::Arc<std::sync::Mutex<ina_worker::metrics::StreamTotals>>>,
 }
 
 impl<P: ina_io::Port<Addr = std::net::SocketAddr>> InaReducer<P> {
@@ -83,9 +73,7 @@ impl<P: ina_io::Port<Addr = std::net::SocketAddr>> Reducer for InaReducer<P> {
         let s = self.comm.allreduce_f32(data)?;
         if let Some(t) = &self.totals {
             if let Ok(mut t) = t.lock() {
-                t.operations += 1;
-                t.streams.accumulate(&s.stream);
-                t.window = self.comm.job().window;
+                t.record(&s.stream, self.comm.job().window);
             }
         }
         Ok(Resends {
