@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use ina_proto::pipeline::PortId;
-use ina_proto::session::StreamError;
+use ina_proto::stream::StreamError;
 use ina_sim::rng::Rng;
 use ina_sim::{run, Data, Injection, JobSpec, LinkConfig, Scenario, WorkerSpec};
 use ina_wire::{AggRepr, MessageType};

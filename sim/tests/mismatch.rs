@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use ina_proto::descriptor::Mismatch;
-use ina_proto::session::StreamError;
+use ina_proto::stream::StreamError;
 use ina_sim::rng::Rng;
 use ina_sim::{run, Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
 use ina_wire::RejectReason;
