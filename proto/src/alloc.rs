@@ -118,7 +118,7 @@ pub fn check(d: &Demand, capacity: u16) -> Result<(), DemandError> {
 /// twelve bandwidth-delay products of `elems_per_packet`-element frames, in whole blocks (at
 /// most 60 000 slots). Lossless, two would keep the link busy; under loss a use of a slot lasts
 /// as long as its repairs, and twelve is where the simulator's goodput stops growing at 1% and
-/// 20% loss (docs/BENCHMARKS.md).
+/// 20% loss (docs/experiments/2026-11-loss-recovery-and-scale.md).
 pub fn window_for(gbps: f64, rtt_us: f64, elems_per_packet: u16) -> u16 {
     window_of_bdps(12.0, gbps, rtt_us, elems_per_packet)
 }

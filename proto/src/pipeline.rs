@@ -1,7 +1,7 @@
 //! The switch's data plane as a pure component: the model the P4 programs mirror.
 //!
 //! [`Pipeline::process`] takes one `ina` packet (a UDP payload) with its ingress port and the
-//! current time, updates the registers exactly as PROTOCOL.md §Switch prescribes, and says what
+//! current time, updates the registers exactly as PROTOCOL.md §6 prescribes, and says what
 //! to send: nothing (a counted drop), one packet back to one port, or one packet to every port of
 //! the job (multicast). [`Pipeline::process_frame`] does the same for whole Ethernet/IPv4/UDP
 //! frames, as the P4 switch sees them.
@@ -1413,7 +1413,7 @@ impl Pipeline {
         }
     }
 
-    /// The slot update: PROTOCOL.md §Switch, decision table.
+    /// The slot update: PROTOCOL.md §6, decision table.
     #[inline(always)]
     fn aggregate(
         &mut self,

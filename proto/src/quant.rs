@@ -1,4 +1,4 @@
-//! Block floating point: float32 blocks to int32 and back, as in PROTOCOL.md §Quantization.
+//! Block floating point: float32 blocks to int32 and back, as in PROTOCOL.md §4.
 //!
 //! A block of float32 values travels as int32 fixed point numbers sharing one exponent:
 //!

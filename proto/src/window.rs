@@ -16,7 +16,7 @@
 //!   queue. The default gain is a quarter, not TCP's doubling: four jobs doubling together on
 //!   one 100 Gbit/s uplink overshot a 512 KiB buffer by the round trip of feedback and lost
 //!   1500 to 6000 packets, whose repairs, by round-trip timers of 100 µs, left the jobs'
-//!   shares 20-40% apart (`ina sim` in BENCHMARKS.md); growing by a quarter, none was lost.
+//!   shares 20-40% apart (`ina sim`, docs/experiments/2026-11-loss-recovery-and-scale.md, "Sharing an uplink"); growing by a quarter, none was lost.
 //! * **Additive increase.** After that, a round whose smallest round trip is below the target
 //!   adds `additive` packets.
 //! * **Multiplicative decrease.** A round whose smallest round trip is above the target

@@ -51,15 +51,15 @@ pub struct StreamConfig {
     /// How long one packet may go unanswered, retransmissions included, before giving up.
     pub give_up: Duration,
     /// The switch answers skipped positions with Missing reports (its ProbeReply says so). A
-    /// stream whose lane covers whole blocks of [`GAP_BLOCK`] slots then asks for them, and
-    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, loss recovery).
+    /// stream whose lane covers whole blocks of [`GAP_BLOCK`](ina_wire::agg::GAP_BLOCK) slots then asks for them, and
+    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, "Missing reports"; docs/design/RECOVERY.md R7).
     pub gap_reports: bool,
-    /// The loss-recovery rules the stream follows (all by default; see [`crate::rules`]).
+    /// The loss-recovery rules the stream follows (all by default; see [`crate::stream::recovery`]).
     pub rules: Rules,
 }
 
 impl StreamConfig {
-    /// Checks the configuration; [`Stream::new`] fails exactly when this does.
+    /// Checks the configuration; [`Stream::new`](crate::stream::Stream::new) fails exactly when this does.
     pub fn validate(&self) -> Result<(), StreamError> {
         let cfg = self;
         if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {

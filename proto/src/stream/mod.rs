@@ -12,7 +12,7 @@
 //! }
 //! ```
 //!
-//! # Schedule (PROTOCOL.md §Worker)
+//! # Schedule (PROTOCOL.md §5)
 //! The stream's packets occupy consecutive positions `g` of a [`Lane`], a fixed set of `W`
 //! slots that the worker owns within its job's range: packet at position `g` goes to slot
 //! `slot_base + g mod W`, shadow set `(g / W) mod 2`, with sequence number `g mod 2^32`. Packet
@@ -412,7 +412,7 @@ impl<'a> Stream<'a> {
         self.sent_new += 1;
         self.progress_at = Some(now);
         if self.reports && self.sent_new == self.packets {
-            self.arm_tail_timers(now);
+            self.arm_tail_timers();
         }
         if self.tensor.is_float() && self.has(Rule::LookaheadCopies) {
             // The headers of the first window are copied once the last of them has gone; a

@@ -1,7 +1,7 @@
 //! The tensor a stream all-reduces: borrowed, owned or generated block by block.
 
 /// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
-/// by [`Stream::into_tensor`]), or never held whole ([`Source`]). The result replaces it.
+/// by [`Stream::into_tensor`](crate::stream::Stream::into_tensor)), or never held whole ([`Source`]). The result replaces it.
 #[derive(Debug)]
 pub enum Tensor<'a> {
     F32(&'a mut [f32]),

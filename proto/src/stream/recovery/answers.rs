@@ -73,29 +73,14 @@ impl<'a> Stream<'a> {
         self.resend_data(now, slot, out, Retransmit::Missing);
     }
 
-    /// A Missing report: the switch never got `hdr.exponent` first transmissions to the block
-    /// of `hdr.slot`, numbered from the report's gap counter on: the latest first
-    /// transmissions with those counters. Each of them still unanswered, whose data is not
-    /// known held and has not gone again since its first transmission, goes again now.
-    ///
-    /// A counter repeats every [`GAP_COUNTER`] first transmissions to a block, and a report
-    /// can come back later than that: a window of one block that fills deep queues (on the
-    /// emulated rack at 1 Gbit/s, 8 KiB packets and 64 slots, the block's next 64 packets
-    /// went in 4.2 ms, and reports came back after 4.3 ms). The latest packet with the
-    /// counter is then a newer one than the packet lost, which waited for the Queries,
-    /// 12-16 ms later. So the report is also read through the packet that showed the gap,
-    /// which its header names (see [`Self::shown_ordinal`]): the ones just before it are
-    /// the packets the switch missed. Where they are other packets, still unanswered and
-    /// never sent again, each is asked about at once with a Query (its Pending answer sends
-    /// the data if the switch lacks it), and the report is counted in `late_reports`.
-    ///
-    /// Not their data at once: the same reading fits a packet that the network delayed
-    /// past newer ones to its block, whose counter the switch took for a jump ahead. Nothing
-    /// before it was lost then, and the newer packets, which the switch now takes for
-    /// packets behind its cell and will not report, are the ones the counters name. At 20%
-    /// loss with 5% duplication and 5% reordering, where delayed packets are common, eight
-    /// workers met about 20 such reports per all-reduce, and the goodput stayed within the
-    /// seeds' spread (60.50 Gbit/s before, 59.93 after, 80 seeds).
+    /// A Missing report (E6): the switch never got `hdr.exponent` first transmissions to the block
+    /// of `hdr.slot`, numbered from the report's gap counter on. Each of the latest first
+    /// transmissions with those counters, still unanswered, not known held and not resent since,
+    /// goes again now. With `late-reports` (R8) the report is also read through the packet that
+    /// showed the gap, which its header names: a report can come back after the block's counters
+    /// have come round (deep queues), and the packets just before that one, unanswered and never
+    /// resent, are asked about with a Query (not their data: the same reading fits a packet the
+    /// network delayed past newer ones).
     pub(in crate::stream) fn handle_missing(&mut self, now: Instant, hdr: &AggRepr) {
         let block = hdr
             .slot

@@ -25,24 +25,12 @@ impl<'a> Stream<'a> {
             .min()
     }
 
-    /// The tolerance for a first transmission whose loss the switch would report (see
-    /// [`Self::tolerates`]), given the reordering `tolerance`: the held reordering plus 3 if
-    /// that is larger, up to an eighth of the window; in the stream's last window,
-    /// `tolerance`.
-    ///
-    /// The answers that come back out of order are mostly those of uses that waited for
-    /// another worker's repair, and the more workers, the more of them: in a tree of 4 racks
-    /// of 32 at 1% loss, a worker asked about 14 000 of its 16 384 packets, 6% of its uplink's
-    /// bytes with Ethernet framing. Their first Queries find the data held, and the distance
-    /// behind the newest answer at which they were asked (`held_reordering`) is how far such
-    /// a use lags. Packets whose loss the switch would report, and whose result's loss the
-    /// results' gap counters reveal, can wait that long: a Query about them is almost always
-    /// answered "held". The cap keeps a loss that neither reveals (a report lost, a block's
-    /// last result in a pass) from waiting much longer than before: at half the window, 2
-    /// racks of 8 with 4 MiB tensors lost 0.5 Gbit/s; at an eighth, nothing measurable. And
-    /// waiting holds a slot longer: with more than half the window in flight, where slots are
-    /// short (a window of about one round trip: 2 racks of 8 with 64-element packets and 1024
-    /// slots lost 2.6 Gbit/s of 61), the stream keeps the reordering tolerance.
+    /// The tolerance for a first transmission whose loss the switch would report, given the
+    /// reordering `tolerance` (R1, `held-reordering`): `held_reordering + 3` if larger, at most an
+    /// eighth of the window. Late answers are mostly uses held up by another worker's repair, and
+    /// such a packet's loss the switch or the results' counters would reveal. Not in the last
+    /// window, nor with more than half the window in flight, where a slot held longer costs more
+    /// than a Query.
     pub(in crate::stream) fn held_tolerance(&self, tolerance: u64) -> u64 {
         let window = u64::from(self.cfg.lane.window);
         if !self.has(Rule::HeldReordering)
@@ -66,18 +54,10 @@ impl<'a> Stream<'a> {
             })
     }
 
-    /// How many transmissions made after an unanswered one must have been answered before
-    /// that one counts as lost. Results come back in about the order packets were sent, since
-    /// every worker sends in the same order; shards of a software switch, the network and the
-    /// repair of another worker's loss may reorder them. The tolerance is three more than the
-    /// largest reordering seen on this stream (an answer to a transmission older than one
-    /// already answered), and at most half a window. In the stream's last window (fewer than
-    /// a window of packets left to send) it is three: few later results are left to wait for,
-    /// and a packet held up there holds up the packets of its slot still to come, which
-    /// the stream's end waits for. A result that was only late (its use waited for another
-    /// worker's repair) costs a 16-byte Query. (Waiting for the last packet to be sent kept
-    /// a slot's lost partial sum in a tree for a retransmission timeout: 0.88 of lossless
-    /// goodput at 1% loss for 4 racks of 4, against 0.90 with this rule.)
+    /// How many later transmissions must have been answered before an unanswered one counts as
+    /// lost (R1): three more than the largest reordering seen, at most half the window; with
+    /// `last-window-tolerance`, at most 3 in the last window, where few later results are left
+    /// and the stream's end waits for every packet.
     pub(in crate::stream) fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
         let tolerance = (self.reordering + 3).min(half);
@@ -105,15 +85,10 @@ impl<'a> Stream<'a> {
         rtt.saturating_mul(1 << retries.saturating_sub(1).min(cap))
     }
 
-    /// Every transmission made more than [`reorder_tolerance`](Self::reorder_tolerance)
-    /// transmissions before the latest answered one, and still the latest transmission of an
-    /// unanswered packet, was lost: its packet is retransmitted now rather than when its timer
-    /// expires. A lost retransmission is detected the same way, by answers to transmissions
-    /// made after it, once [`redetect_after`](Self::redetect_after) has passed since it was
-    /// sent (until then it waits in `deferred`). The data, another worker's data for the slot,
-    /// or the result was lost; a retransmission repairs the first and the last, and the other
-    /// worker repairs its own. A packet found lost that has used up its retransmissions or its
-    /// give-up time fails the stream, as its timer would.
+    /// Loss detection by order (E2): every transmission more than the tolerance behind the newest
+    /// answered one, and still its packet's latest, is judged (see [`Self::judge`]). A
+    /// retransmission is judged again only after [`Self::redetect_after`] (R2; until then it waits
+    /// in `deferred`).
     pub(in crate::stream) fn detect_losses(&mut self, now: Instant) {
         let Some(answered) = self.highest_answered else {
             return;
@@ -158,14 +133,9 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// In the stream's last window, a first transmission older than an answered one but
-    /// within the reordering tolerance is judged lost by time (RACK, RFC 8985): when it has
-    /// waited the round trip of that answer plus a quarter of the smallest round trip. Few
-    /// later answers are left there to count (the last packets have none): without this, a
-    /// result lost among the last few waited for a result's timeout, at least twice the
-    /// smoothed round trip, which mid-stream queueing inflates. Retransmissions keep their own
-    /// pacing (see [`spacing`](Self::spacing)): answers to them are ambiguous, and a repair
-    /// that waits for another worker must not be asked about at the pace of other results.
+    /// In the last window (R13, `last-window-timers`), a first transmission behind an answered
+    /// one but within the tolerance is judged lost by time (RACK, RFC 8985): after that answer's
+    /// round trip plus a quarter of the smallest round trip. Retransmissions keep their own pacing.
     pub(in crate::stream) fn arm_reorder_timers(&mut self, answered: u64) {
         let (Some(rtt), Some(min)) = (self.latest_answer_rtt, self.rtt.min_rtt()) else {
             return;

@@ -4,9 +4,9 @@
 //!
 //! The stream's mechanics (lanes, positions, self-clocking, the lookahead, writing results)
 //! live in the parent module; this one only reads them. Each event has its file:
-//! [`answers`] (Pending, Missing), [`detect`] (an answer out of order), [`timers`] (a timer, the
-//! stall probe), [`tail`] (the stream's end), [`waits`] (when a packet waits before it is asked
-//! about), with the durations in [`timing`] and the optional rules, by name, in [`rules`].
+//! `answers` (Pending, Missing), `detect` (an answer out of order), `timers` (a timer, the
+//! stall probe), `tail` (the stream's end), `waits` (when a packet waits before it is asked
+//! about), with the durations in `timing` and the optional rules, by name, in `rules`.
 
 mod answers;
 mod detect;
@@ -163,25 +163,11 @@ impl<'a> Stream<'a> {
         None
     }
 
-    /// Whether the retransmission of `out` asks with a Query instead of sending the data
-    /// again. With other workers in the job, an unanswered packet is far more often waiting
-    /// for another worker's lost data, or lost its result, than lost its own data: the Query
-    /// (16 bytes) is answered with the stored result, or with Pending, whose bitmap says
-    /// whether this worker's data must go again. Alone in its job, a worker's data completes
-    /// the use by itself, so it is sent again at once.
-    ///
-    /// With Missing reports, the switch tells the worker whose data was lost, about a round
-    /// trip after the loss: every other worker's repair of an unanswered packet starts with a
-    /// Query. Only a loss the switch cannot report goes again as data at once: the first
-    /// transmission of a packet whose next position was not sent after it in the same block
-    /// (the last slot of a block, or the stream's end), and only once every packet has been
-    /// sent: until then the link has no room to spare, and such a packet (its block's newest)
-    /// is asked about first, its data going again when the Pending answer lacks this worker's
-    /// bit. (Sending its data at once let a worker whose results came slowly, 8 KiB packets at
-    /// 500 Mbit/s, send each new packet twice on its stall probe: it fell behind, the others
-    /// waited for it, and the all-reduce took 1.26-1.80 s instead of 1.09 in three seeds of
-    /// eight.) A lost report, or a lost data retransmission, is found by the Query's Pending
-    /// answer.
+    /// Whether the retransmission of `out` is a Query rather than its data (R7). Known held: a
+    /// Query; known lost: data. Otherwise, with reports and `query-first`, a Query, since the
+    /// switch would have reported the loss of its data, except a packet whose loss no report can
+    /// reveal (a block's last first transmission) once every packet has gone: then its data goes
+    /// at once. Without reports, data.
     pub(in crate::stream) fn retransmits_as_query(&self, out: &Outstanding) -> bool {
         match out.held {
             Held::Yes => true,
@@ -194,17 +180,10 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// Queues a second copy of each of the stream's first `headers` packets, the exponent
-    /// lookahead's headers, once the last of them has gone.
-    ///
-    /// A block's data waits for its lookahead use, and that use completes only when every
-    /// worker's header is in: in a job of 1024 workers at 1% loss each use loses about ten
-    /// headers, so without copies every block waited for a repair, and the stream's data
-    /// started 13 µs late (30 µs against 17 µs lossless, 32 racks of 32, traced). A use then
-    /// lacks a header only where both copies were lost. The copies go while the uplink would
-    /// wait for the lookahead's results anyway, 16 bytes each, without a gap counter (the
-    /// first copy carried it); the switch answers a copy of a header it holds as it answers
-    /// data sent again (PROTOCOL.md §5, "Exponent lookahead").
+    /// Queues a second copy of each of the stream's first `end` packets, the exponent lookahead's
+    /// headers, once the last of them has gone (R10, `lookahead-copies`): a block's data waits for
+    /// its lookahead use, which needs every worker's header. The copies carry no gap counter, and
+    /// the switch answers a copy of a header it holds as it answers data sent again.
     pub(in crate::stream) fn queue_lookahead_copies(&mut self, end: u64) {
         self.retransmit
             .extend((DESCRIPTOR_PACKETS..end).map(|index| (index, Retransmit::LookaheadCopy)));
@@ -313,19 +292,6 @@ impl<'a> Stream<'a> {
         if self.give_up_if_spent(now, &out) {
             return;
         }
-        if self.defers_fetch() {
-            // Most likely the result's gap counter has been reported already, and its copy
-            // is on its way: fetch only if it has not come a query timeout from now.
-            let deadline = now + self.query_timeout();
-            self.slots[slot].outstanding = Some(Outstanding {
-                held: Held::Yes,
-                complete_seen: true,
-                deadline,
-                ..out
-            });
-            self.timers.push(Reverse((deadline, out.index)));
-            return;
-        }
         self.slots[slot].outstanding = Some(Outstanding {
             held: Held::Yes,
             complete_seen: true,
@@ -352,16 +318,9 @@ impl<'a> Stream<'a> {
         self.retransmit.push_back((out.index, why));
     }
 
-    /// Fails the stream if `out` has used up its retransmissions or its give-up time.
-    ///
-    /// A packet whose data the switch is known to hold is waiting for other workers, and its
-    /// Queries are cheap: only the give-up time counts for it. So does, with Missing reports,
-    /// a packet last asked about with a Query: Queries are spaced by the time waited, not
-    /// backed off per attempt, so a count of them says nothing of how long the switch has
-    /// been silent (at the stream's end, where they are spaced by the empty path's round
-    /// trip, 30 of them took 4-7 ms, less than a busy host may not run the switch or a rack
-    /// switch's upper switch; rank 0 of a rack waiting for a total gets no answer of its
-    /// own).
+    /// Fails the stream if `out` has used up its give-up time, or its retransmissions while not
+    /// known held and, with reports, not last asked with a Query (E12): Queries are spaced by the
+    /// time waited, so their number says nothing of how long the switch has been silent.
     pub(in crate::stream) fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
         let waited = now - out.first_sent;
         let cheap = self.reports && (out.held == Held::Yes || out.last_was_query);

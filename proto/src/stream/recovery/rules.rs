@@ -19,12 +19,8 @@ pub enum Rule {
     HoldOffMidStream,
     /// In a tree, after the last packet, ranks other than 0 wait for the results' counters.
     TreeWaitsForCounters,
-    /// In a tree, mid-stream, the fetch after a "complete" answer waits a query timeout.
-    TreeDefersFetch,
     /// In a tree, after the last packet, rank 0 asks for the state and the partial.
     Rank0AsksPartial,
-    /// After the last packet, rank 0's held uses are asked about at the end's pace.
-    Rank0HeldAtEndPace,
     /// After the last packet, a held use is asked about again from the Query, not its answer.
     AskAgainFromQuery,
     /// A block's last packet taken for lost at the end takes its unrevealed reports with it.
@@ -57,14 +53,12 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of docs/design/RECOVERY.md.
-    pub const ALL: [Rule; 21] = [
+    pub const ALL: [Rule; 19] = [
         Rule::HeldReordering,
         Rule::LastWindowTolerance,
         Rule::HoldOffMidStream,
         Rule::TreeWaitsForCounters,
-        Rule::TreeDefersFetch,
         Rule::Rank0AsksPartial,
-        Rule::Rank0HeldAtEndPace,
         Rule::AskAgainFromQuery,
         Rule::UnrevealedBefore,
         Rule::TailCopies,
@@ -88,9 +82,7 @@ impl Rule {
             Rule::LastWindowTolerance => "last-window-tolerance",
             Rule::HoldOffMidStream => "hold-off-mid-stream",
             Rule::TreeWaitsForCounters => "tree-waits-for-counters",
-            Rule::TreeDefersFetch => "tree-defers-fetch",
             Rule::Rank0AsksPartial => "rank0-asks-partial",
-            Rule::Rank0HeldAtEndPace => "rank0-held-at-end-pace",
             Rule::AskAgainFromQuery => "ask-again-from-query",
             Rule::UnrevealedBefore => "unrevealed-before",
             Rule::TailCopies => "tail-copies",

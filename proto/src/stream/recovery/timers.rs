@@ -10,17 +10,10 @@ use core::cmp::Reverse;
 pub(in crate::stream) const STALL_PROBE_PACKETS: usize = 4;
 
 impl<'a> Stream<'a> {
-    /// When the stall probe is due: once no result came and no packet was sent for the first
-    /// time for [`stall_timeout`](Self::stall_timeout); then, without reports, doubled for every
-    /// probe round since, and with reports spaced by an eighth of the time without progress
-    /// (as Queries are, see [`spacing`](Self::spacing)).
-    ///
-    /// Loss detection by transmission order needs answers to later transmissions. It has
-    /// nothing to go on when nothing more is answered: after a loss among the last packets of
-    /// the stream, or when the only packets left wait for a slot whose repair was lost again
-    /// (its next uses cannot go before it completes), and answers to retransmissions prove
-    /// nothing. Without the probe such a loss would wait for its timer, whose floor is set for
-    /// a host that may not schedule a worker for milliseconds.
+    /// When the stall probe is due (E9): once no result came and no packet went for the first
+    /// time for the stall timeout; later rounds, with reports, spaced like Queries (an eighth of
+    /// the time without progress, at least the timeout), without, doubled each round. Loss
+    /// detection by order has nothing to go on when nothing more is answered.
     pub(in crate::stream) fn stall_probe_at(&self) -> Option<Instant> {
         if self.is_over() {
             return None;

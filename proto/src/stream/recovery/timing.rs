@@ -29,23 +29,10 @@ impl<'a> Stream<'a> {
         self.rtt.config().granularity.max(estimate.rttvar() * 4)
     }
 
-    /// The probe timeout of the path's round trips (see `path_rtt`), once the switch has
-    /// answered a Query or repeated data.
-    ///
-    /// Once every packet has been sent, the results of the last window drain and the path
-    /// empties: an answer then takes the path's smallest round trip, and one that takes longer
-    /// was lost or waits for another worker, which a second 16-byte Query costs nothing to
-    /// find out, while the job's end waits for every loss left. The timeout is then that
-    /// round trip: `path_min`, from answers to a packet's only retransmission, which cannot
-    /// be mistaken for the answer to an earlier one (before any, the smallest round trip of a
-    /// result, which is the path's or longer); at least half the smallest round trip of a
-    /// result, so that a duplicated packet's early answer cannot make it a few hundred
-    /// nanoseconds; and at least the clock granularity `G`, below which a host cannot time
-    /// anything (with 30 µs on loopback, a worker whose switch paused for 4 ms used up its 30
-    /// retries). n = 32 on one switch at 1% loss, 12 seeds: 0.967 of lossless against 0.959
-    /// with `SRTT + max(G, 4 RTTVAR, SRTT / 4)` of the path (which mid-stream queueing
-    /// inflates to 1.5 times the empty path's), and 0.966 with a quarter of the round trip
-    /// added (BENCHMARKS.md, "Loss in the simulator").
+    /// The probe timeout of the path's round trips (the switch's immediate answers). With
+    /// `empty-path-timeout`, once every packet has gone, the path's smallest round trip instead:
+    /// `path_min` (answers to a packet's only retransmission; before any, the smallest round trip of
+    /// a result), at least half the results' smallest and at least the granularity `G`.
     pub(in crate::stream) fn path_timeout(&self) -> Option<Duration> {
         if self.all_sent() && self.has(Rule::EmptyPathTimeout) {
             if let Some(result_min) = self.rtt.min_rtt() {
@@ -59,16 +46,9 @@ impl<'a> Stream<'a> {
         self.timeout_of(&self.path_rtt)
     }
 
-    /// How much longer a full-size result's round trip is than a header-only one's: the
-    /// data's and the result's time on the links (from the smallest round trips of each,
-    /// zero until both are known). A fetching Query's answer is a full result, and at the
-    /// stream's end, where Queries are timed by the empty path's round trip (measured with
-    /// header-only answers), a fetch repeated before its answer could come brings a second
-    /// copy: at n = 8, 500 Mbit/s and 8 KiB packets, a worker whose last results were lost
-    /// fetched 18 of them every 40 µs, each answer 131 µs on its downlink, and the job took
-    /// 1.154 s against 1.090 (seed 1 of 8 at 1% loss; with this wait, 1.090–1.093 in every
-    /// seed). At 100 Gbit/s it adds a fraction of a microsecond, and 24 seeds at 1% loss
-    /// gave the same goodput within 0.04 Gbit/s at n = 32, 4 racks of 4 and 4 racks of 8.
+    /// How much longer a full-size result's round trip is than a header-only one's (from the
+    /// smallest of each; zero until both are known): a fetching Query waits that much more
+    /// (`fetch-waits-full-result`).
     pub(in crate::stream) fn full_result_time(&self) -> Duration {
         if !self.has(Rule::FetchWaitsFullResult) {
             return Duration::ZERO;
@@ -95,17 +75,9 @@ impl<'a> Stream<'a> {
             .unwrap_or_else(|| self.rtt.rto())
     }
 
-    /// When a packet whose use holds this worker's data (a Pending answer with its bit, at
-    /// `now`) is asked about again, in case its result to this worker is lost: a spacing
-    /// after the answer. Once every packet has gone, a spacing after the Query it answers
-    /// (at once if the answer took longer): the job's end waits for every use, and a result
-    /// lost on its way down is found by the next Query only. Measured from the answer, each
-    /// round of asking took a round trip more than the spacing. Traced at 4 racks of 32 and
-    /// 1% loss (seed 11), a worker's Query found the job's slowest use still waiting for a
-    /// lost partial at 1440.2 µs; the total reached the rack at 1436.3 µs and its copy to
-    /// this worker was lost. The next Query went at 1450.2 µs, a query timeout after the
-    /// answer, and the result came at 1460.3 µs: the job's end. From the Query, it goes at
-    /// once (PROTOCOL.md §5, "The tail").
+    /// When a use that holds this worker's data (a Pending with its bit, at `now`) is asked about
+    /// again (R9): a spacing after the answer; with `ask-again-from-query`, once every packet has
+    /// gone, a spacing after the Query it answers (at once if the answer took longer).
     pub(in crate::stream) fn next_ask_after_held(
         &self,
         now: Instant,
