@@ -2,10 +2,10 @@
 """What each loss-recovery rule is worth: the simulator's reference set with every rule on,
 then with each rule left out in turn, on the same seeds (docs/design/RECOVERY.md).
 
-    python3 benches/recovery/ablate.py [--ina target/release/ina] [--out DIR] [--rules a,b]
+    python3 benches/recovery/ablate.py [--ina target/release/ina] [--out DIR] [--rules a,b+c]
         [--configs n8-1,n32-1,...] [--table]
 
-Runs are cached in DIR (one JSON per configuration, rule set and seeds), so an interrupted
+`--rules a,b+c` measures `a` alone and `b` and `c` left out together. Runs are cached in DIR (one JSON per configuration, rule set and seeds), so an interrupted
 run resumes. `--table` prints the table from what DIR holds. A rule pays for itself where
 leaving it out costs, in some configuration, more than twice the standard error of the
 per-seed differences (paired by seed); the costs are fractions of the lossless goodput.
@@ -51,7 +51,7 @@ def run(ina, out, config, without, lossless=False):
             return json.load(f)
     cmd = [ina, "sim", *COMMON.split(), *flags.split(), "--seeds", str(seeds), "--json", path + ".tmp"]
     if without and not lossless:
-        cmd += ["--without", without]
+        cmd += ["--without", without.replace("+", ",")]
     print(" ".join(cmd), file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     os.replace(path + ".tmp", path)
@@ -94,7 +94,7 @@ def main():
     if not rules:
         help_text = subprocess.run([args.ina, "sim", "--without", "?"], capture_output=True, text=True).stderr
         start = help_text.index("(the rules: ") + len("(the rules: ")
-        rules = help_text[start:help_text.index(")", start)].split(", ")
+        rules = list(dict.fromkeys(help_text[start:help_text.index(")", start)].split(", ")))
     if args.table:
         table(args, configs, rules)
         return

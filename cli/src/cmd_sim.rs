@@ -389,8 +389,6 @@ pub(crate) struct SimResult {
     resent_missing: u64,
     /// Missing reports of the switch that named an unanswered packet.
     missing_reports: u64,
-    /// Missing reports that came back late, or answered a packet the network delayed.
-    late_reports: u64,
     /// Data sent again because a Missing report named it (included in `retransmissions`).
     resent_reported: u64,
     /// Results the workers found lost by their gap counters and reported to the switch.
@@ -662,7 +660,6 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 pending_answers: t.pending_answers,
                 resent_missing: t.resent_missing,
                 missing_reports: t.missing_reports,
-                late_reports: t.late_reports,
                 resent_reported: t.resent_reported,
                 results_reported: t.results_reported,
                 packets_lost: lost,

@@ -219,73 +219,6 @@ fn pending_of(query: &AggRepr, bitmap: u32) -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn a_blocks_last_packet_taken_for_lost_has_the_one_before_it_asked_about() {
-    // 65 packets on a lane of one block: the 65th goes when the first one's result frees its
-    // slot, and is the block's last first transmission.
-    let mut tensor = vec![1i32; (DATA + 1) * usize::from(ELEMS)];
-    // A clock as fine as the simulator's: the timers follow the path's round trip.
-    let rto = RtoConfig {
-        granularity: Duration::from_micros(1),
-        ..RtoConfig::default()
-    };
-    let mut s = stream_with(1, &mut tensor, rto);
-    let start = Instant::ZERO;
-    let data = drain(&mut s, start);
-    assert_eq!(data.len(), PACKETS);
-    // Results for packets 1 to 61, 100 us after they went (their uses waited for other
-    // workers' repairs); the first is asked about, and the switch's Pending answer (it holds
-    // this worker's data) gives the path's round trip: 5 us.
-    let mut now = start + Duration::from_micros(100);
-    let mut counter = 0u8;
-    for d in &data[1..PACKETS - 2] {
-        s.handle_datagram(now, &result_of(d, counter));
-        counter += 1;
-        now = now + Duration::from_nanos(100);
-    }
-    let sent = drain(&mut s, now);
-    let query = sent
-        .iter()
-        .find(|r| r.kind == MessageType::Query && r.seq == data[0].seq)
-        .expect("the first packet, found unanswered by order, is asked about");
-    now = now + Duration::from_micros(5);
-    s.handle_datagram(now, &pending_of(query, 0b11));
-    // Its result frees the slot: the last packet goes. Packets 63 and 64 are lost: the
-    // switch never saw a counter after 63's, so no report of it can come.
-    now = now + Duration::from_micros(1);
-    s.handle_datagram(now, &result_of(&data[0], counter));
-    let last = drain(&mut s, now);
-    assert_eq!(last.len(), 1, "{last:?}");
-    let (before_last, last, last_sent) = (data[PACKETS - 1].seq, last[0].seq, now);
-    // Packet 62's result comes later: results keep coming at the end, and no stall probe
-    // asks about the oldest unanswered packets.
-    now = now + Duration::from_micros(30);
-    s.handle_datagram(now, &result_of(&data[PACKETS - 2], counter + 1));
-    assert!(drain(&mut s, now).is_empty());
-    // The first timer to expire is the last packet's, a query timeout after it was sent:
-    // its data goes again, and the packet before it is asked about at the same moment, with
-    // a status Query, instead of a result's timeout later.
-    let at = s.poll_timeout().unwrap();
-    assert!(
-        at - last_sent < Duration::from_micros(60),
-        "the last packet's timer is the path's query timeout: {:?}",
-        at - last_sent
-    );
-    s.handle_timeout(at);
-    let sent = drain(&mut s, at);
-    let again: Vec<_> = sent
-        .iter()
-        .filter(|r| r.kind == MessageType::Data)
-        .map(|r| r.seq)
-        .collect();
-    assert_eq!(again, vec![last]);
-    assert_eq!(
-        asks(&sent),
-        vec![(before_last, QueryAsk::Status.byte())],
-        "{sent:?}"
-    );
-}
-
 /// Runs the timers of `s` from `now` on (at most 64 of them) until it asks about the packet
 /// with `seq` again: when it does.
 fn next_ask_about(s: &mut Stream<'_>, mut now: Instant, seq: u32) -> Option<Instant> {
@@ -335,4 +268,3 @@ fn at_the_end_a_held_use_is_asked_about_again_a_spacing_after_the_query_not_afte
         "asked again {after_query:?} after the first Query, {after_answer:?} after its answer"
     );
 }
-

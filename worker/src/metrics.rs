@@ -109,11 +109,6 @@ pub fn render(totals: &StreamTotals) -> String {
         t.missing_reports,
     )
     .counter(
-        "ina_worker_late_reports_total",
-        "Missing reports that came back after their block's counters came round again (or answered a delayed packet): the packets they name are asked about with Queries.",
-        t.late_reports,
-    )
-    .counter(
         "ina_worker_completions_seen_total",
         "Status Queries answered 'complete' whose result had been lost.",
         t.completions_seen,

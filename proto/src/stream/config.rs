@@ -168,11 +168,6 @@ pub struct StreamStats {
     /// Missing reports received that named a packet still unanswered (each copy: the switch
     /// sends every report twice).
     pub missing_reports: u64,
-    /// Missing reports that, read through the packet that showed the gap, named unanswered
-    /// packets other than the latest first transmissions with their counters: the report
-    /// came back late, or the network delayed that packet. Those packets were asked about
-    /// with a Query (see `Stream::handle_missing`).
-    pub late_reports: u64,
     /// Data sent again because a Missing report named it (included in `retransmissions`).
     pub resent_reported: u64,
     /// Results found lost by their gap counters (a later result to the same block came
@@ -218,7 +213,6 @@ impl StreamStats {
         self.pending_answers += o.pending_answers;
         self.resent_missing += o.resent_missing;
         self.missing_reports += o.missing_reports;
-        self.late_reports += o.late_reports;
         self.resent_reported += o.resent_reported;
         self.results_reported += o.results_reported;
         self.tail_copies += o.tail_copies;

@@ -5,7 +5,6 @@
 use super::slots::Outstanding;
 use super::Stream;
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
-use ina_wire::AggRepr;
 
 /// The first transmissions to one block of [`GAP_BLOCK`] slots of a stream's lane, for the
 /// switch's Missing reports: each carries its number modulo [`GAP_COUNTER`], counted over the
@@ -41,10 +40,9 @@ impl BlockTx {
     }
 }
 
-/// How many of a block's latest first transmissions a Missing report can still name
-/// through the packet that showed the gap (see [`Stream::handle_missing`]): four times the
-/// counter's range, so that a report can come back a few counters' worth late.
-pub(super) const REPORT_HISTORY: usize = 4 * GAP_COUNTER as usize;
+/// How many of a block's latest first transmissions a Missing report can name: one counter's
+/// range, since a counter names the latest first transmission that carried it.
+pub(super) const REPORT_HISTORY: usize = GAP_COUNTER as usize;
 
 impl<'a> Stream<'a> {
     /// The gap-tracking block (of [`GAP_BLOCK`] slots of the lane) of packet `index`.
@@ -58,24 +56,6 @@ impl<'a> Stream<'a> {
         self.gap_blocks
             .get(self.gap_block_of(out.index))
             .is_some_and(|b| b.sent > out.block_ordinal + 1)
-    }
-
-    /// The number among the first transmissions to block `b` of the packet whose header a
-    /// Missing report carries, if it is one of the block's latest [`REPORT_HISTORY`]. The
-    /// packet may have been answered since, and its slot used again: the switch sends a
-    /// report after the result that the same packet completed, and a report can come back
-    /// later than a round trip.
-    pub(super) fn shown_ordinal(&self, b: &BlockTx, hdr: &AggRepr) -> Option<u64> {
-        let index = u64::from(hdr.seq.wrapping_sub(self.cfg.lane.next_position as u32));
-        if index >= self.packets {
-            return None;
-        }
-        let its = self.header_of(index, hdr.kind);
-        if (its.slot, its.set) != (hdr.slot, hdr.set) {
-            return None;
-        }
-        let oldest = b.sent.saturating_sub(REPORT_HISTORY as u64);
-        (oldest..b.sent).rev().find(|&o| b.index_at(o) == index)
     }
 
     /// A multicast result's gap counter (PROTOCOL.md §5, "Lost results"): the switch numbers

@@ -85,12 +85,8 @@ pub struct Stream<'a> {
     deferred: VecDeque<(u64, u64)>,
     /// The latest transmission known to have been answered.
     highest_answered: Option<u64>,
-    /// The round trip of that answer's packet (answers to packets sent once only).
-    latest_answer_rtt: Option<Duration>,
     /// The smallest round trip of an answer to a packet's only retransmission (unambiguous).
     path_min: Option<Duration>,
-    /// The smallest round trip of a full-size result to a packet sent once.
-    min_full_rtt: Option<Duration>,
     /// The largest number of transmissions by which an answer came back behind a later
     /// transmission's.
     reordering: u64,
@@ -209,9 +205,7 @@ impl<'a> Stream<'a> {
             in_flight: VecDeque::new(),
             deferred: VecDeque::new(),
             highest_answered: None,
-            latest_answer_rtt: None,
             path_min: None,
-            min_full_rtt: None,
             reordering: 0,
             held_reordering: 0,
             tolerated: VecDeque::new(),
@@ -411,9 +405,6 @@ impl<'a> Stream<'a> {
         self.note_occupancy(now);
         self.sent_new += 1;
         self.progress_at = Some(now);
-        if self.reports && self.sent_new == self.packets {
-            self.arm_tail_timers();
-        }
         if self.tensor.is_float() && self.has(Rule::LookaheadCopies) {
             // The headers of the first window are copied once the last of them has gone; a
             // header that waited for a slot (behind the descriptor) is copied as it goes.

@@ -1,8 +1,7 @@
 //! The switch's answers that steer recovery: Pending (does the switch hold this worker's
 //! data?) and Missing reports (which first transmissions never arrived).
 
-use crate::stream::gaps::REPORT_HISTORY;
-use crate::stream::recovery::{Retransmit, Rule};
+use crate::stream::recovery::Retransmit;
 use crate::stream::slots::{Held, Outstanding};
 use crate::stream::Stream;
 use crate::Instant;
@@ -76,11 +75,7 @@ impl<'a> Stream<'a> {
     /// A Missing report (E6): the switch never got `hdr.exponent` first transmissions to the block
     /// of `hdr.slot`, numbered from the report's gap counter on. Each of the latest first
     /// transmissions with those counters, still unanswered, not known held and not resent since,
-    /// goes again now. With `late-reports` (R8) the report is also read through the packet that
-    /// showed the gap, which its header names: a report can come back after the block's counters
-    /// have come round (deep queues), and the packets just before that one, unanswered and never
-    /// resent, are asked about with a Query (not their data: the same reading fits a packet the
-    /// network delayed past newer ones).
+    /// goes again now.
     pub(in crate::stream) fn handle_missing(&mut self, now: Instant, hdr: &AggRepr) {
         let block = hdr
             .slot
@@ -105,18 +100,6 @@ impl<'a> Stream<'a> {
                 .checked_sub((latest + counters - counter) % counters)
                 .map_or(u64::MAX, |o| b.index_at(o));
         }
-        // Through the packet that showed the gap: the ones just before it.
-        let mut before = [u64::MAX; GAP_COUNTER as usize];
-        let from = self
-            .shown_ordinal(b, hdr)
-            .and_then(|shown| shown.checked_sub(skipped as u64))
-            .filter(|&o| o % counters == u64::from(first))
-            .filter(|&o| b.sent - o <= REPORT_HISTORY as u64);
-        if let Some(from) = from {
-            for (k, at) in before.iter_mut().take(skipped).enumerate() {
-                *at = b.index_at(from + k as u64);
-            }
-        }
         for &index in by_counter.iter().take(skipped) {
             let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
@@ -129,28 +112,5 @@ impl<'a> Stream<'a> {
                 return;
             }
         }
-        let mut late = false;
-        let late_reports = if self.has(Rule::LateReports) {
-            skipped
-        } else {
-            0
-        };
-        for &index in before.iter().take(late_reports) {
-            if by_counter.contains(&index) {
-                continue;
-            }
-            let Some((slot, out)) = self.outstanding_at(index) else {
-                continue;
-            };
-            if out.retries > 0 || out.held != Held::Unknown || out.is_queued() {
-                continue;
-            }
-            late = true;
-            if self.give_up_if_spent(now, &out) {
-                return;
-            }
-            self.queue_retransmission(slot, out, Retransmit::Detected);
-        }
-        self.stats.late_reports += u64::from(late);
     }
 }

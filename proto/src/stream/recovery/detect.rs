@@ -128,40 +128,6 @@ impl<'a> Stream<'a> {
             }
         }
         self.deferred = deferred;
-        if self.reports && self.in_last_window() && self.has(Rule::LastWindowTimers) {
-            self.arm_reorder_timers(answered);
-        }
-    }
-
-    /// In the last window (R13, `last-window-timers`), a first transmission behind an answered
-    /// one but within the tolerance is judged lost by time (RACK, RFC 8985): after that answer's
-    /// round trip plus a quarter of the smallest round trip. Retransmissions keep their own pacing.
-    pub(in crate::stream) fn arm_reorder_timers(&mut self, answered: u64) {
-        let (Some(rtt), Some(min)) = (self.latest_answer_rtt, self.rtt.min_rtt()) else {
-            return;
-        };
-        let wait = rtt + min / 4;
-        for i in 0..self.in_flight.len() {
-            let Some(&(tx, index)) = self.in_flight.get(i) else {
-                break;
-            };
-            if tx >= answered {
-                break;
-            }
-            let slot = self.slot_of(index);
-            let Some(out) = self.slots[slot].outstanding else {
-                continue;
-            };
-            let queued = out.is_queued();
-            if out.index != index || out.last_tx != tx || queued || out.retries > 0 {
-                continue;
-            }
-            let deadline = out.deadline.min(out.last_sent + wait);
-            if deadline != out.deadline {
-                self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });
-                self.timers.push(Reverse((deadline, index)));
-            }
-        }
     }
 
     /// Transmission `tx` of packet `index` is older than the loss-detection threshold: queues

@@ -11,7 +11,6 @@
 mod answers;
 mod detect;
 mod rules;
-mod tail;
 mod timers;
 mod timing;
 mod waits;
@@ -23,7 +22,6 @@ use crate::stream::slots::{Held, Outstanding, QUEUED};
 use crate::stream::{Stream, DESCRIPTOR_PACKETS};
 use crate::Instant;
 use core::cmp::Reverse;
-use core::time::Duration;
 use ina_wire::{AggRepr, QueryAsk};
 
 /// Why a packet is sent again.
@@ -48,10 +46,6 @@ pub(in crate::stream) enum Retransmit {
     /// A second copy of a header-only packet of the exponent lookahead, sent once every one
     /// of them has gone.
     LookaheadCopy,
-    /// At the stream's end, a later first transmission to its block, which would have
-    /// revealed its loss, was taken for lost (see [`Stream::ask_about_unrevealed_before`]):
-    /// asked about with a status Query.
-    Unrevealed,
 }
 
 impl<'a> Stream<'a> {
@@ -90,13 +84,10 @@ impl<'a> Stream<'a> {
             // and a lost result at the stream's end costs one round trip less (at 4 MiB
             // and 1% loss, 0.933 of lossless goodput at n = 8 against 0.910 asking first;
             // fetching from the last window on, while results still stream, 0.909).
-            // (A packet whose loss only a later packet, taken for lost, would have revealed is
-            // asked whether its data arrived.)
-            let fetch = (out.complete_seen
+            let fetch = out.complete_seen
                 || !self.reports
                 || (self.all_sent() && self.has(Rule::FetchAtEnd))
-                || !self.has(Rule::StatusQueries))
-                && why != Retransmit::Unrevealed;
+                || !self.has(Rule::StatusQueries);
             let ask = if !fetch {
                 QueryAsk::Status
             } else if !out.complete_seen
@@ -108,15 +99,9 @@ impl<'a> Stream<'a> {
                 QueryAsk::Fetch
             };
             // A Query is answered at once, with the result or Pending: its answer is due a
-            // round trip later, and a fetching Query's later by a full result's time on the
-            // links. Data waits for the other workers' data.
+            // round trip later. Data waits for the other workers' data.
             let deadline = if query && self.reports {
-                let carried = if fetch {
-                    self.full_result_time()
-                } else {
-                    Duration::ZERO
-                };
-                now + self.query_timeout() + carried
+                now + self.query_timeout()
             } else if self.reports {
                 // Its loss shows in a Query's Pending answer: asked about at round-trip pace.
                 now + self.spacing(now, &out)
@@ -151,7 +136,7 @@ impl<'a> Stream<'a> {
                     self.stats.retransmissions += 1;
                     self.stats.resent_reported += 1;
                 }
-                Retransmit::Timer | Retransmit::Unrevealed => self.stats.retransmissions += 1,
+                Retransmit::Timer => self.stats.retransmissions += 1,
                 Retransmit::TailCopy | Retransmit::LookaheadCopy => {}
             }
             if query {
@@ -237,18 +222,12 @@ impl<'a> Stream<'a> {
             // and its round trip includes the wait for a later result.)
             let sample = now - out.first_sent;
             self.rtt.on_sample(sample);
-            if hdr.count != 0 {
-                self.min_full_rtt = Some(self.min_full_rtt.map_or(sample, |m| m.min(sample)));
-            }
             if let Some(w) = self.window.as_mut() {
                 let srtt = self.rtt.srtt().unwrap_or(sample);
                 w.on_rtt(now, sample, srtt, self.cfg.lane.window);
             }
             if let Some(h) = self.highest_answered {
                 self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
-            }
-            if self.highest_answered.is_none_or(|h| out.last_tx > h) {
-                self.latest_answer_rtt = Some(sample);
             }
             self.highest_answered = Some(
                 self.highest_answered

@@ -23,22 +23,12 @@ pub enum Rule {
     Rank0AsksPartial,
     /// After the last packet, a held use is asked about again from the Query, not its answer.
     AskAgainFromQuery,
-    /// A block's last packet taken for lost at the end takes its unrevealed reports with it.
-    UnrevealedBefore,
     /// Data sent again in the last window goes twice.
     TailCopies,
     /// The exponent lookahead's headers go twice.
     LookaheadCopies,
-    /// A fetching Query's wait adds a full result's time on the links.
-    FetchWaitsFullResult,
-    /// In the last window, a packet behind an answered one is judged lost by time (RACK).
-    LastWindowTimers,
-    /// After the last packet, unanswered packets' timers become the query or result timeout.
-    TailTimers,
     /// After the last packet, Queries fetch the result at once.
     FetchAtEnd,
-    /// A Missing report is read through the packet that showed the gap, too.
-    LateReports,
     /// After the last packet, the query timeout is the empty path's round trip.
     EmptyPathTimeout,
     /// With reports, an unanswered packet's first retransmission is a Query.
@@ -53,21 +43,16 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of docs/design/RECOVERY.md.
-    pub const ALL: [Rule; 19] = [
+    pub const ALL: [Rule; 14] = [
         Rule::HeldReordering,
         Rule::LastWindowTolerance,
         Rule::HoldOffMidStream,
         Rule::TreeWaitsForCounters,
         Rule::Rank0AsksPartial,
         Rule::AskAgainFromQuery,
-        Rule::UnrevealedBefore,
         Rule::TailCopies,
         Rule::LookaheadCopies,
-        Rule::FetchWaitsFullResult,
-        Rule::LastWindowTimers,
-        Rule::TailTimers,
         Rule::FetchAtEnd,
-        Rule::LateReports,
         Rule::EmptyPathTimeout,
         Rule::QueryFirst,
         Rule::StatusQueries,
@@ -84,14 +69,9 @@ impl Rule {
             Rule::TreeWaitsForCounters => "tree-waits-for-counters",
             Rule::Rank0AsksPartial => "rank0-asks-partial",
             Rule::AskAgainFromQuery => "ask-again-from-query",
-            Rule::UnrevealedBefore => "unrevealed-before",
             Rule::TailCopies => "tail-copies",
             Rule::LookaheadCopies => "lookahead-copies",
-            Rule::FetchWaitsFullResult => "fetch-waits-full-result",
-            Rule::LastWindowTimers => "last-window-timers",
-            Rule::TailTimers => "tail-timers",
             Rule::FetchAtEnd => "fetch-at-end",
-            Rule::LateReports => "late-reports",
             Rule::EmptyPathTimeout => "empty-path-timeout",
             Rule::QueryFirst => "query-first",
             Rule::StatusQueries => "status-queries",

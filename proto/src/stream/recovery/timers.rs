@@ -1,6 +1,6 @@
 //! Timers and the stall probe: what happens when time passes without answers.
 
-use crate::stream::recovery::{Retransmit, Rule};
+use crate::stream::recovery::Retransmit;
 use crate::stream::slots::{Held, Outstanding};
 use crate::stream::Stream;
 use crate::Instant;
@@ -121,12 +121,9 @@ impl<'a> Stream<'a> {
                     continue;
                 };
                 // A Query's answer was due; a recheck of held data is due.
-                let unreportable_tail =
-                    self.all_sent() && !self.loss_reportable(&out) && self.has(Rule::TailTimers);
                 let lost = Some(index) == probe
                     || out.awaiting_repair
-                    || (self.reports
-                        && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
+                    || (self.reports && (out.last_was_query || out.held == Held::Yes))
                     || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     let why = if out.awaiting_repair {
@@ -137,9 +134,6 @@ impl<'a> Stream<'a> {
                         Retransmit::Timer
                     };
                     self.queue_retransmission(slot, out, why);
-                    if unreportable_tail && out.retries == 0 && self.has(Rule::UnrevealedBefore) {
-                        self.ask_about_unrevealed_before(&out, &expired);
-                    }
                 } else {
                     let deadline = now + self.rtt.backed_off(out.retries + 1);
                     self.slots[slot].outstanding = Some(Outstanding { deadline, ..out });

@@ -46,18 +46,6 @@ impl<'a> Stream<'a> {
         self.timeout_of(&self.path_rtt)
     }
 
-    /// How much longer a full-size result's round trip is than a header-only one's (from the
-    /// smallest of each; zero until both are known): a fetching Query waits that much more
-    /// (`fetch-waits-full-result`).
-    pub(in crate::stream) fn full_result_time(&self) -> Duration {
-        if !self.has(Rule::FetchWaitsFullResult) {
-            return Duration::ZERO;
-        }
-        self.min_full_rtt
-            .zip(self.rtt.min_rtt())
-            .map_or(Duration::ZERO, |(full, any)| full.saturating_sub(any))
-    }
-
     /// The stall probe's timeout: the probe timeout, or with Missing reports the path's
     /// (the probe then mostly asks with Queries, which the switch answers at once).
     pub(in crate::stream) fn stall_timeout(&self) -> Option<Duration> {
