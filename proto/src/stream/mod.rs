@@ -405,6 +405,9 @@ impl<'a> Stream<'a> {
         self.note_occupancy(now);
         self.sent_new += 1;
         self.progress_at = Some(now);
+        if self.reports && self.sent_new == self.packets {
+            self.arm_tail_timers();
+        }
         if self.tensor.is_float() && self.has(Rule::LookaheadCopies) {
             // The headers of the first window are copied once the last of them has gone; a
             // header that waited for a slot (behind the descriptor) is copied as it goes.

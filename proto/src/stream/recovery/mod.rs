@@ -11,6 +11,7 @@
 mod answers;
 mod detect;
 mod rules;
+mod tail;
 mod timers;
 mod timing;
 mod waits;

@@ -29,6 +29,8 @@ pub enum Rule {
     LookaheadCopies,
     /// After the last packet, Queries fetch the result at once.
     FetchAtEnd,
+    /// After the last packet, unanswered packets' timers become the query or result timeout.
+    TailTimers,
     /// After the last packet, the query timeout is the empty path's round trip.
     EmptyPathTimeout,
     /// With reports, an unanswered packet's first retransmission is a Query.
@@ -43,7 +45,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of docs/design/RECOVERY.md.
-    pub const ALL: [Rule; 14] = [
+    pub const ALL: [Rule; 15] = [
         Rule::HeldReordering,
         Rule::LastWindowTolerance,
         Rule::HoldOffMidStream,
@@ -53,6 +55,7 @@ impl Rule {
         Rule::TailCopies,
         Rule::LookaheadCopies,
         Rule::FetchAtEnd,
+        Rule::TailTimers,
         Rule::EmptyPathTimeout,
         Rule::QueryFirst,
         Rule::StatusQueries,
@@ -72,6 +75,7 @@ impl Rule {
             Rule::TailCopies => "tail-copies",
             Rule::LookaheadCopies => "lookahead-copies",
             Rule::FetchAtEnd => "fetch-at-end",
+            Rule::TailTimers => "tail-timers",
             Rule::EmptyPathTimeout => "empty-path-timeout",
             Rule::QueryFirst => "query-first",
             Rule::StatusQueries => "status-queries",

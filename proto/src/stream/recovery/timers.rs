@@ -1,6 +1,6 @@
 //! Timers and the stall probe: what happens when time passes without answers.
 
-use crate::stream::recovery::Retransmit;
+use crate::stream::recovery::{Retransmit, Rule};
 use crate::stream::slots::{Held, Outstanding};
 use crate::stream::Stream;
 use crate::Instant;
@@ -121,9 +121,13 @@ impl<'a> Stream<'a> {
                     continue;
                 };
                 // A Query's answer was due; a recheck of held data is due.
+                // With `tail-timers`, a block's last packet at the end: its data goes again.
+                let unreportable_tail =
+                    self.all_sent() && !self.loss_reportable(&out) && self.has(Rule::TailTimers);
                 let lost = Some(index) == probe
                     || out.awaiting_repair
-                    || (self.reports && (out.last_was_query || out.held == Held::Yes))
+                    || (self.reports
+                        && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
                     || self.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     let why = if out.awaiting_repair {
