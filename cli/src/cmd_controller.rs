@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use ina_controller::alloc::{Policy, BLOCK};
-use ina_controller::api::{JobInfo, JobRequest, JobState, SwitchInfo, SwitchKind, SwitchSpec};
+use ina_controller::api::{JobRequest, JobState, JobStatus, SwitchInfo, SwitchKind, SwitchSpec};
 use ina_controller::client::Client;
 use ina_controller::server::{self, ServerConfig};
 use ina_controller::service::{drivers_with, Controller, LocalDrivers};
@@ -391,7 +391,7 @@ pub fn run_job(args: JobArgs) -> anyhow::Result<()> {
     }
 }
 
-fn job_line(j: &JobInfo) -> String {
+fn job_line(j: &JobStatus) -> String {
     let slots = j
         .slots
         .map(|r| format!("{}..{}", r.base, r.end()))

@@ -7,7 +7,7 @@
 use crate::data::{fingerprint, generate, Bound, Reference};
 use anyhow::bail;
 use ina_sim::data::Generated;
-use ina_sim::{Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
+use ina_sim::{Data, LinkConfig, Scenario, SimJob, WorkerSpec};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -542,7 +542,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     );
     for seed in args.seed..args.seed + args.seeds {
         let jobs = (0..args.jobs)
-            .map(|j| JobSpec {
+            .map(|j| SimJob {
                 job: j as u16 + 1,
                 epoch: 7,
                 slot_base: j as u16 * window,

@@ -6,12 +6,12 @@
 //! | `GET /v1/switches` | | `[SwitchInfo]` |
 //! | `POST /v1/switches` | [`SwitchSpec`] | [`SwitchInfo`], 201 |
 //! | `POST /v1/switches/{name}/drain` | | [`SwitchInfo`] |
-//! | `GET /v1/jobs` | | `[JobInfo]` |
-//! | `POST /v1/jobs` | [`JobRequest`] | [`JobInfo`], 201 |
-//! | `GET /v1/jobs/{name}` | | [`JobInfo`] |
+//! | `GET /v1/jobs` | | `[JobStatus]` |
+//! | `POST /v1/jobs` | [`JobRequest`] | [`JobStatus`], 201 |
+//! | `GET /v1/jobs/{name}` | | [`JobStatus`] |
 //! | `DELETE /v1/jobs/{name}` | | 204 |
 //! | `POST /v1/jobs/{name}/join` | [`JoinRequest`] | [`Joined`] |
-//! | `POST /v1/jobs/{name}/heartbeat` | [`Heartbeat`] | [`JobInfo`] |
+//! | `POST /v1/jobs/{name}/heartbeat` | [`Heartbeat`] | [`JobStatus`] |
 //!
 //! An error is a status (400 a bad request, 401 a missing or wrong token, 404 no such switch
 //! or job, 409 a name taken, 502 a switch that did not take a change) and an [`ErrorBody`].
@@ -189,13 +189,13 @@ pub enum JobState {
     Queued,
     /// Holding slots on its switch.
     Running,
-    /// A worker stopped sending heartbeats: see [`JobInfo::missing`].
+    /// A worker stopped sending heartbeats: see [`JobStatus::missing`].
     Failed,
 }
 
 /// A job and where it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobInfo {
+pub struct JobStatus {
     pub request: JobRequest,
     /// The data plane's job number.
     pub id: JobId,
@@ -228,7 +228,7 @@ pub struct Heartbeat {
     /// Tensors this worker started so far (its gate's count), when it can be held.
     #[serde(default)]
     pub started: Option<u64>,
-    /// Held at [`JobInfo::park_at`] and at it, with nothing in flight.
+    /// Held at [`JobStatus::park_at`] and at it, with nothing in flight.
     #[serde(default)]
     pub parked: bool,
 }
@@ -244,7 +244,7 @@ pub struct JoinRequest {
 }
 
 /// What a worker that joined needs to run: everything but the epoch, which it learns from
-/// the switch once the job is installed (see [`JobInfo::epoch`]).
+/// the switch once the job is installed (see [`JobStatus::epoch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Joined {
     /// The data plane's job number.

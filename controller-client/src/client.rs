@@ -1,8 +1,8 @@
 //! A typed, blocking client of the controller's API (see [`crate::api`]).
 
 use crate::api::{
-    ErrorBody, Health, JobInfo, JobRequest, JobState, JoinRequest, Joined, SwitchInfo, SwitchSpec,
-    PREFIX,
+    ErrorBody, Health, JobRequest, JobState, JobStatus, JoinRequest, Joined, SwitchInfo,
+    SwitchSpec, PREFIX,
 };
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -70,15 +70,15 @@ impl Client {
         self.call("POST", &format!("/switches/{}/drain", segment(name)), None)
     }
 
-    pub fn jobs(&self) -> Result<Vec<JobInfo>, ClientError> {
+    pub fn jobs(&self) -> Result<Vec<JobStatus>, ClientError> {
         self.call("GET", "/jobs", None)
     }
 
-    pub fn create_job(&self, req: &JobRequest) -> Result<JobInfo, ClientError> {
+    pub fn create_job(&self, req: &JobRequest) -> Result<JobStatus, ClientError> {
         self.call("POST", "/jobs", Some(to_value(req)))
     }
 
-    pub fn job(&self, name: &str) -> Result<JobInfo, ClientError> {
+    pub fn job(&self, name: &str) -> Result<JobStatus, ClientError> {
         self.call("GET", &format!("/jobs/{}", segment(name)), None)
     }
 
@@ -99,7 +99,7 @@ impl Client {
 
     /// Waits until job `name` is installed on its switch (every worker joined, slots given,
     /// an epoch known), up to `timeout`.
-    pub fn wait_installed(&self, name: &str, timeout: Duration) -> Result<JobInfo, ClientError> {
+    pub fn wait_installed(&self, name: &str, timeout: Duration) -> Result<JobStatus, ClientError> {
         let start = std::time::Instant::now();
         loop {
             let j = self.job(name)?;
@@ -127,7 +127,7 @@ impl Client {
 
     /// Reports rank `rank` of job `name` alive; returns the job, whose state says whether it
     /// failed (and `missing`, which ranks went silent).
-    pub fn heartbeat(&self, name: &str, rank: u8) -> Result<JobInfo, ClientError> {
+    pub fn heartbeat(&self, name: &str, rank: u8) -> Result<JobStatus, ClientError> {
         self.report(
             name,
             &crate::api::Heartbeat {
@@ -139,7 +139,7 @@ impl Client {
     }
 
     /// A heartbeat with the worker's gate (see [`crate::member`]).
-    pub fn report(&self, name: &str, hb: &crate::api::Heartbeat) -> Result<JobInfo, ClientError> {
+    pub fn report(&self, name: &str, hb: &crate::api::Heartbeat) -> Result<JobStatus, ClientError> {
         self.call(
             "POST",
             &format!("/jobs/{}/heartbeat", segment(name)),

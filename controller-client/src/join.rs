@@ -3,7 +3,7 @@
 //! the job is installed. What comes back is all a communicator needs: the bound port, the
 //! switch, the job number, the rank and the number of workers.
 
-use crate::api::{JobInfo, Joined};
+use crate::api::{JobStatus, Joined};
 use crate::client::{Client, ClientError};
 use ina_io::{Port, UdpConfig, UdpPort};
 use std::net::SocketAddr;
@@ -30,7 +30,7 @@ pub struct JoinedJob {
     /// The rank, the job's number and size, the switch.
     pub joined: Joined,
     /// The job as installed: its slots, epoch and members.
-    pub job: JobInfo,
+    pub job: JobStatus,
 }
 
 impl JoinedJob {

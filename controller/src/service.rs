@@ -15,7 +15,7 @@
 mod inner;
 
 use crate::alloc::Policy;
-use crate::api::{Health, Heartbeat, JobInfo, JobRequest, JoinRequest, Joined};
+use crate::api::{Health, Heartbeat, JobRequest, JobStatus, JoinRequest, Joined};
 use crate::api::{SwitchInfo, SwitchKind, SwitchSpec};
 use crate::driver::bmv2::Bmv2Switch;
 use crate::driver::tofino::TofinoSwitch;
@@ -90,7 +90,7 @@ pub struct Counters {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Beat {
     /// The job, as `GET /v1/jobs/{name}` answers it.
-    pub job: JobInfo,
+    pub job: JobStatus,
     /// The job's switch, when this report completed the parking of a move: the move is to be
     /// made now, apart from the heartbeat ([`Controller::bring`]), which never waits for a
     /// switch.
@@ -194,11 +194,11 @@ impl Controller {
         self.lock().switch_names()
     }
 
-    pub fn jobs(&self) -> Vec<JobInfo> {
+    pub fn jobs(&self) -> Vec<JobStatus> {
         self.lock().jobs()
     }
 
-    pub fn job(&self, name: &str) -> Result<JobInfo, ControllerError> {
+    pub fn job(&self, name: &str) -> Result<JobStatus, ControllerError> {
         self.lock().job(name)
     }
 
@@ -217,7 +217,7 @@ impl Controller {
     }
 
     /// Creates a job and installs it (and the other jobs' new ranges) on its switch.
-    pub fn create_job(&self, request: JobRequest) -> Result<JobInfo, ControllerError> {
+    pub fn create_job(&self, request: JobRequest) -> Result<JobStatus, ControllerError> {
         let name = request.name.clone();
         let switch = self.lock().create_job(request)?;
         self.bring(&switch)?;

@@ -5,7 +5,7 @@
 
 use crate::alloc::{self, Demand, JobId, Policy, Range, Step};
 use crate::api::{
-    valid_name, JobInfo, JobRequest, JobState, SwitchInfo, SwitchSpec, SwitchState, MAX_NAME,
+    valid_name, JobRequest, JobState, JobStatus, SwitchInfo, SwitchSpec, SwitchState, MAX_NAME,
     MAX_WORKERS,
 };
 use serde::{Deserialize, Serialize};
@@ -360,9 +360,9 @@ impl State {
         })
     }
 
-    pub fn job_info(&self, name: &str) -> Option<JobInfo> {
+    pub fn job_info(&self, name: &str) -> Option<JobStatus> {
         let j = self.jobs.get(name)?;
-        Some(JobInfo {
+        Some(JobStatus {
             request: j.request.clone(),
             id: j.id,
             switch: j.switch.clone(),

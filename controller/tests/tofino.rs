@@ -129,7 +129,7 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
     let a = c.job("a").unwrap();
     let doc = document(&bfrt);
     let held = job_entries(&doc);
-    let want = |j: &ina_controller::api::JobInfo| {
+    let want = |j: &ina_controller::api::JobStatus| {
         let s = j.slots.unwrap();
         (
             u64::from(j.id),

@@ -62,7 +62,7 @@ impl WorkerSpec {
 
 /// One job on the switch.
 #[derive(Debug, Clone)]
-pub struct JobSpec {
+pub struct SimJob {
     pub job: u16,
     pub epoch: u16,
     pub slot_base: u16,
@@ -109,7 +109,7 @@ pub const UPLINK_PORT: PortId = PortId(1);
 pub struct Scenario {
     pub seed: u64,
     pub pipeline: PipelineConfig,
-    pub jobs: Vec<JobSpec>,
+    pub jobs: Vec<SimJob>,
     /// Every worker's link in both directions unless the worker says otherwise.
     pub link: LinkConfig,
     pub rto: RtoConfig,
@@ -140,7 +140,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// A scenario with defaults for everything but the seed and jobs.
-    pub fn new(seed: u64, jobs: Vec<JobSpec>) -> Scenario {
+    pub fn new(seed: u64, jobs: Vec<SimJob>) -> Scenario {
         Scenario {
             seed,
             pipeline: PipelineConfig {

@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use ina_sim::data::Generated;
 use ina_sim::rng::Rng;
-use ina_sim::{run, Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
+use ina_sim::{run, Data, LinkConfig, Scenario, SimJob, WorkerSpec};
 use std::time::Duration;
 
 struct Case {
@@ -47,7 +47,7 @@ fn scenario(seed: u64, case: &Case) -> (Scenario, Vec<Vec<Vec<Data>>>) {
                 .collect()
         })
         .collect();
-    let job = JobSpec {
+    let job = SimJob {
         job: 3,
         epoch: 9,
         // A window of whole 64-slot blocks gets the switch's Missing reports.

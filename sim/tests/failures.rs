@@ -7,7 +7,7 @@ use common::*;
 use ina_proto::pipeline::PortId;
 use ina_proto::stream::StreamError;
 use ina_sim::rng::Rng;
-use ina_sim::{run, Data, Injection, JobSpec, LinkConfig, Scenario, WorkerSpec};
+use ina_sim::{run, Data, Injection, LinkConfig, Scenario, SimJob, WorkerSpec};
 use ina_wire::{AggRepr, MessageType};
 use std::time::Duration;
 
@@ -17,8 +17,8 @@ fn inputs(rng: &mut Rng, workers: usize, len: usize) -> Vec<Vec<Data>> {
         .collect()
 }
 
-fn job(job: u16, slot_base: u16, inputs: &[Vec<Data>]) -> JobSpec {
-    JobSpec {
+fn job(job: u16, slot_base: u16, inputs: &[Vec<Data>]) -> SimJob {
+    SimJob {
         job,
         epoch: 1,
         slot_base,

@@ -7,7 +7,7 @@ mod common;
 
 use common::{assert_correct, float_tensor, seeds};
 use ina_sim::rng::Rng;
-use ina_sim::{run, Data, JobSpec, LinkConfig, Racks, Scenario, WorkerSpec};
+use ina_sim::{run, Data, LinkConfig, Racks, Scenario, SimJob, WorkerSpec};
 use std::time::Duration;
 
 const ELEMS: u16 = 64;
@@ -20,11 +20,11 @@ fn job(
     window: u16,
     workers: usize,
     len: usize,
-) -> (JobSpec, Vec<Vec<Data>>) {
+) -> (SimJob, Vec<Vec<Data>>) {
     let inputs: Vec<Vec<Data>> = (0..workers)
         .map(|_| vec![Data::F32(float_tensor(rng, len))])
         .collect();
-    let spec = JobSpec {
+    let spec = SimJob {
         job: id,
         epoch: 5,
         slot_base,
@@ -45,7 +45,7 @@ fn racks(per_rack: usize, uplink: LinkConfig) -> Option<Racks> {
 
 /// `spec` in racks of `per_rack` under an upper switch, every link (the workers' and those
 /// between the levels) configured as `link`.
-fn tree_of(seed: u64, spec: JobSpec, per_rack: usize, link: LinkConfig) -> Scenario {
+fn tree_of(seed: u64, spec: SimJob, per_rack: usize, link: LinkConfig) -> Scenario {
     let mut s = Scenario::new(seed, vec![spec]);
     s.link = link;
     s.racks = racks(per_rack, link);
@@ -99,7 +99,7 @@ fn a_tree_streams_as_fast_as_one_switch_when_its_links_are_as_fast() {
     // tree adds two hops to the round trip, which a window of 1024 slots (2 BDP of the tree's
     // 40 us round trip) covers.
     let len = 1 << 20;
-    let spec = JobSpec {
+    let spec = SimJob {
         job: 1,
         epoch: 5,
         slot_base: 0,

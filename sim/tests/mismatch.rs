@@ -10,12 +10,12 @@ use common::*;
 use ina_proto::descriptor::Mismatch;
 use ina_proto::stream::StreamError;
 use ina_sim::rng::Rng;
-use ina_sim::{run, Data, JobSpec, LinkConfig, Scenario, WorkerSpec};
+use ina_sim::{run, Data, LinkConfig, Scenario, SimJob, WorkerSpec};
 use ina_wire::RejectReason;
 use std::time::Duration;
 
 fn scenario(seed: u64, tensors: Vec<Data>) -> Scenario {
-    let job = JobSpec {
+    let job = SimJob {
         job: 1,
         epoch: 1,
         slot_base: 0,

@@ -8,7 +8,7 @@
 
 use ina_proto::window::WindowConfig;
 use ina_sim::data::Generated;
-use ina_sim::{run, Data, JobSpec, LinkConfig, Racks, Report, Scenario, WorkerSpec};
+use ina_sim::{run, Data, LinkConfig, Racks, Report, Scenario, SimJob, WorkerSpec};
 use std::time::Duration;
 
 const JOBS: usize = 4;
@@ -18,7 +18,7 @@ const LEN: usize = 2 << 20;
 
 fn scenario(adaptive: bool) -> Scenario {
     let jobs = (0..JOBS)
-        .map(|j| JobSpec {
+        .map(|j| SimJob {
             job: j as u16 + 1,
             epoch: 3,
             slot_base: (j * 512) as u16,

@@ -5,7 +5,7 @@
 //! The tools are looked up on `PATH`, then in `/opt/ina-p4tools/bin` (where the P4 tool bundle
 //! installs them).
 
-use crate::runtime::{bmv2_commands, bmv2_counter_commands, ConfigError, JobDesc, SwitchDesc};
+use crate::runtime::{bmv2_commands, bmv2_counter_commands, ConfigError, P4Job, SwitchDesc};
 use ina_proto::event::Event;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -225,7 +225,7 @@ impl Bmv2 {
     }
 
     /// Configures the switch and its jobs ([`bmv2_commands`]).
-    pub fn configure(&self, sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), Bmv2Error> {
+    pub fn configure(&self, sw: &SwitchDesc, jobs: &[P4Job]) -> Result<(), Bmv2Error> {
         self.cli(&bmv2_commands(sw, jobs)?).map(|_| ())
     }
 

@@ -4,7 +4,7 @@
 //! - [`bmv2_commands`]: the `simple_switch_CLI` commands that configure the v1model program
 //!   on a freshly started `simple_switch`.
 //! - [`bfrt_entries`]: the Tofino BfRt entries of the same configuration, as JSON.
-//! - [`SwitchDesc::frame_switch`] and [`JobDesc::frame_job`]: the configuration of the Rust
+//! - [`SwitchDesc::frame_switch`] and [`P4Job::frame_job`]: the configuration of the Rust
 //!   frame model (`ina_proto::l2`), and through it of `ina_proto::pipeline`.
 //!
 //! Every description is validated first ([`validate`]); what a target cannot hold comes back
@@ -66,7 +66,7 @@ pub struct RankDesc {
 
 /// A job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobDesc {
+pub struct P4Job {
     pub id: u16,
     pub epoch: u16,
     /// First slot of the job's range in the pool.
@@ -159,7 +159,7 @@ pub const TOFINO: TargetLimits = TargetLimits {
 };
 
 /// Checks a switch and its jobs for the v1model program.
-pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
+pub fn validate(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<(), ConfigError> {
     validate_for(&V1MODEL, sw, jobs)
 }
 
@@ -167,7 +167,7 @@ pub fn validate(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), ConfigError> {
 pub fn validate_for(
     target: &TargetLimits,
     sw: &SwitchDesc,
-    jobs: &[JobDesc],
+    jobs: &[P4Job],
 ) -> Result<(), ConfigError> {
     for (i, &p) in sw.ports.iter().enumerate() {
         if p > MAX_PORT {
@@ -219,7 +219,7 @@ pub fn validate_for(
 }
 
 /// Checks one job against the switch, for the v1model program.
-pub fn validate_job(sw: &SwitchDesc, job: &JobDesc) -> Result<(), ConfigError> {
+pub fn validate_job(sw: &SwitchDesc, job: &P4Job) -> Result<(), ConfigError> {
     validate_job_for(&V1MODEL, sw, job)
 }
 
@@ -227,7 +227,7 @@ pub fn validate_job(sw: &SwitchDesc, job: &JobDesc) -> Result<(), ConfigError> {
 pub fn validate_job_for(
     target: &TargetLimits,
     sw: &SwitchDesc,
-    job: &JobDesc,
+    job: &P4Job,
 ) -> Result<(), ConfigError> {
     if job.slot_count == 0 {
         return Err(ConfigError::NoSlots(job.id));
@@ -313,7 +313,7 @@ impl SwitchDesc {
     }
 }
 
-impl JobDesc {
+impl P4Job {
     /// Job `id` whose rank `r` is the host behind port `r` (`hosts[r]`: its MAC and IPv4
     /// address), at UDP port `udp_port`, on slots `0..slot_count`, with results on group 1.
     pub fn one_rank_per_port(
@@ -323,8 +323,8 @@ impl JobDesc {
         elems: u16,
         hosts: &[(MacAddr, Ipv4Addr)],
         udp_port: u16,
-    ) -> JobDesc {
-        JobDesc {
+    ) -> P4Job {
+        P4Job {
             id,
             epoch,
             slot_base: 0,
@@ -385,7 +385,7 @@ pub fn v1model_registers() -> Vec<String> {
 /// the v1model program: every register reset, the switch's address, the L2 table and its
 /// flood group, then every job ([`bmv2_job_commands`]). Multicast node handles are counted
 /// from 0, as a fresh switch hands them out.
-pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Vec<String>, ConfigError> {
+pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Vec<String>, ConfigError> {
     validate(sw, jobs)?;
     let mut out = bmv2_switch_commands(sw)?;
     let mut next_node = 1u32;
@@ -431,7 +431,7 @@ pub fn bmv2_switch_commands(sw: &SwitchDesc) -> Result<Vec<String>, ConfigError>
 /// The commands that install one job: its table entries, its multicast group with one node
 /// per rank (replication id = rank), and zeros in the control registers of its slots.
 /// `next_node` is the handle the switch gives the next node it creates; it is advanced.
-pub fn bmv2_job_commands(job: &JobDesc, next_node: &mut u32) -> Vec<String> {
+pub fn bmv2_job_commands(job: &P4Job, next_node: &mut u32) -> Vec<String> {
     let mut out = bmv2_job_entry_commands(job);
     let nodes: Vec<u32> = (*next_node..*next_node + job.ranks.len() as u32).collect();
     *next_node += job.ranks.len() as u32;
@@ -443,7 +443,7 @@ pub fn bmv2_job_commands(job: &JobDesc, next_node: &mut u32) -> Vec<String> {
 /// switch that has held other jobs): its table entries, its multicast group and one node per
 /// rank. The switch answers each `mc_node_create` with the node's handle
 /// ([`crate::bmv2_cli::parse_created_nodes`]), which the second half takes.
-pub fn bmv2_job_entry_commands(job: &JobDesc) -> Vec<String> {
+pub fn bmv2_job_entry_commands(job: &P4Job) -> Vec<String> {
     let mut out = vec![format!(
         "table_add InaIngress.ina_job InaIngress.set_job {} => {} {} {} {} {} {}",
         job.id,
@@ -477,7 +477,7 @@ pub fn bmv2_job_entry_commands(job: &JobDesc) -> Vec<String> {
 
 /// The second half: the rank nodes (handles `nodes`, in rank order) joined to the job's group,
 /// and zeros in the control registers of its slots.
-pub fn bmv2_job_attach_commands(job: &JobDesc, nodes: &[u32]) -> Vec<String> {
+pub fn bmv2_job_attach_commands(job: &P4Job, nodes: &[u32]) -> Vec<String> {
     let mut out: Vec<String> = nodes
         .iter()
         .map(|n| format!("mc_node_associate {} {n}", job.mgrp))
@@ -513,7 +513,7 @@ pub const TOFINO_FLOOD_NODE_BASE: u32 = 0x10000;
 /// never goes back out of its ingress port. The cells of the Tofino program's control
 /// registers ([`TOFINO`]) are zeroed as the `lo`/`hi` fields of each register's pair.
 /// The description is checked against [`TOFINO`]'s limits (64 elements per packet).
-pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[JobDesc]) -> Result<Value, ConfigError> {
+pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigError> {
     validate_for(&TOFINO, sw, jobs)?;
     let mut e = Vec::new();
     e.push(json!({
@@ -631,8 +631,8 @@ mod tests {
         }
     }
 
-    fn job(id: u16, base: u16, ranks: u8) -> JobDesc {
-        JobDesc {
+    fn job(id: u16, base: u16, ranks: u8) -> P4Job {
+        P4Job {
             id,
             epoch: 5,
             slot_base: base,

@@ -2,12 +2,12 @@
 //! against the committed expectations in `tests/golden/` (`INA_BLESS=1` rewrites them).
 
 use ina_switch_p4::runtime::{
-    bfrt_entries, bmv2_commands, JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc,
+    bfrt_entries, bmv2_commands, L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc,
 };
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-fn example() -> (SwitchDesc, Vec<JobDesc>) {
+fn example() -> (SwitchDesc, Vec<P4Job>) {
     let sw = SwitchDesc {
         mac: MacAddr([2, 0, 0, 0, 0, 0xfe]),
         ip: Ipv4Addr::new(198, 18, 0, 254),
@@ -31,7 +31,7 @@ fn example() -> (SwitchDesc, Vec<JobDesc>) {
         udp_port: 9000 + u16::from(r),
     };
     let jobs = vec![
-        JobDesc {
+        P4Job {
             id: 1,
             epoch: 7,
             slot_base: 0,
@@ -40,7 +40,7 @@ fn example() -> (SwitchDesc, Vec<JobDesc>) {
             mgrp: 1,
             ranks: vec![rank(0, 0), rank(1, 1), rank(2, 2)],
         },
-        JobDesc {
+        P4Job {
             id: 2,
             epoch: 9,
             slot_base: 2,

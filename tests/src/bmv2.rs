@@ -11,7 +11,7 @@ use crate::netns::TestNet;
 use crate::scenario::Counts;
 use crate::{Target, TargetError};
 use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
-use ina_switch_p4::runtime::{JobDesc, SwitchDesc};
+use ina_switch_p4::runtime::{P4Job, SwitchDesc};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,7 @@ impl Target for Bmv2Target {
         "bmv2 (simple_switch, v1model/ina.p4)".into()
     }
 
-    fn configure(&mut self, switch: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), TargetError> {
+    fn configure(&mut self, switch: &SwitchDesc, jobs: &[P4Job]) -> Result<(), TargetError> {
         let started = Instant::now();
         // A fresh switch per configuration: the commands count multicast nodes from 0.
         self.switch = None;

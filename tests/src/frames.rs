@@ -1,7 +1,7 @@
 //! Frames of scenarios, from their symbolic descriptions to bytes.
 
 use crate::scenario::{Expect, FrameSpec, Send};
-use ina_switch_p4::runtime::{JobDesc, MacAddr, RankDesc, SwitchDesc};
+use ina_switch_p4::runtime::{MacAddr, P4Job, RankDesc, SwitchDesc};
 use ina_wire::frame::{emit_headers, FrameAddrs, FRAME_HEADER_LEN};
 use ina_wire::{AggRepr, MessageType, HEADER_LEN, UDP_PORT};
 use serde::Deserialize;
@@ -182,7 +182,7 @@ pub fn ipv4_checksum(h: &[u8]) -> u16 {
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
     pub switch: &'a SwitchDesc,
-    pub jobs: &'a [JobDesc],
+    pub jobs: &'a [P4Job],
 }
 
 impl Context<'_> {

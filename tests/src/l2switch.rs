@@ -7,7 +7,7 @@ use crate::scenario::Counts;
 use crate::{Target, TargetError};
 use ina_io::packet::RawConfig;
 use ina_switch::frames::FramesSwitch;
-use ina_switch_p4::runtime::{validate, JobDesc, SwitchDesc};
+use ina_switch_p4::runtime::{validate, P4Job, SwitchDesc};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -59,7 +59,7 @@ impl Target for L2SwitchTarget {
         "l2 (ina switch --ports)".into()
     }
 
-    fn configure(&mut self, switch: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), TargetError> {
+    fn configure(&mut self, switch: &SwitchDesc, jobs: &[P4Job]) -> Result<(), TargetError> {
         if let Some(r) = self.running.take() {
             r.stop()?;
         }
@@ -81,7 +81,7 @@ impl Target for L2SwitchTarget {
         }
         let ifnames: Vec<String> = switch.ports.iter().map(|p| format!("sw{p}")).collect();
         let cfg = switch.frame_switch();
-        let frame_jobs: Vec<_> = jobs.iter().map(JobDesc::frame_job).collect();
+        let frame_jobs: Vec<_> = jobs.iter().map(P4Job::frame_job).collect();
         let ns = self.net.ns().to_string();
         let shutdown = Arc::new(AtomicBool::new(false));
         let stop = shutdown.clone();

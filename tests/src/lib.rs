@@ -17,7 +17,7 @@ pub mod netns;
 pub mod random;
 pub mod scenario;
 
-use ina_switch_p4::runtime::{JobDesc, SwitchDesc};
+use ina_switch_p4::runtime::{P4Job, SwitchDesc};
 use scenario::{Counts, Scenario};
 use std::path::Path;
 use std::time::Duration;
@@ -37,7 +37,7 @@ pub trait Target {
     fn name(&self) -> String;
     /// Starts from a clean switch (no jobs, zero registers and counters) and installs the
     /// switch's configuration and the jobs.
-    fn configure(&mut self, switch: &SwitchDesc, jobs: &[JobDesc]) -> Result<(), TargetError>;
+    fn configure(&mut self, switch: &SwitchDesc, jobs: &[P4Job]) -> Result<(), TargetError>;
     /// Sends one frame in on `port`.
     fn send(&mut self, port: u16, frame: &[u8]) -> Result<(), TargetError>;
     /// The frames that came out since the last call, with their egress ports: waits until at

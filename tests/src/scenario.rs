@@ -9,7 +9,7 @@
 
 use crate::frames::{self, ArpSpec, EthSpec, InaSpec};
 use ina_proto::event::Event;
-use ina_switch_p4::runtime::{JobDesc, L2Entry, MacAddr, RankDesc, SwitchDesc};
+use ina_switch_p4::runtime::{L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -23,7 +23,7 @@ pub struct ScenarioFile {
     #[serde(default = "default_switch")]
     pub switch: SwitchDesc,
     #[serde(default)]
-    pub jobs: Vec<JobSpec>,
+    pub jobs: Vec<ScenarioJob>,
     #[serde(default)]
     pub steps: Vec<Step>,
     /// Expected counters at the end, by event name (`multicast` for `ina_multicast`);
@@ -64,7 +64,7 @@ pub fn default_switch() -> SwitchDesc {
 /// [`default_rank`].
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JobSpec {
+pub struct ScenarioJob {
     pub id: u16,
     pub epoch: u16,
     #[serde(default)]
@@ -97,9 +97,9 @@ pub fn default_rank(job: u16, r: u8, ports: &[u16]) -> RankDesc {
     }
 }
 
-impl JobSpec {
+impl ScenarioJob {
     /// The runtime description of the job.
-    pub fn desc(&self, sw: &SwitchDesc) -> JobDesc {
+    pub fn desc(&self, sw: &SwitchDesc) -> P4Job {
         let ranks = match (&self.ranks, self.workers) {
             (Some(r), _) => r.clone(),
             (None, Some(n)) => (0..n)
@@ -107,7 +107,7 @@ impl JobSpec {
                 .collect(),
             (None, None) => Vec::new(),
         };
-        JobDesc {
+        P4Job {
             id: self.id,
             epoch: self.epoch,
             slot_base: self.slot_base,
@@ -192,7 +192,7 @@ pub struct Scenario {
     /// When not empty, the only targets this scenario applies to.
     pub only: Vec<String>,
     pub switch: SwitchDesc,
-    pub jobs: Vec<JobDesc>,
+    pub jobs: Vec<P4Job>,
     pub steps: Vec<ConcreteStep>,
     pub counters: Counts,
 }
@@ -258,7 +258,7 @@ impl ScenarioFile {
     }
 
     fn expand_own(&self, name: &str) -> Result<Scenario, ScenarioError> {
-        let jobs: Vec<JobDesc> = self.jobs.iter().map(|j| j.desc(&self.switch)).collect();
+        let jobs: Vec<P4Job> = self.jobs.iter().map(|j| j.desc(&self.switch)).collect();
         let ctx = frames::Context {
             switch: &self.switch,
             jobs: &jobs,
@@ -359,7 +359,7 @@ pub fn generated(
     let mut out = Vec::new();
     for &n in &g.workers {
         for &e in &g.elems {
-            let job = JobSpec {
+            let job = ScenarioJob {
                 id: 1,
                 epoch: 77,
                 slot_base: 16,

@@ -3,7 +3,7 @@
 
 use ina_conformance::bmv2::{environment, Bmv2Target};
 use ina_conformance::frames::{Context, InaSpec, Kind};
-use ina_conformance::scenario::{default_switch, FrameSpec, JobSpec, Send};
+use ina_conformance::scenario::{default_switch, FrameSpec, ScenarioJob, Send};
 use ina_conformance::Target;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ fn bmv2_packet_rate() {
     t.set_quiet(Duration::from_millis(1));
     let sw = default_switch();
     for elems in [64u16, 256] {
-        let job = JobSpec {
+        let job = ScenarioJob {
             id: 1,
             epoch: 1,
             slot_base: 0,

@@ -185,7 +185,7 @@ pub struct OpStats {
 
 /// The job as the switch reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobInfo {
+pub struct ProbedJob {
     pub epoch: u16,
     pub info: ProbeInfo,
     /// The multicast group the switch sends the job's results to (joined by this worker).
@@ -239,7 +239,7 @@ pub type TensorRef<'a> = Tensor<'a>;
 pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     port: P,
     cfg: WorkerConfig,
-    job: JobInfo,
+    job: ProbedJob,
     lanes: Vec<Lane>,
     next_lane: usize,
     rtt: RttEstimator,
@@ -319,7 +319,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         }
         let mut comm = Communicator {
             port,
-            job: JobInfo {
+            job: ProbedJob {
                 epoch: 0,
                 info: ProbeInfo {
                     workers: 0,
@@ -356,7 +356,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
     }
 
     /// The job as the switch reported it.
-    pub fn job(&self) -> JobInfo {
+    pub fn job(&self) -> ProbedJob {
         self.job
     }
 
@@ -543,7 +543,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         }
         self.check_mtu(info.elems_per_packet)?;
         self.follow_group(group)?;
-        self.job = JobInfo {
+        self.job = ProbedJob {
             epoch,
             info,
             group,
@@ -947,7 +947,7 @@ impl Pending {
 pub struct AsyncCommunicator {
     tx: Option<mpsc::Sender<Request>>,
     thread: Option<JoinHandle<()>>,
-    job: JobInfo,
+    job: ProbedJob,
 }
 
 impl std::fmt::Debug for Request {
@@ -1004,7 +1004,7 @@ impl AsyncCommunicator {
     }
 
     /// The job as the switch reported it.
-    pub fn job(&self) -> JobInfo {
+    pub fn job(&self) -> ProbedJob {
         self.job
     }
 

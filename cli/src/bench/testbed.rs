@@ -11,7 +11,7 @@ use crate::cmd_testbed::{HubKind, LinkArgs};
 use anyhow::{bail, Context};
 use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
 use ina_switch_p4::bmv2::{Bmv2, Bmv2Config};
-use ina_switch_p4::runtime::{JobDesc, MacAddr, SwitchDesc};
+use ina_switch_p4::runtime::{MacAddr, P4Job, SwitchDesc};
 use std::io::Write;
 
 /// The links' rate of `ina bench --testbed` when `--rate` is not given, bits per second.
@@ -167,7 +167,7 @@ impl HubSwitch {
                 let macs: Vec<MacAddr> = hosts.iter().map(|h| h.0).collect();
                 let desc =
                     SwitchDesc::one_host_per_port(MacAddr(SWITCH_MAC_BYTES), SWITCH_IP, &macs);
-                let job = JobDesc::one_rank_per_port(1, 1, a.slots, a.elems, &hosts, UDP_PORT);
+                let job = P4Job::one_rank_per_port(1, 1, a.slots, a.elems, &hosts, UDP_PORT);
                 sw.configure(&desc, &[job])?;
                 Ok(HubSwitch::Bmv2(sw))
             }

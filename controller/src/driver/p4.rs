@@ -3,7 +3,7 @@
 
 use super::Install;
 use crate::api::{P4Spec, SwitchKind, SwitchSpec};
-use ina_switch_p4::runtime::{self, JobDesc, RankDesc, TargetLimits};
+use ina_switch_p4::runtime::{self, P4Job, RankDesc, TargetLimits};
 use std::net::SocketAddr;
 
 /// The target limits of a P4 switch kind.
@@ -103,14 +103,14 @@ pub(crate) fn job_desc(
     p4: &P4Spec,
     job: &Install,
     epoch: u16,
-) -> Result<JobDesc, String> {
+) -> Result<P4Job, String> {
     if job.job == p4.switch.flood_mgrp {
         return Err(format!(
             "job {}: its multicast group would be the switch's flood group {}",
             job.job, p4.switch.flood_mgrp
         ));
     }
-    let desc = JobDesc {
+    let desc = P4Job {
         id: job.job,
         epoch,
         slot_base: job.slots.base,

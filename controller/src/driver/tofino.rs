@@ -13,7 +13,7 @@ use super::p4::{job_desc, next_epoch, rank_of};
 use super::{DriverError, Install, SwitchDriver};
 use crate::alloc::{JobId, Range};
 use crate::api::P4Spec;
-use ina_switch_p4::runtime::{bfrt_entries, JobDesc, SwitchDesc, TOFINO};
+use ina_switch_p4::runtime::{bfrt_entries, P4Job, SwitchDesc, TOFINO};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -24,7 +24,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BfrtDocument {
     pub switch: SwitchDesc,
-    pub jobs: Vec<JobDesc>,
+    pub jobs: Vec<P4Job>,
     /// `bfrt_entries(switch, jobs)`: `{"entries": [...]}`.
     pub bfrt: serde_json::Value,
 }
@@ -53,7 +53,7 @@ impl TofinoSwitch {
     }
 
     /// The jobs the document holds (none if it does not exist yet).
-    fn read(&self) -> Result<Vec<JobDesc>, DriverError> {
+    fn read(&self) -> Result<Vec<P4Job>, DriverError> {
         match std::fs::read(&self.path) {
             Ok(bytes) => serde_json::from_slice::<BfrtDocument>(&bytes)
                 .map(|d| d.jobs)
@@ -63,7 +63,7 @@ impl TofinoSwitch {
         }
     }
 
-    fn write(&self, jobs: Vec<JobDesc>) -> Result<(), DriverError> {
+    fn write(&self, jobs: Vec<P4Job>) -> Result<(), DriverError> {
         let bfrt = bfrt_entries(&self.p4.switch, &jobs).map_err(|e| self.fail("configuring", e))?;
         let doc = BfrtDocument {
             switch: self.p4.switch.clone(),

@@ -9,7 +9,7 @@
 
 use super::{ControllerError, Counters, DriverFactory, MOVE_TIMEOUT};
 use crate::alloc::{self, JobId, Policy, Range, Step};
-use crate::api::{Health, Heartbeat, JobInfo, JobRequest, JobState, JoinRequest, Joined};
+use crate::api::{Health, Heartbeat, JobRequest, JobState, JobStatus, JoinRequest, Joined};
 use crate::api::{SwitchInfo, SwitchSpec};
 use crate::driver::{DriverError, Install, SwitchDriver};
 use crate::state::{State, StateError};
@@ -187,7 +187,7 @@ impl Inner {
             .ok_or_else(|| StateError::NoSuchSwitch(name.to_string()).into())
     }
 
-    pub(super) fn jobs(&self) -> Vec<JobInfo> {
+    pub(super) fn jobs(&self) -> Vec<JobStatus> {
         self.state
             .jobs
             .keys()
@@ -195,7 +195,7 @@ impl Inner {
             .collect()
     }
 
-    pub(super) fn job(&self, name: &str) -> Result<JobInfo, ControllerError> {
+    pub(super) fn job(&self, name: &str) -> Result<JobStatus, ControllerError> {
         let mut info = self
             .state
             .job_info(name)
@@ -317,7 +317,7 @@ impl Inner {
         &mut self,
         name: &str,
         hb: &Heartbeat,
-    ) -> Result<(JobInfo, Option<String>), ControllerError> {
+    ) -> Result<(JobStatus, Option<String>), ControllerError> {
         let j = self.job(name)?;
         let rank = hb.rank;
         if rank >= j.size {

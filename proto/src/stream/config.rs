@@ -52,7 +52,7 @@ pub struct StreamConfig {
     pub give_up: Duration,
     /// The switch answers skipped positions with Missing reports (its ProbeReply says so). A
     /// stream whose lane covers whole blocks of [`GAP_BLOCK`](ina_wire::agg::GAP_BLOCK) slots then asks for them, and
-    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, "Missing reports"; docs/design/RECOVERY.md R7).
+    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, "Missing reports"; docs/design/RECOVERY.md R6).
     pub gap_reports: bool,
     /// The loss-recovery rules the stream follows (all by default; see [`crate::stream::recovery`]).
     pub rules: Rules,

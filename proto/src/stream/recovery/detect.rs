@@ -1,4 +1,4 @@
-//! Loss detection by order (docs/design/RECOVERY.md, rule D): a transmission further behind
+//! Loss detection by order (docs/design/RECOVERY.md E2, R1): a transmission further behind
 //! the newest answered one than the reordering tolerance is taken for lost.
 
 use crate::stream::recovery::{Retransmit, Rule};

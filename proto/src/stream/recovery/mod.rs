@@ -149,7 +149,7 @@ impl<'a> Stream<'a> {
         None
     }
 
-    /// Whether the retransmission of `out` is a Query rather than its data (R7). Known held: a
+    /// Whether the retransmission of `out` is a Query rather than its data (R6). Known held: a
     /// Query; known lost: data. Otherwise, with reports and `query-first`, a Query, since the
     /// switch would have reported the loss of its data, except a packet whose loss no report can
     /// reveal (a block's last first transmission) once every packet has gone: then its data goes
@@ -167,7 +167,7 @@ impl<'a> Stream<'a> {
     }
 
     /// Queues a second copy of each of the stream's first `end` packets, the exponent lookahead's
-    /// headers, once the last of them has gone (R10, `lookahead-copies`): a block's data waits for
+    /// headers, once the last of them has gone (R8, `lookahead-copies`): a block's data waits for
     /// its lookahead use, which needs every worker's header. The copies carry no gap counter, and
     /// the switch answers a copy of a header it holds as it answers data sent again.
     pub(in crate::stream) fn queue_lookahead_copies(&mut self, end: u64) {

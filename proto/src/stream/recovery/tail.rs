@@ -1,4 +1,4 @@
-//! The stream's end (docs/design/RECOVERY.md R12): once every packet has gone, no
+//! The stream's end (docs/design/RECOVERY.md R10): once every packet has gone, no
 //! later first transmission reveals a loss, and the job's end waits for every repair.
 
 use crate::stream::recovery::Rule;

@@ -64,7 +64,7 @@ impl<'a> Stream<'a> {
     }
 
     /// When a use that holds this worker's data (a Pending with its bit, at `now`) is asked about
-    /// again (R9): a spacing after the answer; with `ask-again-from-query`, once every packet has
+    /// again (R7): a spacing after the answer; with `ask-again-from-query`, once every packet has
     /// gone, a spacing after the Query it answers (at once if the answer took longer).
     pub(in crate::stream) fn next_ask_after_held(
         &self,

@@ -60,7 +60,7 @@ impl<'a> Stream<'a> {
 
     /// Whether a Query that would fetch a result not yet answered "complete" asks for the use's
     /// state and for its partial to be sent up again ([`QueryAsk::StatusPushingPartial`](ina_wire::QueryAsk::StatusPushingPartial)): rank 0
-    /// of a rack, once every packet has gone (R6, `rank0-asks-partial`). Most of what it asks
+    /// of a rack, once every packet has gone (R5, `rank0-asks-partial`). Most of what it asks
     /// about is only queued on its downlink, where a fetch's copy would queue behind it.
     pub(in crate::stream) fn asks_for_partial(&self) -> bool {
         self.cfg.rank == 0 && self.in_tree() && self.counts_results()
