@@ -722,17 +722,17 @@ pub fn rack_descriptions(
     elems: u16,
 ) -> (
     ina_switch_p4::runtime::SwitchDesc,
-    ina_switch_p4::runtime::JobDesc,
+    ina_switch_p4::runtime::P4Job,
 ) {
     use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC_BYTES};
-    use ina_switch_p4::runtime::{JobDesc, MacAddr, SwitchDesc};
+    use ina_switch_p4::runtime::{MacAddr, P4Job, SwitchDesc};
     let hosts: Vec<(MacAddr, std::net::Ipv4Addr)> = (0..workers)
         .map(|r| (MacAddr(Rack::worker_mac_bytes(r)), Rack::worker_ip(r)))
         .collect();
     let macs: Vec<MacAddr> = hosts.iter().map(|h| h.0).collect();
     (
         SwitchDesc::one_host_per_port(MacAddr(SWITCH_MAC_BYTES), SWITCH_IP, &macs),
-        JobDesc::one_rank_per_port(1, 3, 32, elems, &hosts, 9000),
+        P4Job::one_rank_per_port(1, 3, 32, elems, &hosts, 9000),
     )
 }
 
