@@ -3,7 +3,7 @@
 then with each rule left out in turn, on the same seeds (docs/design/RECOVERY.md).
 
     python3 benches/recovery/ablate.py [--ina target/release/ina] [--out DIR] [--rules a,b+c]
-        [--configs n8-1,n32-1,...] [--table]
+        [--configs n8-1,n32-1,...] [--table] [--baseline]
 
 `--rules a,b+c` measures `a` alone and `b` and `c` left out together. Runs are cached in DIR (one JSON per configuration, rule set and seeds), so an interrupted
 run resumes. `--table` prints the table from what DIR holds. A rule pays for itself where
@@ -87,11 +87,14 @@ def main():
     ap.add_argument("--rules", default="")
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--baseline", action="store_true", help="only the runs with every rule on")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     configs = [c for c in args.configs.split(",") if c]
     rules = [r for r in args.rules.split(",") if r]
-    if not rules:
+    if args.baseline:
+        rules = []
+    elif not rules:
         help_text = subprocess.run([args.ina, "sim", "--without", "?"], capture_output=True, text=True).stderr
         start = help_text.index("(the rules: ") + len("(the rules: ")
         rules = list(dict.fromkeys(help_text[start:help_text.index(")", start)].split(", ")))
