@@ -107,12 +107,13 @@ pub struct BenchArgs {
     /// Switch threads.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
-    /// Run the switch and each worker in its own OS process (ina and ring).
     /// In-process runs: each worker's link, each way, paced inside this process (`500mbit`,
     /// `1gbit`, ...), so that the ring's 2(n-1)/n shows as on a rack; `unlimited` runs on bare
     /// loopback, which measures CPU cost, not links [default: 500mbit].
     #[arg(long, value_parser = links::parse_link)]
     pub link: Option<links::LinkArg>,
+    /// Run the switch and each worker in its own OS process (ina and ring), on bare loopback
+    /// (not with --link).
     #[arg(long)]
     pub processes: bool,
     /// Run on an emulated rack (root): the switch in a hub namespace, each worker a process
