@@ -14,6 +14,8 @@
 
 pub mod bmv2;
 pub mod bmv2_cli;
+mod common;
 pub mod runtime;
 pub mod tna;
 pub mod v1model;
+mod writer;

@@ -21,6 +21,8 @@
 //! and recirculates the packet once through its own pipe's recirculation port; the second pass
 //! reads the low halves and sends the result. Everything else takes one pass.
 
+use crate::common;
+use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::pipeline::JobConfig;
@@ -227,7 +229,7 @@ struct Entry {
 
 /// Writes a table with const entries. `keys` are (expression, match kind).
 fn table(
-    p: &mut String,
+    p: &mut P4,
     name: &str,
     stage: Option<usize>,
     keys: &[(&str, &str)],
@@ -500,7 +502,7 @@ fn entry(keys: &[&str], action: impl Into<String>) -> Entry {
 
 /// Writes the whole program.
 pub fn program() -> String {
-    let mut p = String::new();
+    let mut p = P4::default();
     header_comment(&mut p);
     constants(&mut p);
     headers(&mut p);
@@ -515,10 +517,10 @@ pub fn program() -> String {
         "Pipeline(InaIngressParser(), InaIngress(), InaIngressDeparser(),\n         \
          InaEgressParser(), InaEgress(), InaEgressDeparser()) pipe;\n\nSwitch(pipe) main;"
     );
-    p
+    p.finish()
 }
 
-fn header_comment(p: &mut String) {
+fn header_comment(p: &mut P4) {
     let _ = writeln!(
         p,
         "\
@@ -565,7 +567,7 @@ fn header_comment(p: &mut String) {
     );
 }
 
-fn constants(p: &mut String) {
+fn constants(p: &mut P4) {
     let _ = writeln!(
         p,
         "
@@ -606,7 +608,7 @@ struct pair_t {{
     );
 }
 
-fn headers(p: &mut String) {
+fn headers(p: &mut P4) {
     p.push_str(
         "\
 // Between the passes and from ingress to egress: what the packet still needs.
@@ -766,7 +768,7 @@ struct egress_md_t {
     );
 }
 
-fn ingress_parser(p: &mut String) {
+fn ingress_parser(p: &mut P4) {
     let _ = writeln!(
         p,
         "\
@@ -887,7 +889,7 @@ const INIT_ZERO: [&str; 20] = [
 
 /// Statements that address a reply to the sender of the frame (§7 Replies), with an `ina`
 /// payload of `elems` elements.
-fn unicast_addressing(p: &mut String, elems: u16) {
+fn unicast_addressing(p: &mut P4, elems: u16) {
     p.push_str(
         "        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
         hdr.ethernet.src_addr = md.sm;
@@ -901,7 +903,7 @@ fn unicast_addressing(p: &mut String, elems: u16) {
 
 /// The IPv4 and UDP headers of a reply from the switch (as `wire::frame::emit_headers` writes
 /// them), with an `ina` payload of `elems` elements.
-fn reply_headers(p: &mut String, elems: u16) {
+fn reply_headers(p: &mut P4, elems: u16) {
     let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
     let _ = writeln!(
         p,
@@ -925,7 +927,7 @@ fn reply_headers(p: &mut String, elems: u16) {
     );
 }
 
-fn recirculate(p: &mut String, op: u8) {
+fn recirculate(p: &mut P4, op: u8) {
     let _ = writeln!(
         p,
         "        hdr.bridge.setValid();
@@ -938,7 +940,7 @@ fn recirculate(p: &mut String, op: u8) {
     );
 }
 
-fn to_egress(p: &mut String, op: u8) {
+fn to_egress(p: &mut P4, op: u8) {
     let _ = writeln!(
         p,
         "        hdr.bridge.setValid();
@@ -949,7 +951,7 @@ fn to_egress(p: &mut String, op: u8) {
     );
 }
 
-fn value_registers(p: &mut String) {
+fn value_registers(p: &mut P4) {
     for j in 0..VALUE_REGISTERS {
         let (lo, hi) = (2 * j, 2 * j + 1);
         let _ = writeln!(
@@ -1085,7 +1087,7 @@ fn value_registers(p: &mut String) {
     }
 }
 
-fn control_registers(p: &mut String) {
+fn control_registers(p: &mut P4) {
     for set in 0..2 {
         let (x, o) = if set == 0 { ("lo", "hi") } else { ("hi", "lo") };
         let _ = writeln!(
@@ -1229,7 +1231,7 @@ fn control_registers(p: &mut String) {
     }
 }
 
-fn ingress(p: &mut String) {
+fn ingress(p: &mut P4) {
     let _ = writeln!(
         p,
         "
@@ -1781,7 +1783,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 }
 
 /// Stage 6: the decision tables of §6 for accepted Data and Query packets.
-fn outcome(p: &mut String) {
+fn outcome(p: &mut P4) {
     let _ = writeln!(
         p,
         "
@@ -2138,7 +2140,7 @@ fn outcome(p: &mut String) {
 }
 
 /// Stage 7: the frame that leaves, for every decision.
-fn reply(p: &mut String) {
+fn reply(p: &mut P4) {
     p.push_str("\n    // ---- stage 7: the frame that leaves ----\n\n");
     p.push_str("    action drop_frame() {\n        ig_dprsr_md.drop_ctl = 1;\n    }\n");
 
@@ -2376,7 +2378,7 @@ fn reply(p: &mut String) {
     );
 }
 
-fn ingress_deparser(p: &mut String) {
+fn ingress_deparser(p: &mut P4) {
     p.push_str(
         "control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t md,
                            in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
@@ -2389,7 +2391,7 @@ fn ingress_deparser(p: &mut String) {
     );
 }
 
-fn egress_parser(p: &mut String) {
+fn egress_parser(p: &mut P4) {
     let _ = writeln!(
         p,
         "parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
@@ -2420,7 +2422,7 @@ fn egress_parser(p: &mut String) {
     );
 }
 
-fn egress(p: &mut String) {
+fn egress(p: &mut P4) {
     let _ = writeln!(
         p,
         "control InaEgress(inout headers_t hdr, inout egress_md_t md,
@@ -2471,7 +2473,7 @@ fn egress(p: &mut String) {
     );
 }
 
-fn egress_deparser(p: &mut String) {
+fn egress_deparser(p: &mut P4) {
     p.push_str(
         "control InaEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_md_t md,
                           in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {

@@ -30,10 +30,12 @@
 //! (PROTOCOL.md §6, a worker whose bit is clear resends), and that retransmission, a
 //! full-size frame, is answered with the stored Result. Every other answer is the protocol's.
 
+use crate::common;
+use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::pipeline::HEADER_USE;
-use ina_wire::agg::{MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION, UDP_PORT};
+use ina_wire::agg::HEADER_LEN;
 
 /// Slots of the v1model program's pool (its control registers have this many cells, its value
 /// registers twice as many).
@@ -58,38 +60,6 @@ pub const L2_TABLE_SIZE: u32 = 1024;
 /// The name of the file the program is committed as, relative to the crate.
 pub const COMMITTED_PATH: &str = "v1model/ina.p4";
 
-/// A line writer with indentation.
-struct P4 {
-    text: String,
-    indent: usize,
-}
-
-impl P4 {
-    fn line(&mut self, line: &str) {
-        if line.starts_with('}') {
-            self.indent = self.indent.saturating_sub(1);
-        }
-        if line.is_empty() {
-            self.text.push('\n');
-        } else {
-            for _ in 0..self.indent {
-                self.text.push_str("    ");
-            }
-            self.text.push_str(line);
-            self.text.push('\n');
-        }
-        if line.ends_with('{') {
-            self.indent += 1;
-        }
-    }
-
-    fn lines(&mut self, block: &str) {
-        for l in block.lines() {
-            self.line(l.trim());
-        }
-    }
-}
-
 /// The elements of a payload header: `(first, end)`.
 fn part_range(hi: bool) -> (u16, u16) {
     if hi {
@@ -109,10 +79,7 @@ fn part_name(hi: bool) -> &'static str {
 
 /// The program text.
 pub fn program() -> String {
-    let mut p = P4 {
-        text: String::new(),
-        indent: 0,
-    };
+    let mut p = P4::default();
     header_comment(&mut p);
     constants(&mut p);
     headers(&mut p);
@@ -120,7 +87,7 @@ pub fn program() -> String {
     ingress(&mut p);
     egress(&mut p);
     checksums_and_deparser(&mut p);
-    p.text
+    p.finish()
 }
 
 fn header_comment(p: &mut P4) {
@@ -137,31 +104,8 @@ fn header_comment(p: &mut P4) {
 }
 
 fn constants(p: &mut P4) {
+    common::protocol_constants(p);
     let mut c = String::new();
-    let _ = writeln!(c, "const bit<16> ETHERTYPE_IPV4 = 0x0800;");
-    let _ = writeln!(c, "const bit<16> ETHERTYPE_ARP = 0x0806;");
-    let _ = writeln!(c, "const bit<8> IP_PROTO_UDP = 17;");
-    let _ = writeln!(c, "const bit<16> INA_UDP_PORT = {UDP_PORT};");
-    let _ = writeln!(c, "const bit<4> INA_VERSION = {PROTOCOL_VERSION};");
-    let _ = writeln!(c, "const bit<16> INA_HEADER_LEN = {HEADER_LEN};");
-    for (name, t) in [
-        ("DATA", MessageType::Data),
-        ("RESULT", MessageType::Result),
-        ("REJECT", MessageType::Reject),
-        ("PROBE", MessageType::Probe),
-        ("PROBE_REPLY", MessageType::ProbeReply),
-        ("PENDING", MessageType::Pending),
-        ("QUERY", MessageType::Query),
-    ] {
-        let _ = writeln!(c, "const bit<4> TYPE_{name} = {};", t as u8);
-    }
-    for (name, r) in [
-        ("STALE_EPOCH", RejectReason::StaleEpoch),
-        ("SLOT_OUT_OF_RANGE", RejectReason::SlotOutOfRange),
-        ("BAD_COUNT", RejectReason::BadCount),
-    ] {
-        let _ = writeln!(c, "const bit<8> REJECT_{name} = {};", r as u8);
-    }
     let _ = writeln!(
         c,
         "// Indices of the counter ina_events (proto::event::Event)."
@@ -187,98 +131,24 @@ fn constants(p: &mut P4) {
 }
 
 fn headers(p: &mut P4) {
-    p.lines(
-        "header ethernet_t {
-        bit<48> dst_addr;
-        bit<48> src_addr;
-        bit<16> ether_type;
-        }
-
-        header arp_t {
-        bit<16> htype;
-        bit<16> ptype;
-        bit<8> hlen;
-        bit<8> plen;
-        bit<16> oper;
-        bit<48> sha;
-        bit<32> spa;
-        bit<48> tha;
-        bit<32> tpa;
-        }
-
-        header ipv4_t {
-        bit<4> version;
-        bit<4> ihl;
-        bit<8> diffserv;
-        bit<16> total_len;
-        bit<16> identification;
-        bit<3> flags;
-        bit<13> frag_offset;
-        bit<8> ttl;
-        bit<8> protocol;
-        bit<16> hdr_checksum;
-        bit<32> src_addr;
-        bit<32> dst_addr;
-        }
-
-        header udp_t {
-        bit<16> src_port;
-        bit<16> dst_port;
-        bit<16> length;
-        bit<16> checksum;
-        }
-
-        // The ina header (wire/src/agg.rs).
-        header ina_t {
-        bit<4> version;
-        bit<4> msg_type;
-        bit<8> flags;
-        bit<16> job;
-        bit<16> epoch;
-        bit<8> rank;
-        bit<8> exponent;
-        bit<16> slot;
-        bit<16> count;
-        bit<32> seq;
-        }
-
-        // The payload of a Pending answer: the contributor bitmap.
-        header ina_bitmap_t {
-        bit<32> bitmap;
-        }
-
-        // The payload of a ProbeReply.
-        header ina_probe_t {
-        bit<32> workers;
-        bit<32> elems;
-        bit<32> slot_base;
-        bit<32> slot_count;
-        }",
-    );
+    common::wire_headers(p);
     for hi in [false, true] {
         let (first, end) = part_range(hi);
-        p.line("");
-        p.line(&format!(
-            "// Payload elements {first}..{end}, as they lie on the wire."
-        ));
-        p.line(&format!("header {}_t {{", part_name(hi)));
-        for k in first..end {
-            p.line(&format!("bit<32> e{k};"));
-        }
-        p.line("}");
+        p.blank();
+        common::payload_header(p, &format!("{}_h", part_name(hi)), first, end);
     }
     p.line("");
     p.lines(
         "struct headers_t {
-        ethernet_t ethernet;
-        arp_t arp;
-        ipv4_t ipv4;
-        udp_t udp;
-        ina_t ina;
-        ina_bitmap_t ina_bitmap;
-        ina_probe_t ina_probe;
-        elems_lo_t elems_lo;
-        elems_hi_t elems_hi;
+        ethernet_h ethernet;
+        arp_h arp;
+        ipv4_h ipv4;
+        udp_h udp;
+        ina_h ina;
+        ina_bitmap_h ina_bitmap;
+        ina_probe_h ina_probe;
+        elems_lo_h elems_lo;
+        elems_hi_h elems_hi;
         }
 
         struct metadata_t {
@@ -330,33 +200,16 @@ fn parser(p: &mut P4) {
         "parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
         inout standard_metadata_t sm) {{
         state start {{
-        pkt.extract(hdr.ethernet);
-        transition select(hdr.ethernet.ether_type) {{
-        ETHERTYPE_ARP: parse_arp;
-        ETHERTYPE_IPV4: parse_ipv4;
-        default: accept;
-        }}
+        transition parse_ethernet;
         }}
         state parse_arp {{
         pkt.extract(hdr.arp);
         transition accept;
-        }}
-        state parse_ipv4 {{
-        pkt.extract(hdr.ipv4);
-        // IHL 5, no MF, no fragment offset, UDP.
-        transition select(hdr.ipv4.ihl, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {{
-        (5, 0 &&& 1, 0, IP_PROTO_UDP): parse_udp;
-        default: accept;
-        }}
-        }}
-        state parse_udp {{
-        pkt.extract(hdr.udp);
-        transition select(hdr.udp.dst_port) {{
-        INA_UDP_PORT: parse_ina;
-        default: accept;
-        }}
-        }}
-        state parse_ina {{
+        }}"
+    ));
+    common::frame_parser_states(p);
+    p.lines(&format!(
+        "state parse_ina {{
         pkt.extract(hdr.ina);
         // A full payload of {LO_ELEMS} or {MAX_ELEMS} elements, by the count and the UDP length.
         transition select(hdr.ina.count, hdr.udp.length) {{
@@ -519,22 +372,13 @@ fn ingress(p: &mut P4) {
         action reply_headers(bit<16> ina_len) {
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
         hdr.ethernet.src_addr = meta.sw_mac;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
-        hdr.ipv4.total_len = 28 + ina_len;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 2;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-        hdr.ipv4.src_addr = meta.sw_ip;
-        hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.udp.src_port = INA_UDP_PORT;
-        hdr.udp.length = 8 + ina_len;
-        hdr.udp.checksum = 0;
+        hdr.udp.dst_port = hdr.udp.src_port;",
+    );
+    common::reply_headers(p, "meta.sw_ip", "28 + ina_len", "8 + ina_len");
+    p.lines(
+        "hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         meta.reply = 1;
         meta.reply_len = 42 + (bit<32>)ina_len;
         }
@@ -555,8 +399,7 @@ fn ingress(p: &mut P4) {
 
         action reject(bit<8> reason, bit<32> event) {
         no_payload();
-        hdr.ina.msg_type = TYPE_REJECT;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_REJECT;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.exponent = reason;
         hdr.ina.count = 0;
@@ -568,8 +411,7 @@ fn ingress(p: &mut P4) {
         no_payload();
         hdr.ina_bitmap.setValid();
         hdr.ina_bitmap.bitmap = bitmap;
-        hdr.ina.msg_type = TYPE_PENDING;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_PENDING;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.exponent = 0;
         hdr.ina.count = 1;
@@ -584,8 +426,7 @@ fn ingress(p: &mut P4) {
         hdr.ina_probe.elems = (bit<32>)meta.job_elems;
         hdr.ina_probe.slot_base = (bit<32>)meta.job_slot_base;
         hdr.ina_probe.slot_count = (bit<32>)meta.job_slot_count;
-        hdr.ina.msg_type = TYPE_PROBE_REPLY;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;
         reply_headers(INA_HEADER_LEN + 16);
@@ -596,8 +437,7 @@ fn ingress(p: &mut P4) {
         action result_header(bit<32> exp, bit<16> count) {
         hdr.ina_bitmap.setInvalid();
         hdr.ina_probe.setInvalid();
-        hdr.ina.msg_type = TYPE_RESULT;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = exp[7:0];
         hdr.ina.count = count;
         reply_headers(INA_HEADER_LEN + (count << 2));
@@ -649,13 +489,13 @@ fn ingress_apply(p: &mut P4) {
         meta.event = EV_MALFORMED;
         } else if (hdr.ina.version != INA_VERSION
         || (bit<32>)(hdr.udp.length - 8 - INA_HEADER_LEN) != ((bit<32>)hdr.ina.count << 2)
-        || hdr.ina.msg_type == 0 || hdr.ina.msg_type > TYPE_QUERY
-        || (hdr.ina.msg_type == TYPE_REJECT
+        || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_QUERY
+        || (hdr.ina.msg_type == INA_REJECT
         && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
         // Check 1: length, version, known type (and a known reject reason).
         meta.event = EV_MALFORMED;
-        } else if (hdr.ina.msg_type != TYPE_DATA && hdr.ina.msg_type != TYPE_QUERY
-        && hdr.ina.msg_type != TYPE_PROBE) {
+        } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
+        && hdr.ina.msg_type != INA_PROBE) {
         meta.event = EV_UNEXPECTED_TYPE;
         } else {
         ina_job.apply();
@@ -668,21 +508,21 @@ fn ingress_apply(p: &mut P4) {
         } else if (sm.ingress_port != meta.rank_port || hdr.ipv4.src_addr != meta.rank_ip
         || hdr.udp.src_port != meta.rank_udp_port) {
         meta.event = EV_WRONG_PORT;
-        } else if (hdr.ina.msg_type == TYPE_PROBE) {
+        } else if (hdr.ina.msg_type == INA_PROBE) {
         probe_reply();
         } else if (hdr.ina.epoch != meta.job_epoch) {
         reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
         } else if (hdr.ina.slot < meta.job_slot_base
         || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
         reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
-        } else if ((hdr.ina.msg_type == TYPE_DATA && hdr.ina.count != 0
+        } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
         && hdr.ina.count != meta.job_elems)
-        || (hdr.ina.msg_type == TYPE_QUERY && hdr.ina.count != 0)) {
+        || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
         } else {
         // The slot's registers: the cells of set X and of the other set.
         meta.slot_index = (bit<32>)hdr.ina.slot;
-        bit<1> x = hdr.ina.flags[0:0];
+        bit<1> x = hdr.ina.set;
         meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
         bit<64> c_seq;
         bit<64> c_bitmap;
@@ -717,7 +557,7 @@ fn ingress_apply(p: &mut P4) {
         if (delta[31:31] == 1) {
         // An older use: stale.
         drop_event(EV_STALE_SEQ);
-        } else if (hdr.ina.msg_type == TYPE_QUERY) {
+        } else if (hdr.ina.msg_type == INA_QUERY) {
         if (delta != 0) {
         pending(0);
         } else if (count_x != 0) {
@@ -856,13 +696,11 @@ fn ingress_apply(p: &mut P4) {
 fn egress(p: &mut P4) {
     p.lines(&format!(
         "control InaEgress(inout headers_t hdr, inout metadata_t meta,
-        inout standard_metadata_t sm) {{
-        action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port) {{
-        hdr.ethernet.dst_addr = mac;
-        hdr.ipv4.dst_addr = ip;
-        hdr.udp.dst_port = udp_port;
-        }}
-        // The addresses of each rank, by job and replication id (= rank).
+        inout standard_metadata_t sm) {{"
+    ));
+    common::rewrite_dst_action(p);
+    p.lines(&format!(
+        "        // The addresses of each rank, by job and replication id (= rank).
         table ina_rank_addr {{
         key = {{ hdr.ina.job: exact; sm.egress_rid: exact; }}
         actions = {{ rewrite_dst; NoAction; }}
@@ -889,12 +727,10 @@ fn egress(p: &mut P4) {
 
 fn checksums_and_deparser(p: &mut P4) {
     p.lines(
-        "control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+        &"control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
         apply {
         update_checksum(meta.reply == 1,
-        { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
-        hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
-        hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
+        IPV4_CHECKSUM_FIELDS,
         hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
         }
         }
@@ -914,6 +750,7 @@ fn checksums_and_deparser(p: &mut P4) {
         }
 
         V1Switch(InaParser(), InaVerifyChecksum(), InaIngress(), InaEgress(),
-        InaComputeChecksum(), InaDeparser()) main;",
+        InaComputeChecksum(), InaDeparser()) main;"
+            .replace("IPV4_CHECKSUM_FIELDS", common::IPV4_CHECKSUM_FIELDS),
     );
 }

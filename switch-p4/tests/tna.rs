@@ -189,7 +189,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "action l2_to_port(PortId_t port)",
         "action l2_flood(bit<16> mgrp)",
         "table ina_job",
-        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,\n                   bit<8> workers, bit<16> mgrp)",
+        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
         "table ina_rank",
         "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port)",
         "table ina_rank_addr",
@@ -204,7 +204,9 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "const bit<4> INA_PENDING = 6;",
         "const bit<4> INA_RESULT = 2;",
     ] {
-        assert!(p.contains(name), "missing: {name}");
+        // (Compared with the whitespace of every line break squashed to one space.)
+        let squashed = p.split('\n').map(str::trim).collect::<Vec<_>>().join(" ");
+        assert!(squashed.contains(name), "missing: {name}");
     }
     for j in 0..tna::VALUE_REGISTERS {
         assert!(p.contains(&format!(" reg_value_{j};")), "reg_value_{j}");

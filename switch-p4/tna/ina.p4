@@ -278,7 +278,7 @@ struct egress_md_t {
 }
 
 parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
-                        out ingress_intrinsic_metadata_t ig_intr_md) {
+    out ingress_intrinsic_metadata_t ig_intr_md) {
     state start {
         md.pass2 = 0;
         md.arp_req = 0;
@@ -333,7 +333,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     state parse_arp {
         pkt.extract(hdr.arp);
         transition select(hdr.arp.htype, hdr.arp.ptype, hdr.arp.hlen, hdr.arp.plen,
-                          hdr.arp.oper) {
+            hdr.arp.oper) {
             (1, ETHERTYPE_IPV4, 6, 4, 1) : arp_request;
             default : accept;
         }
@@ -348,7 +348,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
         transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset,
-                          hdr.ipv4.protocol) {
+            hdr.ipv4.protocol) {
             (5, 0, 0, IP_PROTO_UDP) : parse_udp;
             default : accept;
         }
@@ -382,10 +382,10 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 
 
 control InaIngress(inout headers_t hdr, inout ingress_md_t md,
-                   in ingress_intrinsic_metadata_t ig_intr_md,
-                   in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
-                   inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
-                   inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    in ingress_intrinsic_metadata_t ig_intr_md,
+    in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+    inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+    inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     // Index = ina_proto::event::Event.
     Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
@@ -445,7 +445,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
 
     action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-                   bit<8> workers, bit<16> mgrp) {
+        bit<8> workers, bit<16> mgrp) {
         md.job_hit = 1;
         md.job_epoch = epoch;
         md.epoch_x = hdr.ina.epoch ^ epoch;
@@ -3578,14 +3578,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 }
 
 control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t md,
-                           in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
     apply {
         pkt.emit(hdr);
     }
 }
 
 parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
-                       out egress_intrinsic_metadata_t eg_intr_md) {
+    out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         md.fix_checksum = 0;
         pkt.extract(eg_intr_md);
@@ -3608,10 +3608,10 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
 }
 
 control InaEgress(inout headers_t hdr, inout egress_md_t md,
-                  in egress_intrinsic_metadata_t eg_intr_md,
-                  in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
-                  inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
-                  inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+    in egress_intrinsic_metadata_t eg_intr_md,
+    in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+    inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+    inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
 
     action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port) {
         hdr.ethernet.dst_addr = mac;
@@ -3650,20 +3650,20 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
 }
 
 control InaEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_md_t md,
-                          in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
     Checksum() ipv4_checksum;
     apply {
         if (md.fix_checksum == 1) {
             hdr.ipv4.hdr_checksum = ipv4_checksum.update({
                 hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
-                hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
-                hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
+                    hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+                    hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
         }
         pkt.emit(hdr);
     }
 }
 
 Pipeline(InaIngressParser(), InaIngress(), InaIngressDeparser(),
-         InaEgressParser(), InaEgress(), InaEgressDeparser()) pipe;
+    InaEgressParser(), InaEgress(), InaEgressDeparser()) pipe;
 
 Switch(pipe) main;

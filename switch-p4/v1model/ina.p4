@@ -12,13 +12,14 @@ const bit<8> IP_PROTO_UDP = 17;
 const bit<16> INA_UDP_PORT = 18766;
 const bit<4> INA_VERSION = 1;
 const bit<16> INA_HEADER_LEN = 16;
-const bit<4> TYPE_DATA = 1;
-const bit<4> TYPE_RESULT = 2;
-const bit<4> TYPE_REJECT = 3;
-const bit<4> TYPE_PROBE = 4;
-const bit<4> TYPE_PROBE_REPLY = 5;
-const bit<4> TYPE_PENDING = 6;
-const bit<4> TYPE_QUERY = 7;
+const bit<4> INA_DATA = 1;
+const bit<4> INA_RESULT = 2;
+const bit<4> INA_REJECT = 3;
+const bit<4> INA_PROBE = 4;
+const bit<4> INA_PROBE_REPLY = 5;
+const bit<4> INA_PENDING = 6;
+const bit<4> INA_QUERY = 7;
+const bit<4> INA_MISSING = 8;
 const bit<8> REJECT_STALE_EPOCH = 1;
 const bit<8> REJECT_SLOT_OUT_OF_RANGE = 2;
 const bit<8> REJECT_BAD_COUNT = 3;
@@ -50,13 +51,13 @@ const bit<2> OUT_DROP = 0;
 const bit<2> OUT_PORT = 1;
 const bit<2> OUT_GROUP = 2;
 
-header ethernet_t {
+header ethernet_h {
     bit<48> dst_addr;
     bit<48> src_addr;
     bit<16> ether_type;
 }
 
-header arp_t {
+header arp_h {
     bit<16> htype;
     bit<16> ptype;
     bit<8> hlen;
@@ -68,7 +69,7 @@ header arp_t {
     bit<32> tpa;
 }
 
-header ipv4_t {
+header ipv4_h {
     bit<4> version;
     bit<4> ihl;
     bit<8> diffserv;
@@ -83,18 +84,21 @@ header ipv4_t {
     bit<32> dst_addr;
 }
 
-header udp_t {
+header udp_h {
     bit<16> src_port;
     bit<16> dst_port;
     bit<16> length;
     bit<16> checksum;
 }
 
-// The ina header (wire/src/agg.rs).
-header ina_t {
+// wire/src/agg.rs, 16 bytes. The flags byte: the gap counter (6 bits), whether the
+// packet carries one, and the shadow set.
+header ina_h {
     bit<4> version;
     bit<4> msg_type;
-    bit<8> flags;
+    bit<6> gap;
+    bit<1> gap_on;
+    bit<1> set;
     bit<16> job;
     bit<16> epoch;
     bit<8> rank;
@@ -104,21 +108,21 @@ header ina_t {
     bit<32> seq;
 }
 
-// The payload of a Pending answer: the contributor bitmap.
-header ina_bitmap_t {
-    bit<32> bitmap;
-}
-
-// The payload of a ProbeReply.
-header ina_probe_t {
+// ProbeReply payload: workers, elements per packet, first slot, slot count.
+header ina_probe_h {
     bit<32> workers;
     bit<32> elems;
     bit<32> slot_base;
     bit<32> slot_count;
 }
 
+// Pending payload: the contributor bitmap.
+header ina_bitmap_h {
+    bit<32> bitmap;
+}
+
 // Payload elements 0..64, as they lie on the wire.
-header elems_lo_t {
+header elems_lo_h {
     bit<32> e0;
     bit<32> e1;
     bit<32> e2;
@@ -186,7 +190,7 @@ header elems_lo_t {
 }
 
 // Payload elements 64..256, as they lie on the wire.
-header elems_hi_t {
+header elems_hi_h {
     bit<32> e64;
     bit<32> e65;
     bit<32> e66;
@@ -382,15 +386,15 @@ header elems_hi_t {
 }
 
 struct headers_t {
-    ethernet_t ethernet;
-    arp_t arp;
-    ipv4_t ipv4;
-    udp_t udp;
-    ina_t ina;
-    ina_bitmap_t ina_bitmap;
-    ina_probe_t ina_probe;
-    elems_lo_t elems_lo;
-    elems_hi_t elems_hi;
+    ethernet_h ethernet;
+    arp_h arp;
+    ipv4_h ipv4;
+    udp_h udp;
+    ina_h ina;
+    ina_bitmap_h ina_bitmap;
+    ina_probe_h ina_probe;
+    elems_lo_h elems_lo;
+    elems_hi_h elems_hi;
 }
 
 struct metadata_t {
@@ -433,32 +437,36 @@ struct metadata_t {
 }
 
 parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
-inout standard_metadata_t sm) {
+    inout standard_metadata_t sm) {
     state start {
-        pkt.extract(hdr.ethernet);
-        transition select(hdr.ethernet.ether_type) {
-            ETHERTYPE_ARP: parse_arp;
-            ETHERTYPE_IPV4: parse_ipv4;
-            default: accept;
-        }
+        transition parse_ethernet;
     }
     state parse_arp {
         pkt.extract(hdr.arp);
         transition accept;
     }
-    state parse_ipv4 {
-        pkt.extract(hdr.ipv4);
-        // IHL 5, no MF, no fragment offset, UDP.
-        transition select(hdr.ipv4.ihl, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (5, 0 &&& 1, 0, IP_PROTO_UDP): parse_udp;
-            default: accept;
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_ARP : parse_arp;
+            ETHERTYPE_IPV4 : parse_ipv4;
+            default : accept;
         }
     }
+
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, 0, IP_PROTO_UDP) : parse_udp;
+            default : accept;
+        }
+    }
+
     state parse_udp {
         pkt.extract(hdr.udp);
         transition select(hdr.udp.dst_port) {
-            INA_UDP_PORT: parse_ina;
-            default: accept;
+            INA_UDP_PORT : parse_ina;
+            default : accept;
         }
     }
     state parse_ina {
@@ -486,7 +494,7 @@ control InaVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 }
 
 control InaIngress(inout headers_t hdr, inout metadata_t meta,
-inout standard_metadata_t sm) {
+    inout standard_metadata_t sm) {
     // One count per frame, at the index of its event.
     counter(EVENT_COUNT, CounterType.packets) ina_events;
     // One count per Result multicast.
@@ -657,7 +665,7 @@ inout standard_metadata_t sm) {
     }
 
     action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-    bit<8> workers, bit<16> mgrp) {
+        bit<8> workers, bit<16> mgrp) {
         meta.job_hit = 1;
         meta.job_epoch = epoch;
         meta.job_slot_base = slot_base;
@@ -1741,22 +1749,24 @@ inout standard_metadata_t sm) {
     action reply_headers(bit<16> ina_len) {
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
         hdr.ethernet.src_addr = meta.sw_mac;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
         hdr.ipv4.version = 4;
         hdr.ipv4.ihl = 5;
         hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 28 + ina_len;
         hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 2;
+        hdr.ipv4.flags = 0b010;
         hdr.ipv4.frag_offset = 0;
         hdr.ipv4.ttl = 64;
         hdr.ipv4.protocol = IP_PROTO_UDP;
         hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.ipv4.src_addr = meta.sw_ip;
-        hdr.udp.dst_port = hdr.udp.src_port;
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 8 + ina_len;
         hdr.udp.checksum = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         meta.reply = 1;
         meta.reply_len = 42 + (bit<32>)ina_len;
     }
@@ -1777,8 +1787,7 @@ inout standard_metadata_t sm) {
 
     action reject(bit<8> reason, bit<32> event) {
         no_payload();
-        hdr.ina.msg_type = TYPE_REJECT;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_REJECT;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.exponent = reason;
         hdr.ina.count = 0;
@@ -1790,8 +1799,7 @@ inout standard_metadata_t sm) {
         no_payload();
         hdr.ina_bitmap.setValid();
         hdr.ina_bitmap.bitmap = bitmap;
-        hdr.ina.msg_type = TYPE_PENDING;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_PENDING;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.exponent = 0;
         hdr.ina.count = 1;
@@ -1806,8 +1814,7 @@ inout standard_metadata_t sm) {
         hdr.ina_probe.elems = (bit<32>)meta.job_elems;
         hdr.ina_probe.slot_base = (bit<32>)meta.job_slot_base;
         hdr.ina_probe.slot_count = (bit<32>)meta.job_slot_count;
-        hdr.ina.msg_type = TYPE_PROBE_REPLY;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;
         reply_headers(INA_HEADER_LEN + 16);
@@ -1818,8 +1825,7 @@ inout standard_metadata_t sm) {
     action result_header(bit<32> exp, bit<16> count) {
         hdr.ina_bitmap.setInvalid();
         hdr.ina_probe.setInvalid();
-        hdr.ina.msg_type = TYPE_RESULT;
-        hdr.ina.flags = hdr.ina.flags & 1;
+        hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = exp[7:0];
         hdr.ina.count = count;
         reply_headers(INA_HEADER_LEN + (count << 2));
@@ -1837,8 +1843,8 @@ inout standard_metadata_t sm) {
         if (!hdr.ethernet.isValid()) {
             meta.event = EV_MALFORMED;
         } else if (hdr.arp.isValid() && hdr.arp.htype == 1 && hdr.arp.ptype == ETHERTYPE_IPV4
-        && hdr.arp.hlen == 6 && hdr.arp.plen == 4 && hdr.arp.oper == 1
-        && hdr.arp.tpa == meta.sw_ip) {
+            && hdr.arp.hlen == 6 && hdr.arp.plen == 4 && hdr.arp.oper == 1
+            && hdr.arp.tpa == meta.sw_ip) {
             // Section 7, rule 1: the ARP reply, in the request's frame.
             hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
             hdr.ethernet.src_addr = meta.sw_mac;
@@ -1851,24 +1857,24 @@ inout standard_metadata_t sm) {
         } else if (hdr.ipv4.isValid() && hdr.ipv4.dst_addr == meta.sw_ip) {
             // Section 7, rule 2: to the switch.
             if (hdr.ipv4.ihl != 5 || hdr.ipv4.flags[0:0] != 0 || hdr.ipv4.frag_offset != 0
-            || hdr.ipv4.protocol != IP_PROTO_UDP) {
+                || hdr.ipv4.protocol != IP_PROTO_UDP) {
                 meta.event = EV_NOT_INA;
             } else if (!hdr.udp.isValid()) {
                 meta.event = EV_MALFORMED;
             } else if (hdr.udp.dst_port != INA_UDP_PORT) {
                 meta.event = EV_NOT_INA;
             } else if (hdr.udp.length < 8 + INA_HEADER_LEN
-            || (bit<32>)hdr.udp.length + 34 > sm.packet_length || !hdr.ina.isValid()) {
+                || (bit<32>)hdr.udp.length + 34 > sm.packet_length || !hdr.ina.isValid()) {
                 meta.event = EV_MALFORMED;
             } else if (hdr.ina.version != INA_VERSION
-            || (bit<32>)(hdr.udp.length - 8 - INA_HEADER_LEN) != ((bit<32>)hdr.ina.count << 2)
-            || hdr.ina.msg_type == 0 || hdr.ina.msg_type > TYPE_QUERY
-            || (hdr.ina.msg_type == TYPE_REJECT
-            && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
+                || (bit<32>)(hdr.udp.length - 8 - INA_HEADER_LEN) != ((bit<32>)hdr.ina.count << 2)
+                || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_QUERY
+                || (hdr.ina.msg_type == INA_REJECT
+                && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
                 // Check 1: length, version, known type (and a known reject reason).
                 meta.event = EV_MALFORMED;
-            } else if (hdr.ina.msg_type != TYPE_DATA && hdr.ina.msg_type != TYPE_QUERY
-            && hdr.ina.msg_type != TYPE_PROBE) {
+            } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
+                && hdr.ina.msg_type != INA_PROBE) {
                 meta.event = EV_UNEXPECTED_TYPE;
             } else {
                 ina_job.apply();
@@ -1879,23 +1885,23 @@ inout standard_metadata_t sm) {
                     if (meta.rank_hit == 0) {
                         meta.event = EV_UNKNOWN_RANK;
                     } else if (sm.ingress_port != meta.rank_port || hdr.ipv4.src_addr != meta.rank_ip
-                    || hdr.udp.src_port != meta.rank_udp_port) {
+                        || hdr.udp.src_port != meta.rank_udp_port) {
                         meta.event = EV_WRONG_PORT;
-                    } else if (hdr.ina.msg_type == TYPE_PROBE) {
+                    } else if (hdr.ina.msg_type == INA_PROBE) {
                         probe_reply();
                     } else if (hdr.ina.epoch != meta.job_epoch) {
                         reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
                     } else if (hdr.ina.slot < meta.job_slot_base
-                    || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+                        || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
                         reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
-                    } else if ((hdr.ina.msg_type == TYPE_DATA && hdr.ina.count != 0
-                    && hdr.ina.count != meta.job_elems)
-                    || (hdr.ina.msg_type == TYPE_QUERY && hdr.ina.count != 0)) {
+                    } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
+                        && hdr.ina.count != meta.job_elems)
+                        || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
                         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
                     } else {
                         // The slot's registers: the cells of set X and of the other set.
                         meta.slot_index = (bit<32>)hdr.ina.slot;
-                        bit<1> x = hdr.ina.flags[0:0];
+                        bit<1> x = hdr.ina.set;
                         meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
                         bit<64> c_seq;
                         bit<64> c_bitmap;
@@ -1930,7 +1936,7 @@ inout standard_metadata_t sm) {
                         if (delta[31:31] == 1) {
                             // An older use: stale.
                             drop_event(EV_STALE_SEQ);
-                        } else if (hdr.ina.msg_type == TYPE_QUERY) {
+                        } else if (hdr.ina.msg_type == INA_QUERY) {
                             if (delta != 0) {
                                 pending(0);
                             } else if (count_x != 0) {
@@ -1991,7 +1997,7 @@ inout standard_metadata_t sm) {
                             // A late copy of a complete use.
                             drop_event(EV_DUPLICATE);
                         } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
-                        || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
+                            || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
                             // A payload to a use begun by a header, or the reverse: the registers stay as they are.
                             reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
                         } else {
@@ -2066,7 +2072,7 @@ inout standard_metadata_t sm) {
 }
 
 control InaEgress(inout headers_t hdr, inout metadata_t meta,
-inout standard_metadata_t sm) {
+    inout standard_metadata_t sm) {
     action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
@@ -2097,10 +2103,8 @@ inout standard_metadata_t sm) {
 control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
         update_checksum(meta.reply == 1,
-        { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
-        hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
-        hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
-        hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
+            hdr.ipv4.hdr_checksum, HashAlgorithm.csum16);
     }
 }
 
@@ -2119,4 +2123,4 @@ control InaDeparser(packet_out pkt, in headers_t hdr) {
 }
 
 V1Switch(InaParser(), InaVerifyChecksum(), InaIngress(), InaEgress(),
-InaComputeChecksum(), InaDeparser()) main;
+    InaComputeChecksum(), InaDeparser()) main;
