@@ -4,9 +4,9 @@
 
 use crate::writer::P4;
 use core::fmt::Write as _;
-use ina_wire::agg::{MessageType, RejectReason, HEADER_LEN, PROTOCOL_VERSION, UDP_PORT};
+use ina_wire::agg::{MessageType, RejectReason, PROTOCOL_VERSION, UDP_PORT};
 
-/// The message types, by the name of their constant (`INA_<name>`).
+/// The message types a program names, with the name of their constant (`INA_<name>`).
 const MESSAGE_TYPES: [(&str, MessageType); 8] = [
     ("DATA", MessageType::Data),
     ("RESULT", MessageType::Result),
@@ -18,25 +18,26 @@ const MESSAGE_TYPES: [(&str, MessageType); 8] = [
     ("MISSING", MessageType::Missing),
 ];
 
-/// The constants of the frame and of the `ina` header (PROTOCOL.md §2, §7).
-pub(crate) fn protocol_constants(p: &mut P4) {
+/// The constants of the frame and of the `ina` header (PROTOCOL.md §2, §7): the message
+/// types among `types` (names of [`MESSAGE_TYPES`]), and the Reject reasons if `reasons`.
+pub(crate) fn protocol_constants(p: &mut P4, types: &[&str], reasons: bool) {
     p.lines(&format!(
         "const bit<16> ETHERTYPE_IPV4 = 0x0800;
         const bit<16> ETHERTYPE_ARP = 0x0806;
         const bit<8> IP_PROTO_UDP = 17;
         const bit<16> INA_UDP_PORT = {UDP_PORT};
-        const bit<4> INA_VERSION = {PROTOCOL_VERSION};
-        const bit<16> INA_HEADER_LEN = {HEADER_LEN};"
+        const bit<4> INA_VERSION = {PROTOCOL_VERSION};"
     ));
-    for (name, t) in MESSAGE_TYPES {
-        let _ = writeln!(p, "const bit<4> INA_{name} = {};", t as u8);
+    for (name, t) in MESSAGE_TYPES.iter().filter(|(n, _)| types.contains(n)) {
+        let _ = writeln!(p, "const bit<4> INA_{name} = {};", *t as u8);
     }
-    for (name, r) in [
+    let all_reasons = [
         ("STALE_EPOCH", RejectReason::StaleEpoch),
         ("SLOT_OUT_OF_RANGE", RejectReason::SlotOutOfRange),
         ("BAD_COUNT", RejectReason::BadCount),
-    ] {
-        let _ = writeln!(p, "const bit<8> REJECT_{name} = {};", r as u8);
+    ];
+    for (name, r) in all_reasons.iter().filter(|_| reasons) {
+        let _ = writeln!(p, "const bit<8> REJECT_{name} = {};", *r as u8);
     }
 }
 

@@ -27,7 +27,7 @@ use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::pipeline::JobConfig;
 use ina_proto::pipeline::HEADER_USE;
-use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN, UDP_PORT};
+use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN};
 use ina_wire::PROTOCOL_VERSION;
 
 /// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
@@ -568,23 +568,12 @@ fn header_comment(p: &mut P4) {
 }
 
 fn constants(p: &mut P4) {
+    p.lines("\n#include <core.p4>\n#include <tna.p4>\n");
+    let types = ["DATA", "RESULT", "REJECT", "PROBE_REPLY", "PENDING"];
+    common::protocol_constants(p, &types, false);
     let _ = writeln!(
         p,
-        "
-#include <core.p4>
-#include <tna.p4>
-
-const bit<16> ETHERTYPE_IPV4 = 0x0800;
-const bit<16> ETHERTYPE_ARP = 0x0806;
-const bit<8> IP_PROTO_UDP = 17;
-const bit<16> INA_UDP_PORT = {UDP_PORT};
-const bit<4> INA_VERSION = {PROTOCOL_VERSION};
-const bit<4> INA_DATA = {data};
-const bit<4> INA_RESULT = {result};
-const bit<4> INA_REJECT = {reject};
-const bit<4> INA_PROBE_REPLY = {probe_reply};
-const bit<4> INA_PENDING = {pending};
-const bit<16> INA_ELEMS = {ELEMS};
+        "const bit<16> INA_ELEMS = {ELEMS};
 const bit<7> RECIRC_PORT_IN_PIPE = {RECIRC_PORT_IN_PIPE};
 const bit<32> POOL_SLOTS = {POOL_SLOTS};
 const bit<32> POOL_CELLS = {cells};
@@ -598,11 +587,6 @@ struct pair_t {{
     bit<32> hi;
 }}
 ",
-        data = mt(MessageType::Data),
-        result = mt(MessageType::Result),
-        reject = mt(MessageType::Reject),
-        probe_reply = mt(MessageType::ProbeReply),
-        pending = mt(MessageType::Pending),
         cells = 2 * POOL_SLOTS,
         events = Event::COUNT,
     );
@@ -619,83 +603,13 @@ header bridge_h {
     bit<16> mgrp;
 }
 
-header ethernet_h {
-    bit<48> dst_addr;
-    bit<48> src_addr;
-    bit<16> ether_type;
-}
-
-header arp_h {
-    bit<16> htype;
-    bit<16> ptype;
-    bit<8> hlen;
-    bit<8> plen;
-    bit<16> oper;
-    bit<48> sha;
-    bit<32> spa;
-    bit<48> tha;
-    bit<32> tpa;
-}
-
-header ipv4_h {
-    bit<4> version;
-    bit<4> ihl;
-    bit<8> diffserv;
-    bit<16> total_len;
-    bit<16> identification;
-    bit<3> flags;
-    bit<13> frag_offset;
-    bit<8> ttl;
-    bit<8> protocol;
-    bit<16> hdr_checksum;
-    bit<32> src_addr;
-    bit<32> dst_addr;
-}
-
-header udp_h {
-    bit<16> src_port;
-    bit<16> dst_port;
-    bit<16> length;
-    bit<16> checksum;
-}
-
-// wire/src/agg.rs, 16 bytes.
-header ina_h {
-    bit<4> version;
-    bit<4> msg_type;
-    bit<7> reserved;
-    bit<1> set;
-    bit<16> job;
-    bit<16> epoch;
-    bit<8> rank;
-    bit<8> exponent;
-    bit<16> slot;
-    bit<16> count;
-    bit<32> seq;
-}
-
-// ProbeReply payload: workers, elements per packet, first slot, slot count.
-header ina_probe_h {
-    bit<32> workers;
-    bit<32> elems;
-    bit<32> slot_base;
-    bit<32> slot_count;
-}
-
-// Pending payload: the contributor bitmap.
-header ina_word_h {
-    bit<32> bitmap;
-}
-
-header ina_payload_h {
 ",
     );
-    for k in 0..ELEMS {
-        let _ = writeln!(p, "    bit<32> e{k};");
-    }
+    common::wire_headers(p);
+    p.blank();
+    common::payload_header(p, "ina_payload_h", 0, ELEMS);
     p.push_str(
-        "}
-
+        "
 struct headers_t {
     bridge_h bridge;
     ethernet_h ethernet;
@@ -704,7 +618,7 @@ struct headers_t {
     udp_h udp;
     ina_h ina;
     ina_probe_h probe;
-    ina_word_h word;
+    ina_bitmap_h word;
     ina_payload_h payload;
 }
 
@@ -796,15 +710,6 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }}
 
-    state parse_ethernet {{
-        pkt.extract(hdr.ethernet);
-        transition select(hdr.ethernet.ether_type) {{
-            ETHERTYPE_ARP : parse_arp;
-            ETHERTYPE_IPV4 : parse_ipv4;
-            default : accept;
-        }}
-    }}
-
     state parse_arp {{
         pkt.extract(hdr.arp);
         transition select(hdr.arp.htype, hdr.arp.ptype, hdr.arp.hlen, hdr.arp.plen,
@@ -818,25 +723,16 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         md.arp_req = 1;
         transition accept;
     }}
-
-    // IHL 5, neither MF nor a fragment offset, UDP.
-    state parse_ipv4 {{
-        pkt.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset,
-                          hdr.ipv4.protocol) {{
-            (5, 0, 0, IP_PROTO_UDP) : parse_udp;
-            default : accept;
-        }}
-    }}
-
-    state parse_udp {{
-        pkt.extract(hdr.udp);
-        transition select(hdr.udp.dst_port) {{
-            INA_UDP_PORT : parse_ina;
-            default : accept;
-        }}
-    }}
-
+",
+        init = INIT_ZERO
+            .iter()
+            .map(|f| format!("        md.{f} = 0;\n"))
+            .collect::<String>(),
+    );
+    common::frame_parser_states(p);
+    let _ = writeln!(
+        p,
+        "
     // The payload is parsed for {ELEMS}-element Data and Result packets whose UDP length says
     // so; every other ina packet is a header (anything after it stays behind as payload).
     state parse_ina {{
@@ -856,10 +752,6 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }}
 ",
         full_len = 8 + HEADER_LEN + 4 * usize::from(ELEMS),
-        init = INIT_ZERO
-            .iter()
-            .map(|f| format!("        md.{f} = 0;\n"))
-            .collect::<String>(),
     );
 }
 
@@ -905,25 +797,13 @@ fn unicast_addressing(p: &mut P4, elems: u16) {
 /// them), with an `ina` payload of `elems` elements.
 fn reply_headers(p: &mut P4, elems: u16) {
     let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
+    let (total_len, udp_len) = ((20 + udp).to_string(), udp.to_string());
+    common::reply_headers(p, "md.sip", &total_len, &udp_len);
     let _ = writeln!(
         p,
-        "        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
-        hdr.ipv4.total_len = {ip};
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
-        hdr.udp.length = {udp};
-        hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
-        hdr.ina.count = {elems};",
-        ip = 20 + udp,
+        "hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = {elems};"
     );
 }
 
@@ -2430,13 +2310,12 @@ fn egress(p: &mut P4) {
                   in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                   inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                   inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {{
-
-    action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port) {{
-        hdr.ethernet.dst_addr = mac;
-        hdr.ipv4.dst_addr = ip;
-        hdr.udp.dst_port = udp_port;
-    }}
-    action drop_copy() {{
+"
+    );
+    common::rewrite_dst_action(p);
+    let _ = writeln!(
+        p,
+        "action drop_copy() {{
         eg_dprsr_md.drop_ctl = 1;
     }}
     // The copy of a multicast result for one rank: the replication id is the rank.
@@ -2475,20 +2354,18 @@ fn egress(p: &mut P4) {
 
 fn egress_deparser(p: &mut P4) {
     p.push_str(
-        "control InaEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_md_t md,
+        &"control InaEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_md_t md,
                           in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
     Checksum() ipv4_checksum;
     apply {
         if (md.fix_checksum == 1) {
-            hdr.ipv4.hdr_checksum = ipv4_checksum.update({
-                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
-                hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
-                hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
+            hdr.ipv4.hdr_checksum = ipv4_checksum.update(IPV4_CHECKSUM_FIELDS);
         }
         pkt.emit(hdr);
     }
 }
 
-",
+"
+        .replace("IPV4_CHECKSUM_FIELDS", common::IPV4_CHECKSUM_FIELDS),
     );
 }

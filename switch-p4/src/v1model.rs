@@ -104,8 +104,18 @@ fn header_comment(p: &mut P4) {
 }
 
 fn constants(p: &mut P4) {
-    common::protocol_constants(p);
+    let types = [
+        "DATA",
+        "RESULT",
+        "REJECT",
+        "PROBE",
+        "PROBE_REPLY",
+        "PENDING",
+        "QUERY",
+    ];
+    common::protocol_constants(p, &types, true);
     let mut c = String::new();
+    let _ = writeln!(c, "const bit<16> INA_HEADER_LEN = {HEADER_LEN};");
     let _ = writeln!(
         c,
         "// Indices of the counter ina_events (proto::event::Event)."

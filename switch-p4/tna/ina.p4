@@ -41,7 +41,6 @@
 
 #include <core.p4>
 #include <tna.p4>
-
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP = 0x0806;
 const bit<8> IP_PROTO_UDP = 17;
@@ -114,11 +113,13 @@ header udp_h {
     bit<16> checksum;
 }
 
-// wire/src/agg.rs, 16 bytes.
+// wire/src/agg.rs, 16 bytes. The flags byte: the gap counter (6 bits), whether the
+// packet carries one, and the shadow set.
 header ina_h {
     bit<4> version;
     bit<4> msg_type;
-    bit<7> reserved;
+    bit<6> gap;
+    bit<1> gap_on;
     bit<1> set;
     bit<16> job;
     bit<16> epoch;
@@ -138,10 +139,11 @@ header ina_probe_h {
 }
 
 // Pending payload: the contributor bitmap.
-header ina_word_h {
+header ina_bitmap_h {
     bit<32> bitmap;
 }
 
+// Payload elements 0..64, as they lie on the wire.
 header ina_payload_h {
     bit<32> e0;
     bit<32> e1;
@@ -217,7 +219,7 @@ struct headers_t {
     udp_h udp;
     ina_h ina;
     ina_probe_h probe;
-    ina_word_h word;
+    ina_bitmap_h word;
     ina_payload_h payload;
 }
 
@@ -321,15 +323,6 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }
 
-    state parse_ethernet {
-        pkt.extract(hdr.ethernet);
-        transition select(hdr.ethernet.ether_type) {
-            ETHERTYPE_ARP : parse_arp;
-            ETHERTYPE_IPV4 : parse_ipv4;
-            default : accept;
-        }
-    }
-
     state parse_arp {
         pkt.extract(hdr.arp);
         transition select(hdr.arp.htype, hdr.arp.ptype, hdr.arp.hlen, hdr.arp.plen,
@@ -344,11 +337,18 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }
 
-    // IHL 5, neither MF nor a fragment offset, UDP.
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_ARP : parse_arp;
+            ETHERTYPE_IPV4 : parse_ipv4;
+            default : accept;
+        }
+    }
+
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset,
-            hdr.ipv4.protocol) {
+        transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, 0, IP_PROTO_UDP) : parse_udp;
             default : accept;
         }
@@ -3216,7 +3216,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 40;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 4;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_PROBE_REPLY;
@@ -3252,7 +3253,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_REJECT;
@@ -3284,7 +3286,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 28;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 1;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_PENDING;
@@ -3319,7 +3322,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
@@ -3347,7 +3351,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
@@ -3382,7 +3387,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
         hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = md.exp_x[7:0];
@@ -3410,7 +3416,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = md.exp_x[7:0];
@@ -3434,7 +3441,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
         hdr.udp.checksum = 0;
-        hdr.ina.reserved = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = md.exp_x[7:0];
@@ -3654,10 +3662,7 @@ control InaEgressDeparser(packet_out pkt, inout headers_t hdr, in egress_md_t md
     Checksum() ipv4_checksum;
     apply {
         if (md.fix_checksum == 1) {
-            hdr.ipv4.hdr_checksum = ipv4_checksum.update({
-                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
-                    hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
-                    hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr});
+            hdr.ipv4.hdr_checksum = ipv4_checksum.update({ hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len, hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
         }
         pkt.emit(hdr);
     }
