@@ -206,17 +206,17 @@ fn headers(p: &mut P4) {
 fn parser(p: &mut P4) {
     let lo_len = 8 + HEADER_LEN as u32 + 4 * u32::from(LO_ELEMS);
     let all_len = 8 + HEADER_LEN as u32 + 4 * u32::from(MAX_ELEMS);
-    p.lines(&format!(
+    p.lines(
         "parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
-        inout standard_metadata_t sm) {{
-        state start {{
+        inout standard_metadata_t sm) {
+        state start {
         transition parse_ethernet;
-        }}
-        state parse_arp {{
+        }
+        state parse_arp {
         pkt.extract(hdr.arp);
         transition accept;
-        }}"
-    ));
+        }",
+    );
     common::frame_parser_states(p);
     p.lines(&format!(
         "state parse_ina {{
@@ -704,10 +704,10 @@ fn ingress_apply(p: &mut P4) {
 }
 
 fn egress(p: &mut P4) {
-    p.lines(&format!(
+    p.lines(
         "control InaEgress(inout headers_t hdr, inout metadata_t meta,
-        inout standard_metadata_t sm) {{"
-    ));
+        inout standard_metadata_t sm) {",
+    );
     common::rewrite_dst_action(p);
     p.lines(&format!(
         "        // The addresses of each rank, by job and replication id (= rank).
