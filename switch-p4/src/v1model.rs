@@ -465,8 +465,19 @@ fn ingress(p: &mut P4) {
 }
 
 /// The ingress apply block: §7's classification, §6's checks and both decision tables.
+/// The ingress apply block: §7's classification, §6's checks and both decision tables.
 fn ingress_apply(p: &mut P4) {
     p.line("apply {");
+    frame_and_checks(p);
+    read_slot(p);
+    query_table(p);
+    data_table(p);
+    write_back_and_forward(p);
+    p.line("}");
+}
+
+/// §7's classification of a frame and §6's checks, in order, up to an accepted Data or Query.
+fn frame_and_checks(p: &mut P4) {
     p.lines(
         "switch_addr.apply();
         meta.event = EV_MALFORMED;
@@ -529,8 +540,14 @@ fn ingress_apply(p: &mut P4) {
         && hdr.ina.count != meta.job_elems)
         || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-        } else {
-        // The slot's registers: the cells of set X and of the other set.
+        } else {",
+    );
+}
+
+/// The slot's registers: the cells of set X and of the other set; the use's `delta` and `seen`.
+fn read_slot(p: &mut P4) {
+    p.lines(
+        "// The slot's registers: the cells of set X and of the other set.
         meta.slot_index = (bit<32>)hdr.ina.slot;
         bit<1> x = hdr.ina.set;
         meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
@@ -566,8 +583,14 @@ fn ingress_apply(p: &mut P4) {
         bool arrival = false;
         if (delta[31:31] == 1) {
         // An older use: stale.
-        drop_event(EV_STALE_SEQ);
-        } else if (hdr.ina.msg_type == INA_QUERY) {
+        drop_event(EV_STALE_SEQ);",
+    );
+}
+
+/// §6's decision table for an accepted Query (after the stale row).
+fn query_table(p: &mut P4) {
+    p.lines(
+        "} else if (hdr.ina.msg_type == INA_QUERY) {
         if (delta != 0) {
         pending(0);
         } else if (count_x != 0) {
@@ -591,8 +614,14 @@ fn ingress_apply(p: &mut P4) {
         unicast(EV_RESULTS_UNICAST);
         } else {
         drop_event(EV_DUPLICATE);
-        }
-        } else if (delta != 0) {
+        }",
+    );
+}
+
+/// §6's decision table for an accepted Data packet.
+fn data_table(p: &mut P4) {
+    p.lines(
+        "} else if (delta != 0) {
         // First arrival of a new use.
         seq_x = hdr.ina.seq;
         bitmap_x = rank_bit;
@@ -650,8 +679,14 @@ fn ingress_apply(p: &mut P4) {
         }
         meta.event = EV_DATA_ADDED;
         arrival = true;
-        }
-        if (arrival) {
+        }",
+    );
+}
+
+/// An arrival's registers written back and the last arrival's Result multicast; §7 rule 3 (ordinary traffic); where the frame leaves.
+fn write_back_and_forward(p: &mut P4) {
+    p.lines(
+        "if (arrival) {
         if (x == 1) {
         reg_seq.write(meta.slot_index, seq_x ++ seq_o);
         reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
@@ -700,7 +735,6 @@ fn ingress_apply(p: &mut P4) {
         mark_to_drop(sm);
         }",
     );
-    p.line("}");
 }
 
 fn egress(p: &mut P4) {

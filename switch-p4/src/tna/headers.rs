@@ -1,0 +1,93 @@
+//! The headers and metadata of the TNA program.
+
+use super::*;
+
+pub(super) fn headers(p: &mut P4) {
+    p.push_str(
+        "\
+// Between the passes and from ingress to egress: what the packet still needs.
+header bridge_h {
+    bit<8> op;
+    bit<7> _pad;
+    PortId_t port;
+    bit<16> mgrp;
+}
+
+",
+    );
+    common::wire_headers(p);
+    p.blank();
+    common::payload_header(p, "ina_payload_h", 0, ELEMS);
+    p.push_str(
+        "
+struct headers_t {
+    bridge_h bridge;
+    ethernet_h ethernet;
+    arp_h arp;
+    ipv4_h ipv4;
+    udp_h udp;
+    ina_h ina;
+    ina_probe_h probe;
+    ina_bitmap_h word;
+    ina_payload_h payload;
+}
+
+struct ingress_md_t {
+    bit<1> pass2;
+    bit<1> arp_req;
+    bit<1> ina_expected;
+    bit<48> sm;
+    bit<32> sip;
+    bit<32> cnt4;
+    bit<32> ulen;
+    cell_index_t cell;
+    bit<1> job_hit;
+    bit<16> job_epoch;
+    bit<16> epoch_x;
+    bit<16> slot_base;
+    bit<16> slot_off;
+    bit<16> slot_count;
+    bit<16> elems;
+    bit<16> count_x;
+    bit<8> workers;
+    bit<16> mgrp;
+    bit<1> rank_hit;
+    bit<9> port_x;
+    bit<32> ip_x;
+    bit<16> udp_x;
+    bit<32> rbit;
+    bit<2> l2_kind;
+    PortId_t l2_port;
+    bit<16> l2_mgrp;
+    bit<32> dst_x;
+    bit<32> arp_x;
+    bit<32> len_x;
+    bit<17> room;
+    bit<9> l2_port_x;
+    bit<32> full_mask;
+    bit<8> op;
+    bit<8> event;
+    bit<8> reason;
+    bit<4> seq_pred;
+    bit<4> order_pred;
+    bit<32> bm_old;
+    bit<32> bm_new;
+    bit<32> old_x;
+    bit<32> new_x;
+    bit<32> exp_x;
+    bit<1> seen;
+    bit<8> vop_c;
+    bit<8> vop;
+    bit<8> outcome;
+    bit<32> pend;
+    bit<1> mcast_count;
+    bit<32> exp_h;
+}
+
+struct egress_md_t {
+    bit<1> fix_checksum;
+}
+
+",
+    );
+}

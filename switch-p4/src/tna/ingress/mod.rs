@@ -1,0 +1,109 @@
+//! The ingress control, stage by stage (the stage plan is the `tna` module's).
+
+mod outcome;
+mod reply;
+mod stages;
+mod values;
+
+use super::*;
+
+/// The ingress control: its registers, each stage's tables and actions, and the apply block
+/// that runs them in stage order.
+pub(super) fn ingress(p: &mut P4) {
+    control_head(p);
+    stages::stage0(p);
+    stages::stage1(p);
+    stages::stage2(p);
+    stages::stage3(p);
+    stages::stage4(p);
+    values::value_registers(p);
+    outcome::outcome(p);
+    reply::reply(p);
+    apply(p);
+}
+
+fn control_head(p: &mut P4) {
+    let _ = writeln!(
+        p,
+        "
+control InaIngress(inout headers_t hdr, inout ingress_md_t md,
+                   in ingress_intrinsic_metadata_t ig_intr_md,
+                   in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                   inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                   inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {{
+
+    // Index = ina_proto::event::Event.
+    Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
+    Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS) ina_multicast;
+
+    // Twin: SlotRegisters::seq (low half = set 0, high half = set 1), indexed by slot.
+    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq;
+    // Twin: SlotRegisters::seq as well: the same sequence numbers, written by the same packets.
+    // One ALU gives two conditions; the decision needs three (newer, same, other set newer).
+    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq_order;
+    // Twin: SlotRegisters::bitmap.
+    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_bitmap;
+    // Twin: SlotRegisters::exp.
+    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_exp;
+    // SlotRegisters::count has no register here (see the header comment).
+"
+    );
+}
+
+/// The apply block: every stage's tables in order, then the counters.
+fn apply(p: &mut P4) {
+    p.push_str(
+        "
+    apply {
+        // Stage 0.
+        switch_addr.apply();
+        l2_forward.apply();
+        ina_job.apply();
+        ina_rank.apply();
+        rank_bit.apply();
+        // Stage 1.
+        prep_compare.apply();
+        full_mask.apply();
+        // Stage 2.
+        ina_check.apply();
+        seq_access.apply();
+        seq_order_access.apply();
+        // Stage 3.
+        bitmap_access.apply();
+        exp_access.apply();
+        value_select.apply();
+        // Stage 4.
+        seen_check.apply();
+        prep_done.apply();
+",
+    );
+    for j in 0..VALUE_REGISTERS {
+        let stage = VALUE_FIRST_STAGE + j / ALUS_PER_STAGE;
+        if j % ALUS_PER_STAGE == 0 && j > 0 {
+            let _ = writeln!(p, "        // Stage {stage}.");
+            if stage == 5 {
+                p.push_str("        prep_last.apply();\n");
+            }
+            if stage == 6 {
+                p.push_str("        ina_outcome.apply();\n");
+            }
+            if stage == 7 {
+                p.push_str("        ina_reply.apply();\n");
+            }
+        }
+        let _ = writeln!(p, "        value_{j}.apply();");
+    }
+    p.push_str(
+        "        // Counted once per frame, on its first pass.
+        if (md.pass2 == 0) {
+            ina_events.count(md.event);
+        }
+        if (md.mcast_count == 1) {
+            ina_multicast.count(0);
+        }
+    }
+}
+
+",
+    );
+}

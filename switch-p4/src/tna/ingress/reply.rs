@@ -1,0 +1,311 @@
+//! Stage 7: the frame that leaves, for every decision, and how a reply is addressed.
+
+use super::super::*;
+
+/// Stage 7: the frame that leaves, for every decision.
+pub(super) fn reply(p: &mut P4) {
+    p.push_str("\n    // ---- stage 7: the frame that leaves ----\n\n");
+    forwarding_actions(p);
+    answer_actions(p);
+    multicast_actions(p);
+    reply_table(p);
+}
+
+/// Frames that are not the switch's business, and ARP for its address (§7).
+fn forwarding_actions(p: &mut P4) {
+    p.push_str("    action drop_frame() {\n        ig_dprsr_md.drop_ctl = 1;\n    }\n");
+
+    p.push_str("    action forward_port() {\n");
+    to_egress(p, bridge::PLAIN);
+    p.push_str("        ig_tm_md.ucast_egress_port = md.l2_port;\n    }\n");
+
+    p.push_str(
+        "    // To every port of the flood group but the ingress one: the replication engine prunes\n    \
+         // the port whose level-2 exclusion id is the ingress port, and egress drops a copy to\n    \
+         // it if any is left.\n",
+    );
+    p.push_str("    action forward_flood() {\n");
+    to_egress(p, bridge::FLOOD);
+    p.push_str(
+        "        ig_tm_md.mcast_grp_a = md.l2_mgrp;\n        \
+         ig_tm_md.level2_exclusion_id = ig_intr_md.ingress_port;\n    }\n",
+    );
+
+    p.push_str("    action answer_arp() {\n");
+    to_egress(p, bridge::PLAIN);
+    p.push_str(
+        "        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = md.sm;
+        hdr.arp.oper = 2;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = md.sm;
+        hdr.arp.spa = md.sip;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+    }
+",
+    );
+}
+
+/// The answers to one sender: ProbeReply, Reject, Pending, and a stored Result.
+fn answer_actions(p: &mut P4) {
+    p.push_str("    action answer_probe() {\n");
+    to_egress(p, bridge::REPLY);
+    unicast_addressing(p, ProbeInfo::COUNT);
+    let _ = writeln!(
+        p,
+        "        hdr.ina.msg_type = INA_PROBE_REPLY;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.probe.setValid();
+        hdr.probe.workers = (bit<32>)md.workers;
+        hdr.probe.elems = (bit<32>)md.elems;
+        hdr.probe.slot_base = (bit<32>)md.slot_base;
+        hdr.probe.slot_count = (bit<32>)md.slot_count;
+        hdr.payload.setInvalid();
+    }}"
+    );
+
+    p.push_str("    action answer_reject() {\n");
+    to_egress(p, bridge::REPLY);
+    unicast_addressing(p, 0);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_REJECT;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.exponent = md.reason;
+        hdr.payload.setInvalid();
+    }
+",
+    );
+
+    p.push_str("    action answer_pending() {\n");
+    to_egress(p, bridge::REPLY);
+    unicast_addressing(p, 1);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_PENDING;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.exponent = 0;
+        hdr.word.setValid();
+        hdr.word.bitmap = md.pend;
+        hdr.payload.setInvalid();
+    }
+",
+    );
+
+    p.push_str("    // A Result without payload (count 0), to the sender.\n");
+    p.push_str("    action answer_result() {\n");
+    to_egress(p, bridge::REPLY);
+    unicast_addressing(p, 0);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.payload.setInvalid();
+    }
+",
+    );
+
+    p.push_str(
+        "    // A Result with payload, to the sender: the high halves are in; the second pass\n    // reads the low halves.\n",
+    );
+    p.push_str("    action answer_result_harvest() {\n");
+    unicast_addressing(p, ELEMS);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+",
+    );
+    recirculate(p, bridge::HARVEST_UNICAST);
+    p.push_str("    }\n");
+}
+
+/// A completed use's Result to every rank, and the second pass of one with a payload.
+fn multicast_actions(p: &mut P4) {
+    for (name, elems) in [("multicast_result_empty", 0), ("multicast_result", ELEMS)] {
+        let _ = writeln!(
+            p,
+            "    // A Result to every rank of the job (addresses per rank in egress), count {elems}."
+        );
+        let _ = writeln!(p, "    action {name}() {{");
+        to_egress(p, bridge::MCAST);
+        p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
+        reply_headers(p, elems);
+        p.push_str(
+            "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+        ig_tm_md.mcast_grp_a = md.mgrp;
+    }
+",
+        );
+    }
+
+    p.push_str(
+        "    // The last arrival of a use with payload: the high halves are in; the second pass\n    // reads the low halves and multicasts.\n",
+    );
+    p.push_str("    action multicast_result_harvest() {\n");
+    p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
+    reply_headers(p, ELEMS);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+",
+    );
+    recirculate(p, bridge::HARVEST_MCAST);
+    p.push_str("    }\n");
+
+    let _ = writeln!(
+        p,
+        "    // Second pass: the result is complete.
+    action send_harvest_unicast() {{
+        hdr.bridge.op = {reply};
+        ig_tm_md.ucast_egress_port = hdr.bridge.port;
+        ig_tm_md.bypass_egress = 0;
+    }}
+    action send_harvest_multicast() {{
+        hdr.bridge.op = {mcast};
+        ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
+        ig_tm_md.bypass_egress = 0;
+    }}",
+        reply = bridge::REPLY,
+        mcast = bridge::MCAST,
+    );
+}
+
+/// The table that picks the frame's action from the decision (`md.op`, `md.outcome`).
+fn reply_table(p: &mut P4) {
+    let s = |x: u8| x.to_string();
+    let rows = vec![
+        entry(
+            &[&s(op::HARVEST), "_", &s(bridge::HARVEST_UNICAST), "_"],
+            "send_harvest_unicast()",
+        ),
+        entry(
+            &[&s(op::HARVEST), "_", &s(bridge::HARVEST_MCAST), "_"],
+            "send_harvest_multicast()",
+        ),
+        entry(&[&s(op::L2_PORT), "_", "_", "_"], "forward_port()"),
+        entry(&[&s(op::L2_FLOOD), "_", "_", "_"], "forward_flood()"),
+        entry(&[&s(op::ARP), "_", "_", "_"], "answer_arp()"),
+        entry(&[&s(op::PROBE), "_", "_", "_"], "answer_probe()"),
+        entry(&[&s(op::REJECT), "_", "_", "_"], "answer_reject()"),
+        entry(
+            &[&s(op::DATA), &s(out::PENDING), "_", "_"],
+            "answer_pending()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::REJECT), "_", "_"],
+            "answer_reject()",
+        ),
+        entry(
+            &[&s(op::QUERY), &s(out::PENDING), "_", "_"],
+            "answer_pending()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::RESULT), "_", "_"],
+            "answer_result()",
+        ),
+        entry(
+            &[&s(op::QUERY), &s(out::RESULT), "_", "_"],
+            "answer_result()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::RESULT_HARVEST), "_", "_"],
+            "answer_result_harvest()",
+        ),
+        entry(
+            &[&s(op::QUERY), &s(out::RESULT_HARVEST), "_", "_"],
+            "answer_result_harvest()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::MCAST), "_", "0"],
+            "multicast_result_empty()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::MCAST), "_", &ELEMS.to_string()],
+            "multicast_result()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::MCAST_HARVEST), "_", "_"],
+            "multicast_result_harvest()",
+        ),
+    ];
+    table(
+        p,
+        "ina_reply",
+        Some(7),
+        &[
+            ("md.op", "exact"),
+            ("md.outcome", "ternary"),
+            ("hdr.bridge.op", "ternary"),
+            ("hdr.ina.count", "ternary"),
+        ],
+        &[
+            "drop_frame",
+            "forward_port",
+            "forward_flood",
+            "answer_arp",
+            "answer_probe",
+            "answer_reject",
+            "answer_pending",
+            "answer_result",
+            "answer_result_harvest",
+            "multicast_result_empty",
+            "multicast_result",
+            "multicast_result_harvest",
+            "send_harvest_unicast",
+            "send_harvest_multicast",
+        ],
+        &rows,
+        "drop_frame()",
+    );
+}
+
+/// Statements that address a reply to the sender of the frame (§7 Replies), with an `ina`
+/// payload of `elems` elements.
+pub(super) fn unicast_addressing(p: &mut P4, elems: u16) {
+    p.push_str(
+        "        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = md.sm;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
+",
+    );
+    reply_headers(p, elems);
+    p.push_str("        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;\n");
+}
+
+/// The IPv4 and UDP headers of a reply from the switch (as `wire::frame::emit_headers` writes
+/// them), with an `ina` payload of `elems` elements.
+pub(super) fn reply_headers(p: &mut P4, elems: u16) {
+    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
+    let (total_len, udp_len) = ((20 + udp).to_string(), udp.to_string());
+    common::reply_headers(p, "md.sip", &total_len, &udp_len);
+    let _ = writeln!(
+        p,
+        "hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = {elems};"
+    );
+}
+
+pub(super) fn recirculate(p: &mut P4, op: u8) {
+    let _ = writeln!(
+        p,
+        "        hdr.bridge.setValid();
+        hdr.bridge.op = {op};
+        hdr.bridge._pad = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = 1;"
+    );
+}
+
+pub(super) fn to_egress(p: &mut P4, op: u8) {
+    let _ = writeln!(
+        p,
+        "        hdr.bridge.setValid();
+        hdr.bridge.op = {op};
+        hdr.bridge._pad = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = 0;"
+    );
+}

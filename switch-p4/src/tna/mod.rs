@@ -1,0 +1,326 @@
+//! The Tofino 1 program (TNA) of `ina`'s data plane, generated: [`program`] writes the whole
+//! P4-16 text, `switch-p4/tna/ina.p4` is its committed copy, and [`check_job`] is the
+//! control-plane check of a job against what the program can do.
+//!
+//! The program is PROTOCOL.md §6 and §7 written the way Tofino 1 forces it: every register is
+//! read and written at most once per pass by one `RegisterAction`, a stage holds at most four
+//! stateful ALUs, an ALU returns 32 of its 64 bits, and ingress has twelve stages. Its stage plan
+//! (also in docs/P4-RESOURCES.md):
+//!
+//! | stage | tables | stateful ALUs |
+//! |------:|--------|---------------|
+//! | 0 | `switch_addr`, `l2_forward`, `ina_job`, `ina_rank`, `rank_bit` | |
+//! | 1 | `prep_compare`, `full_mask` | |
+//! | 2 | `ina_check`, `seq_access`, `seq_order_access` | `reg_seq`, `reg_seq_order` |
+//! | 3 | `bitmap_access`, `exp_access`, `value_select` | `reg_bitmap`, `reg_exp` |
+//! | 4 | `value_0..3`, `seen_check`, `prep_done` | `reg_value_0..3` |
+//! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7) | `reg_value_4..31` |
+//!
+//! A result with a payload needs both halves of every value cell and an ALU returns one: the
+//! pass that completes a use (or reads a complete one) returns the high halves into the payload
+//! and recirculates the packet once through its own pipe's recirculation port; the second pass
+//! reads the low halves and sends the result. Everything else takes one pass.
+
+use crate::common;
+use crate::writer::P4;
+use core::fmt::Write as _;
+use ina_proto::event::Event;
+use ina_proto::pipeline::JobConfig;
+use ina_proto::pipeline::HEADER_USE;
+use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN};
+use ina_wire::PROTOCOL_VERSION;
+
+/// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
+/// ([`ina_wire::QueryAsk::wants_sums`]).
+const QUERY_WITHOUT_SUMS: &str = "8w0 &&& 8w1";
+
+/// Elements per packet the program aggregates: 32 value registers of 2x32-bit cells.
+pub const ELEMS: u16 = 64;
+/// Value registers (`reg_value_0` .. `reg_value_31`), each holding elements `2j` and `2j+1`.
+pub const VALUE_REGISTERS: usize = ELEMS as usize / 2;
+/// Slots of the pool: the control registers have one cell per slot, the value registers one per
+/// `(slot, set)`, 16384 cells of 64 bits (eight SRAM blocks of one stage each).
+pub const POOL_SLOTS: u32 = 8192;
+/// The recirculation port of every pipe (its low seven bits; the pipe is the top two).
+pub const RECIRC_PORT_IN_PIPE: u16 = 68;
+/// The first stage of the value registers; stage `VALUE_FIRST_STAGE + j / 4` holds
+/// `reg_value_j`.
+pub const VALUE_FIRST_STAGE: usize = 4;
+/// Ingress stages of Tofino 1.
+pub const INGRESS_STAGES: usize = 12;
+/// Stateful ALUs per stage on Tofino 1.
+pub const ALUS_PER_STAGE: usize = 4;
+/// Ranks of a job, at most: a set's 32-bit bitmap holds one bit per rank and, in bit 31, the
+/// kind of its use (`KIND_BIT`), one rank fewer than the wire's 32.
+pub const MAX_WORKERS: u8 = 31;
+/// Bit 31 of a set's `reg_bitmap` and `reg_exp` cells: its use began with a header, no payload
+/// (the Rust model keeps the same bit, `HEADER_USE`, in its count register, which this program
+/// does not have). An arrival of the other kind to a use that collects changes neither
+/// register and is refused with `BadCount`.
+const KIND_BIT: u32 = HEADER_USE;
+
+/// The control registers of the program, indexed by slot, which the control plane zeroes for
+/// a job's slots when it installs the job. (`reg_seq_order` holds the same sequence numbers as
+/// `reg_seq`; the program keeps no `reg_count`, see docs/P4-RESOURCES.md.)
+pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"];
+
+/// Why the Tofino program cannot serve a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TnaJobError {
+    #[error(
+        "{elems} elements per packet: the Tofino program aggregates {ELEMS} per packet (256 \
+         would have to be folded over passes through the recirculation port, which would carry \
+         about twice the job's traffic; see docs/P4-RESOURCES.md)"
+    )]
+    ElemsPerPacket { elems: u16 },
+    #[error(
+        "{workers} workers: a job has 1 to {MAX_WORKERS} ranks on Tofino (bit 31 of the \
+         bitmap marks a use begun by a header)"
+    )]
+    Workers { workers: usize },
+    #[error("slots {base}..{end} are not inside the pool of {POOL_SLOTS} slots")]
+    SlotRange { base: u16, end: u32 },
+    #[error("rank {rank}: port {port} is not a Tofino 1 port number (9 bits)")]
+    PortNumber { rank: usize, port: u16 },
+    #[error("rank {rank}: port {port} is a recirculation port")]
+    RecirculationPort { rank: usize, port: u16 },
+    #[error(
+        "rank {rank}: port {port} is in pipe {pipe}, rank 0 in pipe {first}: the registers of a \
+         job live in one pipe, so all its ranks must sit there"
+    )]
+    Pipe {
+        rank: usize,
+        port: u16,
+        pipe: u16,
+        first: u16,
+    },
+}
+
+/// Checks that the Tofino program can serve `job`: 64 elements per packet, 1 to 32 ranks, a slot
+/// range inside the pool, and every rank on a front port of one pipe (each pipe has its own
+/// registers, so a use must be aggregated in one).
+pub fn check_job(job: &JobConfig) -> Result<(), TnaJobError> {
+    if job.elems_per_packet != ELEMS {
+        return Err(TnaJobError::ElemsPerPacket {
+            elems: job.elems_per_packet,
+        });
+    }
+    let workers = job.ranks.len();
+    if workers == 0 || workers > usize::from(MAX_WORKERS) {
+        return Err(TnaJobError::Workers { workers });
+    }
+    let end = u32::from(job.slot_base) + u32::from(job.slot_count);
+    if job.slot_count == 0 || end > POOL_SLOTS {
+        return Err(TnaJobError::SlotRange {
+            base: job.slot_base,
+            end,
+        });
+    }
+    let mut first_pipe = None;
+    for (rank, port) in job.ranks.iter().enumerate() {
+        let port = port.0;
+        if port >= 512 {
+            return Err(TnaJobError::PortNumber { rank, port });
+        }
+        if port & 0x7f == RECIRC_PORT_IN_PIPE {
+            return Err(TnaJobError::RecirculationPort { rank, port });
+        }
+        let pipe = port >> 7;
+        match first_pipe {
+            None => first_pipe = Some(pipe),
+            Some(first) if first != pipe => {
+                return Err(TnaJobError::Pipe {
+                    rank,
+                    port,
+                    pipe,
+                    first,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What the check table decides for a frame (`md.op`).
+mod op {
+    pub const DROP: u8 = 0;
+    pub const L2_PORT: u8 = 1;
+    pub const L2_FLOOD: u8 = 2;
+    pub const ARP: u8 = 3;
+    pub const PROBE: u8 = 4;
+    pub const REJECT: u8 = 5;
+    pub const DATA: u8 = 6;
+    pub const QUERY: u8 = 7;
+    pub const HARVEST: u8 = 8;
+}
+
+/// What the outcome table decides for an accepted Data or Query (`md.outcome`).
+mod out {
+    pub const DROP: u8 = 0;
+    pub const MCAST: u8 = 1;
+    pub const MCAST_HARVEST: u8 = 2;
+    pub const RESULT: u8 = 3;
+    pub const RESULT_HARVEST: u8 = 4;
+    pub const PENDING: u8 = 5;
+    pub const REJECT: u8 = 6;
+}
+
+/// The bridged header's instruction to egress or to the second pass (`hdr.bridge.op`).
+mod bridge {
+    pub const PLAIN: u8 = 1;
+    pub const FLOOD: u8 = 2;
+    pub const REPLY: u8 = 3;
+    pub const MCAST: u8 = 4;
+    pub const HARVEST_UNICAST: u8 = 5;
+    pub const HARVEST_MCAST: u8 = 6;
+}
+
+/// What the value registers do in this pass (`md.vop_c` before the bitmap is known, `md.vop`
+/// after).
+mod vop {
+    pub const NONE: u8 = 0;
+    pub const WRITE: u8 = 1;
+    pub const ADD_IF_UNSEEN: u8 = 2;
+    pub const READ_HI: u8 = 3;
+    pub const READ_LO: u8 = 4;
+    pub const ADD: u8 = 5;
+}
+
+/// The 4-bit predicate of a stateful ALU: one bit for each combination of its two conditions,
+/// bit `cmplo + 2 * cmphi`.
+mod pred {
+    /// `reg_seq`: neither newer nor equal (the packet's use is older).
+    pub const STALE: &str = "4w0b0001";
+    /// `reg_seq`: newer (a new use).
+    pub const NEW: &str = "4w0b0010";
+    /// `reg_seq`: equal (the current use).
+    pub const SAME: &str = "4w0b0100";
+    /// `reg_seq_order` for a packet of the set's current use (its cmplo, newer, is false): the
+    /// other set holds a newer use.
+    pub const OTHER_NEWER: &str = "4w0b0100";
+    /// `reg_seq_order` for a packet of the set's current use: the other set holds no newer use.
+    pub const OTHER_OLDER: &str = "4w0b0001";
+}
+
+/// [`KIND_BIT`] as a P4 literal.
+fn kind_bit() -> String {
+    format!("32w0x{KIND_BIT:08x}")
+}
+
+/// The bits of a bitmap that are ranks (all but [`KIND_BIT`]), as a P4 literal.
+fn rank_bits() -> String {
+    format!("32w0x{:08x}", !KIND_BIT)
+}
+
+fn ev(e: Event) -> String {
+    format!("{}", e.index())
+}
+
+fn mt(t: MessageType) -> u8 {
+    t as u8
+}
+
+mod egress;
+mod headers;
+mod ingress;
+mod parsers;
+mod tables;
+
+use egress::{egress, egress_deparser, egress_parser};
+use headers::headers;
+use ingress::ingress;
+use parsers::{ingress_deparser, ingress_parser};
+use tables::*;
+
+/// Writes the whole program.
+pub fn program() -> String {
+    let mut p = P4::default();
+    header_comment(&mut p);
+    constants(&mut p);
+    headers(&mut p);
+    ingress_parser(&mut p);
+    ingress(&mut p);
+    ingress_deparser(&mut p);
+    egress_parser(&mut p);
+    egress(&mut p);
+    egress_deparser(&mut p);
+    let _ = writeln!(
+        p,
+        "Pipeline(InaIngressParser(), InaIngress(), InaIngressDeparser(),\n         \
+         InaEgressParser(), InaEgress(), InaEgressDeparser()) pipe;\n\nSwitch(pipe) main;"
+    );
+    p.finish()
+}
+
+fn header_comment(p: &mut P4) {
+    let _ = writeln!(
+        p,
+        "\
+// ina: the data plane for Tofino 1 (TNA). GENERATED by switch-p4/src/tna/; do not edit.
+// Regenerate with: INA_BLESS=1 cargo test -p ina-switch-p4 --test tna
+//
+// PROTOCOL.md section 6 (the switch's checks and decision tables) and section 7 (frames, ARP,
+// L2 forwarding, reply addresses), within Tofino 1's limits:
+//  - {ELEMS} elements per packet: {VALUE_REGISTERS} value registers reg_value_j of 2x32-bit cells
+//    (elements 2j, 2j+1), indexed by 2*slot+set, four per stage in stages {VALUE_FIRST_STAGE}..11.
+//  - Each register is accessed at most once per pass, by one RegisterAction of several.
+//  - A stateful ALU returns 32 of its 64 bits. The pass that completes a use, or reads a
+//    complete one for a retransmission or a Query, returns the high halves (elements 2j+1) into
+//    the payload and recirculates the packet once through the recirculation port ({RECIRC_PORT_IN_PIPE}) of
+//    its own pipe; the second pass reads the low halves (elements 2j) and sends the result.
+//    Results without payload (count 0) and every other packet take one pass.
+//  - The registers of a job live in one pipe: the control plane puts all its ranks there.
+//  - Control registers, in the order the hardware needs them:
+//      stage 2: reg_seq (sequence of each set; new use, same use or stale) and reg_seq_order
+//               (the same sequence numbers; says whether the other set holds a newer use);
+//      stage 3: reg_bitmap (contributors of each set) and reg_exp (max exponent of each set);
+//               bit 31 of both marks a use begun by a header (no payload), whose later
+//               arrivals must carry none either: one of the other kind changes neither and is
+//               refused with BadCount (the Rust model's HEADER_USE). A job has at most 31 ranks;
+//      stage 4 on: the value registers, which add only when the bitmap says the rank is new.
+//    The arrivals still missing in a use (the Rust model's count register) are not stored:
+//    a stage's four ALUs and twelve stages hold seq, its order copy, bitmap, exp and 32 value
+//    registers and no more, and the count follows from the others. While the slot's other set
+//    holds no newer use, no worker has moved on from this use, its bitmap lists exactly the
+//    contributors, and the use is complete when the bitmap holds every rank below the worker
+//    count. Once the other set holds a newer use, a worker has received this use's result, so
+//    the use is complete. Both hold for every arrival order of packets of workers that follow
+//    the protocol's self-clocking (section 5); see docs/P4-RESOURCES.md.
+//  - 256 elements per packet are refused by the control plane (ina_switch_p4::tna::check_job):
+//    64 elements fill the twelve stages of a pipe. Folding 256 over four passes through the
+//    pipe's recirculation port would be exact (its queue keeps the chunks in order) but would
+//    carry 1.9 to 2.7 times the job's ingress traffic through that one port, so a pipe would
+//    aggregate 38 to 53 Gb/s in all; folding through front-panel loopback ports takes ports
+//    from the workers and needs a completion count per chunk. See docs/P4-RESOURCES.md.
+//  - Integer add, max, compare and bit operations only; payloads stay big-endian.
+//
+// Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
+// pass; ina_multicast counts multicast results."
+    );
+}
+
+fn constants(p: &mut P4) {
+    p.lines("\n#include <core.p4>\n#include <tna.p4>\n");
+    let types = ["DATA", "RESULT", "REJECT", "PROBE_REPLY", "PENDING"];
+    common::protocol_constants(p, &types, false);
+    let _ = writeln!(
+        p,
+        "const bit<16> INA_ELEMS = {ELEMS};
+const bit<7> RECIRC_PORT_IN_PIPE = {RECIRC_PORT_IN_PIPE};
+const bit<32> POOL_SLOTS = {POOL_SLOTS};
+const bit<32> POOL_CELLS = {cells};
+const bit<32> EVENT_COUNT = {events};
+
+typedef bit<13> slot_index_t;
+typedef bit<14> cell_index_t;
+
+struct pair_t {{
+    bit<32> lo;
+    bit<32> hi;
+}}
+",
+        cells = 2 * POOL_SLOTS,
+        events = Event::COUNT,
+    );
+}

@@ -1,0 +1,282 @@
+//! Tables with const entries, and the entries of the check and sequence tables.
+
+use super::*;
+
+/// One const entry of a ternary table: key expressions in the table's key order.
+pub(super) struct Entry {
+    pub(super) keys: Vec<String>,
+    pub(super) action: String,
+}
+
+/// Writes a table with const entries. `keys` are (expression, match kind).
+pub(super) fn table(
+    p: &mut P4,
+    name: &str,
+    stage: Option<usize>,
+    keys: &[(&str, &str)],
+    actions: &[&str],
+    entries: &[Entry],
+    default: &str,
+) {
+    if let Some(s) = stage {
+        let _ = writeln!(p, "    @stage({s})");
+    }
+    let _ = writeln!(p, "    table {name} {{");
+    if !keys.is_empty() {
+        let _ = writeln!(p, "        key = {{");
+        for (k, kind) in keys {
+            let _ = writeln!(p, "            {k} : {kind};");
+        }
+        let _ = writeln!(p, "        }}");
+    }
+    let _ = writeln!(p, "        actions = {{");
+    for a in actions {
+        let _ = writeln!(p, "            {a};");
+    }
+    if default == "NoAction()" && !actions.contains(&"NoAction") {
+        let _ = writeln!(p, "            NoAction;");
+    }
+    let _ = writeln!(p, "        }}");
+    if !entries.is_empty() {
+        let _ = writeln!(p, "        const entries = {{");
+        for e in entries {
+            let _ = writeln!(p, "            ({}) : {};", e.keys.join(", "), e.action);
+        }
+        let _ = writeln!(p, "        }}");
+        let _ = writeln!(p, "        size = {};", entries.len().max(1));
+    }
+    let _ = writeln!(p, "        const default_action = {default};");
+    let _ = writeln!(p, "    }}");
+}
+
+/// The key of `ina_check`, `seq_access` and `seq_order_access` (stage 2).
+pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
+    ("md.pass2", "ternary"),
+    ("md.arp_req", "ternary"),
+    ("hdr.arp.isValid()", "ternary"),
+    ("md.arp_x", "ternary"),
+    ("hdr.ipv4.isValid()", "ternary"),
+    ("md.dst_x", "ternary"),
+    ("md.ina_expected", "ternary"),
+    ("ig_prsr_md.parser_err", "ternary"),
+    ("hdr.ina.isValid()", "ternary"),
+    ("hdr.ina.version", "ternary"),
+    ("hdr.ina.msg_type", "ternary"),
+    ("md.len_x", "ternary"),
+    ("md.job_hit", "ternary"),
+    ("md.rank_hit", "ternary"),
+    ("md.port_x", "ternary"),
+    ("md.ip_x", "ternary"),
+    ("md.udp_x", "ternary"),
+    ("md.epoch_x", "ternary"),
+    ("md.room[16:16]", "ternary"),
+    ("hdr.ina.count", "ternary"),
+    ("md.count_x", "ternary"),
+    ("md.l2_kind", "ternary"),
+    ("md.l2_port_x", "ternary"),
+    ("hdr.ina.exponent", "ternary"),
+];
+
+/// A key pattern of [`CHECK_KEYS`]: every position `_` but those named.
+pub(super) fn check_pattern(set: &[(&str, String)]) -> Vec<String> {
+    CHECK_KEYS
+        .iter()
+        .map(|(k, _)| {
+            set.iter()
+                .find(|(name, _)| name == k)
+                .map_or_else(|| "_".to_string(), |(_, v)| v.clone())
+        })
+        .collect()
+}
+
+pub(super) fn kv(k: &'static str, v: impl ToString) -> (&'static str, String) {
+    (k, v.to_string())
+}
+
+/// Checks 1 (parse) passed on a frame to the switch's address: an `ina` packet of version 1
+/// whose UDP length is its header and payload.
+pub(super) fn parsed_ina() -> Vec<(&'static str, String)> {
+    vec![
+        kv("md.pass2", 0),
+        kv("hdr.ipv4.isValid()", "true"),
+        kv("md.dst_x", 0),
+        kv("md.ina_expected", 1),
+        kv("ig_prsr_md.parser_err", 0),
+        kv("hdr.ina.isValid()", "true"),
+        kv("hdr.ina.version", PROTOCOL_VERSION),
+        kv("md.len_x", 0),
+    ]
+}
+
+/// Checks 1 to 5 passed with message type `t`.
+pub(super) fn authenticated(t: MessageType) -> Vec<(&'static str, String)> {
+    let mut v = parsed_ina();
+    v.extend([
+        kv("hdr.ina.msg_type", mt(t)),
+        kv("md.job_hit", 1),
+        kv("md.rank_hit", 1),
+        kv("md.port_x", 0),
+        kv("md.ip_x", 0),
+        kv("md.udp_x", 0),
+    ]);
+    v
+}
+
+/// Checks 1 to 8 passed with message type `t` (epoch and slot range).
+pub(super) fn in_range(t: MessageType) -> Vec<(&'static str, String)> {
+    let mut v = authenticated(t);
+    v.extend([kv("md.epoch_x", 0), kv("md.room[16:16]", 1)]);
+    v
+}
+
+/// Every check of §6 passed: the patterns of accepted Data and Query packets, with the type.
+pub(super) fn accepted() -> Vec<(MessageType, Vec<(&'static str, String)>)> {
+    let mut data_empty = in_range(MessageType::Data);
+    data_empty.push(kv("hdr.ina.count", 0));
+    let mut data_full = in_range(MessageType::Data);
+    data_full.extend([kv("hdr.ina.count", ELEMS), kv("md.count_x", 0)]);
+    let mut query = in_range(MessageType::Query);
+    query.push(kv("hdr.ina.count", 0));
+    vec![
+        (MessageType::Data, data_empty),
+        (MessageType::Data, data_full),
+        (MessageType::Query, query),
+    ]
+}
+
+pub(super) fn check_entries() -> Vec<Entry> {
+    let mut e = Vec::new();
+    let mut push = |set: Vec<(&'static str, String)>, action: String| {
+        e.push(Entry {
+            keys: check_pattern(&set),
+            action,
+        })
+    };
+    let drop = |event: Event| format!("check_drop({})", ev(event));
+    let reject =
+        |r: RejectReason, event: Event| format!("check_reject({}, {})", r as u8, ev(event));
+    push(vec![kv("md.pass2", 1)], "check_harvest()".into());
+    push(
+        vec![
+            kv("md.pass2", 0),
+            kv("md.arp_req", 1),
+            kv("hdr.arp.isValid()", "true"),
+            kv("md.arp_x", 0),
+        ],
+        "check_arp()".into(),
+    );
+    for (t, pattern) in accepted() {
+        let a = if t == MessageType::Data {
+            "check_data()"
+        } else {
+            "check_query()"
+        };
+        push(pattern, a.into());
+    }
+    for t in [MessageType::Data, MessageType::Query] {
+        push(in_range(t), reject(RejectReason::BadCount, Event::BadCount));
+        let mut slot = authenticated(t);
+        slot.push(kv("md.epoch_x", 0));
+        push(
+            slot,
+            reject(RejectReason::SlotOutOfRange, Event::SlotOutOfRange),
+        );
+        push(
+            authenticated(t),
+            reject(RejectReason::StaleEpoch, Event::StaleEpoch),
+        );
+    }
+    push(authenticated(MessageType::Probe), "check_probe()".into());
+    for t in [MessageType::Data, MessageType::Query, MessageType::Probe] {
+        let mut v = parsed_ina();
+        v.extend([
+            kv("hdr.ina.msg_type", mt(t)),
+            kv("md.job_hit", 1),
+            kv("md.rank_hit", 1),
+        ]);
+        push(v, drop(Event::WrongPort));
+        let mut v = parsed_ina();
+        v.extend([kv("hdr.ina.msg_type", mt(t)), kv("md.job_hit", 1)]);
+        push(v, drop(Event::UnknownRank));
+        let mut v = parsed_ina();
+        v.push(kv("hdr.ina.msg_type", mt(t)));
+        push(v, drop(Event::UnknownJob));
+    }
+    for t in [
+        MessageType::Result,
+        MessageType::ProbeReply,
+        MessageType::Pending,
+    ] {
+        let mut v = parsed_ina();
+        v.push(kv("hdr.ina.msg_type", mt(t)));
+        push(v, drop(Event::UnexpectedType));
+    }
+    // A Reject parses only with a known reason (`wire::AggRepr::parse_header`).
+    for reason in [
+        RejectReason::StaleEpoch,
+        RejectReason::SlotOutOfRange,
+        RejectReason::BadCount,
+    ] {
+        let mut v = parsed_ina();
+        v.extend([
+            kv("hdr.ina.msg_type", mt(MessageType::Reject)),
+            kv("hdr.ina.exponent", reason as u8),
+        ]);
+        push(v, drop(Event::UnexpectedType));
+    }
+    let to_switch = |extra: (&'static str, String)| {
+        vec![
+            kv("md.pass2", 0),
+            kv("hdr.ipv4.isValid()", "true"),
+            kv("md.dst_x", 0),
+            extra,
+        ]
+    };
+    push(to_switch(kv("md.ina_expected", 1)), drop(Event::Malformed));
+    push(to_switch(kv("md.ina_expected", 0)), drop(Event::NotIna));
+    push(
+        vec![
+            kv("md.pass2", 0),
+            kv("md.l2_kind", 1),
+            kv("md.l2_port_x", 0),
+        ],
+        drop(Event::L2Unknown),
+    );
+    push(
+        vec![kv("md.pass2", 0), kv("md.l2_kind", 1)],
+        "check_l2_port()".into(),
+    );
+    push(
+        vec![kv("md.pass2", 0), kv("md.l2_kind", 2)],
+        "check_l2_flood()".into(),
+    );
+    e
+}
+
+/// The accepted patterns of [`CHECK_KEYS`] plus the set, with the register action per set.
+pub(super) fn seq_entries(data_action: &str, query_action: &str) -> Vec<Entry> {
+    let mut e = Vec::new();
+    for (t, pattern) in accepted() {
+        for set in 0..2 {
+            let mut keys = check_pattern(&pattern);
+            keys.push(set.to_string());
+            let a = if t == MessageType::Data {
+                data_action
+            } else {
+                query_action
+            };
+            e.push(Entry {
+                keys,
+                action: format!("{a}_{set}()"),
+            });
+        }
+    }
+    e
+}
+
+pub(super) fn entry(keys: &[&str], action: impl Into<String>) -> Entry {
+    Entry {
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        action: action.into(),
+    }
+}
