@@ -49,7 +49,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         .map(|j| parse_frame_job(j, &args.ports).map_err(|e| anyhow::anyhow!("`{j}`: {e}")))
         .collect::<anyhow::Result<Vec<_>>>()
         .context("--job")?;
-    let mut l2: Vec<([u8; 6], u16)> = Vec::new();
+    let mut l2: Vec<(MacAddr, u16)> = Vec::new();
     for entry in &args.l2 {
         let (m, port) = entry
             .split_once('=')
@@ -60,7 +60,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--l2 `{entry}`: {e}"))?;
         let port = port_index(&args.ports, port.trim())
             .map_err(|e| anyhow::anyhow!("--l2 `{entry}`: {e}"))?;
-        l2.push((m.octets(), port));
+        l2.push((m, port));
     }
     // Every worker's MAC is reachable through its port: ordinary traffic between workers
     // (a ring all-reduce, ARP answers) crosses the switch without extra flags.
@@ -77,7 +77,7 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         pipeline.max_elems = m;
     }
     let cfg = FrameSwitchConfig {
-        mac: mac.octets(),
+        mac,
         ip: ip.octets(),
         ports: Vec::new(),
         l2,

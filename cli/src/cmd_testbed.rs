@@ -262,20 +262,22 @@ fn status(name: &str) -> anyhow::Result<()> {
         } else {
             Some("eth0")
         };
-        let out = Rack::command_in(ns, "ip").args(["-br", "addr"]).output()?;
+        let out = netns::command_in(Some(ns), "ip")
+            .args(["-br", "addr"])
+            .output()?;
         println!("{ns}:");
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             println!("  {line}");
         }
         if let Some(dev) = dev {
-            let q = Rack::command_in(ns, "tc")
+            let q = netns::command_in(Some(ns), "tc")
                 .args(["-s", "qdisc", "show", "dev", dev])
                 .output()?;
             for line in String::from_utf8_lossy(&q.stdout).lines() {
                 println!("  {}", line.trim());
             }
         }
-        let n = Rack::command_in(ns, "nft")
+        let n = netns::command_in(Some(ns), "nft")
             .args(["list", "ruleset"])
             .output();
         if let Some(n) = n.ok().filter(|n| n.status.success()) {

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
+use ina_io::netns::{self, Rack, SWITCH_IP, SWITCH_MAC, SWITCH_MAC_BYTES};
 use ina_wire::agg::{ProbeGroup, ProbeInfo};
 use ina_wire::frame::{emit_headers, FrameAddrs, FRAME_HEADER_LEN};
 use ina_wire::{AggRepr, MessageType, QueryAsk, HEADER_LEN, UDP_PORT};
@@ -687,7 +687,7 @@ struct Capture {
 
 impl Capture {
     fn start(netns: &str, ports: &[String], file: &Path) -> Capture {
-        let mut cmd = Rack::command_in(netns, "tshark");
+        let mut cmd = netns::command_in(Some(netns), "tshark");
         cmd.arg("-n").arg("-q");
         for p in ports {
             cmd.args(["-i", p]);

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use ina_io::netns::{Rack, SWITCH_IP, SWITCH_MAC};
+use ina_io::netns::{self, Rack, SWITCH_IP, SWITCH_MAC};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -153,7 +153,7 @@ fn scrape_in(netns: &str, addr: SocketAddr) -> String {
         addr.ip(),
         addr.port()
     );
-    let out = Rack::command_in(netns, "bash")
+    let out = netns::command_in(Some(netns), "bash")
         .args(["-c", &script])
         .output()
         .unwrap();

@@ -8,6 +8,7 @@
 
 use ina_proto::event::Event;
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitch, FrameSwitchConfig, Outputs};
+use ina_wire::MacAddr;
 use ina_proto::pipeline::PipelineConfig;
 use ina_proto::Instant;
 use ina_wire::{checksum, frame};
@@ -18,10 +19,10 @@ const IP: [u8; 4] = [198, 18, 0, 100];
 
 fn switch() -> FrameSwitch {
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
-        mac: MAC,
+        mac: MacAddr(MAC),
         ip: IP,
         ports: vec![0, 1, 2, 3],
-        l2: vec![([2, 0, 0, 0, 1, 0], 0), ([2, 0, 0, 0, 1, 1], 1)],
+        l2: vec![(MacAddr([2, 0, 0, 0, 1, 0]), 0), (MacAddr([2, 0, 0, 0, 1, 1]), 1)],
         pipeline: PipelineConfig {
             pool_slots: 16,
             max_elems: 64,
@@ -37,7 +38,7 @@ fn switch() -> FrameSwitch {
         ranks: (0..3u8)
             .map(|r| Endpoint {
                 port: u16::from(r),
-                mac: [2, 0, 0, 0, 1, r],
+                mac: MacAddr([2, 0, 0, 0, 1, r]),
                 ip: [198, 18, 0, r + 1],
                 udp_port: 9000,
             })

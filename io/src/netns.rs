@@ -372,14 +372,6 @@ impl Rack {
         )
     }
 
-    /// A command that runs `program` inside namespace `netns` (`ip netns exec`, which execs
-    /// the program in place: the child's pid is the program's).
-    pub fn command_in(netns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", netns]).arg(program);
-        c
-    }
-
     /// Packets the loss rules dropped so far, both directions of every link.
     pub fn dropped(&self) -> u64 {
         let mut all = vec![self.hub()];
@@ -426,26 +418,45 @@ fn qdisc_drops(listing: &str) -> u64 {
         .sum()
 }
 
-/// Runs `f` on a thread of its own inside network namespace `ns` (`/run/netns/NS`, as `ip
-/// netns add` makes it); the caller's thread stays where it is.
-pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+/// Moves the calling thread into network namespace `ns` (`/run/netns/NS`, as `ip netns add`
+/// makes it), for the rest of its life: a thread that serves a namespace (a switch on its
+/// ports) enters it first thing.
+pub fn enter_netns(ns: &str) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(format!("/run/netns/{ns}"))?;
+    // SAFETY: setns moves only the calling thread, with the namespace file held open for the
+    // call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a thread of its own inside network namespace `ns` ([`enter_netns`]); the
+/// caller's thread stays where it is.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
     std::thread::scope(|scope| {
         scope
-            .spawn(move || {
-                // SAFETY: setns moves only this scoped thread, with the namespace file held
-                // open for the call.
-                #[allow(unsafe_code)]
-                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-                if rc != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(f())
-            })
+            .spawn(move || enter_netns(ns).map(|()| f()))
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the namespace's thread panicked")))
     })
+}
+
+/// A command that runs `program` inside namespace `netns` (`ip netns exec`, which execs the
+/// program in place: the child's pid is the program's), or in the caller's namespace for
+/// `None`.
+pub fn command_in(netns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 /// Turns off transmit checksum offload (and with it segmentation offload, which depends on

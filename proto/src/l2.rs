@@ -28,7 +28,7 @@ use ina_wire::ether::{
     ETHERTYPE_IPV4, IPV4_LEN, IP_PROTO_UDP, UDP_LEN,
 };
 use ina_wire::frame::{emit_headers, FrameAddrs, FRAME_HEADER_LEN};
-use ina_wire::{HEADER_LEN, UDP_PORT};
+use ina_wire::{MacAddr, HEADER_LEN, UDP_PORT};
 
 /// The pipeline port given to a frame whose identity is not the endpoint of the rank its
 /// header names: no rank of any job has it, so the pipeline counts `wrong_port` for it.
@@ -40,7 +40,7 @@ pub struct Endpoint {
     /// The switch port.
     pub port: u16,
     /// The worker's MAC address.
-    pub mac: [u8; 6],
+    pub mac: MacAddr,
     /// The worker's IPv4 address.
     pub ip: [u8; 4],
     /// The worker's UDP port.
@@ -78,13 +78,13 @@ impl FrameJob {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameSwitchConfig {
     /// The switch's MAC address (`SM`).
-    pub mac: [u8; 6],
+    pub mac: MacAddr,
     /// The switch's IPv4 address (`SIP`).
     pub ip: [u8; 4],
     /// Every port of the switch: a broadcast frame is flooded to all of them but its ingress.
     pub ports: Vec<u16>,
     /// The static L2 table: destination MAC → port.
-    pub l2: Vec<([u8; 6], u16)>,
+    pub l2: Vec<(MacAddr, u16)>,
     /// The pipeline's register file.
     pub pipeline: PipelineConfig,
 }
@@ -106,8 +106,8 @@ pub enum L2Error {
     #[error("job {job} has {ranks} ranks; at most 32")]
     TooManyRanks { job: u16, ranks: usize },
     /// The L2 table names a MAC address twice.
-    #[error("the L2 table holds {0:02x?} twice")]
-    DuplicateMac([u8; 6]),
+    #[error("the L2 table holds {0} twice")]
+    DuplicateMac(MacAddr),
     /// The L2 table holds the broadcast address, which is always flooded.
     #[error("the broadcast address is flooded, not an L2 table entry")]
     BroadcastEntry,
@@ -266,7 +266,7 @@ impl FrameSwitch {
     /// A switch without jobs.
     pub fn new(cfg: FrameSwitchConfig) -> Result<FrameSwitch, L2Error> {
         for (i, (mac, _)) in cfg.l2.iter().enumerate() {
-            if *mac == BROADCAST {
+            if mac.octets() == BROADCAST {
                 return Err(L2Error::BroadcastEntry);
             }
             if cfg.l2[..i].iter().any(|(m, _)| m == mac) {
@@ -275,10 +275,10 @@ impl FrameSwitch {
         }
         let max_reply = HEADER_LEN + 4 * usize::from(cfg.pipeline.max_elems.max(4));
         Ok(FrameSwitch {
-            mac: cfg.mac,
+            mac: cfg.mac.octets(),
             ip: cfg.ip,
             ports: cfg.ports,
-            l2: cfg.l2,
+            l2: cfg.l2.iter().map(|(m, p)| (m.octets(), *p)).collect(),
             pipeline: Pipeline::new(cfg.pipeline),
             jobs: Vec::new(),
             events: [0; Event::COUNT],
@@ -367,7 +367,7 @@ impl FrameSwitch {
             } => {
                 let sender = Endpoint {
                     port: ingress,
-                    mac: src_mac,
+                    mac: MacAddr(src_mac),
                     ip: src_ip,
                     udp_port: src_port,
                 };
@@ -465,7 +465,7 @@ impl FrameSwitch {
         };
         let mut addrs = FrameAddrs {
             src_mac: *mac,
-            dst_mac: sender.mac,
+            dst_mac: sender.mac.octets(),
             src_ip: *ip,
             dst_ip: sender.ip,
             src_port: UDP_PORT,
@@ -482,7 +482,7 @@ impl FrameSwitch {
             core::slice::from_ref(&sender)
         };
         for ep in targets {
-            addrs.dst_mac = ep.mac;
+            addrs.dst_mac = ep.mac.octets();
             addrs.dst_ip = ep.ip;
             addrs.dst_port = ep.udp_port;
             match emit_headers(head, &addrs, len) {

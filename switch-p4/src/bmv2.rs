@@ -6,6 +6,7 @@
 //! installs them).
 
 use crate::runtime::{bmv2_commands, bmv2_counter_commands, ConfigError, P4Job, SwitchDesc};
+use ina_io::netns;
 use ina_proto::event::Event;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -124,17 +125,6 @@ pub struct Bmv2 {
     cfg: Bmv2Config,
 }
 
-fn in_netns(netns: Option<&str>, program: &Path) -> Command {
-    match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(program);
-            c
-        }
-        None => Command::new(program),
-    }
-}
-
 impl Bmv2 {
     /// Starts `simple_switch` and waits until its runtime CLI answers.
     pub fn start(cfg: Bmv2Config) -> Result<Bmv2, Bmv2Error> {
@@ -143,7 +133,7 @@ impl Bmv2 {
         let log2 = log
             .try_clone()
             .map_err(io_err("duplicating the log file"))?;
-        let mut cmd = in_netns(cfg.netns.as_deref(), &tool("simple_switch")?);
+        let mut cmd = netns::command_in(cfg.netns.as_deref(), tool("simple_switch")?);
         for (n, ifname) in &cfg.ports {
             cmd.arg("-i").arg(format!("{n}@{ifname}"));
         }
@@ -194,12 +184,7 @@ impl Bmv2 {
         };
         match &self.cfg.netns {
             None => probe(),
-            Some(ns) => {
-                let path = format!("/run/netns/{ns}");
-                std::thread::spawn(move || enter_netns(&path) && probe())
-                    .join()
-                    .unwrap_or(false)
-            }
+            Some(ns) => netns::in_netns(ns, probe).unwrap_or(false),
         }
     }
 
@@ -274,17 +259,6 @@ pub fn parse_counters(text: &str) -> Result<([u64; Event::COUNT], u64), Bmv2Erro
         )));
     }
     Ok((events, multicast))
-}
-
-/// Moves the calling thread into the network namespace whose file is `path`.
-#[allow(unsafe_code)]
-fn enter_netns(path: &str) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    // SAFETY: setns with a namespace file kept open for the call; it moves only this thread.
-    unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) == 0 }
 }
 
 impl Drop for Bmv2 {

@@ -301,10 +301,10 @@ impl SwitchDesc {
     /// The configuration of the frame model with the v1model program's pool.
     pub fn frame_switch(&self) -> FrameSwitchConfig {
         FrameSwitchConfig {
-            mac: self.mac.0,
+            mac: self.mac,
             ip: self.ip.octets(),
             ports: self.ports.clone(),
-            l2: self.l2.iter().map(|e| (e.mac.0, e.port)).collect(),
+            l2: self.l2.iter().map(|e| (e.mac, e.port)).collect(),
             pipeline: PipelineConfig {
                 pool_slots: v1model::POOL_SLOTS,
                 max_elems: v1model::MAX_ELEMS,
@@ -357,7 +357,7 @@ impl P4Job {
                 .iter()
                 .map(|r| Endpoint {
                     port: r.port,
-                    mac: r.mac.0,
+                    mac: r.mac,
                     ip: r.ip.octets(),
                     udp_port: r.udp_port,
                 })

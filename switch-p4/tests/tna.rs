@@ -5,6 +5,7 @@
 use ina_proto::event::Event;
 use ina_proto::pipeline::{JobConfig, PortId};
 use ina_switch_p4::tna::{self, TnaJobError};
+use ina_wire::MacAddr;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -988,7 +989,7 @@ const L2: [([u8; 6], u16); 3] = [
 fn endpoint(rank: u8) -> Endpoint {
     Endpoint {
         port: 1 + u16::from(rank),
-        mac: [0x02, 0, 0, 0, 1, 1 + rank],
+        mac: MacAddr([0x02, 0, 0, 0, 1, 1 + rank]),
         ip: [198, 18, 1, 1 + rank],
         udp_port: 5000 + u16::from(rank),
     }
@@ -1008,7 +1009,7 @@ fn frame(c: &[u8; 26]) -> (u16, Vec<u8>) {
     };
     let mut f = Vec::new();
     f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&ep.mac);
+    f.extend_from_slice(&ep.mac.octets());
     match pick(3, 10) {
         0 | 1 => {
             // ARP.
@@ -1016,7 +1017,7 @@ fn frame(c: &[u8; 26]) -> (u16, Vec<u8>) {
             f.extend_from_slice(&(if pick(4, 6) == 0 { 2u16 } else { 1 }).to_be_bytes());
             f.extend_from_slice(&[0x08, 0x00, 6, 4]);
             f.extend_from_slice(&(if pick(5, 5) == 0 { 2u16 } else { 1 }).to_be_bytes());
-            f.extend_from_slice(&ep.mac);
+            f.extend_from_slice(&ep.mac.octets());
             f.extend_from_slice(&ep.ip);
             f.extend_from_slice(&[0; 6]);
             f.extend_from_slice(if pick(6, 3) == 0 {
@@ -1626,10 +1627,10 @@ proptest! {
 /// The frame switch of a job of `workers` ranks at `endpoint(r)` on slots `BASE..BASE+w`.
 fn frame_switch_of(workers: u8, w: u32) -> FrameSwitch {
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
-        mac: SM,
+        mac: MacAddr(SM),
         ip: SIP,
         ports: vec![1, 2, 3, 4],
-        l2: L2.to_vec(),
+        l2: L2.iter().map(|&(m, p)| (MacAddr(m), p)).collect(),
         pipeline: PipelineConfig {
             pool_slots: 16,
             max_elems: E as u16,
@@ -1654,7 +1655,7 @@ fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
     let udp_len = 8 + ina.len() as u16;
     let mut f = Vec::new();
     f.extend_from_slice(&SM);
-    f.extend_from_slice(&ep.mac);
+    f.extend_from_slice(&ep.mac.octets());
     f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
     f.extend_from_slice(&(20 + udp_len).to_be_bytes());
     f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
@@ -1763,7 +1764,7 @@ fn check_frames(
                     rest: pkt.rest.clone(),
                 };
                 let params: BTreeMap<&str, u64> = [
-                    ("mac", mac(ep.mac)),
+                    ("mac", mac(ep.mac.octets())),
                     ("ip", u64::from(u32::from_be_bytes(ep.ip))),
                     ("udp_port", u64::from(ep.udp_port)),
                 ]

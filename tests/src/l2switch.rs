@@ -87,7 +87,7 @@ impl Target for L2SwitchTarget {
         let stop = shutdown.clone();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let handle = std::thread::spawn(move || {
-            let opened = enter_netns(&ns).and_then(|()| {
+            let opened = enter_netns(&ns).map_err(TargetError::from).and_then(|()| {
                 FramesSwitch::open(&ifnames, cfg, frame_jobs, RawConfig::default())
                     .map_err(|e| TargetError::Setup(e.to_string()))
             });

@@ -3,9 +3,9 @@
 //! AF_PACKET socket. Dropping a [`TestNet`] deletes the namespace.
 
 use crate::TargetError;
+pub use ina_io::netns::{enter_netns, in_netns};
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -23,33 +23,6 @@ pub fn run(cmd: &mut Command) -> Result<String, TargetError> {
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Moves the calling thread into the network namespace `ns`.
-pub fn enter_netns(ns: &str) -> Result<(), TargetError> {
-    let file = File::open(format!("/run/netns/{ns}"))?;
-    // SAFETY: setns on a namespace file descriptor that stays open during the call; it only
-    // moves the calling thread.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
-}
-
-/// Runs `f` on a thread inside the network namespace `ns`.
-pub fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> Result<T, TargetError> + Send + 'static,
-) -> Result<T, TargetError> {
-    let ns = ns.to_string();
-    std::thread::spawn(move || {
-        enter_netns(&ns)?;
-        f()
-    })
-    .join()
-    .map_err(|_| TargetError::Setup("namespace thread panicked".into()))?
 }
 
 /// An AF_PACKET socket bound to interface `ifname` (of the calling thread's namespace).
@@ -187,8 +160,8 @@ impl TestNet {
             for p in 0..ports {
                 socks.insert(p, packet_socket(&format!("h{p}"))?);
             }
-            Ok(socks)
-        })?;
+            Ok::<_, TargetError>(socks)
+        })??;
         Ok(net)
     }
 

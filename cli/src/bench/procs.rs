@@ -8,7 +8,7 @@ use ina_switch::{ControlClient, JobSpec, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,7 @@ impl Proc {
         args: &[String],
     ) -> anyhow::Result<Proc> {
         let exe = std::env::current_exe().context("locating the ina binary")?;
-        let mut command = match netns {
-            Some(ns) => ina_io::netns::Rack::command_in(ns, exe),
-            None => Command::new(exe),
-        };
+        let mut command = ina_io::netns::command_in(netns, exe);
         if std::env::var_os("RUST_LOG").is_none() {
             // The bench prints its own summary; the daemons' logs would only interleave.
             command.env("RUST_LOG", "warn");

@@ -9,7 +9,7 @@ use ina_switch::{ControlClient, JobSpec, Request, Response, SwitchStats};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -90,10 +90,7 @@ impl Proc {
     /// [`Proc::spawn`] inside network namespace `netns` (with `ip netns exec`, which execs
     /// `ina` in place: the child is `ina` itself).
     pub fn spawn_in<S: AsRef<str>>(netns: Option<&str>, name: &str, args: &[S]) -> Proc {
-        let mut cmd = match netns {
-            Some(ns) => ina_io::netns::Rack::command_in(ns, BIN),
-            None => Command::new(BIN),
-        };
+        let mut cmd = ina_io::netns::command_in(netns, BIN);
         let mut child = cmd
             .args(args.iter().map(AsRef::as_ref))
             .env("RUST_BACKTRACE", "1")

@@ -8,7 +8,7 @@ const SIP: [u8; 4] = [198, 18, 0, 254];
 fn endpoint(rank: u8) -> Endpoint {
     Endpoint {
         port: u16::from(rank % 3),
-        mac: [2, 0, 0, 0, 1, rank],
+        mac: MacAddr([2, 0, 0, 0, 1, rank]),
         ip: [198, 18, 1, rank],
         udp_port: 9000 + u16::from(rank),
     }
@@ -16,10 +16,13 @@ fn endpoint(rank: u8) -> Endpoint {
 
 fn switch(workers: u8, elems: u16) -> FrameSwitch {
     let mut s = FrameSwitch::new(FrameSwitchConfig {
-        mac: SM,
+        mac: MacAddr(SM),
         ip: SIP,
         ports: vec![0, 1, 2, 3],
-        l2: vec![([2, 0, 0, 0, 9, 1], 1), ([2, 0, 0, 0, 9, 3], 3)],
+        l2: vec![
+            (MacAddr([2, 0, 0, 0, 9, 1]), 1),
+            (MacAddr([2, 0, 0, 0, 9, 3]), 3),
+        ],
         pipeline: PipelineConfig {
             pool_slots: 64,
             max_elems: 256,
@@ -41,7 +44,7 @@ fn switch(workers: u8, elems: u16) -> FrameSwitch {
 fn ina_frame(from: &Endpoint, repr: &AggRepr, values: &[i32]) -> Vec<u8> {
     let mut buf = vec![0u8; FRAME_HEADER_LEN + repr.buffer_len()];
     let addrs = FrameAddrs {
-        src_mac: from.mac,
+        src_mac: from.mac.octets(),
         dst_mac: SM,
         src_ip: from.ip,
         dst_ip: SIP,
@@ -117,7 +120,7 @@ fn aggregation_multicasts_to_every_rank_endpoint() {
             parsed.addrs,
             FrameAddrs {
                 src_mac: SM,
-                dst_mac: ep.mac,
+                dst_mac: ep.mac.octets(),
                 src_ip: SIP,
                 dst_ip: ep.ip,
                 src_port: UDP_PORT,
@@ -172,7 +175,7 @@ fn sender_identity_is_checked() {
         ),
         (
             Endpoint {
-                mac: [2, 2, 2, 2, 2, 2],
+                mac: MacAddr([2, 2, 2, 2, 2, 2]),
                 ..good
             },
             Event::DataFirst,
@@ -353,18 +356,18 @@ fn l2_forward_flood_and_unknown() {
 #[test]
 fn configuration_errors() {
     let cfg = FrameSwitchConfig {
-        mac: SM,
+        mac: MacAddr(SM),
         ip: SIP,
         ports: vec![0],
-        l2: vec![([1; 6], 0), ([1; 6], 1)],
+        l2: vec![(MacAddr([1; 6]), 0), (MacAddr([1; 6]), 1)],
         pipeline: PipelineConfig::default(),
     };
     assert_eq!(
         FrameSwitch::new(cfg.clone()).unwrap_err(),
-        L2Error::DuplicateMac([1; 6])
+        L2Error::DuplicateMac(MacAddr([1; 6]))
     );
     let bcast = FrameSwitchConfig {
-        l2: vec![(BROADCAST, 0)],
+        l2: vec![(MacAddr(BROADCAST), 0)],
         ..cfg.clone()
     };
     assert_eq!(
@@ -381,7 +384,7 @@ fn configuration_errors() {
         ranks: vec![
             endpoint(1),
             Endpoint {
-                mac: [9; 6],
+                mac: MacAddr([9; 6]),
                 ..endpoint(1)
             },
         ],
@@ -488,7 +491,7 @@ proptest! {
             let ep = endpoint(r as u8);
             prop_assert_eq!(port, ep.port);
             let parsed = ina_wire::frame::parse(frame).unwrap();
-            prop_assert_eq!((parsed.addrs.dst_mac, parsed.addrs.dst_ip, parsed.addrs.dst_port), (ep.mac, ep.ip, ep.udp_port));
+            prop_assert_eq!((parsed.addrs.dst_mac, parsed.addrs.dst_ip, parsed.addrs.dst_port), (ep.mac.octets(), ep.ip, ep.udp_port));
             prop_assert_eq!((parsed.addrs.src_mac, parsed.addrs.src_ip, parsed.addrs.src_port), (SM, SIP, UDP_PORT));
             let (h, payload) = AggRepr::parse_bytes(parsed.payload).unwrap();
             prop_assert_eq!((h.kind, h.seq), (MessageType::Result, seq));

@@ -59,7 +59,7 @@ pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, FrameJobEr
         })?;
         ranks.push(Endpoint {
             port: port_index(ports, ifname)?,
-            mac: mac.parse::<MacAddr>()?.octets(),
+            mac: mac.parse::<MacAddr>()?,
             ip: addr.ip().octets(),
             udp_port: addr.port(),
         });
@@ -96,7 +96,7 @@ mod tests {
         assert_eq!(j.elems_per_packet, 64);
         assert_eq!(j.ranks[0].port, 1);
         assert_eq!(j.ranks[0].ip, [198, 18, 0, 1]);
-        assert_eq!(j.ranks[1].mac, [2, 0, 0, 0, 0, 0x0b]);
+        assert_eq!(j.ranks[1].mac, MacAddr([2, 0, 0, 0, 0, 0x0b]));
         assert_eq!(j.ranks[1].udp_port, 9001);
         // Without an epoch, one picked at start (never 0).
         let j = parse_frame_job(
