@@ -63,15 +63,10 @@ pub struct SimArgs {
     /// Slots per job (the window). The default is the larger of twelve bandwidth-delay
     /// products of the round trip between a worker and its own switch and eight of the round
     /// trip through every level of switches, in whole blocks of 64 (the switch's gap
-    /// register): 1408 on one switch at the default link (100 Gbit/s, 5 µs, 256-element
-    /// packets: 116 packets in flight fill one switch's round trip), 1856 with --rack-size.
-    /// Lossless, two would do; under loss a use of a slot lasts as long as its repairs, and the
-    /// link stays busy only while the window covers the mean use (n = 8 on one switch, as a
-    /// fraction of the lossless goodput, 8-12 seeds: at 1% loss, 0.971 with 960 slots, 0.973
-    /// with 1216, 0.971 with 1408, 0.970 with 1600, 0.969 with 1856; at 20% loss with 5%
-    /// duplication and 5% reordering, 0.56, 0.61, 0.64, 0.64 and 0.65; at 10%, 0.46 with 256
-    /// slots, 0.71 with 512, 0.82 with 960; in a tree of 4 racks of 32 at 1%, 0.73 with 512
-    /// and 0.91 from 1024 on).
+    /// register): 1408 on one switch at the default link, 1856 with --rack-size. Lossless, two
+    /// would do; under loss a use of a slot lasts as long as its repairs, and the link stays
+    /// busy only while the window covers the mean use (docs/BENCHMARKS.md, "Loss in the
+    /// simulator").
     #[arg(long)]
     pub(crate) window: Option<u16>,
     /// Link speed, Gbit/s.

@@ -88,10 +88,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub window: Option<u16>,
     /// Ina: each worker keeps a delay-based AIMD window of packets in flight instead of
-    /// filling every slot (`ina worker --adaptive-window`). On the emulated rack at n = 8 and
-    /// 1 Gbit/s the 64 slots hold 4.2 ms of data, which the links' queues take, and every
-    /// repair waits behind them: 1% loss cost 8-10% there, and 1.6-2.4% with this window
-    /// (docs/BENCHMARKS.md).
+    /// filling every slot (`ina worker --adaptive-window`), so that the links' queues stay
+    /// short and a repair does not wait behind a whole window (docs/BENCHMARKS.md).
     #[arg(long)]
     pub adaptive_window: bool,
     /// With --adaptive-window: the queueing delay allowed above the smallest round trip,
