@@ -81,7 +81,7 @@ pub struct BenchArgs {
     /// 2048-element packets, 32 slots make a 256 KiB window per worker: on one host a larger
     /// window costs more in cache misses than it hides in latency. On the rack, 64 slots make
     /// a whole block of the switch's gap register, which lets a lost packet be repaired by the
-    /// worker that lost it alone (PROTOCOL.md §5): 1% loss then costs about 1% instead of 8%.
+    /// worker that lost it alone (PROTOCOL.md §5).
     #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub slots: u16,
     /// Slots per stream (default: all the job's slots).
