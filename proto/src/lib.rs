@@ -22,6 +22,7 @@ pub mod pipeline;
 pub mod quant;
 pub mod ring;
 pub mod rtt;
+pub mod sparse;
 pub mod stream;
 pub mod time;
 pub mod window;
