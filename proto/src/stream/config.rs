@@ -2,14 +2,12 @@
 
 use super::recovery::Rules;
 use crate::quant::{self};
-use crate::rtt::RtoConfig;
 use core::time::Duration;
 use ina_wire::agg::MAX_RANK;
 use ina_wire::RejectReason;
 
 /// A fixed set of `window` slots starting at `slot_base`, and the position its next stream
-/// starts at. Consecutive streams on one lane continue its positions, which keeps every slot's
-/// sequence numbers increasing and its shadow sets alternating.
+/// starts at: consecutive streams on one lane continue its positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lane {
     pub slot_base: u16,
@@ -19,8 +17,8 @@ pub struct Lane {
 }
 
 impl Lane {
-    /// A fresh lane. Positions start at `window`, so that every slot's first sequence number is
-    /// non-zero and thus newer than the cleared register.
+    /// A fresh lane. Positions start at `window`: every slot's first sequence number is
+    /// non-zero, newer than the cleared register.
     pub fn new(slot_base: u16, window: u16) -> Lane {
         Lane {
             slot_base,
@@ -38,10 +36,9 @@ pub struct StreamConfig {
     pub rank: u8,
     /// Number of workers in the job on this stream's switch (1..=32): the ranks.
     pub workers: u8,
-    /// Number of workers whose data every result sums: `workers` when the switch finishes
-    /// the sums itself, the whole tree's when it is the lower level of hierarchical
-    /// aggregation (PROTOCOL.md §9). The quantizer leaves `ceil(log2 total_workers)` bits of
-    /// headroom for it, and every worker of the job must agree on it.
+    /// Number of workers whose data every result sums: `workers` on one switch, the whole
+    /// tree's below a rack switch (PROTOCOL.md §9). Sets the quantizer's headroom; every worker
+    /// of the job must agree on it.
     pub total_workers: u16,
     /// Elements per data packet (the job's, as installed on the switch).
     pub elems_per_packet: u16,
@@ -50,36 +47,35 @@ pub struct StreamConfig {
     pub max_retries: u32,
     /// How long one packet may go unanswered, retransmissions included, before giving up.
     pub give_up: Duration,
-    /// The switch answers skipped positions with Missing reports (its ProbeReply says so). A
-    /// stream whose lane covers whole blocks of [`GAP_BLOCK`](ina_wire::agg::GAP_BLOCK) slots then asks for them, and
-    /// repairs a loss it was not told of with a Query first (PROTOCOL.md §5, "Missing reports"; docs/design/RECOVERY.md R6).
+    /// The switch answers skipped positions with Missing reports (its ProbeReply says so); a
+    /// lane of whole blocks of [`GAP_BLOCK`](ina_wire::agg::GAP_BLOCK) slots then asks for them
+    /// (PROTOCOL.md §5, "Missing reports").
     pub gap_reports: bool,
-    /// The loss-recovery rules the stream follows (all by default; see [`crate::stream::recovery`]).
+    /// The loss-recovery rules the stream follows (all by default).
     pub rules: Rules,
 }
 
 impl StreamConfig {
     /// Checks the configuration; [`Stream::new`](crate::stream::Stream::new) fails exactly when this does.
     pub fn validate(&self) -> Result<(), StreamError> {
-        let cfg = self;
-        if cfg.workers == 0 || cfg.workers > MAX_RANK + 1 {
+        if self.workers == 0 || self.workers > MAX_RANK + 1 {
             return Err(StreamError::Config("a job has 1 to 32 workers"));
         }
-        if cfg.total_workers < u16::from(cfg.workers) {
+        if self.total_workers < u16::from(self.workers) {
             return Err(StreamError::Config(
                 "the total worker count is below the job's ranks on this switch",
             ));
         }
-        if cfg.rank >= cfg.workers {
+        if self.rank >= self.workers {
             return Err(StreamError::Config("rank must be below the worker count"));
         }
-        if cfg.lane.window == 0 {
+        if self.lane.window == 0 {
             return Err(StreamError::Config("the window needs at least one slot"));
         }
-        if u32::from(cfg.lane.slot_base) + u32::from(cfg.lane.window) > 0x1_0000 {
+        if u32::from(self.lane.slot_base) + u32::from(self.lane.window) > 0x1_0000 {
             return Err(StreamError::Config("the lane runs past slot 65535"));
         }
-        if cfg.elems_per_packet == 0 {
+        if self.elems_per_packet == 0 {
             return Err(StreamError::Config(
                 "elements per packet must be at least 1",
             ));
@@ -98,9 +94,8 @@ pub enum StreamError {
         seq: u32,
         retries: u32,
         waited: Duration,
-        /// The ranks whose data the switch lacked, from the contributor bitmap of the latest
-        /// Pending answer for this packet's use of its slot, or else for the oldest unanswered
-        /// packet that got one; `None` when no Pending answer came.
+        /// The ranks whose data the switch lacked, by the latest Pending answer for this packet
+        /// or else for the oldest unanswered packet that got one; `None` without one.
         missing: Option<Vec<u8>>,
     },
     #[error("the switch runs epoch {switch} of the job, this stream was started for epoch {ours}: the switch restarted or the job was reinstalled")]
@@ -143,63 +138,50 @@ fn missing_ranks(missing: &Option<Vec<u8>>) -> String {
 pub struct StreamStats {
     pub packets: u64,
     pub packets_sent: u64,
-    /// Packets sent again to repair a loss: found lost by later answers, by their timer, or
-    /// by a Pending answer. Stall probes are not among them (see `stall_probes`): on a
-    /// lossless network this stays 0 unless a timer expired.
+    /// Packets sent again to repair a loss (found by later answers, a timer, a Pending answer
+    /// or a report); not stall probes nor rechecks.
     pub retransmissions: u64,
-    /// Retransmissions sent before the packet's timer expired, because results of packets
-    /// sent well after it had come back (included in `retransmissions`).
+    /// Retransmissions found by later answers, before the timer (within `retransmissions`).
     pub fast_retransmissions: u64,
-    /// Packets sent again as stall probes: nothing had come back and nothing new had been
-    /// sent for two round trips. Not counted in `retransmissions`: a probe is sent on no
-    /// evidence of loss, and on a lossless network it is what a slow worker costs the others.
+    /// Packets sent again as stall probes (E9), on no evidence of loss.
     pub stall_probes: u64,
-    /// Queries that ask again about a use holding this worker's data, which waits for another
-    /// worker's repair: sent on no evidence of loss, at the pace of the time waited. Not
-    /// counted in `retransmissions` nor in `stall_probes`.
+    /// Queries asking again about a use that holds this worker's data (R7).
     pub rechecks: u64,
-    /// Packets sent again as a header-only Query instead of the data (retransmissions, stall
-    /// probes or rechecks): the switch holds the data, or may.
+    /// Packets sent again as a Query instead of the data (of all the above).
     pub queries: u64,
     /// Pending answers received: the use of a slot was still collecting.
     pub pending_answers: u64,
     /// Data sent again because a Pending answer showed the switch lacked this worker's data.
     pub resent_missing: u64,
-    /// Missing reports received that named a packet still unanswered (each copy: the switch
-    /// sends every report twice).
+    /// Packets still unanswered named by Missing reports received (each copy counts).
     pub missing_reports: u64,
     /// Data sent again because a Missing report named it (included in `retransmissions`).
     pub resent_reported: u64,
-    /// Results found lost by their gap counters (a later result to the same block came
-    /// first) and reported to the switch, which answers with the stored result.
+    /// Results found lost by their gap counters and reported to the switch (E3).
     pub results_reported: u64,
-    /// Second copies of data sent again in the stream's last window (included in
-    /// `retransmissions`).
+    /// Second copies of data sent again in the last window (R9; within `retransmissions`).
     pub tail_copies: u64,
-    /// Second copies of the lookahead's header-only packets (see `Retransmit::LookaheadCopy`).
+    /// Second copies of the lookahead's header-only packets (R8).
     pub lookahead_copies: u64,
     /// Header-only answers to status Queries: the use was complete, its result lost.
     pub completions_seen: u64,
     /// Results of the stream's data and lookahead packets (the descriptor's not counted).
     pub results: u64,
-    /// Results that matched no outstanding packet (copies, or answers to retransmissions that
-    /// crossed the original result).
+    /// Results and Pending answers that matched no outstanding packet.
     pub duplicate_results: u64,
     /// Datagrams that were not results of this stream (other jobs, malformed).
     pub foreign: u64,
     pub bytes_sent: u64,
     pub srtt: Option<Duration>,
     pub min_rtt: Option<Duration>,
-    /// Slot-nanoseconds the stream held: the number of its packets in flight (sent and not
-    /// yet answered), integrated over time from its first transmission to its last result.
-    /// Divided by `window * active_ns` it is the window's mean occupancy.
+    /// Packets in flight integrated over time, in slot-nanoseconds; divided by
+    /// `window * active_ns` it is the window's mean occupancy.
     pub slot_ns: u64,
     /// Nanoseconds from the stream's first transmission to its last result.
     pub active_ns: u64,
 }
 
 impl StreamStats {
-    /// Every packet sent again, for whatever reason: retransmissions and stall probes.
     /// Adds another stream's counts to these (for a worker's running totals); the round-trip
     /// figures become the other's where it has them.
     pub fn accumulate(&mut self, o: &StreamStats) {
@@ -228,12 +210,8 @@ impl StreamStats {
         self.active_ns += o.active_ns;
     }
 
+    /// Every packet sent again: retransmissions, stall probes and rechecks.
     pub fn resent(&self) -> u64 {
         self.retransmissions + self.stall_probes + self.rechecks
     }
-}
-
-/// Default RTO settings for streams.
-pub fn default_rto() -> RtoConfig {
-    RtoConfig::default()
 }

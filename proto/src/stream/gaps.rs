@@ -6,43 +6,45 @@ use super::slots::Outstanding;
 use super::Stream;
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 
-/// The first transmissions to one block of [`GAP_BLOCK`] slots of a stream's lane, for the
-/// switch's Missing reports: each carries its number modulo [`GAP_COUNTER`], counted over the
-/// lane's life (a new stream continues where the one before it stopped, as the switch's
-/// register does).
-#[derive(Debug, Clone)]
+/// How many of a block's latest first transmissions a Missing report can name.
+const HISTORY: usize = GAP_COUNTER as usize;
+
+/// The first transmissions to one block of [`GAP_BLOCK`] slots of the lane, counted over the
+/// lane's life as the switch's register counts them.
+#[derive(Debug)]
 pub(super) struct BlockTx {
     /// First transmissions to the block so far, on the lane.
     pub(super) sent: u64,
-    /// The packet index of each of the block's latest [`REPORT_HISTORY`] first transmissions,
-    /// at its number modulo [`REPORT_HISTORY`].
-    pub(super) recent: Box<[u64]>,
+    /// The packet index of each of the latest [`HISTORY`] first transmissions, at its number
+    /// modulo [`HISTORY`] (`u64::MAX`: none).
+    recent: [u64; HISTORY],
 }
 
 impl BlockTx {
-    /// Notes packet `index` as the block's first transmission number `ordinal`.
-    pub(super) fn record(&mut self, ordinal: u64, index: u64) {
-        if let Some(at) = self.recent.get_mut(ordinal as usize % REPORT_HISTORY) {
-            *at = index;
+    pub(super) fn new(sent: u64) -> BlockTx {
+        BlockTx {
+            sent,
+            recent: [u64::MAX; HISTORY],
         }
     }
 
-    /// The packet of the block's first transmission number `ordinal`, if it is still among
-    /// the latest [`REPORT_HISTORY`] (`u64::MAX` otherwise, or if none was recorded there).
+    /// Notes packet `index` as the block's next first transmission; returns its number.
+    pub(super) fn push(&mut self, index: u64) -> u64 {
+        let ordinal = self.sent;
+        self.recent[ordinal as usize % HISTORY] = index;
+        self.sent += 1;
+        ordinal
+    }
+
+    /// The packet of first transmission number `ordinal` if it is among the latest
+    /// [`HISTORY`], else `u64::MAX`.
     pub(super) fn index_at(&self, ordinal: u64) -> u64 {
-        if ordinal >= self.sent || self.sent - ordinal > REPORT_HISTORY as u64 {
+        if ordinal >= self.sent || self.sent - ordinal > HISTORY as u64 {
             return u64::MAX;
         }
-        self.recent
-            .get(ordinal as usize % REPORT_HISTORY)
-            .copied()
-            .unwrap_or(u64::MAX)
+        self.recent[ordinal as usize % HISTORY]
     }
 }
-
-/// How many of a block's latest first transmissions a Missing report can name: one counter's
-/// range, since a counter names the latest first transmission that carried it.
-pub(super) const REPORT_HISTORY: usize = GAP_COUNTER as usize;
 
 impl<'a> Stream<'a> {
     /// The gap-tracking block (of [`GAP_BLOCK`] slots of the lane) of packet `index`.
@@ -58,32 +60,25 @@ impl<'a> Stream<'a> {
             .is_some_and(|b| b.sent > out.block_ordinal + 1)
     }
 
-    /// A multicast result's gap counter (PROTOCOL.md §5, "Lost results"): the switch numbers
-    /// the results it multicasts per block, and every worker of the job receives them in that
-    /// order. Counters skipped (1 to [`crate::gap::MAX_REPORTED_GAP`], by the rule of
-    /// the switch's gap register) are results lost on the way here: each is reported at
-    /// once, in a Missing of its own, and the switch answers with its stored copy. `slot` is
-    /// the lane's index of the result's slot, `switch_slot` the switch's.
+    /// A multicast result's gap counter (PROTOCOL.md §5, "Lost results"; RECOVERY.md R11): each
+    /// skipped counter is queued to be reported. `slot` is the lane's index of the result's
+    /// slot, `switch_slot` the switch's.
     pub(super) fn note_result_counter(&mut self, switch_slot: u16, slot: usize, counter: u8) {
         let Some(latest) = self.results_seen.get_mut(slot / usize::from(GAP_BLOCK)) else {
             return;
         };
         if let Some((first, skipped)) = crate::gap::take_counter(latest, counter) {
-            // (At most a burst's worth per block waits: results sent without ever calling
-            // `poll_transmit` cannot grow the queue without bound.)
+            // Bounded, should `poll_transmit` never be called.
             let room = self.results_seen.len() * crate::gap::MAX_REPORTED_GAP as usize;
-            for k in 0..skipped {
-                if self.result_reports.len() >= room {
-                    break;
-                }
-                let named = (first + k) % GAP_COUNTER;
-                self.result_reports.push_back((switch_slot, named));
-            }
+            let free = room.saturating_sub(self.result_reports.len());
+            let named = (0..skipped)
+                .take(free)
+                .map(|k| (switch_slot, (first + k) % GAP_COUNTER));
+            self.result_reports.extend(named);
         }
     }
 
-    /// Whether the stream follows the results' gap counters: with Missing reports, on a
-    /// lane of whole blocks.
+    /// Whether the stream follows the results' gap counters (R11; implies Missing reports).
     pub(super) fn counts_results(&self) -> bool {
         !self.results_seen.is_empty()
     }

@@ -13,19 +13,17 @@
 //! ```
 //!
 //! # Schedule (PROTOCOL.md §5)
-//! The stream's packets occupy consecutive positions `g` of a [`Lane`], a fixed set of `W`
-//! slots that the worker owns within its job's range: packet at position `g` goes to slot
-//! `slot_base + g mod W`, shadow set `(g / W) mod 2`, with sequence number `g mod 2^32`. Packet
-//! `i` is sent when the result of the packet before it on the same slot has come back
-//! (self-clocking), so at most `W` packets are in flight; of the packets free to go, the
-//! smallest goes first, so a slot waiting for a repair holds back only its own next packet.
+//! The stream's packets occupy consecutive positions `g` of a [`Lane`] of `W` slots: packet at
+//! position `g` goes to slot `slot_base + g mod W`, shadow set `(g / W) mod 2`, with sequence
+//! number `g mod 2^32`. Packet `i` is sent once the result of the packet before it on the same
+//! slot has come back, so at most `W` packets are in flight; the smallest free packet goes first.
 //!
-//! A float32 tensor of `B` blocks uses the exponent lookahead with distance `L = min(W, B)`:
-//! packet `i` carries the exponent byte of block `i` (for `i < B`) and the data of block `i - L`
-//! (for `i >= L`), quantized with the agreed exponent that the result of packet `i - L` brought
-//! back. The first `L` packets are header-only; `B + L` packets in all. An int32 tensor needs no
-//! exponents: packet `i` carries block `i`, `B` packets in all. A short last block is padded with
-//! zeros on the wire and only its real elements are written back.
+//! A float32 tensor of `B` blocks uses the exponent lookahead with distance
+//! `L = min(max(W - 1, 1), B)`: packet `i` carries the exponent byte of block `i` (for `i < B`)
+//! and the data of block `i - L` (for `i >= L`), quantized with the exponent that the result of
+//! packet `i - L` agreed; the first `L` packets are header-only. An int32 tensor's packet `i`
+//! carries block `i`. (`i` counts the packets after the descriptor, which goes first.) A short
+//! last block is padded with zeros.
 
 mod config;
 mod gaps;
@@ -35,11 +33,11 @@ mod results;
 mod slots;
 mod tensor;
 
-pub use config::{default_rto, Lane, StreamConfig, StreamError, StreamStats};
+pub use config::{Lane, StreamConfig, StreamError, StreamStats};
 pub use recovery::{Rule, Rules};
 pub use tensor::{Elements, ElementsMut, Source, Tensor};
 
-use gaps::{BlockTx, REPORT_HISTORY};
+use gaps::BlockTx;
 use recovery::Retransmit;
 use slots::{Held, Outstanding, SlotState};
 
@@ -52,7 +50,7 @@ use core::cmp::Reverse;
 use core::time::Duration;
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 /// Packets of the descriptor at the start of every stream (PROTOCOL.md §5, "The descriptor").
 pub const DESCRIPTOR_PACKETS: u64 = 1;
@@ -69,55 +67,47 @@ pub struct Stream<'a> {
     sent_new: u64,
     /// Packets not yet sent whose slot is free, smallest index first.
     ready: BinaryHeap<Reverse<u64>>,
-    /// Packets whose slot is free but whose exponent has not come back yet (only when the
-    /// lookahead is shorter than the window).
-    parked: std::collections::BTreeSet<u64>,
+    /// Packets whose slot is free but whose exponent has not come back yet.
+    parked: BTreeSet<u64>,
     slots: Vec<SlotState>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Packets to send again, and what asked for it.
     retransmit: VecDeque<(u64, Retransmit)>,
-    /// Transmissions so far (first ones and retransmissions): numbers them in sending order.
+    /// Transmissions so far, first ones and retransmissions: numbers them in sending order.
     transmissions: u64,
-    /// `(transmission number, packet index)` of every transmission not yet examined by loss
+    /// `(transmission, packet index)` of every transmission not yet examined by loss
     /// detection, oldest first.
     in_flight: VecDeque<(u64, u64)>,
-    /// Retransmissions past the threshold but sent too recently to be judged lost yet.
+    /// Retransmissions past the threshold but sent too recently to be judged lost yet (R2).
     deferred: VecDeque<(u64, u64)>,
     /// The latest transmission known to have been answered.
     highest_answered: Option<u64>,
-    /// The smallest round trip of an answer to a packet's only retransmission (unambiguous).
+    /// The smallest round trip of an answer to a packet's only retransmission.
     path_min: Option<Duration>,
-    /// The largest number of transmissions by which an answer came back behind a later
-    /// transmission's.
+    /// The largest distance, in transmissions, by which an answer came back behind a newer one.
     reordering: u64,
-    /// The largest distance, in transmissions, behind the newest answer at which a packet
-    /// was asked about and found held: its use waited for another worker's repair.
+    /// The largest distance behind the newest answer at which a packet was asked about and
+    /// found held (R1, `held-reordering`).
     held_reordering: u64,
-    /// First transmissions past the reordering tolerance but within the held one, whose loss
-    /// the switch would report: judged once the held tolerance passes them too.
+    /// First transmissions past the reordering tolerance but within the held one.
     tolerated: VecDeque<(u64, u64)>,
-    /// When the stream last made progress: its latest accepted result or first transmission.
+    /// The latest accepted result or first transmission.
     progress_at: Option<Instant>,
-    /// Stall probe rounds since then (see [`Stream::stall_probe_at`]).
+    /// Stall probe rounds since then.
     stall_rounds: u32,
     /// When the latest of those rounds was sent.
     stall_probe_last: Option<Instant>,
-    /// Reused by `handle_timeout`.
-    expired_scratch: Vec<u64>,
-    /// Reused by the stall probe: `(latest transmission, index)` of the packets it may send.
-    stall_scratch: Vec<(u64, u64)>,
+    /// The agreed exponents of the lookahead's blocks, by block modulo `lookahead`.
     exps: Vec<u8>,
     /// One block of a generated tensor's elements (empty for the others).
     scratch: Vec<f32>,
-    /// When the count of packets in flight last changed (for `StreamStats::slot_ns`); `None`
-    /// before the first transmission.
+    /// When the count of packets in flight last changed; `None` before the first transmission.
     occupancy_at: Option<Instant>,
-    /// Whether this stream's data asks for Missing reports (see [`StreamConfig::gap_reports`]).
-    reports: bool,
-    /// Per gap-tracking block of the lane, its first transmissions (empty without reports).
+    /// Per gap-tracking block of the lane, its first transmissions; empty without Missing
+    /// reports (see [`StreamConfig::gap_reports`]).
     gap_blocks: Vec<BlockTx>,
-    /// Per gap-tracking block of the lane, the latest gap counter of a multicast result
-    /// plus [`GAP_COUNTER`] (0: none yet), as the switch's gap cell keeps a rank's.
+    /// Per gap-tracking block, the latest gap counter of a multicast result plus
+    /// [`GAP_COUNTER`] (0: none yet); empty unless the stream follows the results' counters.
     results_seen: Vec<u32>,
     /// Results found lost by their counters, to report: `(a slot of the block, counter)`.
     result_reports: VecDeque<(u16, u8)>,
@@ -125,11 +115,8 @@ pub struct Stream<'a> {
     poisoned: Option<u64>,
     failed: Option<StreamError>,
     rtt: RttEstimator,
-    /// Round trips of the switch's immediate answers (Pending, and the header-only answer
-    /// of a status Query) to Queries and repeated data: the path alone. Results of data come
-    /// back only when every worker's data is in, and at high loss that often means after
-    /// another worker's repair: their round trips say how long a use takes, not how soon a
-    /// Query is answered.
+    /// Round trips of the switch's immediate answers (Pending, and the header-only answer of a
+    /// status Query): the path alone.
     path_rtt: RttEstimator,
     /// Limits the packets in flight below the lane's slots when set (see [`crate::window`]).
     window: Option<WindowControl>,
@@ -147,50 +134,36 @@ impl<'a> Stream<'a> {
         let e = u64::from(cfg.elems_per_packet);
         let blocks = (tensor.len() as u64).div_ceil(e);
         let window = u64::from(cfg.lane.window);
-        let (lookahead, body) = if tensor.is_float() {
-            // The descriptor and the lookahead's headers fill the first window together.
-            let l = window.saturating_sub(DESCRIPTOR_PACKETS).max(1).min(blocks);
-            (l, blocks + l)
+        // The descriptor and the lookahead's headers fill the first window together.
+        let lookahead = if tensor.is_float() {
+            window.saturating_sub(DESCRIPTOR_PACKETS).max(1).min(blocks)
         } else {
-            (0, blocks)
+            0
         };
-        // The descriptor goes first (PROTOCOL.md §5, "The descriptor").
-        let packets = DESCRIPTOR_PACKETS + body;
-        let first = packets.min(window);
+        let packets = DESCRIPTOR_PACKETS + blocks + lookahead;
         let block = u64::from(GAP_BLOCK);
         let reports =
             cfg.gap_reports && u64::from(cfg.lane.slot_base) % block == 0 && window % block == 0;
-        let gap_blocks = if reports {
-            // The counters continue the lane's earlier streams: every position of the lane
-            // so far was sent once for the first time, in its block.
-            let used = cfg.lane.next_position.saturating_sub(window);
-            let (cycles, rest) = (used / window, used % window);
-            (0..window / block)
-                .map(|b| BlockTx {
-                    sent: cycles * block + rest.saturating_sub(b * block).min(block),
-                    recent: vec![u64::MAX; REPORT_HISTORY].into_boxed_slice(),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let scratch = match tensor {
-            Tensor::Generated(_) => vec![0.0; usize::from(cfg.elems_per_packet)],
-            _ => Vec::new(),
-        };
+        // The counters continue the lane's earlier streams: every position of the lane so far
+        // was sent once for the first time, in its block.
+        let used = cfg.lane.next_position.saturating_sub(window);
+        let (cycles, rest) = (used / window, used % window);
+        let gap_blocks: Vec<BlockTx> = (0..window / block)
+            .filter(|_| reports)
+            .map(|b| BlockTx::new(cycles * block + rest.saturating_sub(b * block).min(block)))
+            .collect();
+        let counts_results = cfg.rules.has(Rule::ResultCounters);
         Ok(Stream {
-            scratch,
-            occupancy_at: None,
-            reports,
-            results_seen: if cfg.rules.has(Rule::ResultCounters) {
-                vec![0; gap_blocks.len()]
-            } else {
-                Vec::new()
+            scratch: match tensor {
+                Tensor::Generated(_) => vec![0.0; usize::from(cfg.elems_per_packet)],
+                _ => Vec::new(),
             },
+            occupancy_at: None,
+            results_seen: vec![0; if counts_results { gap_blocks.len() } else { 0 }],
             result_reports: VecDeque::new(),
             gap_blocks,
-            ready: (0..first).map(Reverse).collect(),
-            parked: std::collections::BTreeSet::new(),
+            ready: (0..packets.min(window)).map(Reverse).collect(),
+            parked: BTreeSet::new(),
             slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
             exps: vec![0; lookahead as usize],
             cfg,
@@ -212,8 +185,6 @@ impl<'a> Stream<'a> {
             progress_at: None,
             stall_rounds: 0,
             stall_probe_last: None,
-            expired_scratch: Vec::new(),
-            stall_scratch: Vec::new(),
             received: 0,
             poisoned: None,
             failed: None,
@@ -227,9 +198,8 @@ impl<'a> Stream<'a> {
         })
     }
 
-    /// Keeps at most `control`'s window of packets in flight (a delay-based AIMD rule, see
-    /// [`crate::window`]), for jobs that share links; carry it from stream to stream with
-    /// [`Self::window_control`]. `None`, the default, keeps every slot of the lane busy.
+    /// Keeps at most `control`'s window of packets in flight (see [`crate::window`]); carry it
+    /// from stream to stream with [`Self::window_control`]. `None` keeps every slot busy.
     pub fn set_window_control(&mut self, control: Option<WindowControl>) {
         self.window = control;
     }
@@ -314,12 +284,13 @@ impl<'a> Stream<'a> {
 
     /// The block whose data packet `index` carries.
     fn data_block(&self, index: u64) -> Option<u64> {
-        let body = self.body(index)?;
-        if self.tensor.is_float() {
-            body.checked_sub(self.lookahead)
-        } else {
-            Some(body)
-        }
+        self.body(index)?.checked_sub(self.lookahead)
+    }
+
+    /// The block whose exponent byte packet `index` carries.
+    fn exponent_block(&self, index: u64) -> Option<u64> {
+        self.body(index)
+            .filter(|b| self.tensor.is_float() && *b < self.blocks)
     }
 
     fn result_received(&self, index: u64) -> bool {
@@ -358,8 +329,6 @@ impl<'a> Stream<'a> {
                 return Ok(None);
             }
         }
-        // The smallest packet whose slot is free: a slot waiting for a lost packet's repair
-        // holds back only its own next packet, not the packets of the other slots.
         let index = loop {
             let Some(Reverse(index)) = self.ready.pop() else {
                 return Ok(None);
@@ -375,17 +344,10 @@ impl<'a> Stream<'a> {
         let slot = self.slot_of(index);
         let deadline = now + self.rtt.rto();
         let last_tx = self.next_transmission(index);
-        // Its number among the block's first transmissions, for the switch's gap counter.
-        let (block_ordinal, gap) = match self.gap_blocks.get_mut(slot / usize::from(GAP_BLOCK)) {
-            Some(b) => {
-                let ordinal = b.sent;
-                let counter = (ordinal % u64::from(GAP_COUNTER)) as u8;
-                b.sent += 1;
-                b.record(ordinal, index);
-                (ordinal, Some(counter))
-            }
-            None => (0, None),
-        };
+        let block_ordinal = self
+            .gap_blocks
+            .get_mut(slot / usize::from(GAP_BLOCK))
+            .map(|b| b.push(index));
         self.slots[slot].outstanding = Some(Outstanding {
             index,
             first_sent: now,
@@ -393,7 +355,7 @@ impl<'a> Stream<'a> {
             retries: 0,
             last_tx,
             first_tx: last_tx,
-            block_ordinal,
+            block_ordinal: block_ordinal.unwrap_or(0),
             last_sent: now,
             last_was_query: false,
             held: Held::Unknown,
@@ -405,21 +367,23 @@ impl<'a> Stream<'a> {
         self.note_occupancy(now);
         self.sent_new += 1;
         self.progress_at = Some(now);
-        if self.reports && self.sent_new == self.packets {
+        if self.reports() && self.sent_new == self.packets {
             self.arm_tail_timers();
         }
         if self.tensor.is_float() && self.has(Rule::LookaheadCopies) {
-            // The headers of the first window are copied once the last of them has gone; a
+            // R8: the first window's headers are copied once the last of them has gone; a
             // header that waited for a slot (behind the descriptor) is copied as it goes.
             let headers_end = DESCRIPTOR_PACKETS + self.lookahead;
             let first_window = u64::from(self.cfg.lane.window).min(self.packets);
             if index + 1 == headers_end.min(first_window) {
-                self.queue_lookahead_copies(index + 1);
+                self.retransmit
+                    .extend((DESCRIPTOR_PACKETS..=index).map(|i| (i, Retransmit::LookaheadCopy)));
             } else if (first_window..headers_end).contains(&index) {
                 self.retransmit
                     .push_back((index, Retransmit::LookaheadCopy));
             }
         }
+        let gap = block_ordinal.map(|o| (o % u64::from(GAP_COUNTER)) as u8);
         Ok(Some(self.write_packet(index, gap, buf)))
     }
 
@@ -443,19 +407,22 @@ impl<'a> Stream<'a> {
         tx
     }
 
-    /// Whether fewer than a window of packets are left to send for the first time: the
-    /// stream's last window, whose losses the stream's end waits for.
+    /// Whether the switch answers this stream's data with Missing reports.
+    fn reports(&self) -> bool {
+        !self.gap_blocks.is_empty()
+    }
+
+    /// Whether fewer than a window of packets are left to send for the first time.
     fn in_last_window(&self) -> bool {
         self.sent_new + u64::from(self.cfg.lane.window) >= self.packets
     }
 
-    /// Whether the stream follows `rule` (see [`crate::rules`]).
+    /// Whether the stream follows `rule`.
     fn has(&self, rule: Rule) -> bool {
         self.cfg.rules.has(rule)
     }
 
-    /// Whether every packet of the stream has had its first transmission: the stream's end,
-    /// where no later first transmission reveals a loss and the link has room to spare.
+    /// Whether every packet of the stream has had its first transmission: the stream's end.
     fn all_sent(&self) -> bool {
         self.sent_new >= self.packets
     }
@@ -475,9 +442,11 @@ impl<'a> Stream<'a> {
             MessageType::Pending => self.handle_pending(now, &hdr, payload),
             MessageType::Missing => self.handle_missing(now, &hdr),
             MessageType::Reject => {
-                // Only a refusal of a packet this stream has outstanding counts: a copy of an
-                // old refusal, or one provoked by someone else's packet, changes nothing.
-                if self.failed.is_some() || !self.is_outstanding(hdr.slot, hdr.seq) {
+                // Only a refusal of a packet this stream has outstanding counts.
+                let slot = hdr.slot.checked_sub(self.cfg.lane.slot_base);
+                let out = slot.and_then(|s| self.slots.get(usize::from(s))?.outstanding);
+                let ours = out.is_some_and(|o| self.header_of(o.index, hdr.kind).seq == hdr.seq);
+                if self.failed.is_some() || !ours {
                     self.stats.foreign += 1;
                     return;
                 }
@@ -494,31 +463,18 @@ impl<'a> Stream<'a> {
         }
     }
 
-    fn is_outstanding(&self, slot: u16, seq: u32) -> bool {
-        let Some(idx) = slot.checked_sub(self.cfg.lane.slot_base) else {
-            return false;
-        };
-        self.slots
-            .get(usize::from(idx))
-            .and_then(|s| s.outstanding)
-            .is_some_and(|o| (self.cfg.lane.next_position + o.index) as u32 == seq)
-    }
-
-    /// The outstanding packet that `hdr` (a Result or Pending) answers: its slot's index in
-    /// the lane, if the header names the packet's slot, set, sequence number and epoch.
-    fn answered_slot(&self, hdr: &AggRepr) -> Option<usize> {
+    /// The lane's slot and the outstanding packet that `hdr` answers: the header names the
+    /// packet's slot, set, sequence number and epoch.
+    fn answered(&self, hdr: &AggRepr) -> Option<(usize, Outstanding)> {
         let slot = usize::from(hdr.slot.checked_sub(self.cfg.lane.slot_base)?);
         let out = self.slots.get(slot)?.outstanding?;
-        let position = self.cfg.lane.next_position + out.index;
-        let window = u64::from(self.cfg.lane.window);
-        let matches = hdr.epoch == self.cfg.epoch
-            && hdr.seq == position as u32
-            && hdr.set == ((position / window) & 1) as u8;
-        matches.then_some(slot)
+        let ours = self.header_of(out.index, hdr.kind);
+        let matches = hdr.epoch == ours.epoch && hdr.seq == ours.seq && hdr.set == ours.set;
+        matches.then_some((slot, out))
     }
 
     /// The lane's slot of packet `index` and its outstanding transmission, if it is still
-    /// unanswered (a packet of the stream, whose slot has not moved on).
+    /// unanswered.
     fn outstanding_at(&self, index: u64) -> Option<(usize, Outstanding)> {
         if index >= self.packets {
             return None;
@@ -533,18 +489,17 @@ impl<'a> Stream<'a> {
         if self.is_over() {
             return None;
         }
+        // Drops the timers that no longer apply.
         let mut timer = None;
-        while let Some(Reverse((deadline, index))) = self.timers.peek().copied() {
-            let slot = self.slot_of(index);
-            match self.slots[slot].outstanding {
-                Some(o) if o.index == index && o.deadline == deadline => {
-                    timer = Some(deadline);
-                    break;
-                }
-                _ => {
-                    self.timers.pop();
-                }
+        while let Some(&Reverse((deadline, index))) = self.timers.peek() {
+            if self
+                .outstanding_at(index)
+                .is_some_and(|(_, o)| o.deadline == deadline)
+            {
+                timer = Some(deadline);
+                break;
             }
+            self.timers.pop();
         }
         [timer, self.stall_probe_at(), self.redetect_at()]
             .into_iter()

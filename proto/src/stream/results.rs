@@ -11,14 +11,15 @@ use ina_wire::AggRepr;
 
 impl<'a> Stream<'a> {
     pub(super) fn handle_result(&mut self, now: Instant, hdr: &AggRepr, payload: &[u8]) {
-        let base = self.cfg.lane.slot_base;
-        let in_lane =
-            hdr.slot >= base && u32::from(hdr.slot - base) < u32::from(self.cfg.lane.window);
-        if !in_lane || hdr.epoch != self.cfg.epoch {
+        let slot = hdr
+            .slot
+            .checked_sub(self.cfg.lane.slot_base)
+            .map(usize::from);
+        let Some(slot) = slot.filter(|s| *s < self.slots.len() && hdr.epoch == self.cfg.epoch)
+        else {
             self.stats.foreign += 1;
             return;
-        }
-        let slot = usize::from(hdr.slot - base);
+        };
         if let Some(counter) = hdr.gap {
             self.note_result_counter(hdr.slot, slot, counter);
         }
@@ -26,19 +27,12 @@ impl<'a> Stream<'a> {
             self.stats.duplicate_results += 1;
             return;
         };
-        let position = self.cfg.lane.next_position + out.index;
-        let window = u64::from(self.cfg.lane.window);
-        let data_block = self.data_block(out.index).filter(|b| *b < self.blocks);
-        let want_count = if data_block.is_some() || out.index < DESCRIPTOR_PACKETS {
-            self.cfg.elems_per_packet
-        } else {
-            0
-        };
-        if hdr.seq != position as u32 || hdr.set != ((position / window) & 1) as u8 {
+        let ours = self.header_of(out.index, hdr.kind);
+        if hdr.seq != ours.seq || hdr.set != ours.set {
             self.stats.duplicate_results += 1;
             return;
         }
-        if hdr.count != want_count {
+        if hdr.count != self.count_of(out.index) {
             if hdr.count == 0 {
                 self.handle_complete(now, slot, out);
             } else {
@@ -46,7 +40,7 @@ impl<'a> Stream<'a> {
             }
             return;
         }
-        // Accepted: the packet's use of the slot is complete.
+        // Accepted: the packet's use of the slot is complete, the slot free for its next packet.
         self.on_result_sample(now, &out, hdr);
         self.slots[slot].outstanding = None;
         self.slots[slot].done_upto = Some(out.index);
@@ -55,8 +49,7 @@ impl<'a> Stream<'a> {
         self.progress_at = Some(now);
         self.stall_rounds = 0;
         self.stall_probe_last = None;
-        // The slot is free for its next packet.
-        let next = out.index + window;
+        let next = out.index + u64::from(self.cfg.lane.window);
         if next < self.packets {
             self.ready.push(Reverse(next));
         }
@@ -68,47 +61,35 @@ impl<'a> Stream<'a> {
         if out.index >= DESCRIPTOR_PACKETS {
             self.stats.results += 1;
         }
-        self.write_result(out.index, data_block, hdr, payload);
+        self.write_result(out.index, hdr, payload);
     }
 
-    /// Writes an accepted result of packet `index` (carrying `data_block`, if any) into the
-    /// tensor, notes the exponent it agrees for the lookahead, and checks the descriptor.
-    pub(super) fn write_result(
-        &mut self,
-        index: u64,
-        data_block: Option<u64>,
-        hdr: &AggRepr,
-        payload: &[u8],
-    ) {
-        if let Some(b) = data_block {
+    /// Writes the accepted result of packet `index` into the tensor, notes the exponent it
+    /// agrees for the lookahead, and checks the descriptor.
+    fn write_result(&mut self, index: u64, hdr: &AggRepr, payload: &[u8]) {
+        if let Some(b) = self.data_block(index) {
             let r = self.block_range(b);
             let workers = self.cfg.total_workers;
-            let agreed = self.exps.get((b % self.lookahead.max(1)) as usize).copied();
-            match &mut self.tensor {
-                Tensor::Generated(g) => {
-                    if let Some(agreed) = agreed.filter(|a| *a != NON_FINITE) {
-                        let x = &mut self.scratch[..r.len()];
-                        quant::dequantize_be(payload, agreed, workers, x);
-                        g.result(r.start, x);
-                    }
+            let agreed = (self.exps.get((b % self.lookahead.max(1)) as usize).copied())
+                .filter(|a| *a != NON_FINITE);
+            match (&mut self.tensor, agreed) {
+                (Tensor::Generated(g), Some(agreed)) => {
+                    let x = &mut self.scratch[..r.len()];
+                    quant::dequantize_be(payload, agreed, workers, x);
+                    g.result(r.start, x);
                 }
-                t => match t.elements_mut() {
-                    Some(ElementsMut::F32(t)) => {
-                        if let Some(agreed) = agreed.filter(|a| *a != NON_FINITE) {
-                            quant::dequantize_be(payload, agreed, workers, &mut t[r]);
-                        }
+                (t, agreed) => match (t.elements_mut(), agreed) {
+                    (Some(ElementsMut::F32(t)), Some(agreed)) => {
+                        quant::dequantize_be(payload, agreed, workers, &mut t[r]);
                     }
-                    Some(ElementsMut::I32(t)) => {
+                    (Some(ElementsMut::I32(t)), _) => {
                         ina_wire::payload::decode_into(payload, &mut t[r]);
                     }
-                    None => {}
+                    _ => {}
                 },
             }
         }
-        if let Some(b) = self
-            .body(index)
-            .filter(|b| self.tensor.is_float() && *b < self.blocks)
-        {
+        if let Some(b) = self.exponent_block(index) {
             self.exps[(b % self.lookahead) as usize] = hdr.exponent;
             if hdr.exponent == NON_FINITE && self.poisoned.is_none() {
                 self.poisoned = Some(b);

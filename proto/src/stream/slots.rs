@@ -6,9 +6,8 @@ use crate::Instant;
 /// What the switch is known to hold of an outstanding packet's data (from Pending answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Held {
-    /// Nothing known: the data may have been lost, or may wait for the other workers'.
     Unknown,
-    /// The switch holds it: only the result can be missing, so a Query repairs any loss.
+    /// The switch holds it: a Query repairs any loss.
     Yes,
     /// The switch lacks it: the data must go again.
     No,
@@ -17,6 +16,7 @@ pub(super) enum Held {
 /// The deadline of a packet whose retransmission is queued: its timer is off until it goes.
 pub(super) const QUEUED: Instant = Instant::from_nanos(u64::MAX);
 
+/// A slot's packet in flight.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Outstanding {
     pub(super) index: u64,
@@ -27,8 +27,7 @@ pub(super) struct Outstanding {
     pub(super) last_tx: u64,
     /// Transmission number of its first transmission.
     pub(super) first_tx: u64,
-    /// Its first transmission's number among the first transmissions to its block (see
-    /// [`BlockTx`]).
+    /// Its first transmission's number among those to its block (see `BlockTx`).
     pub(super) block_ordinal: u64,
     /// When its latest transmission was sent.
     pub(super) last_sent: Instant,
@@ -38,11 +37,9 @@ pub(super) struct Outstanding {
     pub(super) held: Held,
     /// The contributor bitmap of the latest Pending answer for this use, if any.
     pub(super) contributors: Option<u32>,
-    /// The switch said the use is complete (a header-only answer to a status Query) and its
-    /// result has not come: the next Query asks for the result itself.
+    /// A status Query found the use complete and its result has not come (E7).
     pub(super) complete_seen: bool,
-    /// Found unanswered by order, and waiting a repair's time before it is asked about
-    /// (see [`Stream::judge`]): its timer is that wait, not a retransmission timeout.
+    /// Found unanswered by order, its timer is the wait before it is asked about (R3, R4).
     pub(super) awaiting_repair: bool,
 }
 

@@ -1,15 +1,15 @@
 //! The tensor a stream all-reduces: borrowed, owned or generated block by block.
 
-/// The tensor being all-reduced: borrowed for the stream's lifetime, or owned (and handed back
-/// by [`Stream::into_tensor`](crate::stream::Stream::into_tensor)), or never held whole ([`Source`]). The result replaces it.
+/// The tensor being all-reduced: borrowed, owned (handed back by
+/// [`Stream::into_tensor`](crate::stream::Stream::into_tensor)) or generated ([`Source`]). The
+/// result replaces it.
 #[derive(Debug)]
 pub enum Tensor<'a> {
     F32(&'a mut [f32]),
     I32(&'a mut [i32]),
     F32Owned(Vec<f32>),
     I32Owned(Vec<i32>),
-    /// Float32 elements made on demand, block by block, and the result handed back the same
-    /// way: a simulation of many workers holds no tensor of any.
+    /// Float32 elements made on demand and the result handed back, block by block.
     Generated(&'a mut (dyn Source + Send)),
 }
 
@@ -45,13 +45,12 @@ pub enum ElementsMut<'t> {
 impl Tensor<'_> {
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self.elements() {
-            Some(Elements::F32(t)) => t.len(),
-            Some(Elements::I32(t)) => t.len(),
-            None => match self {
-                Tensor::Generated(g) => g.len(),
-                _ => 0,
-            },
+        match self {
+            Tensor::F32(t) => t.len(),
+            Tensor::I32(t) => t.len(),
+            Tensor::F32Owned(t) => t.len(),
+            Tensor::I32Owned(t) => t.len(),
+            Tensor::Generated(g) => g.len(),
         }
     }
 

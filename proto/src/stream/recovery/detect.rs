@@ -9,29 +9,26 @@ use core::cmp::Reverse;
 use core::time::Duration;
 
 impl<'a> Stream<'a> {
-    /// When the earliest retransmission waiting in `deferred` may be judged lost again
-    /// (without waiting for another answer to come).
+    /// When the earliest retransmission waiting in `deferred` may be judged again.
     pub(in crate::stream) fn redetect_at(&self) -> Option<Instant> {
-        if !self.reports {
+        if !self.reports() {
             return None;
         }
         self.deferred
             .iter()
-            .filter_map(|&(tx, index)| {
-                let out = self.slots[self.slot_of(index)].outstanding?;
-                (out.index == index && out.last_tx == tx)
-                    .then(|| out.last_sent + self.redetect_after(out.retries))
-            })
+            .filter_map(|&(tx, index)| self.unanswered_tx(tx, index))
+            .map(|(_, out)| out.last_sent + self.redetect_after(out.retries))
             .min()
     }
 
+    /// Packet `index`'s slot and state, if transmission `tx` is its latest and unanswered.
+    fn unanswered_tx(&self, tx: u64, index: u64) -> Option<(usize, Outstanding)> {
+        self.outstanding_at(index).filter(|(_, o)| o.last_tx == tx)
+    }
+
     /// The tolerance for a first transmission whose loss the switch would report, given the
-    /// reordering `tolerance` (R1, `held-reordering`): `held_reordering + 3` if larger, at most an
-    /// eighth of the window. Late answers are mostly uses held up by another worker's repair, and
-    /// such a packet's loss the switch or the results' counters would reveal. Not in the last
-    /// window, nor with more than half the window in flight, where a slot held longer costs more
-    /// than a Query.
-    pub(in crate::stream) fn held_tolerance(&self, tolerance: u64) -> u64 {
+    /// reordering `tolerance` (R1, `held-reordering`).
+    pub(super) fn held_tolerance(&self, tolerance: u64) -> u64 {
         let window = u64::from(self.cfg.lane.window);
         if !self.has(Rule::HeldReordering)
             || self.in_last_window()
@@ -43,22 +40,16 @@ impl<'a> Stream<'a> {
         tolerance.max((self.held_reordering + 3).min(cap))
     }
 
-    /// Whether transmission `tx` of `index` waits for the held tolerance (see
-    /// [`Self::held_tolerance`]): an unanswered first transmission whose loss the switch
-    /// would report.
-    pub(in crate::stream) fn tolerates(&self, tx: u64, index: u64) -> bool {
-        self.slots[self.slot_of(index)]
-            .outstanding
-            .is_some_and(|o| {
-                o.index == index && o.last_tx == tx && o.retries == 0 && self.loss_reportable(&o)
-            })
+    /// Whether transmission `tx` of `index` waits for the held tolerance: an unanswered first
+    /// transmission whose loss the switch would report.
+    pub(super) fn tolerates(&self, tx: u64, index: u64) -> bool {
+        self.unanswered_tx(tx, index)
+            .is_some_and(|(_, o)| o.retries == 0 && self.loss_reportable(&o))
     }
 
     /// How many later transmissions must have been answered before an unanswered one counts as
-    /// lost (R1): three more than the largest reordering seen, at most half the window; with
-    /// `last-window-tolerance`, at most 3 in the last window, where few later results are left
-    /// and the stream's end waits for every packet.
-    pub(in crate::stream) fn reorder_tolerance(&self) -> u64 {
+    /// lost (R1, with `last-window-tolerance`).
+    pub(super) fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
         let tolerance = (self.reordering + 3).min(half);
         if self.in_last_window() && self.has(Rule::LastWindowTolerance) {
@@ -69,39 +60,23 @@ impl<'a> Stream<'a> {
     }
 
     /// How long after its `retries`-th retransmission a packet may be found lost again by
-    /// answers to later transmissions: the smoothed round trip (at least the clock
-    /// granularity), doubled for every retransmission before. An answer to a transmission made
-    /// after the retransmission cannot come back sooner than a round trip after it anyway; the
-    /// doubling spaces out the copies of a packet whose slot waits for another worker's repair,
-    /// so that a slow repair elsewhere does not use up this worker's retries at the pace of
-    /// answers.
-    pub(in crate::stream) fn redetect_after(&self, retries: u32) -> Duration {
-        let rtt = self
-            .rtt
-            .srtt()
-            .unwrap_or(Duration::ZERO)
-            .max(self.rtt.config().granularity);
-        let cap = if self.reports { 2 } else { 16 };
+    /// order (R2).
+    pub(super) fn redetect_after(&self, retries: u32) -> Duration {
+        let granularity = self.rtt.config().granularity;
+        let rtt = self.rtt.srtt().map_or(granularity, |s| s.max(granularity));
+        let cap = if self.reports() { 2 } else { 16 };
         rtt.saturating_mul(1 << retries.saturating_sub(1).min(cap))
     }
 
-    /// Loss detection by order (E2): every transmission more than the tolerance behind the newest
-    /// answered one, and still its packet's latest, is judged (see [`Self::judge`]). A
-    /// retransmission is judged again only after [`Self::redetect_after`] (R2; until then it waits
-    /// in `deferred`).
+    /// Loss detection by order (E2): judges every transmission more than the tolerance behind
+    /// the newest answered one.
     pub(in crate::stream) fn detect_losses(&mut self, now: Instant) {
         let Some(answered) = self.highest_answered else {
             return;
         };
         // Retransmissions judged too early before, first: they are older.
         let mut deferred = std::mem::take(&mut self.deferred);
-        for _ in 0..deferred.len() {
-            if let Some((tx, index)) = deferred.pop_front() {
-                if self.judge(now, tx, index) {
-                    deferred.push_back((tx, index));
-                }
-            }
-        }
+        deferred.retain(|&(tx, index)| self.judge(now, tx, index));
         let tolerance = self.reorder_tolerance();
         let upto = answered.saturating_sub(tolerance);
         let upto_held = answered.saturating_sub(self.held_tolerance(tolerance));
@@ -130,21 +105,16 @@ impl<'a> Stream<'a> {
         self.deferred = deferred;
     }
 
-    /// Transmission `tx` of packet `index` is older than the loss-detection threshold: queues
-    /// the packet's retransmission if `tx` is still its latest transmission and unanswered.
-    /// Returns whether it must be judged again later (a retransmission sent too recently).
-    pub(in crate::stream) fn judge(&mut self, now: Instant, tx: u64, index: u64) -> bool {
+    /// Transmission `tx` of packet `index` is past the threshold: if it is still the packet's
+    /// latest and unanswered, the packet goes again or waits (R3, R4). Returns whether it must
+    /// be judged again later (a retransmission sent too recently, R2).
+    pub(super) fn judge(&mut self, now: Instant, tx: u64, index: u64) -> bool {
         if self.failed.is_some() {
             return false;
         }
-        let slot = self.slot_of(index);
-        let Some(out) = self.slots[slot].outstanding else {
+        let Some((slot, out)) = self.unanswered_tx(tx, index) else {
             return false;
         };
-        if out.index != index || out.last_tx != tx {
-            // Answered, or sent again since.
-            return false;
-        }
         if out.retries > 0 && now - out.last_sent < self.redetect_after(out.retries) {
             return true;
         }

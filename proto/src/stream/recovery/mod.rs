@@ -1,11 +1,9 @@
-//! Loss recovery: the policy that decides, for each event, what goes again and when
-//! (docs/design/RECOVERY.md states the model: its events, the action each triggers, and
-//! the rules kept with what each is worth).
+//! Loss recovery: the policy that decides, for each event, what goes again and when. The model,
+//! its events (E1–E12) and rules (R1–R11) are docs/design/RECOVERY.md.
 //!
-//! The stream's mechanics (lanes, positions, self-clocking, the lookahead, writing results)
-//! live in the parent module; this one only reads them. Each event has its file:
-//! `answers` (Pending, Missing), `detect` (an answer out of order), `timers` (a timer, the
-//! stall probe), `tail` (the stream's end), `waits` (when a packet waits before it is asked
+//! The stream's mechanics live in the parent module; this one only reads them. Each event has
+//! its file: `answers` (Pending, Missing), `detect` (an answer out of order), `timers` (a timer,
+//! the stall probe), `tail` (the stream's end), `waits` (when a packet waits before it is asked
 //! about), with the durations in `timing` and the optional rules, by name, in `rules`.
 
 mod answers;
@@ -20,43 +18,36 @@ pub use rules::{Rule, Rules, UnknownRule};
 
 use crate::stream::config::StreamError;
 use crate::stream::slots::{Held, Outstanding, QUEUED};
-use crate::stream::{Stream, DESCRIPTOR_PACKETS};
+use crate::stream::Stream;
 use crate::Instant;
 use core::cmp::Reverse;
 use ina_wire::{AggRepr, QueryAsk};
 
 /// Why a packet is sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::stream) enum Retransmit {
-    /// Answers to later transmissions showed it lost.
+pub(super) enum Retransmit {
+    /// Answers to later transmissions showed it lost (E2, E7).
     Detected,
-    /// Its timer expired.
+    /// Its timer expired (E8).
     Timer,
-    /// The stall probe (see [`Stream::stall_probe_at`]).
+    /// The stall probe (E9).
     StallProbe,
-    /// A Pending answer showed that the switch lacks this worker's data.
+    /// A Pending answer showed that the switch lacks this worker's data (E5).
     Missing,
-    /// A Missing report named it: its data never reached the switch.
+    /// A Missing report named it (E6).
     Reported,
-    /// Its data is held by the switch, and its use has waited long enough to ask again (no
-    /// evidence of loss: counted with the stall probes).
+    /// Its data is held and its use has waited long enough to ask again (R7).
     Recheck,
-    /// A second copy of data sent again in the stream's last window (see
-    /// [`Stream::resend_data`]).
+    /// A second copy of data sent again in the last window (R9).
     TailCopy,
-    /// A second copy of a header-only packet of the exponent lookahead, sent once every one
-    /// of them has gone.
+    /// A second copy of a header-only packet of the exponent lookahead (R8).
     LookaheadCopy,
 }
 
 impl<'a> Stream<'a> {
     /// The next retransmission due, if any: a report of lost results first, then the packets
-    /// queued to go again, each as data or as a Query (see [`Self::retransmits_as_query`]).
-    pub(in crate::stream) fn poll_retransmit(
-        &mut self,
-        now: Instant,
-        buf: &mut [u8],
-    ) -> Option<usize> {
+    /// queued to go again, each as data or as a Query.
+    pub(super) fn poll_retransmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if let Some((slot, counter)) = self.result_reports.pop_front() {
             return Some(self.write_result_report(slot, counter, buf));
         }
@@ -64,65 +55,22 @@ impl<'a> Stream<'a> {
             let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
             };
-            if why == Retransmit::TailCopy {
-                if out.held == Held::Yes || out.last_was_query {
-                    continue;
-                }
-                self.stats.retransmissions += 1;
-                self.stats.tail_copies += 1;
-                return Some(self.write_packet(index, None, buf));
-            }
-            if why == Retransmit::LookaheadCopy {
-                if out.held == Held::Yes || out.retries > 0 {
-                    continue;
-                }
-                self.stats.lookahead_copies += 1;
-                return Some(self.write_packet(index, None, buf));
-            }
-            let query = self.retransmits_as_query(&out);
-            // (Without reports, Queries are rare and mostly repair a lost result: they fetch.)
-            // Once every packet has been sent, Queries fetch at once: the downlink has room,
-            // and a lost result at the stream's end costs one round trip less (at 4 MiB
-            // and 1% loss, 0.933 of lossless goodput at n = 8 against 0.910 asking first;
-            // fetching from the last window on, while results still stream, 0.909).
-            let fetch = out.complete_seen
-                || !self.reports
-                || (self.all_sent() && self.has(Rule::FetchAtEnd))
-                || !self.has(Rule::StatusQueries);
-            let ask = if !fetch {
-                QueryAsk::Status
-            } else if !out.complete_seen
-                && self.asks_for_partial()
-                && self.has(Rule::Rank0AsksPartial)
-            {
-                QueryAsk::StatusPushingPartial
-            } else {
-                QueryAsk::Fetch
-            };
-            // A Query is answered at once, with the result or Pending: its answer is due a
-            // round trip later. Data waits for the other workers' data.
-            let deadline = if query && self.reports {
-                now + self.query_timeout()
-            } else if self.reports {
-                // Its loss shows in a Query's Pending answer: asked about at round-trip pace.
-                now + self.spacing(now, &out)
-            } else {
-                now + self.rtt.backed_off(out.retries)
-            };
-            let last_tx = self.next_transmission(index);
-            self.slots[slot].outstanding = Some(Outstanding {
-                deadline,
-                last_tx,
-                last_sent: now,
-                last_was_query: query,
-                // Data sent again may be lost again.
-                held: if query { out.held } else { Held::Unknown },
-                // (Cleared here only: a packet queued for retransmission has no timer.)
-                awaiting_repair: false,
-                ..out
-            });
-            self.timers.push(Reverse((deadline, index)));
             match why {
+                Retransmit::TailCopy => {
+                    if out.held == Held::Yes || out.last_was_query {
+                        continue;
+                    }
+                    self.stats.retransmissions += 1;
+                    self.stats.tail_copies += 1;
+                    return Some(self.write_packet(index, None, buf));
+                }
+                Retransmit::LookaheadCopy => {
+                    if out.held == Held::Yes || out.retries > 0 {
+                        continue;
+                    }
+                    self.stats.lookahead_copies += 1;
+                    return Some(self.write_packet(index, None, buf));
+                }
                 Retransmit::Detected => {
                     self.stats.retransmissions += 1;
                     self.stats.fast_retransmissions += 1;
@@ -138,8 +86,45 @@ impl<'a> Stream<'a> {
                     self.stats.resent_reported += 1;
                 }
                 Retransmit::Timer => self.stats.retransmissions += 1,
-                Retransmit::TailCopy | Retransmit::LookaheadCopy => {}
             }
+            let query = self.retransmits_as_query(&out);
+            // R6: `status-queries`, `fetch-at-end`; R5 `rank0-asks-partial`.
+            let fetch = out.complete_seen
+                || !self.reports()
+                || (self.all_sent() && self.has(Rule::FetchAtEnd))
+                || !self.has(Rule::StatusQueries);
+            let ask = if !fetch {
+                QueryAsk::Status
+            } else if !out.complete_seen
+                && self.cfg.rank == 0
+                && self.in_tree()
+                && self.counts_results()
+                && self.has(Rule::Rank0AsksPartial)
+            {
+                QueryAsk::StatusPushingPartial
+            } else {
+                QueryAsk::Fetch
+            };
+            let deadline = now
+                + if !self.reports() {
+                    self.rtt.backed_off(out.retries)
+                } else if query {
+                    self.query_timeout()
+                } else {
+                    self.spacing(now, &out)
+                };
+            let last_tx = self.next_transmission(index);
+            self.slots[slot].outstanding = Some(Outstanding {
+                deadline,
+                last_tx,
+                last_sent: now,
+                last_was_query: query,
+                // Data sent again may be lost again.
+                held: if query { out.held } else { Held::Unknown },
+                awaiting_repair: false,
+                ..out
+            });
+            self.timers.push(Reverse((deadline, index)));
             if query {
                 self.stats.queries += 1;
                 return Some(self.write_query(index, ask, buf));
@@ -149,60 +134,43 @@ impl<'a> Stream<'a> {
         None
     }
 
-    /// Whether the retransmission of `out` is a Query rather than its data (R6). Known held: a
-    /// Query; known lost: data. Otherwise, with reports and `query-first`, a Query, since the
-    /// switch would have reported the loss of its data, except a packet whose loss no report can
-    /// reveal (a block's last first transmission) once every packet has gone: then its data goes
-    /// at once. Without reports, data.
-    pub(in crate::stream) fn retransmits_as_query(&self, out: &Outstanding) -> bool {
+    /// Whether the retransmission of `out` is a Query rather than its data (R6): known held, a
+    /// Query; known lost, data; else with reports and `query-first` a Query, except for a
+    /// block's last first transmission once every packet has gone.
+    pub(super) fn retransmits_as_query(&self, out: &Outstanding) -> bool {
         match out.held {
             Held::Yes => true,
             Held::No => false,
             Held::Unknown => {
-                self.reports
+                self.reports()
                     && self.has(Rule::QueryFirst)
                     && (out.retries > 1 || self.loss_reportable(out) || !self.all_sent())
             }
         }
     }
 
-    /// Queues a second copy of each of the stream's first `end` packets, the exponent lookahead's
-    /// headers, once the last of them has gone (R8, `lookahead-copies`): a block's data waits for
-    /// its lookahead use, which needs every worker's header. The copies carry no gap counter, and
-    /// the switch answers a copy of a header it holds as it answers data sent again.
-    pub(in crate::stream) fn queue_lookahead_copies(&mut self, end: u64) {
-        self.retransmit
-            .extend((DESCRIPTOR_PACKETS..end).map(|index| (index, Retransmit::LookaheadCopy)));
-    }
-
-    /// Queues the data of `out` (on `slot`), which the switch lacks, to go again now: unless a
-    /// retransmission is already queued, which then carries the data. Returns false if the
-    /// stream gave up instead.
-    pub(in crate::stream) fn resend_data(
+    /// Queues the data of `out` (on `slot`), which the switch lacks, to go again now (twice in
+    /// the last window, R9), unless a retransmission is already queued, which then carries the
+    /// data. Returns false if the stream gave up instead.
+    pub(super) fn resend_data(
         &mut self,
         now: Instant,
         slot: usize,
         out: Outstanding,
         why: Retransmit,
     ) -> bool {
-        let queued = out.is_queued();
-        if queued {
-            self.slots[slot].outstanding = Some(Outstanding {
-                held: Held::No,
-                ..out
-            });
+        let lost = Outstanding {
+            held: Held::No,
+            ..out
+        };
+        if out.is_queued() {
+            self.slots[slot].outstanding = Some(lost);
             return true;
         }
         if self.give_up_if_spent(now, &out) {
             return false;
         }
-        self.slots[slot].outstanding = Some(Outstanding {
-            held: Held::No,
-            retries: out.retries + 1,
-            deadline: QUEUED,
-            ..out
-        });
-        self.retransmit.push_back((out.index, why));
+        self.queue_retransmission(slot, lost, why);
         if self.in_last_window() && self.has(Rule::TailCopies) {
             self.retransmit.push_back((out.index, Retransmit::TailCopy));
         }
@@ -210,38 +178,25 @@ impl<'a> Stream<'a> {
     }
 
     /// A result accepted for `out`: a round-trip sample if it answers the packet's only
-    /// transmission (Karn), and the reordering and newest answer that loss detection counts from.
-    pub(in crate::stream) fn on_result_sample(
-        &mut self,
-        now: Instant,
-        out: &Outstanding,
-        hdr: &AggRepr,
-    ) {
+    /// transmission (Karn; with the results' counters, only a result that carries one), and the
+    /// reordering and newest answer that loss detection counts from.
+    pub(super) fn on_result_sample(&mut self, now: Instant, out: &Outstanding, hdr: &AggRepr) {
         if out.retries == 0 && (hdr.gap.is_some() || !self.counts_results()) {
-            // Unambiguous (Karn): the answer is to the only transmission. (With the results'
-            // gap counters, a result without one is a copy sent for a report of a lost one,
-            // and its round trip includes the wait for a later result.)
             let sample = now - out.first_sent;
             self.rtt.on_sample(sample);
             if let Some(w) = self.window.as_mut() {
                 let srtt = self.rtt.srtt().unwrap_or(sample);
                 w.on_rtt(now, sample, srtt, self.cfg.lane.window);
             }
-            if let Some(h) = self.highest_answered {
-                self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
-            }
-            self.highest_answered = Some(
-                self.highest_answered
-                    .map_or(out.last_tx, |h| h.max(out.last_tx)),
-            );
+            let h = self.highest_answered.unwrap_or(out.last_tx);
+            self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
+            self.highest_answered = Some(h.max(out.last_tx));
         }
     }
 
-    /// An immediate answer of the switch (Pending, or the header-only answer to a status
-    /// Query) to `out`'s latest retransmission: a sample of the path's round trip. Only the
-    /// answer to a packet's only retransmission is sure to answer that transmission and not
-    /// an earlier one, so only it may lower `path_min`.
-    pub(in crate::stream) fn on_path_sample(&mut self, now: Instant, out: &Outstanding) {
+    /// An immediate answer of the switch to `out`'s latest retransmission: a sample of the
+    /// path's round trip; only an answer to the only retransmission may lower `path_min`.
+    pub(super) fn on_path_sample(&mut self, now: Instant, out: &Outstanding) {
         let sample = now - out.last_sent;
         self.path_rtt.on_sample(sample);
         if out.retries == 1 {
@@ -249,20 +204,14 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// The header-only answer to a status Query: the use of `out` is complete, and its result,
-    /// which travelled ahead of this answer, was lost. The result is fetched now.
-    pub(in crate::stream) fn handle_complete(
-        &mut self,
-        now: Instant,
-        slot: usize,
-        out: Outstanding,
-    ) {
+    /// The header-only answer to a status Query (E7): the use of `out` is complete and its
+    /// result was lost. The result is fetched now.
+    pub(super) fn handle_complete(&mut self, now: Instant, slot: usize, out: Outstanding) {
         self.stats.completions_seen += 1;
         if out.last_was_query {
             self.on_path_sample(now, &out);
         }
-        let queued = out.is_queued();
-        if out.complete_seen || queued {
+        if out.complete_seen || out.is_queued() {
             self.slots[slot].outstanding = Some(Outstanding {
                 complete_seen: true,
                 ..out
@@ -272,24 +221,17 @@ impl<'a> Stream<'a> {
         if self.give_up_if_spent(now, &out) {
             return;
         }
-        self.slots[slot].outstanding = Some(Outstanding {
+        let out = Outstanding {
             held: Held::Yes,
             complete_seen: true,
-            retries: out.retries + 1,
-            deadline: QUEUED,
             ..out
-        });
-        self.retransmit.push_back((out.index, Retransmit::Detected));
+        };
+        self.queue_retransmission(slot, out, Retransmit::Detected);
     }
 
     /// Queues the next transmission of `out` (in `slot`), one more retry, for the next
     /// `poll_transmit`; `why` says what asked for it.
-    pub(in crate::stream) fn queue_retransmission(
-        &mut self,
-        slot: usize,
-        out: Outstanding,
-        why: Retransmit,
-    ) {
+    pub(super) fn queue_retransmission(&mut self, slot: usize, out: Outstanding, why: Retransmit) {
         self.slots[slot].outstanding = Some(Outstanding {
             retries: out.retries + 1,
             deadline: QUEUED,
@@ -299,11 +241,10 @@ impl<'a> Stream<'a> {
     }
 
     /// Fails the stream if `out` has used up its give-up time, or its retransmissions while not
-    /// known held and, with reports, not last asked with a Query (E12): Queries are spaced by the
-    /// time waited, so their number says nothing of how long the switch has been silent.
-    pub(in crate::stream) fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
+    /// known held and, with reports, not last asked with a Query (E12).
+    pub(super) fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
         let waited = now - out.first_sent;
-        let cheap = self.reports && (out.held == Held::Yes || out.last_was_query);
+        let cheap = self.reports() && (out.held == Held::Yes || out.last_was_query);
         let retries_left = out.retries < self.cfg.max_retries || cheap;
         if retries_left && waited < self.cfg.give_up {
             return false;

@@ -1,9 +1,5 @@
-//! The loss-recovery rules a stream may leave out, each by name (docs/design/RECOVERY.md).
-//!
-//! Every rule beyond the core (timers, loss detection by order, Queries with Pending answers,
-//! Missing reports, the stall probe, giving up) is listed here, on by default. Turning one off
-//! restores the behaviour the core alone gives in its place: the simulator does so to measure
-//! what each rule is worth (`ina sim --without RULE`).
+//! The optional loss-recovery rules, each by name (docs/design/RECOVERY.md §4), all on by
+//! default; `ina sim --without RULE` leaves one out.
 
 use core::fmt;
 use core::str::FromStr;
