@@ -1,14 +1,13 @@
 //! PROTOCOL.md §6, "Decision table for an accepted Data packet": the slot update.
 //!
-//! [`Pipeline::aggregate`] matches on the [`UseState`] of the packet's use, one arm per row of
-//! the table; a first or later arrival adds the payload ([`Pipeline::contribute`]), and the one
-//! that completes the use multicasts the result, or, on a switch with an uplink, sends the
-//! partial sum up (§9).
+//! [`Pipeline::aggregate`] decides the table's rows in order, each marked where it is decided:
+//! a first or later arrival adds the payload, and the one that completes the use multicasts
+//! the result, or, on a switch with an uplink, sends the partial sum up (§9).
 
 use super::answers::{emit_pending, emit_result};
 use super::counters::drop_counted;
 use super::registers::{
-    UseState, AWAITING_TOTAL, AWAITING_TOTAL_HEADER, HEADER_USE, PENDING_ARRIVALS,
+    awaiting, cells_of, AWAITING_TOTAL, AWAITING_TOTAL_HEADER, HEADER_USE, PENDING_ARRIVALS,
 };
 use super::reports::{block_in_job, block_of_both_jobs, note_counter, stamp};
 use super::uplink::{answer_waiting, emit_partial};
@@ -18,7 +17,10 @@ use crate::Instant;
 use ina_wire::{AggPacket, RejectReason, HEADER_LEN};
 
 impl Pipeline {
-    /// The slot update of a Data packet that passed the checks, row by row of the table.
+    /// The slot update of a Data packet that passed the checks, row by row of the table:
+    /// the rows are marked where they are decided (the `UseState` of the packet's use, as
+    /// the Query's table matches on it, spelled out here: this is the data path, and one
+    /// body for every row keeps its compilation small).
     #[inline(always)]
     pub(super) fn aggregate(
         &mut self,
@@ -29,65 +31,24 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        let slot = usize::from(view.slot());
-        let x = usize::from(view.set());
-        let regs = &self.regs.slots[slot];
-        let (state, bitmap) = (
-            UseState::of(regs, x, view.seq(), view.rank()),
-            regs.bitmap[x],
-        );
         // Row "count differs from the use's": refused before any register changes.
-        if let UseState::Collecting {
-            seen: false,
-            header_use,
-        } = state
-        {
-            if header_use != payload_bytes.is_empty() {
-                return self.reject_header(job_idx, view, RejectReason::BadCount, ingress, out);
-            }
+        if self.differs_from_its_use(view, payload_bytes.is_empty()) {
+            return self.reject_header(job_idx, view, RejectReason::BadCount, ingress, out);
         }
-        self.note_data(job_idx, view, ingress, now);
-        match state {
-            UseState::Older => self.drop(DropReason::StaleSeq),
-            UseState::Newer => self.contribute(job_idx, view, payload_bytes, true, out),
-            UseState::Collecting { seen: false, .. } => {
-                self.contribute(job_idx, view, payload_bytes, false, out)
-            }
-            // Retransmission, incomplete: the contributors so far.
-            UseState::Collecting { seen: true, .. } => {
-                emit_pending(&mut self.counters, view, bitmap, ingress, out)
-            }
-            // Retransmission, complete: the stored result, to the sender alone.
-            UseState::Complete { seen: true } => {
-                self.unicast_result(view, payload_bytes.len() / 4, ingress, out)
-            }
-            // The use completed and this worker already moved on (its bit was cleared by its
-            // next packet): a late copy.
-            UseState::Complete { seen: false } => self.drop(DropReason::Duplicate),
-            // Every rank here contributed and the total has not come down (§9).
-            UseState::AwaitingTotal { .. } => {
-                let job = &self.jobs[job_idx].cfg;
-                answer_waiting(&mut self.counters, view, job, bitmap, ingress, out)
-            }
-        }
-    }
-
-    /// What every Data packet of a job does besides its row: it is the job's latest activity,
-    /// and its gap counter, if it carries one, is noted (PROTOCOL.md §5, "Missing reports").
-    #[inline(always)]
-    fn note_data(
-        &mut self,
-        job_idx: usize,
-        view: &AggPacket<&[u8; HEADER_LEN]>,
-        ingress: PortId,
-        now: Instant,
-    ) {
-        let job = &mut self.jobs[job_idx];
+        // Borrowed apart, so that stores to one are known not to change the others.
+        let Pipeline {
+            regs,
+            jobs,
+            counters,
+            report,
+            gap_reports,
+            ..
+        } = self;
+        let job = &mut jobs[job_idx];
         job.last_activity = Some(now);
-        if let Some(counter) = view.gap().filter(|_| self.gap_reports) {
-            let (counters, report) = (&mut self.counters, &mut self.report);
+        if let Some(counter) = view.gap().filter(|_| *gap_reports) {
             note_counter(
-                &mut self.regs.gaps,
+                &mut regs.gaps,
                 job,
                 view,
                 counter,
@@ -96,44 +57,63 @@ impl Pipeline {
                 report,
             );
         }
-    }
-
-    /// Rows "first arrival" (`new_use`) and "later arrival": the payload is added to the
-    /// set's cells, and the last arrival multicasts the result, or sends the partial up.
-    #[inline(always)]
-    fn contribute(
-        &mut self,
-        job_idx: usize,
-        view: &AggPacket<&[u8; HEADER_LEN]>,
-        payload_bytes: &[u8],
-        new_use: bool,
-        out: &mut [u8],
-    ) -> Verdict<'_> {
-        let Pipeline {
-            regs,
-            jobs,
-            counters,
-            gap_reports,
-            ..
-        } = self;
-        let job = &jobs[job_idx];
+        let workers = job.workers;
         let slot = usize::from(view.slot());
         let x = usize::from(view.set());
-        let bit = 1u32 << (view.rank() % 32);
+        let bit = 1u32 << view.rank();
         // The header's count: both callers checked that the payload holds `count` elements.
         let count = payload_bytes.len() / 4;
-        let (
-            SlotRegisters {
-                seq,
-                bitmap,
-                count: pending,
-                exp,
-            },
-            cells,
-        ) = regs.slot_and_cells(slot, x, count);
+        let SlotRegisters {
+            seq,
+            bitmap,
+            count: pending,
+            exp,
+        } = &mut regs.slots[slot];
+        let base = (2 * slot + x) * usize::from(regs.max_elems);
+        let cells = &mut cells_of(&mut regs.values)[base..base + count];
+
+        // Stage 1: sequence register of the set. Row "stale".
+        let delta = view.seq().wrapping_sub(seq[x]) as i32;
+        if delta < 0 {
+            return drop_counted(counters, DropReason::StaleSeq);
+        }
+        let new_use = delta > 0;
+        // Stage 2: bitmap. Stage 3: count.
+        let seen = bitmap[x] & bit != 0;
+        // The result of this slot, if one is sent: header and `count` elements.
+        let result_len = HEADER_LEN + 4 * count;
+        if !new_use && awaiting(pending[x], job.cfg.elems_per_packet).is_some() {
+            // Every rank here contributed and the total has not come down: rank 0's
+            // retransmission asks the upper switch with a Query (§9's rows "waiting").
+            return answer_waiting(counters, view, &job.cfg, bitmap[x], ingress, out);
+        }
+        if !new_use && (seen || pending[x] == 0) {
+            if !seen {
+                // Row "late copy": the use completed and this worker already moved on (its bit
+                // was cleared by its next packet).
+                return drop_counted(counters, DropReason::Duplicate);
+            }
+            // Rows "retransmission, complete" and "retransmission, incomplete": answered from
+            // the registers, with the result if the use is complete, else with the
+            // contributors so far.
+            if pending[x] != 0 {
+                return emit_pending(counters, view, bitmap[x], ingress, out);
+            }
+            let Some(out) = out.get_mut(..result_len) else {
+                return drop_counted(counters, DropReason::OutputTooSmall);
+            };
+            debug_assert_eq!(seq[x], view.seq());
+            emit_result(view, exp[x], cells, None, out);
+            counters.results_unicast += 1;
+            return Verdict::Unicast {
+                port: ingress,
+                len: result_len,
+            };
+        }
+        // Rows "first arrival" (a new use) and "later arrival": an arrival that counts.
         // Arrivals pending: a new use starts at workers - 1 still to come.
         let remaining = if new_use {
-            job.workers - 1
+            workers - 1
         } else {
             (pending[x] & PENDING_ARRIVALS) - 1
         };
@@ -142,8 +122,6 @@ impl Pipeline {
         } else {
             pending[x] & HEADER_USE != 0
         };
-        // The result of this slot, if one is sent: header and `count` elements.
-        let result_len = HEADER_LEN + 4 * count;
         // The arrival that completes the use must be able to send the result; refusing it
         // before any register changes keeps the slot collecting, so that its retransmission
         // completes the use as this packet would have.
@@ -173,11 +151,8 @@ impl Pipeline {
         if remaining != 0 {
             return Verdict::Absorbed;
         }
-        // Row "last arrival". On a switch with an uplink (§9): the partial goes up, and the
-        // use waits for the total. (The registers are borrowed again below, for the gap
-        // counter's registers besides the cells.)
-        let exp = exp[x];
-        debug_assert_eq!(seq[x], view.seq());
+        // Row "last arrival": on a switch with an uplink (§9) the partial goes up, and the
+        // use waits for the total; else the result goes to every rank.
         if let Some(up) = job.cfg.uplink {
             pending[x] = if count == 0 {
                 AWAITING_TOTAL_HEADER
@@ -188,18 +163,18 @@ impl Pipeline {
             let gap = (*gap_reports && block_of_both_jobs(&job.cfg, up, slot))
                 .then(|| stamp(&mut regs.partial_gaps, &mut regs.partial_uses, slot, x))
                 .flatten();
-            let cells = &regs.slot_and_cells(slot, x, count).1[..];
-            return emit_partial(counters, view, &job.cfg, up, exp, cells, gap, out);
+            return emit_partial(counters, view, &job.cfg, up, exp[x], cells, gap, out);
         }
         let Some(out) = out.get_mut(..result_len) else {
             // Unreachable: checked before the registers changed.
             return drop_counted(counters, DropReason::OutputTooSmall);
         };
+        let job = &*job;
+        debug_assert_eq!(seq[x], view.seq());
         let gap = (*gap_reports && block_in_job(&job.cfg, slot))
             .then(|| stamp(&mut regs.result_gaps, &mut regs.result_uses, slot, x))
             .flatten();
-        let cells = &regs.slot_and_cells(slot, x, count).1[..];
-        emit_result(view, exp, cells, gap, out);
+        emit_result(view, exp[x], cells, gap, out);
         counters.results_multicast += 1;
         Verdict::Multicast {
             ports: &job.cfg.ranks,
@@ -207,29 +182,26 @@ impl Pipeline {
         }
     }
 
-    /// Row "retransmission, complete": the stored result of the packet's use, `count`
-    /// elements, unicast to `ingress`.
+    /// Whether a Data arrival that would count towards its slot's current use (new from its
+    /// rank, the use collecting) carries a payload where the use's first arrival carried none,
+    /// or none where it carried one. (Cold: only a faulty sender's packet is refused so.)
+    #[cold]
     #[inline(always)]
-    fn unicast_result(
-        &mut self,
+    fn differs_from_its_use(
+        &self,
         view: &AggPacket<&[u8; HEADER_LEN]>,
-        count: usize,
-        ingress: PortId,
-        out: &mut [u8],
-    ) -> Verdict<'_> {
-        let result_len = HEADER_LEN + 4 * count;
-        let Some(out) = out.get_mut(..result_len) else {
-            return self.drop(DropReason::OutputTooSmall);
+        headers_only: bool,
+    ) -> bool {
+        let x = usize::from(view.set());
+        let Some(r) = self.regs.slots.get(usize::from(view.slot())) else {
+            return false;
         };
-        let (slot, x) = (usize::from(view.slot()), usize::from(view.set()));
-        let (regs, cells) = self.regs.slot_and_cells(slot, x, count);
-        debug_assert_eq!(regs.seq[x], view.seq());
-        emit_result(view, regs.exp[x], cells, None, out);
-        self.counters.results_unicast += 1;
-        Verdict::Unicast {
-            port: ingress,
-            len: result_len,
-        }
+        let pending = r.count[x];
+        let collecting = pending & PENDING_ARRIVALS != 0 && awaiting(pending, 0).is_none();
+        collecting
+            && view.seq() == r.seq[x]
+            && r.bitmap[x] & (1u32 << (view.rank() % 32)) == 0
+            && (pending & HEADER_USE != 0) != headers_only
     }
 }
 
