@@ -29,6 +29,9 @@ pub struct Descriptor {
     pub elements: u64,
     /// Whether they are float32 (else int32).
     pub float: bool,
+    /// Whether the stream is the support of a sparse all-reduce of such a tensor (PROTOCOL.md
+    /// §5, "Sparse streams"): element type 3 or 4 instead of 1 or 2.
+    pub support: bool,
     /// The workers every sum covers, as this rank believes.
     pub total_workers: u16,
 }
@@ -40,7 +43,9 @@ pub enum Mismatch {
     Workers { ours: u16, contributed: u64 },
     #[error("the ranks all-reduce tensors of different lengths: this rank {ours} elements, the ranks' mean about {mean}")]
     Length { ours: u64, mean: u64 },
-    #[error("the ranks all-reduce different element types: this rank {ours}, not every rank")]
+    #[error(
+        "the ranks all-reduce different element types or modes: this rank {ours}, not every rank"
+    )]
     Type { ours: &'static str },
     #[error("the ranks all-reduce different tensors (their lengths, element types or worker counts differ)")]
     Differs,
@@ -51,7 +56,7 @@ impl Descriptor {
         let mut limbs = vec![1u8];
         if elems >= FULL_ELEMS {
             limbs.extend_from_slice(&self.elements.to_le_bytes()[..6]);
-            limbs.push(if self.float { 1 } else { 2 });
+            limbs.push(self.type_code());
             limbs.extend_from_slice(&self.total_workers.to_le_bytes());
         } else {
             let digest = self.digest().to_le_bytes();
@@ -62,6 +67,22 @@ impl Descriptor {
         limbs
     }
 
+    /// The element-type field: 1 float32, 2 int32, 3 and 4 the support of a sparse all-reduce
+    /// of either.
+    fn type_code(&self) -> u8 {
+        1 + u8::from(!self.float) + 2 * u8::from(self.support)
+    }
+
+    /// The element type and mode, as an error names them.
+    fn type_name(&self) -> &'static str {
+        match (self.float, self.support) {
+            (true, false) => "float32",
+            (false, false) => "int32",
+            (true, true) => "sparse float32",
+            (false, true) => "sparse int32",
+        }
+    }
+
     /// FNV-1a over the fields.
     fn digest(&self) -> u32 {
         let mut h: u32 = 0x811c_9dc5;
@@ -69,7 +90,7 @@ impl Descriptor {
             .elements
             .to_le_bytes()
             .into_iter()
-            .chain([u8::from(self.float)])
+            .chain([self.type_code()])
             .chain(self.total_workers.to_le_bytes());
         for b in bytes {
             h ^= u32::from(b);
@@ -124,7 +145,7 @@ impl Descriptor {
         }
         if !agree(7) {
             return Err(Mismatch::Type {
-                ours: if self.float { "float32" } else { "int32" },
+                ours: self.type_name(),
             });
         }
         if !(8..10).all(agree) {
@@ -154,6 +175,7 @@ mod tests {
         Descriptor {
             elements,
             float,
+            support: false,
             total_workers,
         }
     }
@@ -172,6 +194,15 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+        let mut sparse = d(1000, true, 2);
+        sparse.support = true;
+        let modes = [d(1000, true, 2), sparse];
+        assert!(matches!(
+            modes[1].check(&sum(&modes, e)),
+            Err(Mismatch::Type {
+                ours: "sparse float32"
+            })
+        ));
         let types = [d(1000, true, 2), d(1000, false, 2)];
         assert!(matches!(
             types[1].check(&sum(&types, e)),

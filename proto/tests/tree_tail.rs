@@ -82,6 +82,7 @@ fn result_of(data: &AggRepr, counter: u8) -> Vec<u8> {
         let d = Descriptor {
             elements: ELEMENTS.with(std::cell::Cell::get),
             float: false,
+            support: false,
             total_workers: 8,
         };
         let sums: Vec<i32> = d.encode(usize::from(ELEMS)).iter().map(|v| v * 8).collect();

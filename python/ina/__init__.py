@@ -291,21 +291,27 @@ class Communicator:
     def elems_per_packet(self) -> int:
         return self._native.elems_per_packet
 
-    def allreduce_async(self, x: Any) -> Handle:
+    def allreduce_async(self, x: Any, mode: str = "dense") -> Handle:
         """Starts summing ``x`` over all ranks, in place, and returns at once.
 
         ``x``: a NumPy array, a CPU torch tensor or another object with the buffer protocol,
         of float32 or int32, C-contiguous and writable. Do not touch it until the returned
         handle's :meth:`Handle.wait` has returned.
+
+        ``mode``: ``"dense"`` sends every block; ``"sparse"`` sends only the blocks some rank
+        holds (a block of zeros is held by none); ``"auto"`` picks one from the density the
+        previous all-reduce of the same shape measured. Every rank must pass the same mode for
+        the same tensor. A tensor that is not dense runs after the ones submitted before it.
         """
         addr, count, dtype, keep = _memory(x)
         if count == 0:
             return Handle(None, None)
-        return Handle(self._native._submit(addr, count, dtype), keep)
+        return Handle(self._native._submit(addr, count, dtype, mode), keep)
 
-    def allreduce(self, x: Any) -> Optional[Stats]:
-        """Sums ``x`` over all ranks, in place; returns the all-reduce's statistics."""
-        return self.allreduce_async(x).wait()
+    def allreduce(self, x: Any, mode: str = "dense") -> Optional[Stats]:
+        """Sums ``x`` over all ranks, in place; returns the all-reduce's statistics
+        (``mode``: see :meth:`allreduce_async`)."""
+        return self.allreduce_async(x, mode).wait()
 
     def close(self) -> None:
         """Stops the communicator; later all-reduces raise :class:`Error`."""

@@ -17,6 +17,9 @@ class Stats:
     seconds: float
     packets_sent: int
     retransmissions: int
+    sparse: bool
+    own_density: float
+    union_density: float
 
 class Handle:
     def wait(self) -> Stats: ...
@@ -53,5 +56,5 @@ class NativeCommunicator:
         give_up: float = 5.0,
         probe_timeout: float = 5.0,
     ) -> NativeCommunicator: ...
-    def _submit(self, addr: int, len: int, dtype: str) -> Handle: ...
+    def _submit(self, addr: int, len: int, dtype: str, mode: str = "dense") -> Handle: ...
     def close(self) -> None: ...

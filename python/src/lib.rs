@@ -330,7 +330,9 @@ impl NativeCommunicator {
     /// The memory must be writable, aligned for the type, hold `len` elements, and stay
     /// exported (alive and unmoved) until the returned handle's `wait()` has returned or its
     /// `done()` has returned True. Nothing else may use it meanwhile.
-    fn _submit(&self, addr: usize, len: usize, dtype: &str) -> PyResult<Handle> {
+    #[pyo3(signature = (addr, len, dtype, mode="dense"))]
+    fn _submit(&self, addr: usize, len: usize, dtype: &str, mode: &str) -> PyResult<Handle> {
+        let mode: ina_worker::Mode = mode.parse().map_err(PyValueError::new_err)?;
         if addr == 0 && len > 0 {
             return Err(PyValueError::new_err("null address"));
         }
@@ -356,7 +358,7 @@ impl NativeCommunicator {
             .as_ref()
             .ok_or_else(|| Error::new_err("the communicator is closed"))?;
         Ok(Handle {
-            state: Mutex::new(HandleState::Running(comm.submit(tensor))),
+            state: Mutex::new(HandleState::Running(comm.submit_with(tensor, mode))),
             failed: self.failed.clone(),
         })
     }
@@ -475,14 +477,24 @@ struct Stats {
     /// Packets sent, and of those retransmitted.
     packets_sent: u64,
     retransmissions: u64,
+    /// Whether the all-reduce went sparse, and the fractions of blocks this rank and some
+    /// rank held (0 when it went dense).
+    sparse: bool,
+    own_density: f64,
+    union_density: f64,
 }
 
 impl From<OpStats> for Stats {
     fn from(s: OpStats) -> Stats {
         Stats {
             seconds: s.elapsed.as_secs_f64(),
-            packets_sent: s.stream.packets_sent,
-            retransmissions: s.stream.retransmissions,
+            packets_sent: s.stream.packets_sent
+                + s.sparse.map_or(0, |x| x.support.packets_sent),
+            retransmissions: s.stream.retransmissions
+                + s.sparse.map_or(0, |x| x.support.retransmissions),
+            sparse: s.sparse.is_some(),
+            own_density: s.sparse.map_or(0.0, |x| x.own_density),
+            union_density: s.sparse.map_or(0.0, |x| x.union_density),
         }
     }
 }

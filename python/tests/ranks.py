@@ -99,3 +99,23 @@ def expect_error(kwargs: dict, kind: str, n: int) -> str:
     except ina.Error as e:
         return type(e).__name__
     return "no error"
+
+
+def sparse_embedding(kwargs: dict, rows: int, width: int) -> dict:
+    """An embedding's gradient: this rank touched a few rows of its own and row 0. The same
+    tensor is summed sparse, dense and with auto twice; returns the results and the stats."""
+    rank = kwargs["rank"]
+    grad = np.zeros((rows, width), dtype=np.float32)
+    rng = np.random.default_rng(rank)
+    touched = [0] + list(rng.choice(rows, size=rows // 100, replace=False))
+    for row in touched:
+        grad[row] = rng.standard_normal(width).astype(np.float32)
+    out = {}
+    with ina.Communicator(**kwargs) as comm:
+        for mode in ["sparse", "dense", "auto", "auto"]:
+            x = grad.copy()
+            stats = comm.allreduce(x, mode=mode)
+            out.setdefault(mode, []).append(
+                (x, stats.sparse, stats.own_density, stats.union_density)
+            )
+    return out

@@ -197,3 +197,19 @@ def test_a_restarted_switch_raises_switch_restarted(switch):
     time.sleep(0.5)
     with pytest.raises(ina.SwitchRestarted):
         comm.allreduce(x)
+
+
+def test_sparse_mode_sums_an_embedding_gradient_exactly_as_dense(switch):
+    sw = switch(4)
+    results = run_ranks(ranks.sparse_embedding, [(sw.kwargs(r), 2000, 64) for r in range(4)])
+    first_sparse = results[0]["sparse"][0][0]
+    for r, res in enumerate(results):
+        sparse, went_sparse, own, union = res["sparse"][0]
+        dense, went_dense, _, _ = res["dense"][0]
+        # Bit for bit the dense result, and the same on every rank.
+        assert np.array_equal(sparse.view(np.int32), dense.view(np.int32)), f"rank {r}"
+        assert np.array_equal(sparse.view(np.int32), first_sparse.view(np.int32)), f"rank {r}"
+        assert went_sparse and not went_dense
+        assert 0 < own <= union < 0.25, (own, union)
+        # Auto goes sparse while the union measured is small.
+        assert [a[1] for a in res["auto"]] == [True, True]

@@ -58,6 +58,12 @@ pub struct WorkerConfig {
     /// `bind` to `switch`). A job whose packets do not fit fails the connection with
     /// [`WorkerError::PathMtu`] instead of having every datagram fragmented.
     pub mtu: Option<usize>,
+    /// How [`Communicator::allreduce_f32`] and [`Communicator::allreduce_i32`] send a tensor:
+    /// dense (the default), sparse, or as the previous all-reduce of its shape suggests.
+    pub mode: ina_proto::sparse::Mode,
+    /// A sparse all-reduce treats a float32 block whose largest magnitude is below this as
+    /// zero, dropping this rank's values of it (lossy; 0, the default, drops nothing).
+    pub sparse_threshold: f32,
 }
 
 impl WorkerConfig {
@@ -86,6 +92,8 @@ impl WorkerConfig {
             udp: UdpConfig::default(),
             group: None,
             mtu: None,
+            mode: ina_proto::sparse::Mode::Dense,
+            sparse_threshold: 0.0,
         }
     }
 }
@@ -179,8 +187,11 @@ impl From<StreamError> for WorkerError {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct OpStats {
     pub elements: usize,
+    /// The stream of the values (of the union's blocks, for a sparse all-reduce).
     pub stream: StreamStats,
     pub elapsed: Duration,
+    /// Set when the all-reduce went sparse (PROTOCOL.md §5, "Sparse streams").
+    pub sparse: Option<crate::sparse::SparseStats>,
 }
 
 /// The job as the switch reported it.
@@ -238,7 +249,7 @@ pub type TensorRef<'a> = Tensor<'a>;
 #[derive(Debug)]
 pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     port: P,
-    cfg: WorkerConfig,
+    pub(crate) cfg: WorkerConfig,
     job: ProbedJob,
     lanes: Vec<Lane>,
     next_lane: usize,
@@ -262,6 +273,8 @@ pub struct Communicator<P: Port<Addr = SocketAddr> = UdpPort> {
     gate: Option<std::sync::Arc<crate::gate::Gate>>,
     /// The job moved (new slots, new epoch): ask the switch before the next operation.
     moved: bool,
+    /// [`Mode::Auto`](ina_proto::sparse::Mode::Auto)'s memory of union densities.
+    pub(crate) chooser: ina_proto::sparse::ModeChooser,
 }
 
 /// How a communicator joins its port to a multicast group.
@@ -349,6 +362,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
             join,
             gate: None,
             moved: false,
+            chooser: Default::default(),
             cfg,
         };
         comm.probe()?;
@@ -621,16 +635,16 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         self.gate = Some(gate);
     }
 
-    /// Sums `data` over all workers of the job, in place.
+    /// Sums `data` over all workers of the job, in place, in the configured mode
+    /// ([`WorkerConfig::mode`]).
     pub fn allreduce_f32(&mut self, data: &mut [f32]) -> Result<OpStats, WorkerError> {
-        let mut r = self.allreduce_many(&mut [Tensor::F32(data)]);
-        r.pop().unwrap_or(Err(WorkerError::Disconnected))
+        self.allreduce_f32_with(data, self.cfg.mode)
     }
 
-    /// Sums `data` over all workers of the job, in place, with wrap-around.
+    /// Sums `data` over all workers of the job, in place, with wrap-around, in the configured
+    /// mode.
     pub fn allreduce_i32(&mut self, data: &mut [i32]) -> Result<OpStats, WorkerError> {
-        let mut r = self.allreduce_many(&mut [Tensor::I32(data)]);
-        r.pop().unwrap_or(Err(WorkerError::Disconnected))
+        self.allreduce_i32_with(data, self.cfg.mode)
     }
 
     /// All-reduces several tensors with up to `lanes` of them in flight at once. Tensor `k` of
@@ -805,6 +819,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                         elements: a.elements,
                         stream,
                         elapsed: a.started.elapsed(),
+                        sparse: None,
                     }),
                     Err(e) => {
                         let e = WorkerError::from(e);
@@ -908,12 +923,14 @@ fn reborrow<'s>(t: &'s mut Tensor<'_>) -> Tensor<'s> {
         Tensor::F32Owned(x) => Tensor::F32(x),
         Tensor::I32Owned(x) => Tensor::I32(x),
         Tensor::Generated(g) => Tensor::Generated(&mut **g),
+        Tensor::Support(x, float) => Tensor::Support(x, *float),
     }
 }
 
 enum Request {
     Reduce {
         tensor: Tensor<'static>,
+        mode: ina_proto::sparse::Mode,
         reply: mpsc::Sender<(Result<OpStats, WorkerError>, Tensor<'static>)>,
     },
 }
@@ -975,13 +992,54 @@ impl AsyncCommunicator {
                 // adds them) and the completion callback (which answers each as it ends).
                 let replies: RefCell<Vec<Option<mpsc::Sender<Completed>>>> =
                     RefCell::new(Vec::new());
+                // A request that is not dense, taken from the channel while a burst ran: it
+                // runs alone, once the burst's streams ended.
+                let mut held: Option<Request> = None;
                 loop {
                     // Block for the first request of a burst; take the rest as they come.
-                    let Ok(first) = rx.recv() else { return };
-                    let mut first = Some(first);
+                    let first = match held.take() {
+                        Some(r) => r,
+                        None => match rx.recv() {
+                            Ok(r) => r,
+                            Err(_) => return,
+                        },
+                    };
+                    let Request::Reduce {
+                        mut tensor,
+                        mode,
+                        reply,
+                    } = first;
+                    if mode != ina_proto::sparse::Mode::Dense {
+                        // Two streams, the second from the first's result: one at a time.
+                        let result = match &mut tensor {
+                            Tensor::F32Owned(v) => comm.allreduce_f32_with(v, mode),
+                            Tensor::F32(v) => comm.allreduce_f32_with(v, mode),
+                            Tensor::I32Owned(v) => comm.allreduce_i32_with(v, mode),
+                            Tensor::I32(v) => comm.allreduce_i32_with(v, mode),
+                            t => {
+                                let mut r = comm.allreduce_many(&mut [reborrow(t)]);
+                                r.pop().unwrap_or(Err(WorkerError::Disconnected))
+                            }
+                        };
+                        let _ = reply.send((result, tensor));
+                        continue;
+                    }
+                    let mut first = Some((tensor, reply));
                     let mut source = || {
-                        let req = first.take().or_else(|| rx.try_recv().ok())?;
-                        let Request::Reduce { tensor, reply } = req;
+                        let (tensor, reply) = match first.take() {
+                            Some(f) => f,
+                            None => match rx.try_recv().ok()? {
+                                Request::Reduce {
+                                    tensor,
+                                    mode: ina_proto::sparse::Mode::Dense,
+                                    reply,
+                                } => (tensor, reply),
+                                other => {
+                                    held = Some(other);
+                                    return None;
+                                }
+                            },
+                        };
                         let mut r = replies.borrow_mut();
                         r.push(Some(reply));
                         Some((r.len() - 1, tensor))
@@ -1008,12 +1066,23 @@ impl AsyncCommunicator {
         self.job
     }
 
-    /// Submits an owned tensor (`Tensor::F32Owned` or `Tensor::I32Owned`).
+    /// Submits an owned tensor (`Tensor::F32Owned` or `Tensor::I32Owned`), dense.
     pub fn submit(&self, tensor: Tensor<'static>) -> Pending {
+        self.submit_with(tensor, ina_proto::sparse::Mode::Dense)
+    }
+
+    /// Submits an owned tensor, dense or sparse as `mode` says (every rank must give the same
+    /// mode for the same tensor). A tensor that is not dense runs alone, after the tensors
+    /// submitted before it ended.
+    pub fn submit_with(&self, tensor: Tensor<'static>, mode: ina_proto::sparse::Mode) -> Pending {
         let (reply, rx) = mpsc::channel();
         if let Some(tx) = &self.tx {
-            if let Err(mpsc::SendError(Request::Reduce { tensor, reply })) =
-                tx.send(Request::Reduce { tensor, reply })
+            if let Err(mpsc::SendError(Request::Reduce { tensor, reply, .. })) =
+                tx.send(Request::Reduce {
+                    tensor,
+                    mode,
+                    reply,
+                })
             {
                 let _ = reply.send((Err(WorkerError::Disconnected), tensor));
             }

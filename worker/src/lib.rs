@@ -18,6 +18,9 @@ pub use ina_io::dpdk;
 pub mod gate;
 pub mod metrics;
 pub mod ring;
+pub mod sparse;
 
 pub use comm::{AsyncCommunicator, Communicator, OpStats, Pending, WorkerConfig, WorkerError};
 pub use gate::Gate;
+pub use ina_proto::sparse::Mode;
+pub use sparse::SparseStats;

@@ -271,9 +271,14 @@ impl<'a> Stream<'a> {
 
     /// This rank's descriptor.
     fn descriptor(&self) -> Descriptor {
+        let (float, support) = match self.tensor {
+            Tensor::Support(_, of_float) => (of_float, true),
+            ref t => (t.is_float(), false),
+        };
         Descriptor {
             elements: self.tensor.len() as u64,
-            float: self.tensor.is_float(),
+            float,
+            support,
             total_workers: self.cfg.total_workers,
         }
     }

@@ -11,6 +11,10 @@ pub enum Tensor<'a> {
     I32Owned(Vec<i32>),
     /// Float32 elements made on demand and the result handed back, block by block.
     Generated(&'a mut (dyn Source + Send)),
+    /// The support of a sparse all-reduce (PROTOCOL.md §5, "Sparse streams"; made by
+    /// `crate::sparse::support`): int32 counts, with the element type of the tensor whose
+    /// support it is (float32 if `true`), which the descriptor names.
+    Support(&'a mut [i32], bool),
 }
 
 /// A float32 tensor that is never held whole (see [`Tensor::Generated`]).
@@ -47,7 +51,7 @@ impl Tensor<'_> {
     pub fn len(&self) -> usize {
         match self {
             Tensor::F32(t) => t.len(),
-            Tensor::I32(t) => t.len(),
+            Tensor::I32(t) | Tensor::Support(t, _) => t.len(),
             Tensor::F32Owned(t) => t.len(),
             Tensor::I32Owned(t) => t.len(),
             Tensor::Generated(g) => g.len(),
@@ -61,14 +65,17 @@ impl Tensor<'_> {
 
     /// Whether the elements are float32 (and so use the exponent lookahead).
     pub fn is_float(&self) -> bool {
-        !matches!(self, Tensor::I32(_) | Tensor::I32Owned(_))
+        !matches!(
+            self,
+            Tensor::I32(_) | Tensor::I32Owned(_) | Tensor::Support(..)
+        )
     }
 
     /// The elements; `None` for a generated tensor, which has none in memory.
     pub fn elements(&self) -> Option<Elements<'_>> {
         Some(match self {
             Tensor::F32(t) => Elements::F32(t),
-            Tensor::I32(t) => Elements::I32(t),
+            Tensor::I32(t) | Tensor::Support(t, _) => Elements::I32(t),
             Tensor::F32Owned(t) => Elements::F32(t),
             Tensor::I32Owned(t) => Elements::I32(t),
             Tensor::Generated(_) => return None,
@@ -79,7 +86,7 @@ impl Tensor<'_> {
     pub fn elements_mut(&mut self) -> Option<ElementsMut<'_>> {
         Some(match self {
             Tensor::F32(t) => ElementsMut::F32(t),
-            Tensor::I32(t) => ElementsMut::I32(t),
+            Tensor::I32(t) | Tensor::Support(t, _) => ElementsMut::I32(t),
             Tensor::F32Owned(t) => ElementsMut::F32(t),
             Tensor::I32Owned(t) => ElementsMut::I32(t),
             Tensor::Generated(_) => return None,
