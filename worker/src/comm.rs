@@ -1016,10 +1016,7 @@ impl AsyncCommunicator {
                             Tensor::F32(v) => comm.allreduce_f32_with(v, mode),
                             Tensor::I32Owned(v) => comm.allreduce_i32_with(v, mode),
                             Tensor::I32(v) => comm.allreduce_i32_with(v, mode),
-                            t => {
-                                let mut r = comm.allreduce_many(&mut [reborrow(t)]);
-                                r.pop().unwrap_or(Err(WorkerError::Disconnected))
-                            }
+                            t => comm.allreduce_one(reborrow(t)),
                         };
                         let _ = reply.send((result, tensor));
                         continue;

@@ -90,7 +90,7 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
     }
 
     /// One tensor through [`Self::allreduce_many`].
-    fn allreduce_one(&mut self, tensor: Tensor<'_>) -> Result<OpStats, WorkerError> {
+    pub(crate) fn allreduce_one(&mut self, tensor: Tensor<'_>) -> Result<OpStats, WorkerError> {
         let mut r = self.allreduce_many(&mut [tensor]);
         r.pop().unwrap_or(Err(WorkerError::Disconnected))
     }
