@@ -488,8 +488,7 @@ impl From<OpStats> for Stats {
     fn from(s: OpStats) -> Stats {
         Stats {
             seconds: s.elapsed.as_secs_f64(),
-            packets_sent: s.stream.packets_sent
-                + s.sparse.map_or(0, |x| x.support.packets_sent),
+            packets_sent: s.stream.packets_sent + s.sparse.map_or(0, |x| x.support.packets_sent),
             retransmissions: s.stream.retransmissions
                 + s.sparse.map_or(0, |x| x.support.retransmissions),
             sparse: s.sparse.is_some(),
