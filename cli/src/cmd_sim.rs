@@ -6,8 +6,8 @@
 
 use crate::data::{fingerprint, generate, Bound, Reference};
 use anyhow::bail;
-use ina_sim::data::Generated;
-use ina_sim::{Data, LinkConfig, Scenario, SimJob, WorkerSpec};
+use ina_sim::data::{Generated, Sparsity};
+use ina_sim::{Data, LinkConfig, Scenario, SimJob, SparseData, WorkerSpec};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -133,6 +133,16 @@ pub struct SimArgs {
     /// holding each worker's tensor: memory no longer grows with workers × elements.
     #[arg(long)]
     pub(crate) generated: bool,
+    /// Sparse tensors (implies --generated): each worker holds about this fraction of the
+    /// blocks (ranks from half to one and a half times it) and all-reduces them as a sparse
+    /// all-reduce: the support stream, then the values stream over the union.
+    #[arg(long)]
+    pub(crate) density: Option<f64>,
+    /// With --density: how the workers' blocks overlap: `overlapping` (nested, as the hot rows
+    /// of an embedding table), `independent` (each draws its own), `disjoint` (no block held by
+    /// two workers).
+    #[arg(long, default_value = "independent")]
+    pub(crate) support: ina_sim::data::Pattern,
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
     /// Runs with seeds seed, seed+1, ...
@@ -393,6 +403,8 @@ pub(crate) struct SimResult {
     /// Bytes of `ina` packets the workers sent, retransmissions included.
     bytes_sent: u64,
     duplicate_results: u64,
+    /// With --density: the fraction of blocks some worker held.
+    union_density: Option<f64>,
     identical: bool,
     within_bound: bool,
     error: Option<String>,
@@ -471,6 +483,10 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
     if window == 0 {
         bail!("--window must be at least 1");
     }
+    if args.density.is_some_and(|d| !(d > 0.0 && d <= 1.0)) {
+        bail!("--density must be a fraction of the blocks in (0, 1]");
+    }
+    let generated = args.generated || args.density.is_some();
     if args.jobs == 0 || args.jobs * usize::from(window) > 60_000 {
         bail!("--jobs times --window must fit the switch's slots");
     }
@@ -488,7 +504,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
         framing_bytes: args.framing_bytes,
     };
     // (A generated run checks as it goes, without the reference's 12 bytes per element.)
-    let reference = (!args.generated)
+    let reference = (!generated)
         .then(|| Reference::new(1, args.workers, args.elements, usize::from(args.elems)));
     let n = args.workers as f64;
     let bytes = args.elements as f64 * 4.0;
@@ -545,15 +561,27 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 elems_per_packet: args.elems,
                 workers: (0..args.workers)
                     .map(|r| {
-                        let data = if args.generated {
-                            Data::Generated(Generated::new(
-                                1,
-                                r,
-                                args.elements,
-                                args.workers,
+                        let g = Generated::new(
+                            1,
+                            r,
+                            args.elements,
+                            args.workers,
+                            usize::from(args.elems),
+                            r == 0,
+                        );
+                        let data = if let Some(density) = args.density {
+                            let sparsity = Sparsity {
+                                density,
+                                pattern: args.support,
+                                block: usize::from(args.elems),
+                                workers: args.workers,
+                            };
+                            Data::Sparse(Box::new(SparseData::new(
+                                g.with_sparsity(sparsity),
                                 usize::from(args.elems),
-                                r == 0,
-                            ))
+                            )))
+                        } else if generated {
+                            Data::Generated(g)
                         } else {
                             Data::F32(generate(1, r, args.elements))
                         };
@@ -612,6 +640,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             let mut ended = Duration::ZERO;
             let mut t = ina_proto::stream::StreamStats::default();
             let mut lost = 0;
+            let mut union_density = 0.0f64;
             for w in &job.workers {
                 lost += w.uplink.lost + w.downlink.lost;
                 match &w.outcome {
@@ -632,6 +661,12 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                     (Some(Data::Generated(g)), _) => {
                         prints.push(g.fingerprint);
                         within &= g.violations == 0 && g.received == args.elements as u64;
+                    }
+                    (Some(Data::Sparse(s)), _) => {
+                        let g = s.values.inner();
+                        prints.push(g.fingerprint);
+                        within &= g.violations == 0 && g.received == args.elements as u64;
+                        union_density = union_density.max(s.union_density(usize::from(args.elems)));
                     }
                     _ => within = false,
                 }
@@ -660,6 +695,7 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
                 packets_lost: lost,
                 bytes_sent: t.bytes_sent,
                 duplicate_results: t.duplicate_results,
+                union_density: args.density.map(|_| union_density),
                 identical,
                 within_bound: within,
                 error,
@@ -682,6 +718,16 @@ pub(crate) fn simulate(args: &SimArgs, faults: &Faults) -> anyhow::Result<Vec<Si
             );
             if let Some(e) = &r.error {
                 println!("       job {}: {e}", r.job);
+            }
+            if args.density.is_some() {
+                println!(
+                    "       job {}: sparse, {:?} supports: union density {:.4}, {} packets ({:.1} per worker)",
+                    r.job,
+                    args.support,
+                    union_density,
+                    r.packets_sent,
+                    r.packets_sent as f64 / args.workers as f64
+                );
             }
             results.push(r);
         }

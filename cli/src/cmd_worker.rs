@@ -12,8 +12,10 @@
 //! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result
 //! was outside its bound.
 
-use crate::bench::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer};
-use crate::data::{generate, Reference};
+use crate::bench::runner::{
+    run_iterations, AgsparseReducer, InaReducer, IterRecord, Reducer, RingReducer,
+};
+use crate::data::{input, Reference, Shape, Sparse};
 use anyhow::Context;
 use ina_io::{Port, UdpConfig, UdpPort};
 use ina_proto::window::WindowConfig;
@@ -27,6 +29,8 @@ use std::time::Duration;
 pub enum WorkerAlgorithm {
     Ina,
     Ring,
+    /// The sparse all-gather baseline over the ring's connections (OmniReduce's AGsparse).
+    Agsparse,
 }
 
 #[derive(Debug, clap::Args)]
@@ -125,6 +129,22 @@ pub struct WorkerArgs {
     /// other than the job's fails the worker with `job_mismatch`.
     #[arg(long)]
     group: Option<std::net::SocketAddrV4>,
+    /// Ina: send each tensor dense, sparse (only the blocks some worker holds: the support
+    /// stream, then the values stream over the union) or as the union density measured by
+    /// the previous all-reduce says (auto). Every worker of a job must use the same.
+    #[arg(long, default_value = "dense")]
+    mode: ina_worker::Mode,
+    /// Make the generated tensor sparse: each worker holds about this fraction of its blocks
+    /// (of --sparse-block elements), the others are zeros.
+    #[arg(long)]
+    density: Option<f64>,
+    /// With --density: how the held blocks are laid out.
+    #[arg(long, value_enum, default_value = "uniform")]
+    shape: Shape,
+    /// With --density: elements per block (ina sends blocks of its packets' elements: give
+    /// the same count) [default: 256].
+    #[arg(long, default_value_t = 256)]
+    sparse_block: usize,
 }
 
 fn emit(value: serde_json::Value) {
@@ -169,7 +189,18 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
     if rank >= workers {
         anyhow::bail!("--rank {arg_rank} but only {workers} workers");
     }
-    let input = generate(args.seed, rank, args.elements);
+    if args.density.is_some_and(|d| !(d > 0.0 && d <= 1.0)) {
+        anyhow::bail!("--density must be a fraction of the blocks in (0, 1]");
+    }
+    if args.sparse_block == 0 {
+        anyhow::bail!("--sparse-block must be at least 1");
+    }
+    let sparse = args.density.map(|density| Sparse {
+        shape: args.shape,
+        density,
+        block: args.sparse_block,
+    });
+    let input = input(args.seed, rank, args.elements, sparse.as_ref());
     let mut block_elems = 256;
     // The metrics endpoint, served until the worker exits.
     let mut metrics = None;
@@ -234,7 +265,7 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
             metrics = server;
             reducer
         }
-        WorkerAlgorithm::Ring => {
+        WorkerAlgorithm::Ring | WorkerAlgorithm::Agsparse => {
             let listener =
                 TcpListener::bind(args.bind).with_context(|| format!("binding {}", args.bind))?;
             let local = listener.local_addr()?;
@@ -263,13 +294,24 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                 .with_connect_timeout(Duration::from_millis(args.connect_timeout_ms))
                 .with_congestion(args.tcp_congestion.clone());
             match RingComm::connect_with_listener(rank, listener, &peers, opts) {
+                Ok(c) if args.algorithm == WorkerAlgorithm::Agsparse => {
+                    block_elems = args.sparse_block;
+                    Box::new(AgsparseReducer(c, args.sparse_block))
+                }
                 Ok(c) => Box::new(RingReducer(c)),
                 Err(e) => fail("ring", e.to_string()),
             }
         }
     };
-    let reference =
-        (!args.no_verify).then(|| Reference::new(args.seed, workers, args.elements, block_elems));
+    let reference = (!args.no_verify).then(|| {
+        Reference::of(
+            args.seed,
+            workers,
+            args.elements,
+            block_elems,
+            sparse.as_ref(),
+        )
+    });
     let mut bad = false;
     let result = run_iterations(
         reducer.as_mut(),
@@ -424,6 +466,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
         );
     }
     cfg.group = args.group;
+    cfg.mode = args.mode;
     if args.adaptive_window {
         cfg.window_control = Some(adaptive_window(args.target_queueing_us)?);
     }

@@ -8,6 +8,126 @@ use ina_proto::quant::{block_exponent, error_bound};
 /// tensors element by element.)
 pub use ina_sim::data::generate;
 
+/// How the blocks a worker holds in a sparse benchmark tensor are laid out.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// Each worker holds each block with probability `density`, on its own.
+    Uniform,
+    /// An embedding table's gradient: rows of 16 blocks, a worker's batch touching whole rows,
+    /// popular rows (a Zipf-like ranking shared by all workers) more often than the others.
+    Rows,
+    /// Per-layer top-k: in every layer (eight equal parts of the tensor) a worker keeps the
+    /// `density` fraction of its blocks with the largest magnitude.
+    Topk,
+}
+
+/// A sparse benchmark tensor: the shape of its support, and how dense each worker's is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sparse {
+    pub shape: Shape,
+    /// The fraction of blocks each worker holds.
+    pub density: f64,
+    /// Elements per block.
+    pub block: usize,
+}
+
+/// Blocks per row of the `rows` shape.
+const ROW_BLOCKS: usize = 16;
+/// Layers of the `topk` shape.
+const LAYERS: usize = 8;
+
+/// A uniform number in [0, 1) from a key.
+fn unit(key: u64) -> f64 {
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Sparse {
+    /// Which blocks of worker `rank`'s `input` it holds.
+    pub fn held(&self, seed: u64, rank: usize, input: &[f32]) -> Vec<bool> {
+        let e = self.block.max(1);
+        let blocks = input.len().div_ceil(e);
+        let key = |x: u64| seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ ((rank as u64) << 48) ^ x;
+        if self.density >= 1.0 {
+            return vec![true; blocks];
+        }
+        match self.shape {
+            Shape::Uniform => (0..blocks)
+                .map(|b| unit(key(b as u64)) < self.density)
+                .collect(),
+            Shape::Rows => {
+                // Row `k` of the popularity ranking is touched with probability
+                // min(1, c / (k + 1)^0.8), c chosen so that the mean is `density`.
+                let rows = blocks.div_ceil(ROW_BLOCKS);
+                let weight = |k: usize| 1.0 / ((k + 1) as f64).powf(0.8);
+                let mean = |c: f64| (0..rows).map(|k| (c * weight(k)).min(1.0)).sum::<f64>();
+                let target = self.density.clamp(0.0, 1.0) * rows as f64;
+                let (mut lo, mut hi) = (0.0, (rows as f64).powf(0.8) + 1.0);
+                for _ in 0..50 {
+                    let mid = (lo + hi) / 2.0;
+                    if mean(mid) < target {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                let c = hi;
+                // The ranking: a permutation of the rows shared by every worker.
+                let mut order: Vec<usize> = (0..rows).collect();
+                order.sort_by(|a, b| {
+                    unit(seed ^ (*a as u64) << 20).total_cmp(&unit(seed ^ (*b as u64) << 20))
+                });
+                let mut touched = vec![false; rows];
+                for (k, &row) in order.iter().enumerate() {
+                    touched[row] = unit(key(row as u64)) < (c * weight(k)).min(1.0);
+                }
+                (0..blocks).map(|b| touched[b / ROW_BLOCKS]).collect()
+            }
+            Shape::Topk => {
+                let mut held = vec![false; blocks];
+                let per_layer = blocks.div_ceil(LAYERS).max(1);
+                for layer in (0..blocks).step_by(per_layer) {
+                    let end = (layer + per_layer).min(blocks);
+                    let norm = |b: usize| {
+                        input[b * e..((b + 1) * e).min(input.len())]
+                            .iter()
+                            .map(|x| x.abs())
+                            .fold(0f32, f32::max)
+                    };
+                    let mut ranked: Vec<(f32, usize)> =
+                        (layer..end).map(|b| (norm(b), b)).collect();
+                    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+                    let keep = ((end - layer) as f64 * self.density).round() as usize;
+                    for &(_, b) in ranked.iter().take(keep) {
+                        held[b] = true;
+                    }
+                }
+                held
+            }
+        }
+    }
+}
+
+/// Worker `rank`'s benchmark tensor: [`generate`]'s, with the blocks it does not hold zeroed
+/// when `sparse` is given.
+pub fn input(seed: u64, rank: usize, len: usize, sparse: Option<&Sparse>) -> Vec<f32> {
+    let mut t = generate(seed, rank, len);
+    if let Some(s) = sparse {
+        let held = s.held(seed, rank, &t);
+        for (block, h) in t.chunks_mut(s.block.max(1)).zip(held) {
+            if !h {
+                block.fill(0.0);
+            }
+        }
+    }
+    t
+}
+
 /// Result check of one worker's tensor.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Check {
@@ -44,12 +164,23 @@ pub struct Reference {
 impl Reference {
     /// Builds the reference for `workers` tensors of `len` generated with `seed`.
     pub fn new(seed: u64, workers: usize, len: usize, elems_per_packet: usize) -> Reference {
+        Reference::of(seed, workers, len, elems_per_packet, None)
+    }
+
+    /// Builds the reference for the workers' [`input`]s.
+    pub fn of(
+        seed: u64,
+        workers: usize,
+        len: usize,
+        elems_per_packet: usize,
+        sparse: Option<&Sparse>,
+    ) -> Reference {
         let elems_per_packet = elems_per_packet.max(1);
         let mut exact = vec![0f64; len];
         let mut abs_sum = vec![0f32; len];
         let mut block_exps = vec![0u8; len.div_ceil(elems_per_packet)];
         for rank in 0..workers {
-            let t = generate(seed, rank, len);
+            let t = input(seed, rank, len, sparse);
             for ((e, a), x) in exact.iter_mut().zip(abs_sum.iter_mut()).zip(&t) {
                 *e += f64::from(*x);
                 *a += x.abs();
@@ -137,6 +268,33 @@ pub fn fingerprint(v: &[f32]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sparse_shapes_hold_about_their_density() {
+        let len = 256 * 4096;
+        for shape in [Shape::Uniform, Shape::Rows, Shape::Topk] {
+            let s = Sparse {
+                shape,
+                density: 0.1,
+                block: 256,
+            };
+            let t = input(5, 1, len, Some(&s));
+            let held = t
+                .chunks(256)
+                .filter(|b| b.iter().any(|x| *x != 0.0))
+                .count();
+            let d = held as f64 / 4096.0;
+            assert!((0.07..0.13).contains(&d), "{shape:?}: {d}");
+            if shape == Shape::Rows {
+                // Whole rows: a row's blocks are held together.
+                let rows = t.chunks(256 * ROW_BLOCKS);
+                assert!(rows.into_iter().all(|r| {
+                    let h: Vec<bool> = r.chunks(256).map(|b| b.iter().any(|x| *x != 0.0)).collect();
+                    h.iter().all(|x| *x) || h.iter().all(|x| !x)
+                }));
+            }
+        }
+    }
 
     #[test]
     fn generation_is_deterministic_and_rank_dependent() {

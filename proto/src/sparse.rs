@@ -193,52 +193,64 @@ pub fn source_support(source: &mut dyn Source, elems_per_block: usize, threshold
 }
 
 /// A generated tensor's values stream ([`gather`] and [`scatter`] over a [`Source`]): the
-/// blocks of the union, concatenated; a block this rank does not hold reads as zeros. The
-/// blocks outside the union are given to the source's result as zeros when the stream ends
-/// ([`UnionSource::finish`]).
-#[derive(Debug)]
-pub struct UnionSource<'s> {
-    inner: &'s mut (dyn Source + Send),
+/// blocks of the union, concatenated; a block this rank does not hold reads as zeros. Once the
+/// union is known ([`UnionSource::set_union`]), the blocks outside it are given to the source's
+/// result as zeros at once: their sums need no packet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnionSource<S> {
+    inner: S,
     union: Vec<usize>,
     elems_per_block: usize,
     threshold: f32,
 }
 
-impl<'s> UnionSource<'s> {
-    /// The union's blocks of `inner`.
-    pub fn new(
-        inner: &'s mut (dyn Source + Send),
-        union: Vec<usize>,
-        elems_per_block: usize,
-        threshold: f32,
-    ) -> UnionSource<'s> {
+impl<S: Source> UnionSource<S> {
+    /// The values stream of `inner`, with an empty union until [`Self::set_union`].
+    pub fn new(inner: S, elems_per_block: usize, threshold: f32) -> UnionSource<S> {
         UnionSource {
             inner,
-            union,
+            union: Vec::new(),
             elems_per_block: elems_per_block.max(1),
             threshold,
         }
+    }
+
+    /// The tensor whose blocks this reads.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The tensor whose blocks this reads.
+    pub fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The tensor whose blocks this reads.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Sets the union (increasing block indices) and gives zeros to the source's result for
+    /// every block outside it.
+    pub fn set_union(&mut self, union: Vec<usize>) {
+        let e = self.elems_per_block;
+        let zeros = vec![0f32; e];
+        let len = self.inner.len();
+        let mut next = union.iter().peekable();
+        for (b, start) in (0..len).step_by(e).enumerate() {
+            if next.peek() == Some(&&b) {
+                next.next();
+                continue;
+            }
+            self.inner.result(start, &zeros[..e.min(len - start)]);
+        }
+        self.union = union;
     }
 
     /// The block `b` of the source and its length.
     fn block(&self, b: usize) -> (usize, usize) {
         let start = b * self.elems_per_block;
         (start, self.elems_per_block.min(self.inner.len() - start))
-    }
-
-    /// Gives zeros to the source's result for every block outside the union.
-    pub fn finish(self) {
-        let e = self.elems_per_block;
-        let zeros = vec![0f32; e];
-        let mut next = self.union.iter().peekable();
-        for (b, start) in (0..self.inner.len()).step_by(e).enumerate() {
-            if next.peek() == Some(&&b) {
-                next.next();
-                continue;
-            }
-            let n = e.min(self.inner.len() - start);
-            self.inner.result(start, &zeros[..n]);
-        }
     }
 
     /// Maps `start..start + n` of the concatenation onto the union's blocks: calls `f` with
@@ -260,7 +272,7 @@ impl<'s> UnionSource<'s> {
     }
 }
 
-impl Source for UnionSource<'_> {
+impl<S: Source> Source for UnionSource<S> {
     fn len(&self) -> usize {
         self.union.iter().map(|&b| self.block(b).1).sum()
     }
@@ -423,7 +435,8 @@ mod tests {
             prop_assert_eq!(&s, &support(&data, e, 0.0));
             let u = union(&s, blocks(len, e));
             let gathered = gather(&data, e, &u, 0.0);
-            let mut src = UnionSource::new(&mut g, u.clone(), e, 0.0);
+            let mut src = UnionSource::new(&mut g, e, 0.0);
+            src.set_union(u.clone());
             prop_assert_eq!(src.len(), gathered.len());
             let mut read = vec![0f32; gathered.len()];
             for start in (0..read.len()).step_by(chunk) {
@@ -436,7 +449,6 @@ mod tests {
                 let end = (start + chunk).min(doubled.len());
                 src.result(start, &doubled[start..end]);
             }
-            src.finish();
             let mut expected = data.clone();
             scatter(&mut expected, e, &u, &doubled);
             prop_assert_eq!(g.out, expected);

@@ -23,6 +23,75 @@ pub fn element(seed: u64, rank: usize, i: usize) -> f32 {
     unit * scale
 }
 
+/// Which blocks the ranks of a sparse generated tensor hold (PROTOCOL.md §5, "Sparse
+/// streams"). Densities differ per rank: rank `r` of `n` holds a fraction
+/// `density × (0.5 + r / (n - 1))` of the blocks (capped at 1), from half to one and a half
+/// times `density`, `density` on average.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sparsity {
+    pub density: f64,
+    pub pattern: Pattern,
+    /// Elements per block.
+    pub block: usize,
+    /// Ranks of the job.
+    pub workers: usize,
+}
+
+/// How the ranks' supports overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// Nested: every rank holds the blocks below its density in one ranking of the blocks
+    /// shared by all (the hot rows of an embedding table); the union is the densest rank's.
+    Overlapping,
+    /// Each rank draws its own blocks: the union grows as `1 - Π (1 - d_r)`.
+    Independent,
+    /// Every block belongs to one rank, which may hold it: no two supports meet, and the union
+    /// is the sum of the supports.
+    Disjoint,
+}
+
+impl core::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Pattern, String> {
+        match s {
+            "overlapping" => Ok(Pattern::Overlapping),
+            "independent" => Ok(Pattern::Independent),
+            "disjoint" => Ok(Pattern::Disjoint),
+            _ => Err(format!(
+                "unknown support pattern {s:?}: overlapping, independent or disjoint"
+            )),
+        }
+    }
+}
+
+impl Sparsity {
+    /// Rank `r`'s fraction of the blocks.
+    pub fn density_of(&self, r: usize) -> f64 {
+        let spread = if self.workers > 1 {
+            0.5 + r as f64 / (self.workers - 1) as f64
+        } else {
+            1.0
+        };
+        (self.density * spread).clamp(0.0, 1.0)
+    }
+
+    /// Whether rank `r` holds block `b`.
+    pub fn holds(&self, seed: u64, r: usize, b: usize) -> bool {
+        let unit = |z: u64| (mix(z) >> 11) as f64 / (1u64 << 53) as f64;
+        let key = mix(seed ^ 0x5ba2_5e00);
+        let d = self.density_of(r);
+        match self.pattern {
+            Pattern::Overlapping => unit(key ^ b as u64) < d,
+            Pattern::Independent => unit(key ^ ((r as u64) << 40) ^ b as u64) < d,
+            Pattern::Disjoint => {
+                let n = self.workers.max(1);
+                let owner = (mix(key ^ b as u64) % n as u64) as usize;
+                owner == r && unit(key ^ (1 << 62) ^ b as u64) < d * n as f64
+            }
+        }
+    }
+}
+
 /// Worker `rank`'s whole gradient of `len` elements.
 pub fn generate(seed: u64, rank: usize, len: usize) -> Vec<f32> {
     (0..len).map(|i| element(seed, rank, i)).collect()
@@ -50,6 +119,8 @@ pub struct Generated {
     pub violations: u64,
     /// The largest absolute error seen (with `check`).
     pub max_abs_err: f64,
+    /// The blocks the ranks hold; `None`: every block.
+    pub sparsity: Option<Sparsity>,
 }
 
 impl Generated {
@@ -72,15 +143,38 @@ impl Generated {
             received: 0,
             violations: 0,
             max_abs_err: 0.0,
+            sparsity: None,
         }
     }
 
-    /// Compares result elements `start..` with the exact sums (blocks of `self.block`).
+    /// The same tensor with only the blocks `sparsity` gives this rank, the others zeros.
+    pub fn with_sparsity(mut self, sparsity: Sparsity) -> Self {
+        self.sparsity = Some(sparsity);
+        self
+    }
+
+    /// Element `i` of rank `r`'s tensor.
+    pub fn value(&self, r: usize, i: usize) -> f32 {
+        match &self.sparsity {
+            Some(s) if !s.holds(self.seed, r, i / s.block.max(1)) => 0.0,
+            _ => element(self.seed, r, i),
+        }
+    }
+
+    /// Compares result elements `start..` with the exact sums (blocks of `self.block`); a
+    /// block no rank holds must be +0.0 exactly.
     fn check_block(&mut self, start: usize, values: &[f32]) {
         let mut exact = vec![0f64; values.len()];
         let mut exp = 0u8;
         let mut input = vec![0f32; values.len()];
+        let mut held = false;
         for r in 0..self.workers {
+            if let Some(s) = &self.sparsity {
+                if !s.holds(self.seed, r, start / s.block.max(1)) {
+                    continue;
+                }
+            }
+            held = true;
             for (k, x) in input.iter_mut().enumerate() {
                 *x = element(self.seed, r, start + k);
             }
@@ -92,7 +186,12 @@ impl Generated {
         for (g, e) in values.iter().zip(&exact) {
             let err = (f64::from(*g) - e).abs();
             self.max_abs_err = self.max_abs_err.max(err);
-            if err > error_bound(self.workers as u16, exp, *e) {
+            let wrong = if held {
+                err > error_bound(self.workers as u16, exp, *e)
+            } else {
+                g.to_bits() != 0
+            };
+            if wrong {
                 self.violations += 1;
             }
         }
@@ -106,7 +205,7 @@ impl Source for Generated {
 
     fn input(&mut self, start: usize, out: &mut [f32]) {
         for (k, x) in out.iter_mut().enumerate() {
-            *x = element(self.seed, self.rank, start + k);
+            *x = self.value(self.rank, start + k);
         }
     }
 

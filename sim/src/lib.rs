@@ -22,6 +22,6 @@ pub mod run;
 pub use ceiling::{Ceiling, CeilingError, CeilingModel};
 pub use link::{LinkConfig, LinkStats};
 pub use run::{
-    run, Data, Injection, JobReport, Racks, Report, Scenario, SimJob, WorkerReport, WorkerSpec,
-    DEFAULT_NIC_QUEUE, UPLINK_PORT,
+    run, Data, Injection, JobReport, Racks, Report, Scenario, SimJob, SparseData, WorkerReport,
+    WorkerSpec, DEFAULT_NIC_QUEUE, UPLINK_PORT,
 };

@@ -4,7 +4,8 @@ use crate::link::{Link, LinkConfig, LinkStats};
 use crate::rng::Rng;
 use ina_proto::pipeline::{Counters, JobConfig, Pipeline, PipelineConfig, PortId, Uplink, Verdict};
 use ina_proto::rtt::{RtoConfig, RttEstimator};
-use ina_proto::stream::{Lane, Stream, StreamConfig, StreamError, StreamStats, Tensor};
+use ina_proto::sparse::{self, UnionSource};
+use ina_proto::stream::{Lane, Source, Stream, StreamConfig, StreamError, StreamStats, Tensor};
 use ina_proto::window::{WindowConfig, WindowControl};
 use ina_proto::Instant;
 use std::cmp::Reverse;
@@ -20,6 +21,34 @@ pub enum Data {
     /// Made from a seed block by block, its results checked as they come: no memory per
     /// element (see [`crate::data`]).
     Generated(crate::data::Generated),
+    /// A generated tensor all-reduced sparse (PROTOCOL.md §5, "Sparse streams").
+    Sparse(Box<SparseData>),
+}
+
+/// A sparse all-reduce of a generated tensor: its support stream, then its values stream over
+/// the union.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseData {
+    /// This rank's support, then (once the support stream ended) the summed supports.
+    pub support: Vec<i32>,
+    /// The values stream over the tensor.
+    pub values: UnionSource<crate::data::Generated>,
+}
+
+impl SparseData {
+    /// A sparse all-reduce of `data` in blocks of `elems_per_packet`.
+    pub fn new(data: crate::data::Generated, elems_per_packet: usize) -> SparseData {
+        SparseData {
+            support: Vec::new(),
+            values: UnionSource::new(data, elems_per_packet, 0.0),
+        }
+    }
+
+    /// The fraction of blocks some rank held, once the support stream ended.
+    pub fn union_density(&self, elems_per_packet: usize) -> f64 {
+        let blocks = sparse::blocks(self.values.inner().len, elems_per_packet);
+        sparse::density(&sparse::union(&self.support, blocks), blocks)
+    }
 }
 
 impl Data {
@@ -28,6 +57,8 @@ impl Data {
             Data::F32(v) => Tensor::F32(v),
             Data::I32(v) => Tensor::I32(v),
             Data::Generated(g) => Tensor::Generated(g),
+            // (Its dense all-reduce; a run sends it sparse, see `pump`.)
+            Data::Sparse(s) => Tensor::Generated(s.values.inner_mut()),
         }
     }
 }
@@ -294,6 +325,8 @@ struct WorkerState<'a> {
     nic_wake: bool,
     /// The window control, carried from stream to stream.
     window: Option<WindowControl>,
+    /// The values stream of the sparse all-reduce whose support stream runs.
+    values_next: Option<&'a mut UnionSource<crate::data::Generated>>,
 }
 
 impl WorkerState<'_> {
@@ -508,6 +541,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 nic_room: nic_room(scenario, &link),
                 nic_wake: false,
                 window: scenario.window_control.map(WindowControl::new),
+                values_next: None,
             });
         }
     }
@@ -825,28 +859,38 @@ fn pump(
             return;
         }
         if w.stream.is_none() {
-            match w.pending.next() {
-                None => {
-                    w.outcome = Some(Ok(std::mem::take(&mut w.done)));
+            let tensor = if let Some(values) = w.values_next.take() {
+                Tensor::Generated(values)
+            } else {
+                match w.pending.next() {
+                    None => {
+                        w.outcome = Some(Ok(std::mem::take(&mut w.done)));
+                        w.ended_at = Some(now - Instant::ZERO);
+                        return;
+                    }
+                    Some(Data::Sparse(s)) => {
+                        let SparseData { support, values } = &mut **s;
+                        let e = usize::from(w.cfg.elems_per_packet);
+                        *support = sparse::source_support(values.inner_mut(), e, 0.0);
+                        w.values_next = Some(values);
+                        Tensor::Support(support, true)
+                    }
+                    Some(data) => data.tensor(),
+                }
+            };
+            let cfg = StreamConfig {
+                lane: w.lane,
+                ..w.cfg.clone()
+            };
+            match Stream::new(cfg, tensor, w.rtt.clone()) {
+                Ok(mut s) => {
+                    s.set_window_control(w.window.clone());
+                    w.stream = Some(s)
+                }
+                Err(e) => {
+                    w.outcome = Some(Err(e));
                     w.ended_at = Some(now - Instant::ZERO);
                     return;
-                }
-                Some(data) => {
-                    let cfg = StreamConfig {
-                        lane: w.lane,
-                        ..w.cfg.clone()
-                    };
-                    match Stream::new(cfg, data.tensor(), w.rtt.clone()) {
-                        Ok(mut s) => {
-                            s.set_window_control(w.window.clone());
-                            w.stream = Some(s)
-                        }
-                        Err(e) => {
-                            w.outcome = Some(Err(e));
-                            w.ended_at = Some(now - Instant::ZERO);
-                            return;
-                        }
-                    }
                 }
             }
         }
@@ -896,7 +940,18 @@ fn pump(
                 w.rtt = stream.rtt().clone();
                 w.window = stream.window_control().cloned();
                 w.done.push(stats);
-                w.stream = None;
+                if let Some(Tensor::Support(sums, _)) = w.stream.take().map(Stream::into_tensor) {
+                    // The support stream ended: the union is known, and with it the values
+                    // stream (none for an empty union).
+                    if let Some(values) = w.values_next.as_mut() {
+                        let e = usize::from(w.cfg.elems_per_packet);
+                        let blocks = sparse::blocks(values.inner().len, e);
+                        values.set_union(sparse::union(sums, blocks));
+                        if values.is_empty() {
+                            w.values_next = None;
+                        }
+                    }
+                }
             }
             Some(Err(e)) => {
                 w.outcome = Some(Err(e));

@@ -16,6 +16,7 @@ pub mod model;
 pub mod netns;
 pub mod random;
 pub mod scenario;
+pub mod sparse;
 
 use ina_switch_p4::runtime::{P4Job, SwitchDesc};
 use scenario::{Counts, Scenario};

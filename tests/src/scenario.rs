@@ -165,14 +165,14 @@ pub struct FrameSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Generate {
-    /// `aggregation`, `rounds` or `random`.
+    /// `aggregation`, `rounds`, `random` or `sparse`.
     pub kind: String,
     pub workers: Vec<u8>,
     pub elems: Vec<u16>,
     /// `rounds`: the number of uses of every slot.
     #[serde(default)]
     pub rounds: u32,
-    /// `rounds`: the slots of the lane.
+    /// `rounds` and `sparse`: the slots of the lane.
     #[serde(default)]
     pub window: u16,
     /// `random`: the seed and the number of frames.
@@ -180,6 +180,8 @@ pub struct Generate {
     pub seed: u64,
     #[serde(default)]
     pub frames: u32,
+    /// `sparse`: the all-reduce recorded.
+    pub sparse: Option<crate::sparse::SparseSpec>,
 }
 
 /// A scenario with every frame in bytes.
@@ -392,6 +394,14 @@ pub fn generated(
                 "random" => {
                     let name = format!("{file}/random-n{n}-e{e}-seed{}", g.seed);
                     out.push(crate::random::scenario(&name, &f, g.seed, g.frames)?);
+                    continue;
+                }
+                "sparse" => {
+                    let spec = g.sparse.as_ref().ok_or_else(|| {
+                        ScenarioError::Frame("a sparse generator needs a [generate.sparse]".into())
+                    })?;
+                    let name = format!("{file}/{}-n{n}-e{e}", spec.name);
+                    out.push(crate::sparse::scenario(&name, &f, g.window.max(1), spec)?);
                     continue;
                 }
                 other => {

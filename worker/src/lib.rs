@@ -10,6 +10,7 @@
 //! crate only moves its packets over a [`Port`](ina_io::Port) and keeps time. It must not
 //! implement protocol decisions of its own.
 
+pub mod agsparse;
 pub mod comm;
 /// DPDK ports (feature `dpdk`): a [`Communicator`] on a DPDK device is
 /// `Communicator::with_port(DpdkUdpPort::new(device, &config), worker_config)`.

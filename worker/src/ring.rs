@@ -69,6 +69,11 @@ const KIND_HELLO: u32 = 1;
 const KIND_ACCEPT: u32 = 2;
 const KIND_REJECT: u32 = 3;
 const CALL_MAGIC: u32 = 0x5249_4e41; // "ANIR" little-endian: "INAR" on the wire.
+/// The element type code of an all-gather's call header.
+const ALLGATHER_TYPE: u32 = 0x100;
+
+/// The largest contribution of one rank to [`RingComm::allgather`].
+pub const MAX_GATHER_BYTES: u64 = 1 << 34;
 
 /// Step-0 chunks encoded ahead of the chunk being received.
 const STEP0_LOOKAHEAD: usize = 2;
@@ -563,6 +568,43 @@ impl RingComm {
             }
             Err(e) => {
                 tracing::warn!(rank = self.rank, error = %e, "ring all-reduce failed");
+                self.broken = true;
+                link.shutdown();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl RingComm {
+    /// Every rank's `mine`, indexed by rank (an all-gather of contributions of any length).
+    /// Each contribution travels around the ring once: every rank sends and receives the
+    /// other ranks' bytes, `n - 1` messages, each with an 8-byte length.
+    pub fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, RingError> {
+        if self.broken {
+            return Err(RingError::Broken);
+        }
+        let Some(link) = self.link.as_mut() else {
+            return Ok(vec![mine.to_vec()]);
+        };
+        self.calls += 1;
+        let call = Call {
+            seq: self.calls,
+            type_code: ALLGATHER_TYPE,
+            len: 0,
+        };
+        let (rank, world) = (self.rank, self.world);
+        match link.allgather(
+            rank,
+            world,
+            call,
+            mine,
+            self.opts.io_timeout,
+            &mut self.stats,
+        ) {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                tracing::warn!(rank, error = %e, "ring all-gather failed");
                 self.broken = true;
                 link.shutdown();
                 Err(e)
@@ -1148,6 +1190,60 @@ impl Link {
         }
         debug_assert!(pending.is_empty());
         self.drain(stats, timeout)
+    }
+
+    /// One all-gather (see [`RingComm::allgather`]): this rank's contribution goes right;
+    /// at step `t` the contribution of rank `rank - 1 - t` comes from the left and, but for
+    /// the last, goes on to the right.
+    fn allgather(
+        &mut self,
+        rank: usize,
+        world: usize,
+        call: Call,
+        mine: &[u8],
+        timeout: Option<Duration>,
+        stats: &mut RingStats,
+    ) -> Result<Vec<Vec<u8>>, RingError> {
+        let mut first = self.take_buf(CALL_HEADER_LEN + 8 + mine.len(), stats, timeout)?;
+        first[..CALL_HEADER_LEN].copy_from_slice(&call.encode());
+        first[CALL_HEADER_LEN..CALL_HEADER_LEN + 8]
+            .copy_from_slice(&(mine.len() as u64).to_le_bytes());
+        first[CALL_HEADER_LEN + 8..].copy_from_slice(mine);
+        stats.payload_bytes_sent += mine.len() as u64;
+        self.send(first, stats)?;
+        let mut header = [0u8; CALL_HEADER_LEN];
+        self.recv(&mut header, stats, timeout)?;
+        call.check(&header)
+            .map_err(|reason| RingError::CallMismatch {
+                peer: self.left_rank,
+                reason,
+            })?;
+        let mut out = vec![Vec::new(); world];
+        out[rank] = mine.to_vec();
+        for t in 0..world - 1 {
+            let mut len = [0u8; 8];
+            self.recv(&mut len, stats, timeout)?;
+            let n = u64::from_le_bytes(len);
+            if n > MAX_GATHER_BYTES {
+                return Err(RingError::CallMismatch {
+                    peer: self.left_rank,
+                    reason: format!("a contribution of {n} bytes, above {MAX_GATHER_BYTES}"),
+                });
+            }
+            let mut buf = self.take_buf(8 + n as usize, stats, timeout)?;
+            buf[..8].copy_from_slice(&len);
+            self.recv(&mut buf[8..], stats, timeout)?;
+            stats.payload_bytes_received += n;
+            out[(rank + world - 1 - t) % world] = buf[8..].to_vec();
+            if t + 2 < world {
+                stats.payload_bytes_sent += n;
+                self.send(buf, stats)?;
+            } else {
+                self.pool.push(buf);
+            }
+        }
+        self.drain(stats, timeout)?;
+        Ok(out)
     }
 
     /// Encodes and queues step-0 chunks `next0 ..= upto` (bounded by the chunk count). The

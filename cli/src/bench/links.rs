@@ -78,7 +78,8 @@ pub(crate) fn report(
     let ina_framing = ina_framing(elements, elems, window);
     let ina_bound_s = bits * ina_framing / rate_bps as f64;
     let ring_bound_s = bits * super::ring_factor(workers) / rate_bps as f64;
-    let speedup = super::testbed::fill_bounds(results, Some(ina_bound_s), Some(ring_bound_s));
+    let speedup =
+        super::testbed::fill_bounds(results, Some(ina_bound_s), Some(ring_bound_s), elems);
     LinkReport {
         rate_bps,
         ina_framing,

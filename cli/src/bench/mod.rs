@@ -7,6 +7,7 @@ mod rate;
 pub mod runner;
 mod scenario;
 pub(crate) use scenario::read_toml;
+mod density;
 mod links;
 mod sweep;
 mod testbed;
@@ -28,6 +29,12 @@ pub enum Algorithm {
     Ina,
     /// Bandwidth-optimal ring all-reduce over TCP.
     Ring,
+    /// All-reduce through the switch, every tensor as a sparse all-reduce (the support
+    /// stream, then the values stream over the union; `--testbed`).
+    InaSparse,
+    /// The sparse all-gather baseline (OmniReduce's AGsparse): every worker sends its
+    /// (index, block) pairs to all over the ring's TCP connections (`--testbed`).
+    Agsparse,
     /// Packet rate of the switch with lightweight load generators.
     Switch,
     /// Packet rate of a plain UDP reflector with the same generators and batched I/O.
@@ -151,6 +158,17 @@ pub struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Sparse tensors (`--testbed`): each worker holds about this fraction of the blocks of
+    /// its tensor (blocks of --elems elements), the others are zeros.
+    #[arg(long)]
+    pub density: Option<f64>,
+    /// With --density: how the blocks a worker holds are laid out (uniformly random blocks,
+    /// the clustered rows of an embedding table, per-layer top-k).
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub shape: crate::data::Shape,
+    /// With --testbed: run once per density in this list (e.g. 0.01,0.05,0.1,0.25,0.5,1).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_density: Vec<f64>,
     /// Seed of the generated tensors and of the loss.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -298,6 +316,8 @@ pub struct AlgoResult {
     pub bound_s: Option<f64>,
     /// `bound_s` over the median time.
     pub of_bound: Option<f64>,
+    /// Sparse all-reduces: the fraction of blocks some worker held.
+    pub union_density: Option<f64>,
 }
 
 impl AlgoResult {
@@ -462,6 +482,7 @@ pub(crate) fn summarize(
     let mut max_abs: Option<f64> = None;
     let mut max_rel: Option<f64> = None;
     let mut verified = ctx.reference.as_ref().map(|_| true);
+    let mut union_density: Option<f64> = None;
     for i in 0..total {
         let recs: Vec<&IterRecord> = per_worker.iter().map(|w| &w[i]).collect();
         if let Some(v) = verified.as_mut() {
@@ -472,6 +493,9 @@ pub(crate) fn summarize(
             *v &= same && within;
         }
         for r in &recs {
+            if let Some(u) = r.union_density {
+                union_density = Some(union_density.map_or(u, |m| m.max(u)));
+            }
             if let Some(e) = r.max_abs_err {
                 max_abs = Some(max_abs.map_or(e, |m| m.max(e)));
             }
@@ -535,6 +559,7 @@ pub(crate) fn summarize(
         busbw_gbit_per_s: ctx.elements as f64 * 32.0 / med / 1e9 * ring_factor(args.workers),
         bound_s: None,
         of_bound: None,
+        union_density,
     })
 }
 
@@ -557,6 +582,15 @@ fn default_elems(args: &BenchArgs) -> u16 {
     }
 }
 
+/// The sparse tensors of `--density`, in blocks of `--elems`.
+pub(crate) fn sparse_of(args: &BenchArgs) -> Option<crate::data::Sparse> {
+    args.density.map(|density| crate::data::Sparse {
+        shape: args.shape,
+        density,
+        block: usize::from(args.elems),
+    })
+}
+
 /// The window a worker streams with: `--window`, at most the job's `--slots`.
 pub(crate) fn window_of(args: &BenchArgs) -> u16 {
     args.window.unwrap_or(args.slots).min(args.slots)
@@ -573,6 +607,9 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         if let Some(d) = scenario::apply(&path, &mut args)? {
             println!("scenario {}: {d}", path.display());
         }
+    }
+    if !args.sweep_density.is_empty() {
+        return density::run(args);
     }
     if sweep::requested(&args) {
         return sweep::run(args);
@@ -623,6 +660,16 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     if args.algorithms.is_empty() {
         bail!("no --algorithms given");
     }
+    let sparse_algos = args
+        .algorithms
+        .iter()
+        .any(|a| matches!(a, Algorithm::InaSparse | Algorithm::Agsparse));
+    if (sparse_algos || args.density.is_some()) && !args.testbed {
+        bail!("--density and the ina-sparse and agsparse algorithms run on the emulated rack: add --testbed (root)");
+    }
+    if args.density.is_some_and(|d| !(d > 0.0 && d <= 1.0)) {
+        bail!("--density must be a fraction of the blocks in (0, 1]");
+    }
     let testbed = if args.testbed {
         if args.algorithms.iter().any(|a| {
             matches!(
@@ -659,7 +706,16 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     let tensor_algos = args
         .algorithms
         .iter()
-        .filter(|a| matches!(a, Algorithm::Ina | Algorithm::Ring | Algorithm::DpdkIna))
+        .filter(|a| {
+            matches!(
+                a,
+                Algorithm::Ina
+                    | Algorithm::Ring
+                    | Algorithm::DpdkIna
+                    | Algorithm::InaSparse
+                    | Algorithm::Agsparse
+            )
+        })
         .count();
     let progress = ProgressBar::new(
         ((args.warmup_rounds + args.rounds * (args.warmup + args.iterations)) * tensor_algos)
@@ -674,11 +730,12 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         None
     } else {
         progress.set_message("reference");
-        Some(Arc::new(Reference::new(
+        Some(Arc::new(Reference::of(
             args.seed,
             args.workers,
             elements,
             usize::from(args.elems),
+            sparse_of(&args).as_ref(),
         )))
     };
     let mut ctx = Ctx {
@@ -707,11 +764,14 @@ pub(crate) fn run_one(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
                 name
             });
             let r = match (algo, args.processes) {
-                (Algorithm::Ina, _) if testbed.is_some() => {
-                    testbed::ina(&ctx, testbed.as_ref().context("rack")?)
+                (Algorithm::Ina | Algorithm::InaSparse, _) if testbed.is_some() => {
+                    testbed::ina(&ctx, testbed.as_ref().context("rack")?, algo)
                 }
-                (Algorithm::Ring, _) if testbed.is_some() => {
-                    testbed::ring(&ctx, testbed.as_ref().context("rack")?)
+                (Algorithm::Ring | Algorithm::Agsparse, _) if testbed.is_some() => {
+                    testbed::ring(&ctx, testbed.as_ref().context("rack")?, algo)
+                }
+                (Algorithm::InaSparse | Algorithm::Agsparse, _) => {
+                    Err(anyhow::anyhow!("{algo:?} runs with --testbed"))
                 }
                 (Algorithm::Ina, false) => inproc::ina(&ctx),
                 (Algorithm::Ring, false) => inproc::ring(&ctx),

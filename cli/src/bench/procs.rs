@@ -142,6 +142,16 @@ pub(super) fn worker_common(ctx: &Ctx, rank: usize) -> Vec<String> {
     if a.no_verify {
         v.push("--no-verify".into());
     }
+    if let Some(d) = a.density {
+        v.push(format!("--density={d}"));
+        v.push(format!(
+            "--shape={}",
+            clap::ValueEnum::to_possible_value(&a.shape)
+                .map(|p| p.get_name().to_string())
+                .unwrap_or_default()
+        ));
+        v.push(format!("--sparse-block={}", a.elems));
+    }
     if a.adaptive_window {
         v.push("--adaptive-window".into());
         v.push(format!("--target-queueing-us={}", a.target_queueing_us));

@@ -240,6 +240,7 @@ fn result(ctx: &Ctx, algorithm: Algorithm, rate: RateResult) -> AlgoResult {
         busbw_gbit_per_s: 0.0,
         bound_s: None,
         of_bound: None,
+        union_density: None,
     }
 }
 

@@ -8,13 +8,15 @@ use serde::Serialize;
 use std::time::Instant;
 
 /// The retransmissions one all-reduce needed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Resends {
     pub total: u64,
     /// Sent on evidence of loss, before a timer expired.
     pub fast: u64,
     /// Sent as stall probes: nothing had come back for about two round trips.
     pub stall_probes: u64,
+    /// A sparse all-reduce: the fraction of blocks some worker held.
+    pub union_density: Option<f64>,
 }
 
 /// An all-reduce under test.
@@ -76,10 +78,12 @@ impl<P: ina_io::Port<Addr = std::net::SocketAddr>> Reducer for InaReducer<P> {
                 t.record(&s.stream, self.comm.job().window);
             }
         }
+        let support = s.sparse.map(|x| x.support).unwrap_or_default();
         Ok(Resends {
-            total: s.stream.retransmissions,
-            fast: s.stream.fast_retransmissions,
-            stall_probes: s.stream.stall_probes,
+            total: s.stream.retransmissions + support.retransmissions,
+            fast: s.stream.fast_retransmissions + support.fast_retransmissions,
+            stall_probes: s.stream.stall_probes + support.stall_probes,
+            union_density: s.sparse.map(|x| x.union_density),
         })
     }
 
@@ -113,6 +117,26 @@ impl Reducer for RingReducer {
     }
 }
 
+/// The sparse all-gather baseline over the ring's connections, in blocks of `1` elements.
+#[derive(Debug)]
+pub struct AgsparseReducer(pub RingComm, pub usize);
+
+impl Reducer for AgsparseReducer {
+    fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
+        self.0.allreduce_sparse_f32(data, self.1)?;
+        Ok(Resends::default())
+    }
+
+    fn barrier(&mut self) -> Result<(), RunError> {
+        self.0.allreduce_i32(&mut [1])?;
+        Ok(())
+    }
+
+    fn bound(&self) -> Bound {
+        Bound::Float
+    }
+}
+
 /// One iteration as one worker saw it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct IterRecord {
@@ -133,6 +157,9 @@ pub struct IterRecord {
     pub violations: Option<u64>,
     pub first_violation: Option<usize>,
     pub fingerprint: Option<u64>,
+    /// A sparse all-reduce: the fraction of blocks some worker held.
+    #[serde(default)]
+    pub union_density: Option<f64>,
 }
 
 /// Runs `warmup + iterations` all-reduces of a copy of `input` (made in `buf`, which is
@@ -176,6 +203,7 @@ pub fn run_iterations(
             violations: check.map(|c| c.violations),
             first_violation: check.and_then(|c| c.first_violation),
             fingerprint: reference.map(|_| fingerprint(buf)),
+            union_density: resends.union_density,
         };
         on_iter(&record);
         records.push(record);

@@ -47,15 +47,22 @@ struct Scenario {
     offloads: Option<bool>,
     give_up_ms: Option<u64>,
     ring_congestion: Option<String>,
+    density: Option<f64>,
+    shape: Option<crate::data::Shape>,
+    sweep_density: Option<Vec<f64>>,
 }
 
 fn algorithm(name: &str) -> anyhow::Result<Algorithm> {
     Ok(match name {
         "ina" => Algorithm::Ina,
         "ring" => Algorithm::Ring,
+        "ina-sparse" => Algorithm::InaSparse,
+        "agsparse" => Algorithm::Agsparse,
         "switch" => Algorithm::Switch,
         "reflector" => Algorithm::Reflector,
-        other => anyhow::bail!("unknown algorithm `{other}` (ina, ring, switch, reflector)"),
+        other => anyhow::bail!(
+            "unknown algorithm `{other}` (ina, ring, ina-sparse, agsparse, switch, reflector)"
+        ),
     })
 }
 
@@ -93,6 +100,15 @@ pub(crate) fn apply(path: &Path, args: &mut BenchArgs) -> anyhow::Result<Option<
     }
     if let Some(v) = s.window {
         args.window = Some(v);
+    }
+    if let Some(d) = s.density {
+        args.density = Some(d);
+    }
+    if let Some(shape) = s.shape {
+        args.shape = shape;
+    }
+    if let Some(list) = &s.sweep_density {
+        args.sweep_density = list.clone();
     }
     if let Some(size) = &s.size {
         args.size = parse_size(size).map_err(anyhow::Error::msg)?;

@@ -210,12 +210,16 @@ fn switch_rate(frames_in: u64, records: &[Vec<super::runner::IterRecord>]) -> Op
     (seconds > 0.0).then(|| frames_in as f64 / seconds)
 }
 
-pub(crate) fn ina(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
+/// `algo`: [`Algorithm::Ina`] (dense) or [`Algorithm::InaSparse`].
+pub(crate) fn ina(ctx: &Ctx, f: &TestbedCtx, algo: Algorithm) -> anyhow::Result<AlgoResult> {
     let hub = HubSwitch::start(ctx, f)?;
     let mut workers = Vec::new();
     for rank in 0..f.rack.workers {
         let mut args = worker_common(ctx, rank);
         args.push("--algorithm=ina".into());
+        if algo == Algorithm::InaSparse {
+            args.push("--mode=sparse".into());
+        }
         args.push(format!("--switch={SWITCH_IP}:{}", ina_wire::UDP_PORT));
         args.push(format!("--bind={}:{UDP_PORT}", Rack::worker_ip(rank)));
         if let Some(w) = ctx.args.window {
@@ -234,14 +238,15 @@ pub(crate) fn ina(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
     let stopped = hub.stop();
     let (records, worker_peak) = collected?;
     let (frames_in, multicast) = stopped?;
-    let mut r = summarize(ctx, Algorithm::Ina, &records)?;
+    let mut r = summarize(ctx, algo, &records)?;
     r.worker_peak_rss_kib = Some(worker_peak);
     r.switch_frames_per_s = switch_rate(frames_in, &records);
     tracing::debug!(frames_in, multicast, "switch counters");
     Ok(r)
 }
 
-pub(crate) fn ring(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
+/// `algo`: [`Algorithm::Ring`] or [`Algorithm::Agsparse`] (over the same connections).
+pub(crate) fn ring(ctx: &Ctx, f: &TestbedCtx, algo: Algorithm) -> anyhow::Result<AlgoResult> {
     let hub = HubSwitch::start(ctx, f)?;
     let peers: Vec<String> = (0..f.rack.workers)
         .map(|r| format!("{}:{RING_PORT}", Rack::worker_ip(r)))
@@ -249,7 +254,11 @@ pub(crate) fn ring(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
     let mut workers = Vec::new();
     for rank in 0..f.rack.workers {
         let mut args = worker_common(ctx, rank);
-        args.push("--algorithm=ring".into());
+        args.push(if algo == Algorithm::Agsparse {
+            "--algorithm=agsparse".into()
+        } else {
+            "--algorithm=ring".into()
+        });
         if let Some(cc) = &ctx.args.ring_congestion {
             args.push(format!("--tcp-congestion={cc}"));
         }
@@ -272,7 +281,7 @@ pub(crate) fn ring(ctx: &Ctx, f: &TestbedCtx) -> anyhow::Result<AlgoResult> {
     let stopped = hub.stop();
     let (records, worker_peak) = collected?;
     let (frames_in, _) = stopped?;
-    let mut r = summarize(ctx, Algorithm::Ring, &records)?;
+    let mut r = summarize(ctx, algo, &records)?;
     r.worker_peak_rss_kib = Some(worker_peak);
     r.switch_frames_per_s = switch_rate(frames_in, &records);
     Ok(r)
@@ -328,6 +337,7 @@ pub(crate) fn fill_bounds(
     results: &mut [AlgoResult],
     ina_bound_s: Option<f64>,
     ring_bound_s: Option<f64>,
+    elems: u16,
 ) -> Option<f64> {
     let mut times = (None, None);
     for r in results.iter_mut() {
@@ -340,6 +350,15 @@ pub(crate) fn fill_bounds(
                 times.1 = Some(r.median_s);
                 ring_bound_s
             }
+            // What a sparse all-reduce must send: the union's blocks, and the support stream's
+            // one int32 per block of `elems` elements (1/elems of the tensor).
+            Algorithm::InaSparse => match (ina_bound_s, r.union_density) {
+                (Some(b), Some(u)) if r.elements > 0 => {
+                    let blocks = r.elements.div_ceil(usize::from(elems.max(1)));
+                    Some(b * (u + blocks as f64 / r.elements as f64))
+                }
+                _ => None,
+            },
             _ => None,
         };
         r.bound_s = b;
@@ -370,7 +389,7 @@ pub(crate) fn report(
     };
     let ina_bound_s = bound(ina_framing, 1.0);
     let ring_bound_s = bound(ring_framing, super::ring_factor(workers));
-    let speedup = fill_bounds(results, ina_bound_s, ring_bound_s);
+    let speedup = fill_bounds(results, ina_bound_s, ring_bound_s, elems);
     TestbedReport {
         hub: t.hub,
         rate_bps: t.links.rate,

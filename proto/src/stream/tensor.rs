@@ -32,6 +32,18 @@ pub trait Source: core::fmt::Debug {
     fn result(&mut self, start: usize, values: &[f32]);
 }
 
+impl<S: Source + ?Sized> Source for &mut S {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn input(&mut self, start: usize, out: &mut [f32]) {
+        (**self).input(start, out)
+    }
+    fn result(&mut self, start: usize, values: &[f32]) {
+        (**self).result(start, values)
+    }
+}
+
 /// A read view of a tensor's elements.
 #[derive(Debug, Clone, Copy)]
 pub enum Elements<'t> {

@@ -101,6 +101,15 @@ pub fn assert_correct(report: &Report, inputs: &[Vec<Vec<Data>>], elems: &[u16],
                         job.job
                     );
                 }
+                Data::Sparse(s) => {
+                    let g = s.values.inner();
+                    assert_eq!(
+                        (g.violations, g.received),
+                        (0, g.len as u64),
+                        "seed {seed}: job {} sparse tensor {t}: {g:?}",
+                        job.job
+                    );
+                }
             }
         }
     }
