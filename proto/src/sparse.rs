@@ -81,31 +81,100 @@ pub trait Element: Copy + PartialEq + Default {
     /// Whether a block whose elements are `block` is held by this rank: one element is not
     /// zero, and (float32) its largest magnitude reaches `threshold`.
     fn held(block: &[Self], threshold: f32) -> bool;
+    /// Whether every element of `block` is zero in every bit (+0.0 for float32).
+    fn all_bits_zero(block: &[Self]) -> bool;
+    /// [`Self::held`], and else [`Self::all_bits_zero`].
+    fn classify(block: &[Self], threshold: f32) -> (bool, bool) {
+        if Self::held(block, threshold) {
+            (true, false)
+        } else {
+            (false, Self::all_bits_zero(block))
+        }
+    }
+}
+
+/// The bitwise OR of every element's bits: a pass the compiler vectorizes.
+fn f32_bits_or(block: &[f32]) -> u32 {
+    let mut acc = [0u32; 16];
+    let mut chunks = block.chunks_exact(16);
+    for c in &mut chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a |= x.to_bits();
+        }
+    }
+    let rest = chunks.remainder().iter().fold(0, |a, x| a | x.to_bits());
+    acc.iter().fold(rest, |a, x| a | x)
 }
 
 impl Element for f32 {
     fn held(block: &[f32], threshold: f32) -> bool {
-        let max = block.iter().fold(0f32, |m, x| m.max(x.abs()));
-        // (NaN is held: the values stream carries it, and the result reports it.)
-        block.iter().any(|x| x.is_nan()) || (max != 0.0 && max >= threshold)
+        if threshold <= 0.0 {
+            // Some element other than ±0.0 (NaN included: the values stream carries it, and
+            // the result reports it); a dense block decides in its first 64 elements.
+            return block.chunks(64).any(|c| f32_bits_or(c) & 0x7fff_ffff != 0);
+        }
+        block
+            .iter()
+            .any(|x| x.is_nan() || (*x != 0.0 && x.abs() >= threshold))
+    }
+
+    fn all_bits_zero(block: &[f32]) -> bool {
+        f32_bits_or(block) == 0
+    }
+
+    fn classify(block: &[f32], threshold: f32) -> (bool, bool) {
+        if threshold > 0.0 {
+            return (Self::held(block, threshold), Self::all_bits_zero(block));
+        }
+        // One pass: a dense block decides in its first 64 elements; the others are read once.
+        let mut signs = 0;
+        for c in block.chunks(64) {
+            let or = f32_bits_or(c);
+            if or & 0x7fff_ffff != 0 {
+                return (true, false);
+            }
+            signs |= or;
+        }
+        (false, signs == 0)
     }
 }
 
 impl Element for i32 {
     fn held(block: &[i32], _threshold: f32) -> bool {
-        block.iter().any(|&x| x != 0)
+        block.iter().fold(0, |a, x| a | x) != 0
+    }
+
+    fn all_bits_zero(block: &[i32]) -> bool {
+        !Self::held(block, 0.0)
     }
 }
 
 /// This rank's support of `data`: element `b` is 1 if it holds block `b`, else 0; padded with
 /// zeros to [`support_len`].
 pub fn support<T: Element>(data: &[T], elems_per_block: usize, threshold: f32) -> Vec<i32> {
+    scan(data, elems_per_block, threshold).0
+}
+
+/// [`support`], and the blocks this rank does not hold that are not all +0.0 (-0.0, or values
+/// under `threshold`): the only ones a sparse all-reduce run in place
+/// ([`Tensor::Blocks`](crate::stream::Tensor::Blocks)) must write zeros into, since every
+/// other block is either in the union (and gets its result) or +0.0 already.
+pub fn scan<T: Element>(
+    data: &[T],
+    elems_per_block: usize,
+    threshold: f32,
+) -> (Vec<i32>, Vec<usize>) {
     let e = elems_per_block.max(1);
     let mut s = vec![0i32; support_len(data.len(), e)];
+    let mut unclean = Vec::new();
     for (b, block) in data.chunks(e).enumerate() {
-        s[b] = i32::from(T::held(block, threshold));
+        match T::classify(block, threshold) {
+            (true, _) => s[b] = 1,
+            (false, false) => unclean.push(b),
+            (false, true) => {}
+        }
     }
-    s
+    (s, unclean)
 }
 
 /// The union: the blocks some rank holds, in increasing order, from the summed supports
@@ -372,6 +441,35 @@ mod tests {
     }
 
     proptest! {
+        /// The vectorized `held` is its definition: some element is NaN, or the largest
+        /// magnitude is not zero and reaches the threshold.
+        #[test]
+        fn held_is_its_definition(
+            block in proptest::collection::vec(
+                prop_oneof![
+                    Just(0.0f32), Just(-0.0f32), Just(f32::NAN), Just(f32::INFINITY),
+                    Just(f32::MIN_POSITIVE / 2.0), -2.0f32..2.0,
+                ],
+                0..40,
+            ),
+            threshold in prop_oneof![Just(0.0f32), 0.0f32..1.5],
+        ) {
+            let max = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let defined = block.iter().any(|x| x.is_nan()) || (max != 0.0 && max >= threshold);
+            prop_assert_eq!(f32::held(&block, threshold), defined);
+            let clean = block.iter().all(|x| x.to_bits() == 0);
+            prop_assert_eq!(
+                <f32 as Element>::classify(&block, threshold),
+                (defined, !defined && clean)
+            );
+            prop_assert_eq!(
+                f32::all_bits_zero(&block),
+                block.iter().all(|x| x.to_bits() == 0)
+            );
+            let ints: Vec<i32> = block.iter().map(|x| x.to_bits() as i32 & 7).collect();
+            prop_assert_eq!(i32::held(&ints, 0.0), ints.iter().any(|&x| x != 0));
+        }
+
         /// Over ranks with any supports, summing the gathered values and scattering them back
         /// gives every rank the dense sum (exactly, for integers), and the support counts
         /// each block's holders.
@@ -453,6 +551,16 @@ mod tests {
             scatter(&mut expected, e, &u, &doubled);
             prop_assert_eq!(g.out, expected);
         }
+    }
+
+    #[test]
+    fn a_scan_names_the_blocks_to_clean() {
+        let data = [1.0f32, 0.0, -0.0, 0.0, 0.0, 0.0, 0.25, 0.0, 0.0];
+        let (s, unclean) = scan(&data, 2, 0.5);
+        // Blocks: held, -0.0, +0.0, under the threshold, a short +0.0 one (padded to 6).
+        assert_eq!(s, vec![1, 0, 0, 0, 0, 0]);
+        assert_eq!(unclean, vec![1, 3]);
+        assert_eq!(scan(&data, 2, 0.0), (vec![1, 0, 0, 1, 0, 0], vec![1]));
     }
 
     #[test]

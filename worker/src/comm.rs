@@ -924,6 +924,15 @@ fn reborrow<'s>(t: &'s mut Tensor<'_>) -> Tensor<'s> {
         Tensor::I32Owned(x) => Tensor::I32(x),
         Tensor::Generated(g) => Tensor::Generated(&mut **g),
         Tensor::Support(x, float) => Tensor::Support(x, *float),
+        Tensor::Blocks {
+            of,
+            blocks,
+            elems_per_block,
+        } => Tensor::Blocks {
+            of: Box::new(reborrow(of)),
+            blocks: blocks.clone(),
+            elems_per_block: *elems_per_block,
+        },
     }
 }
 

@@ -60,17 +60,35 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
         let started = std::time::Instant::now();
         let threshold = self.cfg.sparse_threshold;
         let blocks = sparse::blocks(data.len(), e);
-        let mut support = sparse::support(data, e, threshold);
+        let (mut support, unclean) = sparse::scan(data, e, threshold);
+        // The values stream reads and writes the union's blocks in place, and leaves the
+        // others alone: a block this rank does not hold must read as zeros and end as +0.0.
+        for b in unclean {
+            let end = ((b + 1) * e).min(data.len());
+            data[b * e..end].fill(T::default());
+        }
         let held = support.iter().filter(|&&c| c != 0).count();
+        let scanned = started.elapsed();
         let support_stats = self.allreduce_one(Tensor::Support(&mut support, float))?;
+        let supported = started.elapsed();
         let union = sparse::union(&support, blocks);
-        let mut values = sparse::gather(data, e, &union, threshold);
-        let values_stats = if values.is_empty() {
+        let values_stats = if union.is_empty() {
             OpStats::default()
         } else {
-            self.allreduce_one(tensor(&mut values))?
+            let of = Box::new(tensor(&mut *data));
+            self.allreduce_one(Tensor::Blocks {
+                of,
+                blocks: union.clone(),
+                elems_per_block: e,
+            })?
         };
-        sparse::scatter(data, e, &union, &values);
+        tracing::debug!(
+            ?scanned,
+            ?supported,
+            reduced = ?started.elapsed(),
+            union = union.len(),
+            "sparse all-reduce"
+        );
         let union_density = sparse::density(&union, blocks);
         self.chooser.record(data.len(), float, union_density);
         Ok(OpStats {

@@ -63,12 +63,21 @@ fn union_blocks() -> usize {
 fn on_every_rank<T: Send + 'static>(
     f: impl Fn(usize, &mut Communicator) -> T + Send + Sync + Copy + 'static,
 ) -> Vec<T> {
+    on_every_rank_with(0.0, f)
+}
+
+/// [`on_every_rank`] with a sparse threshold.
+fn on_every_rank_with<T: Send + 'static>(
+    threshold: f32,
+    f: impl Fn(usize, &mut Communicator) -> T + Send + Sync + Copy + 'static,
+) -> Vec<T> {
     let workers = free_addrs(RANKS);
     let sw = start(&workers);
     let threads: Vec<_> = (0..RANKS)
         .map(|r| {
             let mut cfg = WorkerConfig::new(sw.addr, workers[r], 5, r as u8);
             cfg.give_up = Duration::from_secs(3);
+            cfg.sparse_threshold = threshold;
             std::thread::spawn(move || {
                 let mut comm = Communicator::connect(cfg).unwrap();
                 f(r, &mut comm)
@@ -200,5 +209,35 @@ fn ranks_that_disagree_on_the_mode_all_fail() {
             matches!(o, Err(WorkerError::Mismatch(_) | WorkerError::Rejected(_))),
             "rank {r}: {o:?}"
         );
+    }
+}
+
+#[test]
+fn a_threshold_drops_a_ranks_small_blocks_and_only_those() {
+    // Block 0: every rank 10 + r. Block 1: every rank 0.1 (under the threshold everywhere:
+    // outside the union). Block 2: rank 0 has 0.1 (dropped), rank 1 has 5 (kept).
+    let out = on_every_rank_with(0.5, |r, comm| {
+        let mut x = vec![0f32; 4 * E];
+        x[..E].fill(10.0 + r as f32);
+        x[E..2 * E].fill(0.1);
+        if r == 0 {
+            x[2 * E..3 * E].fill(0.1);
+        }
+        if r == 1 {
+            x[2 * E..3 * E].fill(5.0);
+        }
+        let s = comm.allreduce_f32_with(&mut x, Mode::Sparse).unwrap();
+        (x, s)
+    });
+    for (x, s) in &out {
+        assert!(x[..E].iter().all(|&v| v == 46.0), "{:?}", &x[..4]);
+        assert!(x[E..2 * E].iter().all(|v| v.to_bits() == 0));
+        assert!(
+            x[2 * E..3 * E].iter().all(|&v| v == 5.0),
+            "{:?}",
+            &x[2 * E..2 * E + 4]
+        );
+        assert!(x[3 * E..].iter().all(|v| v.to_bits() == 0));
+        assert_eq!(s.sparse.map(|st| st.union_density), Some(0.5));
     }
 }

@@ -60,6 +60,10 @@ pub const DESCRIPTOR_PACKETS: u64 = 1;
 pub struct Stream<'a> {
     cfg: StreamConfig,
     tensor: Tensor<'a>,
+    /// The tensor's blocks the stream carries, in order (a [`Tensor::Blocks`]); empty: all.
+    block_map: Vec<usize>,
+    /// Elements the stream carries.
+    elements: usize,
     blocks: u64,
     lookahead: u64,
     packets: u64,
@@ -132,7 +136,31 @@ impl<'a> Stream<'a> {
     ) -> Result<Stream<'a>, StreamError> {
         cfg.validate()?;
         let e = u64::from(cfg.elems_per_packet);
-        let blocks = (tensor.len() as u64).div_ceil(e);
+        let elements = tensor.len();
+        let (tensor, block_map) = match tensor {
+            Tensor::Blocks {
+                of,
+                blocks,
+                elems_per_block,
+            } => {
+                let last = of.len().div_ceil(elems_per_block.max(1));
+                if elems_per_block != usize::from(cfg.elems_per_packet) {
+                    return Err(StreamError::Config(
+                        "a block map's blocks must be the stream's packets",
+                    ));
+                }
+                if blocks.windows(2).any(|w| w[0] >= w[1])
+                    || blocks.last().is_some_and(|b| *b >= last)
+                {
+                    return Err(StreamError::Config(
+                        "a block map must name blocks of the tensor in increasing order",
+                    ));
+                }
+                (*of, blocks)
+            }
+            t => (t, Vec::new()),
+        };
+        let blocks = (elements as u64).div_ceil(e);
         let window = u64::from(cfg.lane.window);
         // The descriptor and the lookahead's headers fill the first window together.
         let lookahead = if tensor.is_float() {
@@ -168,6 +196,8 @@ impl<'a> Stream<'a> {
             exps: vec![0; lookahead as usize],
             cfg,
             tensor,
+            block_map,
+            elements,
             blocks,
             lookahead,
             packets,
@@ -209,7 +239,8 @@ impl<'a> Stream<'a> {
         self.window.as_ref()
     }
 
-    /// Ends the stream and hands back the tensor (holding the result if the stream finished).
+    /// Ends the stream and hands back the tensor (holding the result if the stream finished;
+    /// the whole tensor of a [`Tensor::Blocks`]).
     pub fn into_tensor(self) -> Tensor<'a> {
         self.tensor
     }
@@ -276,7 +307,7 @@ impl<'a> Stream<'a> {
             ref t => (t.is_float(), false),
         };
         Descriptor {
-            elements: self.tensor.len() as u64,
+            elements: self.elements as u64,
             float,
             support,
             total_workers: self.cfg.total_workers,
@@ -306,7 +337,11 @@ impl<'a> Stream<'a> {
 
     fn block_range(&self, block: u64) -> core::ops::Range<usize> {
         let e = usize::from(self.cfg.elems_per_packet);
-        let start = block as usize * e;
+        let block = self
+            .block_map
+            .get(block as usize)
+            .map_or(block as usize, |b| *b);
+        let start = block * e;
         start..(start + e).min(self.tensor.len())
     }
 

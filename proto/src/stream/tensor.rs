@@ -15,6 +15,15 @@ pub enum Tensor<'a> {
     /// `crate::sparse::support`): int32 counts, with the element type of the tensor whose
     /// support it is (float32 if `true`), which the descriptor names.
     Support(&'a mut [i32], bool),
+    /// Some blocks of a tensor, read and written in place: the values stream of a sparse
+    /// all-reduce (PROTOCOL.md §5, "Sparse streams"). `blocks` are increasing indices of
+    /// blocks of `elems_per_block` elements (the stream's elements per packet); the stream
+    /// carries them one after the other and leaves every other element alone.
+    Blocks {
+        of: Box<Tensor<'a>>,
+        blocks: Vec<usize>,
+        elems_per_block: usize,
+    },
 }
 
 /// A float32 tensor that is never held whole (see [`Tensor::Generated`]).
@@ -67,6 +76,15 @@ impl Tensor<'_> {
             Tensor::F32Owned(t) => t.len(),
             Tensor::I32Owned(t) => t.len(),
             Tensor::Generated(g) => g.len(),
+            Tensor::Blocks {
+                of,
+                blocks,
+                elems_per_block,
+            } => {
+                let (len, e) = (of.len(), (*elems_per_block).max(1));
+                let block = |b: usize| e.min(len.saturating_sub(b.saturating_mul(e)));
+                blocks.iter().map(|&b| block(b)).sum()
+            }
         }
     }
 
@@ -77,15 +95,18 @@ impl Tensor<'_> {
 
     /// Whether the elements are float32 (and so use the exponent lookahead).
     pub fn is_float(&self) -> bool {
-        !matches!(
-            self,
-            Tensor::I32(_) | Tensor::I32Owned(_) | Tensor::Support(..)
-        )
+        match self {
+            Tensor::I32(_) | Tensor::I32Owned(_) | Tensor::Support(..) => false,
+            Tensor::Blocks { of, .. } => of.is_float(),
+            _ => true,
+        }
     }
 
-    /// The elements; `None` for a generated tensor, which has none in memory.
+    /// The elements (of the whole tensor, for [`Tensor::Blocks`]); `None` for a generated
+    /// tensor, which has none in memory.
     pub fn elements(&self) -> Option<Elements<'_>> {
         Some(match self {
+            Tensor::Blocks { of, .. } => return of.elements(),
             Tensor::F32(t) => Elements::F32(t),
             Tensor::I32(t) | Tensor::Support(t, _) => Elements::I32(t),
             Tensor::F32Owned(t) => Elements::F32(t),
@@ -97,6 +118,7 @@ impl Tensor<'_> {
     /// The elements, writable; `None` for a generated tensor.
     pub fn elements_mut(&mut self) -> Option<ElementsMut<'_>> {
         Some(match self {
+            Tensor::Blocks { of, .. } => return of.elements_mut(),
             Tensor::F32(t) => ElementsMut::F32(t),
             Tensor::I32(t) | Tensor::Support(t, _) => ElementsMut::I32(t),
             Tensor::F32Owned(t) => ElementsMut::F32(t),
