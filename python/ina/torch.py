@@ -70,22 +70,26 @@ class _Completer:
         self._thread = threading.Thread(target=self._run, name="ina-completer", daemon=True)
         self._thread.start()
 
-    def add(self, handle: Optional[ina.Handle], ok: Callable[[], None], failed: Callable[[BaseException], None]) -> None:
-        """Runs `ok` once `handle` ended well (at once for None), else `failed`, after
-        everything added before."""
+    def add(
+        self,
+        handle: Optional[ina.Handle],
+        ok: Callable[[Optional[ina.Stats]], None],
+        failed: Callable[[BaseException], None],
+    ) -> None:
+        """Runs `ok` with the all-reduce's stats once `handle` ended well (at once, with None,
+        for None), else `failed`, after everything added before."""
         self._queue.put((handle, ok, failed))
 
     def _run(self) -> None:
         while True:
             handle, ok, failed = self._queue.get()
             try:
-                if handle is not None:
-                    handle.wait()
+                stats = handle.wait() if handle is not None else None
             except BaseException as e:  # noqa: BLE001 - handed to the future
                 failed(e)
                 continue
             try:
-                ok()
+                ok(stats)
             except BaseException as e:  # noqa: BLE001
                 failed(e)
 
@@ -134,6 +138,9 @@ class HookState:
         self.fallback = fallback
         self.mode = mode
         self.failed: Optional[BaseException] = None
+        #: Buckets all-reduced sparse and dense so far.
+        self.buckets_sparse = 0
+        self.buckets_dense = 0
         self._completer = _Completer()
         self._staging: dict = {}
 
@@ -174,12 +181,16 @@ def allreduce_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.F
         # In order with the buckets before it, which may still be falling back: every rank
         # must issue the fallback group's collectives in the same order.
         error = state.failed
-        state._completer.add(None, lambda: _fall_back(state, tensor, error, fut), fut.set_exception)
+        state._completer.add(None, lambda _: _fall_back(state, tensor, error, fut), fut.set_exception)
         return result
     original = tensor.clone() if state.fallback is not None else None
     host, back = _sum_tensor(tensor, state._staging, bucket.index())
 
-    def ok() -> None:
+    def ok(stats: Optional[ina.Stats]) -> None:
+        if stats is not None and stats.sparse:
+            state.buckets_sparse += 1
+        else:
+            state.buckets_dense += 1
         back()
         tensor.div_(world)
         fut.set_result(tensor)
@@ -285,7 +296,7 @@ class ProcessGroupIna(dist.ProcessGroup):
             last = i == len(handles) - 1
             self._completer.add(
                 h,
-                (lambda: fut.set_result(tensor_list)) if last else (lambda: None),
+                (lambda _: fut.set_result(tensor_list)) if last else (lambda _: None),
                 lambda e: None if fut.done() else fut.set_exception(e),
             )
         return torch._C._distributed_c10d._create_work_from_future(result)

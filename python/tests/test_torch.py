@@ -43,6 +43,27 @@ def test_ddp_hook_keeps_ranks_identical_and_follows_gloo(switch):
         assert np.abs(first - gloo).max() < 1e-4, f"step {step}: {np.abs(first - gloo).max()}"
     # The model did move.
     assert np.abs(ina_runs[0][0][-1] - torch_ranks.params(torch_ranks.model())).max() > 1e-3
+    # A dense model's buckets: sparse at first (auto has measured nothing), then dense.
+    for r, (_, extra) in enumerate(ina_runs):
+        sparse, dense = extra["buckets"]
+        assert sparse >= 1 and dense >= STEPS - 1, f"rank {r}: {sparse} sparse, {dense} dense"
+
+
+def test_the_hook_sends_an_embeddings_gradient_sparse_and_follows_gloo(switch):
+    sw = switch(4)
+    runs = train_all(sw, "embedding")
+    gloo_runs = train_all(sw, "embedding-gloo")
+    for step in range(STEPS):
+        first = runs[0][0][step]
+        for r in range(1, 4):
+            assert np.array_equal(runs[r][0][step], first), f"rank {r} step {step}"
+        gloo = gloo_runs[0][0][step]
+        assert np.abs(first - gloo).max() < 1e-4, f"step {step}: {np.abs(first - gloo).max()}"
+    for r, (_, extra) in enumerate(runs):
+        sparse, dense = extra["buckets"]
+        # The bucket of the embedding (a few hundred of its 20000 rows touched) goes sparse
+        # every step.
+        assert sparse >= STEPS and dense == 0, f"rank {r}: {sparse} sparse, {dense} dense"
 
 
 def test_backend_sums_through_ina_and_delegates_the_rest_to_gloo(switch):

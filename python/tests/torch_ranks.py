@@ -17,6 +17,16 @@ def model():
     return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
+def embedding_model():
+    """An embedding table of 20000 rows of 32 (its gradient: the rows a batch touched) under a
+    small classifier."""
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(20000, 32), nn.Flatten(), nn.Linear(4 * 32, 10))
+
+
 def params(m) -> np.ndarray:
     import torch
 
@@ -55,13 +65,16 @@ def _train(mode, kw, store_port, steps, give_up, kill_switch_pid):
         dist.init_process_group("cpu:ina", init_method=init, rank=rank, world_size=world)
     else:
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    m = model()
+    embedding = mode in ("embedding", "embedding-gloo")
+    m = embedding_model() if embedding else model()
     ddp = nn.parallel.DistributedDataParallel(m, bucket_cap_mb=0.1)
     extra: dict = {}
-    if mode in ("hook", "fallback", "no-fallback"):
+    state = None
+    if mode in ("hook", "fallback", "no-fallback", "embedding"):
         comm = ina.Communicator(**{**kw, "give_up": give_up})
         fallback = dist.new_group(backend="gloo") if mode == "fallback" else None
-        ddp.register_comm_hook(ina.torch.HookState(comm, fallback=fallback), ina.torch.allreduce_hook)
+        state = ina.torch.HookState(comm, fallback=fallback)
+        ddp.register_comm_hook(state, ina.torch.allreduce_hook)
     if kill_switch_pid is not None:
         dist.barrier()
         if rank == 0:
@@ -71,7 +84,13 @@ def _train(mode, kw, store_port, steps, give_up, kill_switch_pid):
     g = torch.Generator().manual_seed(100 + rank)
     out = []
     for _ in range(steps):
-        x = torch.randn(32, 64, generator=g)
+        if embedding:
+            # Each sample: 4 rows, from 50 popular ones and 50 of the rank's own.
+            popular = torch.randint(0, 50, (32, 2), generator=g)
+            own = torch.randint(0, 50, (32, 2), generator=g) + 1000 * (rank + 1)
+            x = torch.cat([popular, own], dim=1)
+        else:
+            x = torch.randn(32, 64, generator=g)
         y = torch.randint(0, 10, (32,), generator=g)
         loss = nn.functional.cross_entropy(ddp(x), y)
         opt.zero_grad()
@@ -94,6 +113,8 @@ def _train(mode, kw, store_port, steps, give_up, kill_switch_pid):
         b = torch.tensor([rank + 10])
         dist.broadcast(b, 0)
         extra["collectives"] = (t.tolist(), i.tolist(), mx.item(), b.item())
+    if state is not None:
+        extra["buckets"] = (state.buckets_sparse, state.buckets_dense)
     if "raised" not in extra:
         dist.destroy_process_group()
     return out, extra
