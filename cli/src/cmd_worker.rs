@@ -12,9 +12,7 @@
 //! The exit status is 0 when every iteration ran and verified, 2 on an error, 3 when a result
 //! was outside its bound.
 
-use crate::bench::runner::{
-    run_iterations, AgsparseReducer, InaReducer, IterRecord, Reducer, RingReducer,
-};
+use crate::bench::runner::{run_iterations, InaReducer, IterRecord, Reducer, RingReducer};
 use crate::data::{input, Reference, Shape, Sparse};
 use anyhow::Context;
 use ina_io::{Port, UdpConfig, UdpPort};
@@ -294,11 +292,16 @@ pub fn run(mut args: WorkerArgs) -> anyhow::Result<()> {
                 .with_connect_timeout(Duration::from_millis(args.connect_timeout_ms))
                 .with_congestion(args.tcp_congestion.clone());
             match RingComm::connect_with_listener(rank, listener, &peers, opts) {
-                Ok(c) if args.algorithm == WorkerAlgorithm::Agsparse => {
-                    block_elems = args.sparse_block;
-                    Box::new(AgsparseReducer(c, args.sparse_block))
+                Ok(comm) => {
+                    let sparse = args.algorithm == WorkerAlgorithm::Agsparse;
+                    if sparse {
+                        block_elems = args.sparse_block;
+                    }
+                    Box::new(RingReducer {
+                        comm,
+                        sparse_block: sparse.then_some(args.sparse_block),
+                    })
                 }
-                Ok(c) => Box::new(RingReducer(c)),
                 Err(e) => fail("ring", e.to_string()),
             }
         }

@@ -1140,13 +1140,7 @@ impl Link {
         let mut pending: VecDeque<Vec<u8>> = VecDeque::new();
         self.queue_step0(schedule, data, call, &mut next0, STEP0_LOOKAHEAD, stats)?;
 
-        let mut header = [0u8; CALL_HEADER_LEN];
-        self.recv(&mut header, stats, timeout)?;
-        call.check(&header)
-            .map_err(|reason| RingError::CallMismatch {
-                peer: self.left_rank,
-                reason,
-            })?;
+        self.recv_call(call, stats, timeout)?;
 
         for tr in schedule.transfers() {
             if tr.step == 0 {
@@ -1192,6 +1186,22 @@ impl Link {
         self.drain(stats, timeout)
     }
 
+    /// Reads the left neighbour's call header and checks that it is `call`.
+    fn recv_call(
+        &mut self,
+        call: Call,
+        stats: &mut RingStats,
+        timeout: Option<Duration>,
+    ) -> Result<(), RingError> {
+        let mut header = [0u8; CALL_HEADER_LEN];
+        self.recv(&mut header, stats, timeout)?;
+        call.check(&header)
+            .map_err(|reason| RingError::CallMismatch {
+                peer: self.left_rank,
+                reason,
+            })
+    }
+
     /// One all-gather (see [`RingComm::allgather`]): this rank's contribution goes right;
     /// at step `t` the contribution of rank `rank - 1 - t` comes from the left and, but for
     /// the last, goes on to the right.
@@ -1211,13 +1221,7 @@ impl Link {
         first[CALL_HEADER_LEN + 8..].copy_from_slice(mine);
         stats.payload_bytes_sent += mine.len() as u64;
         self.send(first, stats)?;
-        let mut header = [0u8; CALL_HEADER_LEN];
-        self.recv(&mut header, stats, timeout)?;
-        call.check(&header)
-            .map_err(|reason| RingError::CallMismatch {
-                peer: self.left_rank,
-                reason,
-            })?;
+        self.recv_call(call, stats, timeout)?;
         let mut out = vec![Vec::new(); world];
         out[rank] = mine.to_vec();
         for t in 0..world - 1 {

@@ -191,7 +191,10 @@ pub(crate) fn ring(ctx: &Ctx) -> anyhow::Result<AlgoResult> {
             })?;
         let opts = RingOptions::default().with_max_pacing_rate(ctx.link_rate);
         let comm = RingComm::connect_with_listener(rank, listener, &peers, opts)?;
-        Ok(Box::new(RingReducer(comm)) as Box<dyn Reducer>)
+        Ok(Box::new(RingReducer {
+            comm,
+            sparse_block: None,
+        }) as Box<dyn Reducer>)
     })?;
     let mut r = summarize(ctx, Algorithm::Ring, &records)?;
     r.worker_peak_rss_kib = crate::mem::peak_rss_kib();

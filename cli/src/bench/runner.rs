@@ -97,38 +97,25 @@ impl<P: ina_io::Port<Addr = std::net::SocketAddr>> Reducer for InaReducer<P> {
     }
 }
 
-/// The TCP ring.
+/// The TCP ring: its all-reduce, or with `sparse_block` the sparse all-gather baseline over
+/// its connections, in blocks of that many elements.
 #[derive(Debug)]
-pub struct RingReducer(pub RingComm);
+pub struct RingReducer {
+    pub comm: RingComm,
+    pub sparse_block: Option<usize>,
+}
 
 impl Reducer for RingReducer {
     fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
-        self.0.allreduce_f32(data)?;
+        match self.sparse_block {
+            Some(block) => self.comm.allreduce_sparse_f32(data, block)?,
+            None => self.comm.allreduce_f32(data)?,
+        }
         Ok(Resends::default())
     }
 
     fn barrier(&mut self) -> Result<(), RunError> {
-        self.0.allreduce_i32(&mut [1])?;
-        Ok(())
-    }
-
-    fn bound(&self) -> Bound {
-        Bound::Float
-    }
-}
-
-/// The sparse all-gather baseline over the ring's connections, in blocks of `1` elements.
-#[derive(Debug)]
-pub struct AgsparseReducer(pub RingComm, pub usize);
-
-impl Reducer for AgsparseReducer {
-    fn allreduce(&mut self, data: &mut [f32]) -> Result<Resends, RunError> {
-        self.0.allreduce_sparse_f32(data, self.1)?;
-        Ok(Resends::default())
-    }
-
-    fn barrier(&mut self) -> Result<(), RunError> {
-        self.0.allreduce_i32(&mut [1])?;
+        self.comm.allreduce_i32(&mut [1])?;
         Ok(())
     }
 
