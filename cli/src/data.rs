@@ -7,6 +7,7 @@ use ina_proto::quant::{block_exponent, error_bound};
 /// (2^0 down to 2^-7), as the layers of a model differ in scale. (The simulator makes the same
 /// tensors element by element.)
 pub use ina_sim::data::generate;
+use ina_sim::data::unit;
 
 /// How the blocks a worker holds in a sparse benchmark tensor are laid out.
 #[derive(
@@ -38,14 +39,6 @@ pub struct Sparse {
 const ROW_BLOCKS: usize = 16;
 /// Layers of the `topk` shape.
 const LAYERS: usize = 8;
-
-/// A uniform number in [0, 1) from a key.
-fn unit(key: u64) -> f64 {
-    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-}
 
 impl Sparse {
     /// Which blocks of worker `rank`'s `input` it holds.

@@ -1,7 +1,8 @@
-//! Sparse all-reduce (PROTOCOL.md §5, "Sparse streams"): the support a rank sends, the union
-//! the summed supports give, the values stream's tensor gathered from the union's blocks, and
-//! its result scattered back. Every function here is pure; the worker and the simulator run
-//! the two streams.
+//! Sparse all-reduce (PROTOCOL.md §5, "Sparse streams"): the support a rank sends and the
+//! blocks it must clean (one scan), the union the summed supports give, the choice of mode,
+//! and the values stream of a generated tensor ([`UnionSource`]); the values stream of a
+//! tensor in memory runs in place (`stream::Tensor::Blocks`). Every function here is pure; the
+//! worker and the simulator run the two streams.
 
 use crate::stream::Source;
 
@@ -188,45 +189,6 @@ pub fn union(sums: &[i32], blocks: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The values stream's tensor: the blocks of `union` concatenated in order, a block this rank
-/// does not hold (under `threshold`) as zeros.
-pub fn gather<T: Element>(
-    data: &[T],
-    elems_per_block: usize,
-    union: &[usize],
-    threshold: f32,
-) -> Vec<T> {
-    let e = elems_per_block.max(1);
-    let mut out = Vec::with_capacity(union.len() * e);
-    for &b in union {
-        let block = &data[b * e..((b + 1) * e).min(data.len())];
-        if T::held(block, threshold) {
-            out.extend_from_slice(block);
-        } else {
-            out.extend(core::iter::repeat_n(T::default(), block.len()));
-        }
-    }
-    out
-}
-
-/// Writes the values stream's result `values` back into the blocks of `union`, and zeros
-/// (+0.0) into every other block.
-pub fn scatter<T: Element>(data: &mut [T], elems_per_block: usize, union: &[usize], values: &[T]) {
-    let e = elems_per_block.max(1);
-    let mut next = union.iter().peekable();
-    let mut at = 0;
-    for (b, block) in data.chunks_mut(e).enumerate() {
-        if next.peek() == Some(&&b) {
-            next.next();
-            let n = block.len();
-            block.copy_from_slice(&values[at..at + n]);
-            at += n;
-        } else {
-            block.fill(T::default());
-        }
-    }
-}
-
 /// The fraction of `blocks` blocks in the union.
 pub fn density(union: &[usize], blocks: usize) -> f64 {
     if blocks == 0 {
@@ -261,7 +223,7 @@ pub fn source_support(source: &mut dyn Source, elems_per_block: usize, threshold
     s
 }
 
-/// A generated tensor's values stream ([`gather`] and [`scatter`] over a [`Source`]): the
+/// A generated tensor's values stream (over a [`Source`]): the
 /// blocks of the union, concatenated; a block this rank does not hold reads as zeros. Once the
 /// union is known ([`UnionSource::set_union`]), the blocks outside it are given to the source's
 /// result as zeros at once: their sums need no packet.
@@ -379,6 +341,46 @@ impl<S: Source> Source for UnionSource<S> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The definition of the values stream's tensor (run in place by `stream::Tensor::Blocks`):
+    /// the blocks of `union` concatenated in order, a block this rank does not hold (under
+    /// `threshold`) as zeros.
+    fn gather<T: Element>(
+        data: &[T],
+        elems_per_block: usize,
+        union: &[usize],
+        threshold: f32,
+    ) -> Vec<T> {
+        let e = elems_per_block.max(1);
+        let mut out = Vec::with_capacity(union.len() * e);
+        for &b in union {
+            let block = &data[b * e..((b + 1) * e).min(data.len())];
+            if T::held(block, threshold) {
+                out.extend_from_slice(block);
+            } else {
+                out.extend(core::iter::repeat_n(T::default(), block.len()));
+            }
+        }
+        out
+    }
+
+    /// Writes the values stream's result `values` back into the blocks of `union`, and zeros
+    /// (+0.0) into every other block.
+    fn scatter<T: Element>(data: &mut [T], elems_per_block: usize, union: &[usize], values: &[T]) {
+        let e = elems_per_block.max(1);
+        let mut next = union.iter().peekable();
+        let mut at = 0;
+        for (b, block) in data.chunks_mut(e).enumerate() {
+            if next.peek() == Some(&&b) {
+                next.next();
+                let n = block.len();
+                block.copy_from_slice(&values[at..at + n]);
+                at += n;
+            } else {
+                block.fill(T::default());
+            }
+        }
+    }
 
     #[test]
     fn zero_blocks_are_not_held_and_a_threshold_drops_small_ones() {

@@ -12,6 +12,11 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A uniform number in [0, 1) from a key (53 bits of [`mix`]).
+pub fn unit(key: u64) -> f64 {
+    (mix(key) >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// Element `i` of worker `rank`'s gradient for `seed`: uniform in [-1, 1), with a magnitude
 /// that changes every 4096 elements (2^0 down to 2^-7), as the layers of a model differ in scale.
 pub fn element(seed: u64, rank: usize, i: usize) -> f32 {
@@ -77,7 +82,6 @@ impl Sparsity {
 
     /// Whether rank `r` holds block `b`.
     pub fn holds(&self, seed: u64, r: usize, b: usize) -> bool {
-        let unit = |z: u64| (mix(z) >> 11) as f64 / (1u64 << 53) as f64;
         let key = mix(seed ^ 0x5ba2_5e00);
         let d = self.density_of(r);
         match self.pattern {

@@ -247,7 +247,17 @@ impl<'f> Recorder<'f> {
         let e = usize::from(self.job.elems);
         let float = spec.float;
         let blocks = sparse::blocks(data.first().map_or(0, Vec::len), e);
-        let mut supports: Vec<Vec<i32>> = data.iter().map(|t| sparse::support(t, e, 0.0)).collect();
+        // As the worker does: one scan gives the support and the blocks to clean, and the
+        // values stream runs in place over the union's blocks.
+        let mut supports = Vec::new();
+        for t in &mut data {
+            let (support, unclean) = sparse::scan(t, e, 0.0);
+            for b in unclean {
+                let end = ((b + 1) * e).min(t.len());
+                t[b * e..end].fill(T::default());
+            }
+            supports.push(support);
+        }
         self.run(
             "support",
             supports
@@ -260,22 +270,18 @@ impl<'f> Recorder<'f> {
         if supports.iter().any(|s| sparse::union(s, blocks) != union) {
             return Err("the ranks' unions differ".into());
         }
-        let mut values: Vec<Vec<T>> = data
-            .iter()
-            .map(|t| sparse::gather(t, e, &union, 0.0))
-            .collect();
         if !union.is_empty() {
             self.run(
                 "values",
-                values
-                    .iter_mut()
-                    .map(|v| v.as_mut_slice().into_tensor())
+                data.iter_mut()
+                    .map(|t| Tensor::Blocks {
+                        of: Box::new(t.as_mut_slice().into_tensor()),
+                        blocks: union.clone(),
+                        elems_per_block: e,
+                    })
                     .collect(),
                 spec,
             )?;
-        }
-        for (t, v) in data.iter_mut().zip(&values) {
-            sparse::scatter(t, e, &union, v);
         }
         Ok(data)
     }
@@ -438,7 +444,7 @@ impl<'f> Recorder<'f> {
     }
 }
 
-/// The tensor of a values stream.
+/// The tensor of a rank's data.
 trait IntoTensor<'x> {
     fn into_tensor(self) -> Tensor<'x>;
 }
