@@ -428,9 +428,12 @@ impl<P: Port<Addr = SocketAddr>> Communicator<P> {
                     let Ok((h, payload)) = AggRepr::parse_bytes(d.data) else {
                         continue;
                     };
+                    // The switch echoes the probe's nonce: a late reply to an earlier
+                    // communicator on the same address (an older epoch) is not this one's.
                     if h.kind != MessageType::ProbeReply
                         || h.job != self.cfg.job
                         || h.rank != self.cfg.rank
+                        || h.seq != self.nonce
                     {
                         continue;
                     }
