@@ -37,8 +37,8 @@ pub use config::{Lane, StreamConfig, StreamError, StreamStats};
 pub use recovery::{Rule, Rules};
 pub use tensor::{Elements, ElementsMut, Source, Tensor};
 
-use gaps::BlockTx;
-use recovery::Retransmit;
+use gaps::{BlockTx, GapCounters};
+use recovery::{LossDetection, Retransmit, Stall};
 use slots::{Held, Outstanding, SlotState};
 
 use crate::descriptor::Descriptor;
@@ -47,7 +47,6 @@ use crate::rtt::RttEstimator;
 use crate::window::WindowControl;
 use crate::Instant;
 use core::cmp::Reverse;
-use core::time::Duration;
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 use ina_wire::{AggRepr, MessageType, RejectReason, HEADER_LEN};
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
@@ -77,44 +76,18 @@ pub struct Stream<'a> {
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Packets to send again, and what asked for it.
     retransmit: VecDeque<(u64, Retransmit)>,
-    /// Transmissions so far, first ones and retransmissions: numbers them in sending order.
-    transmissions: u64,
-    /// `(transmission, packet index)` of every transmission not yet examined by loss
-    /// detection, oldest first.
-    in_flight: VecDeque<(u64, u64)>,
-    /// Retransmissions past the threshold but sent too recently to be judged lost yet (R2).
-    deferred: VecDeque<(u64, u64)>,
-    /// The latest transmission known to have been answered.
-    highest_answered: Option<u64>,
-    /// The smallest round trip of an answer to a packet's only retransmission.
-    path_min: Option<Duration>,
-    /// The largest distance, in transmissions, by which an answer came back behind a newer one.
-    reordering: u64,
-    /// The largest distance behind the newest answer at which a packet was asked about and
-    /// found held (R1, `held-reordering`).
-    held_reordering: u64,
-    /// First transmissions past the reordering tolerance but within the held one.
-    tolerated: VecDeque<(u64, u64)>,
-    /// The latest accepted result or first transmission.
-    progress_at: Option<Instant>,
-    /// Stall probe rounds since then.
-    stall_rounds: u32,
-    /// When the latest of those rounds was sent.
-    stall_probe_last: Option<Instant>,
+    /// The order of transmissions and answers that finds losses (R1, R2).
+    loss: LossDetection,
+    /// Progress, and the stall probe rounds since (E9).
+    stall: Stall,
     /// The agreed exponents of the lookahead's blocks, by block modulo `lookahead`.
     exps: Vec<u8>,
     /// One block of a generated tensor's elements (empty for the others).
     scratch: Vec<f32>,
     /// When the count of packets in flight last changed; `None` before the first transmission.
     occupancy_at: Option<Instant>,
-    /// Per gap-tracking block of the lane, its first transmissions; empty without Missing
-    /// reports (see [`StreamConfig::gap_reports`]).
-    gap_blocks: Vec<BlockTx>,
-    /// Per gap-tracking block, the latest gap counter of a multicast result plus
-    /// [`GAP_COUNTER`] (0: none yet); empty unless the stream follows the results' counters.
-    results_seen: Vec<u32>,
-    /// Results found lost by their counters, to report: `(a slot of the block, counter)`.
-    result_reports: VecDeque<(u16, u8)>,
+    /// The gap counters of Missing reports and of the results (empty without reports).
+    gaps: GapCounters,
     received: u64,
     poisoned: Option<u64>,
     failed: Option<StreamError>,
@@ -176,7 +149,7 @@ impl<'a> Stream<'a> {
         // was sent once for the first time, in its block.
         let used = cfg.lane.next_position.saturating_sub(window);
         let (cycles, rest) = (used / window, used % window);
-        let gap_blocks: Vec<BlockTx> = (0..window / block)
+        let blocks_tx: Vec<BlockTx> = (0..window / block)
             .filter(|_| reports)
             .map(|b| BlockTx::new(cycles * block + rest.saturating_sub(b * block).min(block)))
             .collect();
@@ -187,9 +160,11 @@ impl<'a> Stream<'a> {
                 _ => Vec::new(),
             },
             occupancy_at: None,
-            results_seen: vec![0; if counts_results { gap_blocks.len() } else { 0 }],
-            result_reports: VecDeque::new(),
-            gap_blocks,
+            gaps: GapCounters {
+                results_seen: vec![0; if counts_results { blocks_tx.len() } else { 0 }],
+                reports: VecDeque::new(),
+                blocks: blocks_tx,
+            },
             ready: (0..packets.min(window)).map(Reverse).collect(),
             parked: BTreeSet::new(),
             slots: vec![SlotState::default(); usize::from(cfg.lane.window)],
@@ -204,17 +179,8 @@ impl<'a> Stream<'a> {
             sent_new: 0,
             timers: BinaryHeap::new(),
             retransmit: VecDeque::new(),
-            transmissions: 0,
-            in_flight: VecDeque::new(),
-            deferred: VecDeque::new(),
-            highest_answered: None,
-            path_min: None,
-            reordering: 0,
-            held_reordering: 0,
-            tolerated: VecDeque::new(),
-            progress_at: None,
-            stall_rounds: 0,
-            stall_probe_last: None,
+            loss: LossDetection::default(),
+            stall: Stall::default(),
             received: 0,
             poisoned: None,
             failed: None,
@@ -385,7 +351,8 @@ impl<'a> Stream<'a> {
         let deadline = now + self.rtt.rto();
         let last_tx = self.next_transmission(index);
         let block_ordinal = self
-            .gap_blocks
+            .gaps
+            .blocks
             .get_mut(slot / usize::from(GAP_BLOCK))
             .map(|b| b.push(index));
         self.slots[slot].outstanding = Some(Outstanding {
@@ -406,7 +373,7 @@ impl<'a> Stream<'a> {
         self.timers.push(Reverse((deadline, index)));
         self.note_occupancy(now);
         self.sent_new += 1;
-        self.progress_at = Some(now);
+        self.stall.progress_at = Some(now);
         if self.reports() && self.sent_new == self.packets {
             self.arm_tail_timers();
         }
@@ -441,15 +408,15 @@ impl<'a> Stream<'a> {
 
     /// Numbers a transmission of packet `index` and records it for loss detection.
     fn next_transmission(&mut self, index: u64) -> u64 {
-        let tx = self.transmissions;
-        self.transmissions += 1;
-        self.in_flight.push_back((tx, index));
+        let tx = self.loss.transmissions;
+        self.loss.transmissions += 1;
+        self.loss.in_flight.push_back((tx, index));
         tx
     }
 
     /// Whether the switch answers this stream's data with Missing reports.
     fn reports(&self) -> bool {
-        !self.gap_blocks.is_empty()
+        !self.gaps.blocks.is_empty()
     }
 
     /// Whether fewer than a window of packets are left to send for the first time.

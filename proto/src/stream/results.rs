@@ -46,9 +46,9 @@ impl<'a> Stream<'a> {
         self.slots[slot].done_upto = Some(out.index);
         self.note_occupancy(now);
         self.received += 1;
-        self.progress_at = Some(now);
-        self.stall_rounds = 0;
-        self.stall_probe_last = None;
+        self.stall.progress_at = Some(now);
+        self.stall.rounds = 0;
+        self.stall.probe_last = None;
         let next = out.index + u64::from(self.cfg.lane.window);
         if next < self.packets {
             self.ready.push(Reverse(next));

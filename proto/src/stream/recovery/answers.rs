@@ -37,9 +37,12 @@ impl<'a> Stream<'a> {
             // The first Query about it found it held (R1, `held-reordering`).
             if let (true, Some(h)) = (
                 out.retries == 1 && out.last_was_query,
-                self.highest_answered,
+                self.loss.highest_answered,
             ) {
-                self.held_reordering = self.held_reordering.max(h.saturating_sub(out.first_tx));
+                self.loss.held_reordering = self
+                    .loss
+                    .held_reordering
+                    .max(h.saturating_sub(out.first_tx));
             }
             let queued = out.is_queued() || !self.reports();
             let deadline = if queued {
@@ -70,19 +73,19 @@ impl<'a> Stream<'a> {
             .checked_sub(self.cfg.lane.slot_base)
             .map(|s| usize::from(s / GAP_BLOCK))
             .filter(|b| {
-                *b < self.gap_blocks.len() && hdr.epoch == self.cfg.epoch && hdr.count == 0
+                *b < self.gaps.blocks.len() && hdr.epoch == self.cfg.epoch && hdr.count == 0
             });
         let (Some(first), Some(block)) = (hdr.gap, block) else {
             self.stats.foreign += 1;
             return;
         };
         let counters = u64::from(GAP_COUNTER);
-        let latest = self.gap_blocks[block].sent.saturating_sub(1);
+        let latest = self.gaps.blocks[block].sent.saturating_sub(1);
         for k in 0..u64::from(hdr.exponent.min(GAP_COUNTER - 1)) {
             let counter = (u64::from(first) + k) % counters;
             let index = latest
                 .checked_sub((latest + counters - counter) % counters)
-                .map_or(u64::MAX, |o| self.gap_blocks[block].index_at(o));
+                .map_or(u64::MAX, |o| self.gaps.blocks[block].index_at(o));
             let Some((slot, out)) = self.outstanding_at(index) else {
                 continue;
             };

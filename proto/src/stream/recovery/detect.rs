@@ -7,6 +7,29 @@ use crate::stream::Stream;
 use crate::Instant;
 use core::cmp::Reverse;
 use core::time::Duration;
+use std::collections::VecDeque;
+
+/// The order of transmissions and answers, from which losses are found.
+#[derive(Debug, Default)]
+pub(in crate::stream) struct LossDetection {
+    /// Transmissions so far, first ones and retransmissions: numbers them in sending order.
+    pub(in crate::stream) transmissions: u64,
+    /// `(transmission, packet index)` of every transmission not yet examined, oldest first.
+    pub(in crate::stream) in_flight: VecDeque<(u64, u64)>,
+    /// Retransmissions past the threshold but sent too recently to be judged lost yet (R2).
+    pub(in crate::stream) deferred: VecDeque<(u64, u64)>,
+    /// The latest transmission known to have been answered.
+    pub(in crate::stream) highest_answered: Option<u64>,
+    /// The smallest round trip of an answer to a packet's only retransmission.
+    pub(in crate::stream) path_min: Option<Duration>,
+    /// The largest distance, in transmissions, by which an answer came back behind a newer one.
+    pub(in crate::stream) reordering: u64,
+    /// The largest distance behind the newest answer at which a packet was asked about and
+    /// found held (R1, `held-reordering`).
+    pub(in crate::stream) held_reordering: u64,
+    /// First transmissions past the reordering tolerance but within the held one.
+    pub(in crate::stream) tolerated: VecDeque<(u64, u64)>,
+}
 
 impl<'a> Stream<'a> {
     /// When the earliest retransmission waiting in `deferred` may be judged again.
@@ -14,7 +37,8 @@ impl<'a> Stream<'a> {
         if !self.reports() {
             return None;
         }
-        self.deferred
+        self.loss
+            .deferred
             .iter()
             .filter_map(|&(tx, index)| self.unanswered_tx(tx, index))
             .map(|(_, out)| out.last_sent + self.redetect_after(out.retries))
@@ -37,7 +61,7 @@ impl<'a> Stream<'a> {
             return tolerance;
         }
         let cap = (window / 8).max(3);
-        tolerance.max((self.held_reordering + 3).min(cap))
+        tolerance.max((self.loss.held_reordering + 3).min(cap))
     }
 
     /// Whether transmission `tx` of `index` waits for the held tolerance: an unanswered first
@@ -51,7 +75,7 @@ impl<'a> Stream<'a> {
     /// lost (R1, with `last-window-tolerance`).
     pub(super) fn reorder_tolerance(&self) -> u64 {
         let half = (u64::from(self.cfg.lane.window) / 2).max(3);
-        let tolerance = (self.reordering + 3).min(half);
+        let tolerance = (self.loss.reordering + 3).min(half);
         if self.in_last_window() && self.has(Rule::LastWindowTolerance) {
             tolerance.min(3)
         } else {
@@ -71,38 +95,38 @@ impl<'a> Stream<'a> {
     /// Loss detection by order (E2): judges every transmission more than the tolerance behind
     /// the newest answered one.
     pub(in crate::stream) fn detect_losses(&mut self, now: Instant) {
-        let Some(answered) = self.highest_answered else {
+        let Some(answered) = self.loss.highest_answered else {
             return;
         };
         // Retransmissions judged too early before, first: they are older.
-        let mut deferred = std::mem::take(&mut self.deferred);
+        let mut deferred = std::mem::take(&mut self.loss.deferred);
         deferred.retain(|&(tx, index)| self.judge(now, tx, index));
         let tolerance = self.reorder_tolerance();
         let upto = answered.saturating_sub(tolerance);
         let upto_held = answered.saturating_sub(self.held_tolerance(tolerance));
-        while let Some(&(tx, index)) = self.tolerated.front() {
+        while let Some(&(tx, index)) = self.loss.tolerated.front() {
             if tx >= upto_held {
                 break;
             }
-            self.tolerated.pop_front();
+            self.loss.tolerated.pop_front();
             if self.judge(now, tx, index) {
                 deferred.push_back((tx, index));
             }
         }
-        while let Some(&(tx, index)) = self.in_flight.front() {
+        while let Some(&(tx, index)) = self.loss.in_flight.front() {
             if tx >= upto {
                 break;
             }
-            self.in_flight.pop_front();
+            self.loss.in_flight.pop_front();
             if tx >= upto_held && self.tolerates(tx, index) {
-                self.tolerated.push_back((tx, index));
+                self.loss.tolerated.push_back((tx, index));
                 continue;
             }
             if self.judge(now, tx, index) {
                 deferred.push_back((tx, index));
             }
         }
-        self.deferred = deferred;
+        self.loss.deferred = deferred;
     }
 
     /// Transmission `tx` of packet `index` is past the threshold: if it is still the packet's

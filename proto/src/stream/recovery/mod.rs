@@ -16,6 +16,9 @@ mod waits;
 
 pub use rules::{Rule, Rules, UnknownRule};
 
+pub(in crate::stream) use detect::LossDetection;
+pub(in crate::stream) use timers::Stall;
+
 use crate::stream::config::StreamError;
 use crate::stream::slots::{Held, Outstanding, QUEUED};
 use crate::stream::Stream;
@@ -48,7 +51,7 @@ impl<'a> Stream<'a> {
     /// The next retransmission due, if any: a report of lost results first, then the packets
     /// queued to go again, each as data or as a Query.
     pub(super) fn poll_retransmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        if let Some((slot, counter)) = self.result_reports.pop_front() {
+        if let Some((slot, counter)) = self.gaps.reports.pop_front() {
             return Some(self.write_result_report(slot, counter, buf));
         }
         while let Some((index, why)) = self.retransmit.pop_front() {
@@ -188,9 +191,9 @@ impl<'a> Stream<'a> {
                 let srtt = self.rtt.srtt().unwrap_or(sample);
                 w.on_rtt(now, sample, srtt, self.cfg.lane.window);
             }
-            let h = self.highest_answered.unwrap_or(out.last_tx);
-            self.reordering = self.reordering.max(h.saturating_sub(out.last_tx));
-            self.highest_answered = Some(h.max(out.last_tx));
+            let h = self.loss.highest_answered.unwrap_or(out.last_tx);
+            self.loss.reordering = self.loss.reordering.max(h.saturating_sub(out.last_tx));
+            self.loss.highest_answered = Some(h.max(out.last_tx));
         }
     }
 
@@ -200,7 +203,7 @@ impl<'a> Stream<'a> {
         let sample = now - out.last_sent;
         self.path_rtt.on_sample(sample);
         if out.retries == 1 {
-            self.path_min = Some(self.path_min.map_or(sample, |m| m.min(sample)));
+            self.loss.path_min = Some(self.loss.path_min.map_or(sample, |m| m.min(sample)));
         }
     }
 

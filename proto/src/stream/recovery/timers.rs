@@ -6,6 +6,17 @@ use crate::stream::Stream;
 use crate::Instant;
 use core::cmp::Reverse;
 
+/// Progress and the stall probe (E9).
+#[derive(Debug, Default)]
+pub(in crate::stream) struct Stall {
+    /// The latest accepted result or first transmission.
+    pub(in crate::stream) progress_at: Option<Instant>,
+    /// Stall probe rounds since then.
+    pub(in crate::stream) rounds: u32,
+    /// When the latest of those rounds was sent.
+    pub(in crate::stream) probe_last: Option<Instant>,
+}
+
 /// How many unanswered packets one stall probe round sends at most.
 const STALL_PROBE_PACKETS: usize = 4;
 
@@ -17,11 +28,11 @@ impl<'a> Stream<'a> {
             return None;
         }
         let pto = self.stall_timeout()?;
-        let since = self.progress_at?;
-        Some(match (self.reports(), self.stall_probe_last) {
+        let since = self.stall.progress_at?;
+        Some(match (self.reports(), self.stall.probe_last) {
             (true, Some(last)) => last + pto.max(last.saturating_duration_since(since) / 8),
             (true, None) => since + pto,
-            (false, _) => since + pto.saturating_mul(1 << self.stall_rounds.min(16)),
+            (false, _) => since + pto.saturating_mul(1 << self.stall.rounds.min(16)),
         })
     }
 
@@ -50,8 +61,8 @@ impl<'a> Stream<'a> {
             }
             self.queue_retransmission(slot, out, Retransmit::StallProbe);
         }
-        self.stall_rounds += 1;
-        self.stall_probe_last = Some(now);
+        self.stall.rounds += 1;
+        self.stall.probe_last = Some(now);
     }
 
     /// Handles expired timers (E8): queues retransmissions or backs timers off, or fails the
@@ -98,7 +109,7 @@ impl<'a> Stream<'a> {
                     || out.awaiting_repair
                     || (self.reports()
                         && (out.last_was_query || out.held == Held::Yes || unreportable_tail))
-                    || self.highest_answered.is_some_and(|h| h > out.last_tx);
+                    || self.loss.highest_answered.is_some_and(|h| h > out.last_tx);
                 if lost {
                     let why = if out.awaiting_repair {
                         Retransmit::Detected

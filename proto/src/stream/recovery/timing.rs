@@ -26,7 +26,7 @@ impl<'a> Stream<'a> {
     fn path_timeout(&self) -> Option<Duration> {
         if self.all_sent() && self.has(Rule::EmptyPathTimeout) {
             if let Some(result_min) = self.rtt.min_rtt() {
-                let path = self.path_min.unwrap_or(result_min);
+                let path = self.loss.path_min.unwrap_or(result_min);
                 let granularity = self.rtt.config().granularity;
                 return Some(path.max(result_min / 2).max(granularity));
             }
