@@ -82,6 +82,8 @@ pub fn run(args: PortsArgs) -> anyhow::Result<()> {
         ports: Vec::new(),
         l2,
         pipeline,
+        // The L2 switch sends Missing reports as the UDP one does (PROTOCOL.md §5).
+        gap_reports: true,
     };
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())

@@ -243,8 +243,8 @@ enum Sender {
 /// An Ethernet/IPv4/UDP frame between worker 0 of the rack and the switch carrying `udp`.
 fn frame(from: Sender, udp: &[u8]) -> Vec<u8> {
     let up = FrameAddrs {
-        src_mac: Rack::worker_mac_bytes(0),
-        dst_mac: SWITCH_MAC_BYTES,
+        src_mac: ina_wire::MacAddr(Rack::worker_mac_bytes(0)),
+        dst_mac: ina_wire::MacAddr(SWITCH_MAC_BYTES),
         src_ip: Rack::worker_ip(0).octets(),
         dst_ip: SWITCH_IP.octets(),
         src_port: WORKER_PORT,

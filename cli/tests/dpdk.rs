@@ -247,7 +247,7 @@ fn a_dpdk_worker_all_reduces_through_bmv2_beside_kernel_workers() {
         ));
     }
     let outcomes = collect_all(&mut procs, after(Duration::from_secs(300)));
-    let (events, _) = sw.counters().unwrap();
+    let events = sw.counters().unwrap().events;
     assert_all_exact(
         &outcomes,
         run.total(),

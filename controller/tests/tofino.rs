@@ -50,6 +50,7 @@ fn spec() -> SwitchSpec {
                     })
                     .collect(),
                 flood_mgrp: 0xffff,
+                gap_reports: true,
             },
             hosts: (0..8)
                 .map(|i| P4Host {

@@ -8,9 +8,9 @@
 
 use ina_proto::event::Event;
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitch, FrameSwitchConfig, Outputs};
-use ina_wire::MacAddr;
 use ina_proto::pipeline::PipelineConfig;
 use ina_proto::Instant;
+use ina_wire::MacAddr;
 use ina_wire::{checksum, frame};
 use libfuzzer_sys::fuzz_target;
 
@@ -22,11 +22,15 @@ fn switch() -> FrameSwitch {
         mac: MacAddr(MAC),
         ip: IP,
         ports: vec![0, 1, 2, 3],
-        l2: vec![(MacAddr([2, 0, 0, 0, 1, 0]), 0), (MacAddr([2, 0, 0, 0, 1, 1]), 1)],
+        l2: vec![
+            (MacAddr([2, 0, 0, 0, 1, 0]), 0),
+            (MacAddr([2, 0, 0, 0, 1, 1]), 1),
+        ],
         pipeline: PipelineConfig {
             pool_slots: 16,
             max_elems: 64,
         },
+        gap_reports: true,
     })
     .expect("switch");
     sw.add_job(FrameJob {
@@ -68,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
                 Event::L2Forwarded => assert_eq!(bytes, frame_bytes),
                 _ => {
                     let parsed = frame::parse(bytes).expect("a reply parses as a frame");
-                    assert_eq!((parsed.addrs.src_mac, parsed.addrs.src_ip), (MAC, IP));
+                    assert_eq!((parsed.addrs.src_mac.0, parsed.addrs.src_ip), (MAC, IP));
                     assert_eq!(parsed.addrs.src_port, ina_wire::UDP_PORT);
                 }
             }

@@ -163,8 +163,8 @@ fuzz_target!(|data: &[u8]| {
         panic!("job: {e}");
     }
     let addrs = FrameAddrs {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_mac: ina_wire::MacAddr([2, 0, 0, 0, 0, 1]),
+        dst_mac: ina_wire::MacAddr([2, 0, 0, 0, 0, 2]),
         src_ip: [198, 18, 0, 1],
         dst_ip: [198, 18, 0, 2],
         src_port: 40000,

@@ -3,7 +3,16 @@
 //!
 //! Every frame a switch receives counts exactly one event. A Result multicast on the last
 //! arrival counts the arrival's event (`DataFirst` or `DataAdded`) here and, in addition, one
-//! `results_multicast` in the one-entry counter `ina_multicast`.
+//! `results_multicast` in the one-entry counter `ina_multicast`. With Missing reports on, a
+//! frame may also count in the two-entry counter `ina_missing` ([`MISSING_SENT`]: it caused a
+//! report of lost data; [`MISSING_RECEIVED`]: it was a report answered as a Query).
+
+/// Index in `ina_missing` of the reports of lost data sent (one per report, not per copy).
+pub const MISSING_SENT: usize = 0;
+/// Index in `ina_missing` of the Missing reports answered as their rank's fetching Query.
+pub const MISSING_RECEIVED: usize = 1;
+/// Entries of `ina_missing`.
+pub const MISSING_COUNTERS: usize = 2;
 
 /// One event of the data plane. The discriminant is the counter index in the P4 programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,11 +57,14 @@ pub enum Event {
     PendingSent = 17,
     /// A Probe answered with a ProbeReply.
     ProbeAnswered = 18,
+    /// A Missing report (of a worker's lost results, PROTOCOL.md §5) that names no recorded
+    /// use, or comes with another epoch or a slot outside the job: counted and dropped.
+    MissingUnmatched = 19,
 }
 
 impl Event {
     /// Every event, in index order.
-    pub const ALL: [Event; 19] = [
+    pub const ALL: [Event; 20] = [
         Event::L2Forwarded,
         Event::L2Unknown,
         Event::ArpReplied,
@@ -72,6 +84,7 @@ impl Event {
         Event::ResultUnicast,
         Event::PendingSent,
         Event::ProbeAnswered,
+        Event::MissingUnmatched,
     ];
 
     /// The size of the P4 counter array.
@@ -104,6 +117,7 @@ impl Event {
             Event::ResultUnicast => "results_unicast",
             Event::PendingSent => "pending_sent",
             Event::ProbeAnswered => "probes_answered",
+            Event::MissingUnmatched => "missing_unmatched",
         }
     }
 }

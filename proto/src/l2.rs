@@ -87,6 +87,10 @@ pub struct FrameSwitchConfig {
     pub l2: Vec<(MacAddr, u16)>,
     /// The pipeline's register file.
     pub pipeline: PipelineConfig,
+    /// Whether the switch offers Missing reports (PROTOCOL.md §5): its ProbeReply says so,
+    /// Data with gap counters updates the gap register, a skip is reported to the sender, and
+    /// multicast results carry their block's counter.
+    pub gap_reports: bool,
 }
 
 /// Why a configuration or a job is refused.
@@ -133,6 +137,20 @@ impl Outputs {
     /// Empty outputs.
     pub fn new() -> Outputs {
         Outputs::default()
+    }
+
+    /// Appends a frame to `port`: the Ethernet, IPv4 and UDP headers of `addrs`, then
+    /// `datagram`. (A datagram too long for UDP is not sent: no reply of the pipeline is.)
+    fn push_datagram(&mut self, port: u16, addrs: &FrameAddrs, datagram: &[u8]) {
+        let start = self.buf.len();
+        self.buf.resize(start + FRAME_HEADER_LEN, 0);
+        match emit_headers(&mut self.buf[start..], addrs, datagram.len()) {
+            Ok(len) => {
+                self.buf.extend_from_slice(datagram);
+                self.frames.push(OutFrame { port, start, len });
+            }
+            Err(_) => self.buf.truncate(start),
+        }
     }
 
     /// Forgets the frames (keeps the buffers).
@@ -187,7 +205,7 @@ pub enum FrameClass<'a> {
     /// sender's addresses.
     Ina {
         packet: &'a [u8],
-        src_mac: [u8; 6],
+        src_mac: MacAddr,
         src_ip: [u8; 4],
         src_port: u16,
     },
@@ -196,7 +214,7 @@ pub enum FrameClass<'a> {
     /// To the switch's IPv4 address, but not an `ina` datagram.
     NotIna,
     /// Every other frame: forwarded by the L2 table on this destination MAC.
-    Ordinary { dst: [u8; 6] },
+    Ordinary { dst: MacAddr },
 }
 
 /// Classifies `frame` for a switch with IPv4 address `switch_ip`, reading every field through
@@ -205,7 +223,9 @@ pub fn classify(frame: &[u8], switch_ip: [u8; 4]) -> FrameClass<'_> {
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return FrameClass::Runt;
     };
-    let ordinary = FrameClass::Ordinary { dst: eth.dst() };
+    let ordinary = FrameClass::Ordinary {
+        dst: MacAddr(eth.dst()),
+    };
     match eth.ethertype() {
         ETHERTYPE_ARP => match ArpPacket::new_checked(eth.payload()) {
             Ok(arp) if arp.is_ipv4_request() && arp.tpa() == switch_ip => FrameClass::ArpForSwitch,
@@ -236,7 +256,7 @@ pub fn classify(frame: &[u8], switch_ip: [u8; 4]) -> FrameClass<'_> {
             match frame.get(start..end) {
                 Some(packet) => FrameClass::Ina {
                     packet,
-                    src_mac: eth.src(),
+                    src_mac: MacAddr(eth.src()),
                     src_ip: ip.src(),
                     src_port: udp.src_port(),
                 },
@@ -250,15 +270,15 @@ pub fn classify(frame: &[u8], switch_ip: [u8; 4]) -> FrameClass<'_> {
 /// The frame switch of PROTOCOL.md §7.
 #[derive(Debug, Clone)]
 pub struct FrameSwitch {
-    mac: [u8; 6],
+    mac: MacAddr,
     ip: [u8; 4],
     ports: Vec<u16>,
-    l2: Vec<([u8; 6], u16)>,
+    l2: Vec<(MacAddr, u16)>,
     pipeline: Pipeline,
     jobs: Vec<FrameJob>,
     events: [u64; Event::COUNT],
     results_multicast: u64,
-    /// Where the pipeline writes a reply, behind room for its frame headers.
+    /// Where the pipeline writes a reply.
     scratch: Vec<u8>,
 }
 
@@ -274,16 +294,18 @@ impl FrameSwitch {
             }
         }
         let max_reply = HEADER_LEN + 4 * usize::from(cfg.pipeline.max_elems.max(4));
+        let mut pipeline = Pipeline::new(cfg.pipeline);
+        pipeline.set_gap_reports(cfg.gap_reports);
         Ok(FrameSwitch {
-            mac: cfg.mac.octets(),
+            mac: cfg.mac,
             ip: cfg.ip,
             ports: cfg.ports,
-            l2: cfg.l2.iter().map(|(m, p)| (m.octets(), *p)).collect(),
-            pipeline: Pipeline::new(cfg.pipeline),
+            l2: cfg.l2,
+            pipeline,
             jobs: Vec::new(),
             events: [0; Event::COUNT],
             results_multicast: 0,
-            scratch: vec![0; FRAME_HEADER_LEN + max_reply],
+            scratch: vec![0; max_reply],
         })
     }
 
@@ -367,7 +389,7 @@ impl FrameSwitch {
             } => {
                 let sender = Endpoint {
                     port: ingress,
-                    mac: MacAddr(src_mac),
+                    mac: src_mac,
                     ip: src_ip,
                     udp_port: src_port,
                 };
@@ -382,7 +404,7 @@ impl FrameSwitch {
         out.push(ingress, frame);
         let start = out.frames.last().map_or(0, |f| f.start);
         if let Some(copy) = out.buf.get_mut(start..) {
-            if ether::arp_reply_in_place(copy, self.mac, self.ip).is_err() {
+            if ether::arp_reply_in_place(copy, self.mac.octets(), self.ip).is_err() {
                 // Unreachable: the frame was classified as a whole ARP request.
                 out.clear();
                 return Event::Malformed;
@@ -391,8 +413,8 @@ impl FrameSwitch {
         Event::ArpReplied
     }
 
-    fn forward(&mut self, ingress: u16, dst: [u8; 6], frame: &[u8], out: &mut Outputs) -> Event {
-        if dst == BROADCAST {
+    fn forward(&mut self, ingress: u16, dst: MacAddr, frame: &[u8], out: &mut Outputs) -> Event {
+        if dst == MacAddr::BROADCAST {
             let mut first = true;
             for &port in self.ports.iter().filter(|&&p| p != ingress) {
                 if first {
@@ -452,24 +474,30 @@ impl FrameSwitch {
             results_multicast,
             ..
         } = self;
-        let (head, body) = scratch.split_at_mut(FRAME_HEADER_LEN);
-        let verdict = pipeline.process(port, packet, now, body);
+        let verdict = pipeline.process(port, packet, now, scratch);
         let reply = match verdict {
             Verdict::Drop(_) | Verdict::Absorbed => None,
             Verdict::Unicast { len, .. } => Some((len, false)),
             Verdict::Multicast { len, .. } => Some((len, true)),
         };
         let event = event_of(&before, pipeline.counters());
-        let Some((len, multicast)) = reply else {
-            return event;
-        };
         let mut addrs = FrameAddrs {
             src_mac: *mac,
-            dst_mac: sender.mac.octets(),
+            dst_mac: sender.mac,
             src_ip: *ip,
             dst_ip: sender.ip,
             src_port: UDP_PORT,
             dst_port: sender.udp_port,
+        };
+        if let Some(report) = pipeline.poll_report() {
+            // A report of lost data goes to the sender of the Data that showed the gap: the
+            // only ports of a frame switch's pipeline are its ranks'.
+            for _ in 0..report.copies {
+                out.push_datagram(sender.port, &addrs, &report.header);
+            }
+        }
+        let Some((len, multicast)) = reply else {
+            return event;
         };
         let Some(job) = jobs.iter().find(|j| j.job == job) else {
             // Unreachable: a reply is only sent to an authenticated rank of an installed job.
@@ -482,24 +510,10 @@ impl FrameSwitch {
             core::slice::from_ref(&sender)
         };
         for ep in targets {
-            addrs.dst_mac = ep.mac.octets();
+            addrs.dst_mac = ep.mac;
             addrs.dst_ip = ep.ip;
             addrs.dst_port = ep.udp_port;
-            match emit_headers(head, &addrs, len) {
-                Ok(total) => {
-                    let (h, b) = (&head[..], &body[..len]);
-                    let start = out.buf.len();
-                    out.buf.extend_from_slice(h);
-                    out.buf.extend_from_slice(b);
-                    out.frames.push(OutFrame {
-                        port: ep.port,
-                        start,
-                        len: total,
-                    });
-                }
-                // Unreachable: the head is exactly FRAME_HEADER_LEN long and the reply fits.
-                Err(_) => continue,
-            }
+            out.push_datagram(ep.port, &addrs, &scratch[..len]);
         }
         event
     }
@@ -511,7 +525,7 @@ type CounterOf = fn(&Counters) -> u64;
 /// The event a packet counted, from the pipeline's counters before and after it.
 fn event_of(before: &Counters, after: &Counters) -> Event {
     let changed = |f: CounterOf| f(after) != f(before);
-    let table: [(CounterOf, Event); 17] = [
+    let table: [(CounterOf, Event); 18] = [
         (|c| c.malformed, Event::Malformed),
         (|c| c.unexpected_type, Event::UnexpectedType),
         (|c| c.unknown_job, Event::UnknownJob),
@@ -527,6 +541,7 @@ fn event_of(before: &Counters, after: &Counters) -> Event {
         (|c| c.results_unicast, Event::ResultUnicast),
         (|c| c.pending_sent, Event::PendingSent),
         (|c| c.probes_answered, Event::ProbeAnswered),
+        (|c| c.missing_unmatched, Event::MissingUnmatched),
         (|c| c.not_ina, Event::NotIna),
         // The frame switch sizes the pipeline's output for the largest reply.
         (|c| c.output_too_small, Event::Malformed),

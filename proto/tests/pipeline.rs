@@ -7,7 +7,7 @@ use ina_proto::pipeline::{
 };
 use ina_proto::Instant;
 use ina_wire::agg::ProbeInfo;
-use ina_wire::{frame, AggRepr, MessageType, RejectReason};
+use ina_wire::{frame, AggRepr, MacAddr, MessageType, RejectReason};
 use proptest::prelude::*;
 
 const JOB: u16 = 4;
@@ -637,8 +637,8 @@ fn frames_are_parsed_and_answered_as_frames() {
     let mut p = pipe(1);
     let payload = data(0, 8, 0, 5, 0, &[1, 2, 3, 4]);
     let addrs = frame::FrameAddrs {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 0xfe],
+        src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        dst_mac: MacAddr([2, 0, 0, 0, 0, 0xfe]),
         src_ip: [198, 18, 0, 1],
         dst_ip: [198, 18, 0, 254],
         src_port: 40000,

@@ -7,7 +7,7 @@
 
 use crate::runtime::{bmv2_commands, bmv2_counter_commands, ConfigError, P4Job, SwitchDesc};
 use ina_io::netns;
-use ina_proto::event::Event;
+use ina_proto::event::{Event, MISSING_COUNTERS};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -214,18 +214,31 @@ impl Bmv2 {
         self.cli(&bmv2_commands(sw, jobs)?).map(|_| ())
     }
 
-    /// Every event counter (packets), by [`Event::index`], and the multicast results.
-    pub fn counters(&self) -> Result<([u64; Event::COUNT], u64), Bmv2Error> {
+    /// Every counter of the program.
+    pub fn counters(&self) -> Result<Bmv2Counters, Bmv2Error> {
         let text = self.cli(&bmv2_counter_commands())?;
         parse_counters(&text)
     }
 }
 
+/// The counters of the v1model program, in packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bmv2Counters {
+    /// `ina_events`, by [`Event::index`].
+    pub events: [u64; Event::COUNT],
+    /// `ina_multicast`: results multicast.
+    pub multicast: u64,
+    /// `ina_missing`, by [`ina_proto::event::MISSING_SENT`] and
+    /// [`ina_proto::event::MISSING_RECEIVED`].
+    pub missing: [u64; MISSING_COUNTERS],
+}
+
 /// Parses `simple_switch_CLI`'s answers to [`bmv2_counter_commands`]: lines such as
 /// `RuntimeCmd: InaIngress.ina_events[4]= (210 bytes, 3 packets)`.
-pub fn parse_counters(text: &str) -> Result<([u64; Event::COUNT], u64), Bmv2Error> {
+pub fn parse_counters(text: &str) -> Result<Bmv2Counters, Bmv2Error> {
     let mut events = [0; Event::COUNT];
     let mut multicast = 0;
+    let mut missing = [0; MISSING_COUNTERS];
     let mut seen = 0;
     for line in text.lines() {
         let Some(end) = line.find(" packets)") else {
@@ -236,13 +249,25 @@ pub fn parse_counters(text: &str) -> Result<([u64; Event::COUNT], u64), Bmv2Erro
             .next()
             .and_then(|d| d.parse().ok())
             .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
-        if let Some(i) = line.find("ina_events[") {
-            let index: usize = line[i + "ina_events[".len()..]
+        let index_after = |name: &str| -> Result<Option<usize>, Bmv2Error> {
+            let Some(i) = line.find(name) else {
+                return Ok(None);
+            };
+            line[i + name.len()..]
                 .split(']')
                 .next()
                 .and_then(|d| d.parse().ok())
-                .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
+                .map(Some)
+                .ok_or_else(|| Bmv2Error::Counter(line.to_string()))
+        };
+        if let Some(index) = index_after("ina_events[")? {
             let slot = events
+                .get_mut(index)
+                .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
+            *slot = value;
+            seen += 1;
+        } else if let Some(index) = index_after("ina_missing[")? {
+            let slot = missing
                 .get_mut(index)
                 .ok_or_else(|| Bmv2Error::Counter(line.to_string()))?;
             *slot = value;
@@ -252,13 +277,17 @@ pub fn parse_counters(text: &str) -> Result<([u64; Event::COUNT], u64), Bmv2Erro
             seen += 1;
         }
     }
-    if seen != Event::COUNT + 1 {
+    let all = Event::COUNT + 1 + MISSING_COUNTERS;
+    if seen != all {
         return Err(Bmv2Error::Counter(format!(
-            "read {seen} of {} counters in:\n{text}",
-            Event::COUNT + 1
+            "read {seen} of {all} counters in:\n{text}"
         )));
     }
-    Ok((events, multicast))
+    Ok(Bmv2Counters {
+        events,
+        multicast,
+        missing,
+    })
 }
 
 impl Drop for Bmv2 {
@@ -283,14 +312,18 @@ mod tests {
             );
         }
         text += "RuntimeCmd: InaIngress.ina_multicast[0]= (840 bytes, 7 packets)\n";
-        let (events, multicast) = parse_counters(&text).unwrap();
-        assert_eq!(multicast, 7);
-        for (i, e) in events.iter().enumerate() {
+        text += "RuntimeCmd: InaIngress.ina_missing[1]= (16 bytes, 1 packets)\n";
+        text += "RuntimeCmd: InaIngress.ina_missing[0]= (48 bytes, 3 packets)\n";
+        let c = parse_counters(&text).unwrap();
+        assert_eq!((c.multicast, c.missing), (7, [3, 1]));
+        for (i, e) in c.events.iter().enumerate() {
             assert_eq!(*e, 2 * i as u64);
         }
         let cut: String = text.lines().skip(3).collect::<Vec<_>>().join("\n");
         assert!(matches!(parse_counters(&cut), Err(Bmv2Error::Counter(_))));
         let bad = text.replace("ina_events[3]", "ina_events[99]");
+        assert!(parse_counters(&bad).is_err());
+        let bad = text.replace("ina_missing[1]", "ina_missing[2]");
         assert!(parse_counters(&bad).is_err());
     }
 }

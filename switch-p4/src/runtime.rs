@@ -17,7 +17,8 @@
 
 use crate::{tna, v1model};
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
-use ina_proto::pipeline::{JobConfig, PipelineConfig};
+use ina_proto::pipeline::{JobConfig, PipelineConfig, DATA_REPORT_COPIES};
+use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
@@ -52,6 +53,16 @@ pub struct SwitchDesc {
     /// The multicast group that floods broadcast frames.
     #[serde(default = "default_flood_mgrp")]
     pub flood_mgrp: u16,
+    /// Whether the switch offers Missing reports (PROTOCOL.md §5): the v1model program and
+    /// the frame model keep the gap registers and send reports; off, a Missing is an
+    /// unexpected type and no counter is stamped. The Tofino program keeps no gap register
+    /// yet and ignores it (its ProbeReply offers no reports).
+    #[serde(default = "default_gap_reports")]
+    pub gap_reports: bool,
+}
+
+fn default_gap_reports() -> bool {
+    true
 }
 
 /// Where one rank lives.
@@ -96,6 +107,12 @@ pub enum ConfigError {
     BroadcastEntry,
     #[error("multicast group {0} is used twice (or is 0, which means none)")]
     Mgrp(u16),
+    #[error(
+        "multicast group {0} is reserved for the copies of Missing reports (groups {first}..={last})",
+        first = v1model::REPORT_MGRP_BASE,
+        last = v1model::REPORT_MGRP_BASE + MAX_PORT
+    )]
+    ReportMgrp(u16),
     #[error("job {0} is described twice")]
     DuplicateJob(u16),
     #[error("job {job}: slots {base}..{end} lie beyond the pool of {pool} slots of {target}")]
@@ -195,6 +212,9 @@ pub fn validate_for(
     if sw.flood_mgrp == 0 {
         return Err(ConfigError::Mgrp(0));
     }
+    if v1model::is_report_mgrp(sw.flood_mgrp) {
+        return Err(ConfigError::ReportMgrp(sw.flood_mgrp));
+    }
     for (i, job) in jobs.iter().enumerate() {
         validate_job_for(target, sw, job)?;
         if jobs[..i].iter().any(|o| o.id == job.id) {
@@ -259,6 +279,9 @@ pub fn validate_job_for(
     if job.mgrp == 0 {
         return Err(ConfigError::Mgrp(0));
     }
+    if v1model::is_report_mgrp(job.mgrp) {
+        return Err(ConfigError::ReportMgrp(job.mgrp));
+    }
     for (second, r) in job.ranks.iter().enumerate() {
         if !sw.ports.contains(&r.port) {
             return Err(ConfigError::UnknownPort {
@@ -295,6 +318,7 @@ impl SwitchDesc {
                 })
                 .collect(),
             flood_mgrp: default_flood_mgrp(),
+            gap_reports: true,
         }
     }
 
@@ -309,6 +333,7 @@ impl SwitchDesc {
                 pool_slots: v1model::POOL_SLOTS,
                 max_elems: v1model::MAX_ELEMS,
             },
+            gap_reports: self.gap_reports,
         }
     }
 }
@@ -374,9 +399,19 @@ impl P4Job {
 /// The control registers of a slot, zeroed when a job is installed.
 pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_bitmap", "reg_count", "reg_exp"];
 
+/// The registers of the v1model program's Missing reports, with the cells each keeps per block
+/// of [`GAP_BLOCK`] slots: `reg_gap` one per rank, `reg_result_gap` one, `reg_result_use` one
+/// per counter.
+pub const GAP_REGISTERS: [(&str, u32); 3] = [
+    ("reg_gap", v1model::GAP_RANKS),
+    ("reg_result_gap", 1),
+    ("reg_result_use", GAP_COUNTER as u32),
+];
+
 /// Every register of the v1model program.
 pub fn v1model_registers() -> Vec<String> {
     let mut regs: Vec<String> = CONTROL_REGISTERS.iter().map(|r| r.to_string()).collect();
+    regs.extend(GAP_REGISTERS.iter().map(|(r, _)| r.to_string()));
     regs.extend((0..v1model::MAX_ELEMS / 2).map(|j| format!("reg_value_{j}")));
     regs
 }
@@ -388,7 +423,7 @@ pub fn v1model_registers() -> Vec<String> {
 pub fn bmv2_commands(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Vec<String>, ConfigError> {
     validate(sw, jobs)?;
     let mut out = bmv2_switch_commands(sw)?;
-    let mut next_node = 1u32;
+    let mut next_node = bmv2_switch_nodes(sw);
     for job in jobs {
         out.extend(bmv2_job_commands(job, &mut next_node));
     }
@@ -405,9 +440,10 @@ pub fn bmv2_switch_commands(sw: &SwitchDesc) -> Result<Vec<String>, ConfigError>
         out.push(format!("register_reset InaIngress.{r}"));
     }
     out.push(format!(
-        "table_set_default InaIngress.switch_addr InaIngress.set_switch_addr {} {}",
+        "table_set_default InaIngress.switch_addr InaIngress.set_switch_addr {} {} {}",
         sw.mac.hex(),
-        u32::from(sw.ip)
+        u32::from(sw.ip),
+        u8::from(sw.gap_reports)
     ));
     for e in &sw.l2 {
         out.push(format!(
@@ -425,7 +461,36 @@ pub fn bmv2_switch_commands(sw: &SwitchDesc) -> Result<Vec<String>, ConfigError>
     let ports: Vec<String> = sw.ports.iter().map(|p| p.to_string()).collect();
     out.push(format!("mc_node_create 0 {}", ports.join(" ")));
     out.push(format!("mc_node_associate {} 0", sw.flood_mgrp));
+    if sw.gap_reports {
+        // A report of lost data leaves as an ingress-to-egress clone to the session of its
+        // port, whose group sends it twice (PROTOCOL.md §5, DATA_REPORT_COPIES).
+        let mut node = 1u32;
+        for &port in &sw.ports {
+            let group = v1model::report_mgrp(port);
+            out.push(format!("mc_mgrp_create {group}"));
+            for copy in 0..u32::from(DATA_REPORT_COPIES) {
+                out.push(format!("mc_node_create {copy} {port}"));
+                out.push(format!("mc_node_associate {group} {node}"));
+                node += 1;
+            }
+            out.push(format!(
+                "mirroring_add_mc {} {group}",
+                v1model::report_session(port)
+            ));
+        }
+    }
     Ok(out)
+}
+
+/// The multicast nodes [`bmv2_switch_commands`] creates: the flood node, and with Missing
+/// reports, one per copy of a report on every port.
+pub fn bmv2_switch_nodes(sw: &SwitchDesc) -> u32 {
+    let per_port = if sw.gap_reports {
+        u32::from(DATA_REPORT_COPIES)
+    } else {
+        0
+    };
+    1 + per_port * sw.ports.len() as u32
 }
 
 /// The commands that install one job: its table entries, its multicast group with one node
@@ -487,6 +552,17 @@ pub fn bmv2_job_attach_commands(job: &P4Job, nodes: &[u32]) -> Vec<String> {
             out.push(format!("register_write InaIngress.{reg} {slot} 0"));
         }
     }
+    // The gap cells of the blocks wholly inside the job (only those are used).
+    let b = u32::from(GAP_BLOCK);
+    let (first, end) = (
+        u32::from(job.slot_base).div_ceil(b),
+        (u32::from(job.slot_base) + u32::from(job.slot_count)) / b,
+    );
+    for (reg, per_block) in GAP_REGISTERS {
+        for cell in first * per_block..end * per_block {
+            out.push(format!("register_write InaIngress.{reg} {cell} 0"));
+        }
+    }
     out
 }
 
@@ -497,6 +573,10 @@ pub fn bmv2_counter_commands() -> Vec<String> {
         .map(|i| format!("counter_read InaIngress.ina_events {i}"))
         .collect();
     out.push("counter_read InaIngress.ina_multicast 0".into());
+    out.extend(
+        (0..ina_proto::event::MISSING_COUNTERS)
+            .map(|i| format!("counter_read InaIngress.ina_missing {i}")),
+    );
     out
 }
 
@@ -628,6 +708,7 @@ mod tests {
                 port: 1,
             }],
             flood_mgrp: 100,
+            gap_reports: true,
         }
     }
 
@@ -722,7 +803,11 @@ mod tests {
 
     #[test]
     fn job_commands_count_node_handles() {
-        let cmds = bmv2_commands(&sw(), &[job(1, 0, 2), job(2, 4, 3)]).unwrap();
+        let plain = SwitchDesc {
+            gap_reports: false,
+            ..sw()
+        };
+        let cmds = bmv2_commands(&plain, &[job(1, 0, 2), job(2, 4, 3)]).unwrap();
         let assoc: Vec<&String> = cmds
             .iter()
             .filter(|c| c.starts_with("mc_node_associate"))
@@ -738,6 +823,55 @@ mod tests {
         assert_eq!(assoc, want.iter().collect::<Vec<_>>());
         assert!(cmds.contains(&"register_write InaIngress.reg_exp 7 0".to_string()));
         assert!(!cmds.contains(&"register_write InaIngress.reg_exp 8 0".to_string()));
+        assert!(!cmds.iter().any(|c| c.starts_with("mirroring_add")));
+        assert!(!cmds.iter().any(|c| c.contains("reg_gap ")));
+
+        // With reports, every port's group sends a report twice, and the jobs' nodes follow.
+        let s = sw();
+        let ports = s.ports.len() as u32;
+        let cmds = bmv2_commands(&s, &[job(1, 0, 2), job(2, 64, 3)]).unwrap();
+        assert_eq!(bmv2_switch_nodes(&s), 1 + 2 * ports);
+        let port = s.ports[1];
+        let group = v1model::report_mgrp(port);
+        for want in [
+            format!("mc_mgrp_create {group}"),
+            format!("mc_node_create 0 {port}"),
+            format!("mc_node_create 1 {port}"),
+            format!("mc_node_associate {group} 3"),
+            format!("mc_node_associate {group} 4"),
+            format!("mirroring_add_mc {} {group}", v1model::report_session(port)),
+            format!("mc_node_associate 1 {}", 1 + 2 * ports),
+        ] {
+            assert!(cmds.contains(&want), "{want} missing from {cmds:#?}");
+        }
+        // Job 2's slots 64..72 hold no whole block; job 1's 0..8 neither: no gap cells.
+        assert!(!cmds.iter().any(|c| c.contains("reg_gap ")));
+        let whole = job(3, 128, 2);
+        let whole = P4Job {
+            slot_count: 128,
+            ..whole
+        };
+        let cmds = bmv2_job_attach_commands(&whole, &[]);
+        let gap_cells = |reg: &str| {
+            cmds.iter()
+                .filter(|c| c.starts_with(&format!("register_write InaIngress.{reg} ")))
+                .count()
+        };
+        assert_eq!(gap_cells("reg_gap"), 2 * 32);
+        assert_eq!(gap_cells("reg_result_gap"), 2);
+        assert_eq!(gap_cells("reg_result_use"), 2 * 64);
+        assert!(cmds.contains(&"register_write InaIngress.reg_gap 127 0".to_string()));
+        assert!(!cmds.contains(&"register_write InaIngress.reg_gap 128 0".to_string()));
+        assert!(!cmds.contains(&"register_write InaIngress.reg_gap 63 0".to_string()));
+        // The reports' groups are not for jobs.
+        let taken = P4Job {
+            mgrp: v1model::report_mgrp(7),
+            ..job(4, 200, 1)
+        };
+        assert_eq!(
+            validate(&s, &[taken]),
+            Err(ConfigError::ReportMgrp(v1model::report_mgrp(7)))
+        );
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //!
 //! [`program`] writes the whole program: the frame handling of PROTOCOL.md §7 (ARP for the
 //! switch's address, frames to the switch, L2 forwarding and flooding, reply addressing,
-//! multicast with a per-rank rewrite in the egress) and the checks and both decision tables of
-//! §6, with the registers of `proto::pipeline` under the names of the shared contract
-//! (`reg_seq`, `reg_bitmap`, `reg_count`, `reg_exp`, `reg_value_0..`). The per-element parts
+//! multicast with a per-rank rewrite in the egress), the checks and both decision tables of
+//! §6, and the Missing reports of §5 (the gap register, the results' counters, a rank's report
+//! of lost results; reports leave as clones), with the registers of `proto::pipeline` under
+//! the names of the shared contract (`reg_seq`, `reg_bitmap`, `reg_count`, `reg_exp`,
+//! `reg_value_0..`, `reg_gap`, `reg_result_gap`, `reg_result_use`). The per-element parts
 //! (payload headers, value registers, the actions that write, add and read them) are unrolled
 //! here by loops; the protocol's constants come from `ina_wire` and the counter indices from
 //! `ina_proto::event::Event`, so the program cannot drift from the Rust model's numbers.
@@ -28,14 +30,23 @@
 //! to, exponent byte not 0) is answered with a Pending answer whose bitmap is the use's
 //! without the sender's bit (counted `pending_sent`): the worker then sends its data again
 //! (PROTOCOL.md §6, a worker whose bit is clear resends), and that retransmission, a
-//! full-size frame, is answered with the stored Result. Every other answer is the protocol's.
+//! full-size frame, is answered with the stored Result.
+//!
+//! For the same reason the program offers Missing reports only to jobs of 64 elements: the
+//! ProbeReply of a 256-element job leaves the gap flag clear, so its workers recover without
+//! reports. (With reports, the workers' recovery leans on fetching Queries, and a 256-element
+//! job on bmv2 then failed 3 of 5 runs of the controller's bmv2 test: a worker gave up after
+//! dozens of data retransmissions that each drew a Pending without its bit.) Every other
+//! answer is the protocol's.
 
 use crate::common;
 use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
+use ina_proto::event::{MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
 use ina_proto::pipeline::HEADER_USE;
-use ina_wire::agg::HEADER_LEN;
+use ina_proto::pipeline::MAX_REPORTED_GAP;
+use ina_wire::agg::{QueryAsk, GAP_BLOCK, GAP_COUNTER, HEADER_LEN, MAX_RANK};
 
 /// Slots of the v1model program's pool (its control registers have this many cells, its value
 /// registers twice as many).
@@ -56,6 +67,46 @@ pub const JOB_TABLE_SIZE: u32 = 256;
 pub const RANK_TABLE_SIZE: u32 = 8192;
 /// Capacity of the L2 table.
 pub const L2_TABLE_SIZE: u32 = 1024;
+
+/// Gap cells per block of `GAP_BLOCK` slots in `reg_gap`: one per rank.
+pub const GAP_RANKS: u32 = MAX_RANK as u32 + 1;
+
+/// The first mirror session of the Missing reports: a report of lost data that came in on
+/// port `p` is cloned to session `REPORT_SESSION_BASE + p` ([`report_session`]).
+pub const REPORT_SESSION_BASE: u32 = 1;
+
+/// The first multicast group of the Missing reports: session [`report_session`]`(p)` sends to
+/// group `REPORT_MGRP_BASE + p`, which holds port `p` once per copy (PROTOCOL.md §5,
+/// `DATA_REPORT_COPIES`). Jobs and floods may not use these groups.
+pub const REPORT_MGRP_BASE: u16 = 0xf000;
+
+/// The mirror session of the reports to port `port`.
+pub fn report_session(port: u16) -> u32 {
+    REPORT_SESSION_BASE + u32::from(port)
+}
+
+/// The multicast group of the reports to port `port`.
+pub fn report_mgrp(port: u16) -> u16 {
+    REPORT_MGRP_BASE + port
+}
+
+/// Whether `group` is one of the reports' groups (for any port up to `runtime::MAX_PORT`).
+pub fn is_report_mgrp(group: u16) -> bool {
+    (REPORT_MGRP_BASE..=REPORT_MGRP_BASE + crate::runtime::MAX_PORT).contains(&group)
+}
+
+/// `log2` of `GAP_BLOCK` and of [`GAP_RANKS`]: the gap register's index is
+/// `(slot >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT | rank`.
+const GAP_BLOCK_SHIFT: u32 = 6;
+const GAP_RANKS_SHIFT: u32 = 5;
+
+/// The field list a report's clone keeps (`@field_list` of the metadata).
+const FL_REPORT: u8 = 1;
+
+/// Blocks of `GAP_BLOCK` slots in the pool.
+fn gap_blocks() -> u32 {
+    u32::from(POOL_SLOTS).div_ceil(u32::from(GAP_BLOCK))
+}
 
 /// The name of the file the program is committed as, relative to the crate.
 pub const COMMITTED_PATH: &str = "v1model/ina.p4";
@@ -112,6 +163,7 @@ fn constants(p: &mut P4) {
         "PROBE_REPLY",
         "PENDING",
         "QUERY",
+        "MISSING",
     ];
     common::protocol_constants(p, &types, true);
     let mut c = String::new();
@@ -132,6 +184,31 @@ fn constants(p: &mut P4) {
     let _ = writeln!(c, "const bit<32> POOL_SLOTS = {POOL_SLOTS};");
     let _ = writeln!(c, "const bit<16> MAX_ELEMS = {MAX_ELEMS};");
     let _ = writeln!(c, "const bit<32> HEADER_USE = 0x{HEADER_USE:08x};");
+    // Missing reports (PROTOCOL.md §5): blocks of 64 slots, a 6-bit counter, cells per rank.
+    const _: () = assert!(GAP_BLOCK == 1 << GAP_BLOCK_SHIFT && GAP_COUNTER == 64);
+    const _: () = assert!(GAP_RANKS == 1 << GAP_RANKS_SHIFT);
+    let _ = writeln!(c, "const bit<8> GAP_BLOCK_SHIFT = {GAP_BLOCK_SHIFT};");
+    let _ = writeln!(c, "const bit<8> GAP_RANKS_SHIFT = {GAP_RANKS_SHIFT};");
+    let _ = writeln!(c, "const bit<32> GAP_BLOCK = {GAP_BLOCK};");
+    let _ = writeln!(c, "const bit<32> GAP_COUNTER = {GAP_COUNTER};");
+    let _ = writeln!(c, "const bit<32> MAX_REPORTED_GAP = {MAX_REPORTED_GAP};");
+    let _ = writeln!(c, "const bit<32> GAP_CELLS = {};", gap_blocks() * GAP_RANKS);
+    let _ = writeln!(c, "const bit<32> GAP_BLOCKS = {};", gap_blocks());
+    let _ = writeln!(
+        c,
+        "const bit<32> RESULT_USE_CELLS = {};",
+        gap_blocks() * u32::from(GAP_COUNTER)
+    );
+    let _ = writeln!(
+        c,
+        "const bit<32> REPORT_SESSION_BASE = {REPORT_SESSION_BASE};"
+    );
+    let _ = writeln!(c, "const bit<8> FL_REPORT = {FL_REPORT};");
+    let _ = writeln!(c, "const bit<8> QUERY_FETCH = {};", QueryAsk::Fetch.byte());
+    let _ = writeln!(c, "const bit<32> MISSING_SENT = {MISSING_SENT};");
+    let _ = writeln!(c, "const bit<32> MISSING_RECEIVED = {MISSING_RECEIVED};");
+    let _ = writeln!(c, "const bit<32> MISSING_COUNTERS = {MISSING_COUNTERS};");
+    let _ = writeln!(c, "const bit<32> INSTANCE_INGRESS_CLONE = 1;");
     // What the egress does with a frame.
     let _ = writeln!(c, "const bit<2> OUT_DROP = 0;");
     let _ = writeln!(c, "const bit<2> OUT_PORT = 1;");
@@ -162,9 +239,14 @@ fn headers(p: &mut P4) {
         }
 
         struct metadata_t {
-        // The switch's addresses (table switch_addr).
-        bit<48> sw_mac;
-        bit<32> sw_ip;
+        // The switch's addresses (table switch_addr), kept for a report's clone.
+        @field_list(FL_REPORT) bit<48> sw_mac;
+        @field_list(FL_REPORT) bit<32> sw_ip;
+        // Whether the switch offers Missing reports (table switch_addr).
+        bit<1> reports;
+        // A report of lost data: the first gap counter skipped and how many were.
+        @field_list(FL_REPORT) bit<8> rep_first;
+        @field_list(FL_REPORT) bit<8> rep_skipped;
         // The event this frame counts (EV_*).
         bit<32> event;
         // What leaves: OUT_DROP, OUT_PORT (egress_port), OUT_GROUP (mgrp).
@@ -301,6 +383,14 @@ fn ingress(p: &mut P4) {
         // header (no payload) collects.
         register<bit<64>>(POOL_SLOTS) reg_count;
         register<bit<64>>(POOL_SLOTS) reg_exp;
+        // Missing reports (PROTOCOL.md §5), per block of 64 slots: the latest gap counter of
+        // each rank plus 64 (0: none yet); the counter the block's next multicast Result
+        // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it.
+        register<bit<32>>(GAP_CELLS) reg_gap;
+        register<bit<8>>(GAP_BLOCKS) reg_result_gap;
+        register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
+        // Reports of lost data sent, and Missing reports answered.
+        counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
         // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).",
     );
     for j in 0..MAX_ELEMS / 2 {
@@ -308,13 +398,14 @@ fn ingress(p: &mut P4) {
     }
     p.line("");
     p.lines(&format!(
-        "action set_switch_addr(bit<48> mac, bit<32> ip) {{
+        "action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {{
         meta.sw_mac = mac;
         meta.sw_ip = ip;
+        meta.reports = reports;
         }}
         table switch_addr {{
         actions = {{ set_switch_addr; }}
-        default_action = set_switch_addr(0, 0);
+        default_action = set_switch_addr(0, 0, 0);
         }}
 
         action l2_to_port(bit<9> port) {{
@@ -440,6 +531,8 @@ fn ingress(p: &mut P4) {
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;
         reply_headers(INA_HEADER_LEN + 16);
+        // The gap flag: this switch sends Missing reports.
+        hdr.ina.gap_on = meta.reports;
         unicast(EV_PROBES_ANSWERED);
         }
 
@@ -510,13 +603,14 @@ fn frame_and_checks(p: &mut P4) {
         meta.event = EV_MALFORMED;
         } else if (hdr.ina.version != INA_VERSION
         || (bit<32>)(hdr.udp.length - 8 - INA_HEADER_LEN) != ((bit<32>)hdr.ina.count << 2)
-        || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_QUERY
+        || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_MISSING
         || (hdr.ina.msg_type == INA_REJECT
         && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
         // Check 1: length, version, known type (and a known reject reason).
         meta.event = EV_MALFORMED;
         } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
-        && hdr.ina.msg_type != INA_PROBE) {
+        && hdr.ina.msg_type != INA_PROBE
+        && (hdr.ina.msg_type != INA_MISSING || meta.reports == 0)) {
         meta.event = EV_UNEXPECTED_TYPE;
         } else {
         ina_job.apply();
@@ -531,6 +625,38 @@ fn frame_and_checks(p: &mut P4) {
         meta.event = EV_WRONG_PORT;
         } else if (hdr.ina.msg_type == INA_PROBE) {
         probe_reply();
+        if (meta.job_elems == MAX_ELEMS) {
+        // No reports offered to a job of 256 elements: its Queries of complete uses get a
+        // Pending answer instead of the Result (see the module's documentation).
+        hdr.ina.gap_on = 0;
+        }
+        } else {
+        // A Missing report of results the rank lacks (PROTOCOL.md §5, \"Lost results\"):
+        // answered as the rank's fetching Query of the use its counter numbered.
+        bool from_missing = false;
+        if (hdr.ina.msg_type == INA_MISSING) {
+        if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
+        && hdr.ina.slot >= meta.job_slot_base
+        && (bit<32>)hdr.ina.slot < (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+        bit<32> block = (bit<32>)hdr.ina.slot >> GAP_BLOCK_SHIFT;
+        bit<32> recorded;
+        reg_result_use.read(recorded, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
+        bit<32> named = recorded - 1;
+        if (recorded != 0 && (named >> (GAP_BLOCK_SHIFT + 1)) == block) {
+        no_payload();
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.slot = (bit<16>)(named >> 1);
+        hdr.ina.set = named[0:0];
+        hdr.ina.exponent = QUERY_FETCH;
+        hdr.ina.count = 0;
+        ina_missing.count(MISSING_RECEIVED);
+        from_missing = true;
+        }
+        }
+        }
+        if (hdr.ina.msg_type == INA_MISSING) {
+        // No use recorded under its counter (a matched report is a Query by now).
+        drop_event(EV_MISSING_UNMATCHED);
         } else if (hdr.ina.epoch != meta.job_epoch) {
         reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
         } else if (hdr.ina.slot < meta.job_slot_base
@@ -577,6 +703,18 @@ fn read_slot(p: &mut P4) {
         exp_x = c_exp[63:32];
         exp_o = c_exp[31:0];
         }
+        if (from_missing) {
+        // The use the report names is the set's current one.
+        hdr.ina.seq = seq_x;
+        }
+        // What the gap register needs, read before the tables rewrite the header.
+        bool is_data = hdr.ina.msg_type == INA_DATA;
+        bit<32> gap_in = (bit<32>)hdr.ina.gap;
+        bit<1> gap_on_in = hdr.ina.gap_on;
+        bool refused = false;
+        bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
+        bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+        && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
         bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
         bit<32> delta = hdr.ina.seq - seq_x;
         bool seen = (bitmap_x & rank_bit) != 0;
@@ -660,6 +798,7 @@ fn data_table(p: &mut P4) {
         || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
         // A payload to a use begun by a header, or the reverse: the registers stay as they are.
         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+        refused = true;
         } else {
         // A later arrival.
         bitmap_x = bitmap_x | rank_bit;
@@ -701,10 +840,43 @@ fn write_back_and_forward(p: &mut P4) {
         if (count_x == 0) {
         // The last arrival: the Result to every rank.
         result_header(exp_x, hdr.ina.count);
+        if (meta.reports == 1 && block_in_job) {
+        // The block's next gap counter, and the use it numbers (PROTOCOL.md §5, \"Lost results\").
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_result_gap.read(next, block);
+        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
+        }
         meta.out_kind = OUT_GROUP;
         meta.out_group = meta.job_mgrp;
         meta.mcast_result = 1;
         ina_multicast.count(0);
+        }
+        }
+        if (is_data && !refused && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
+        // The gap register (PROTOCOL.md §5, \"Missing reports\"): the cell of the block and
+        // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
+        // skipped are reported to the sender by a clone of this packet.
+        bit<32> gap_index = ((meta.slot_index >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT)
+        | (bit<32>)hdr.ina.rank[4:0];
+        bit<32> latest;
+        reg_gap.read(latest, gap_index);
+        bit<32> skipped = (gap_in + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
+        if (latest == 0) {
+        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+        } else if (skipped <= MAX_REPORTED_GAP) {
+        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+        if (skipped != 0) {
+        meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
+        meta.rep_skipped = (bit<8>)skipped;
+        clone_preserving_field_list(CloneType.I2E,
+        REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
+        ina_missing.count(MISSING_SENT);
+        }
+        }
         }
         }
         }
@@ -751,7 +923,30 @@ fn egress(p: &mut P4) {
         default_action = NoAction();
         size = {RANK_TABLE_SIZE};
         }}
+        // A report of lost data (PROTOCOL.md §5): the clone of the Data packet that showed the
+        // gap becomes a header-only Missing to its sender, naming the counters skipped.
+        action report() {{
+        hdr.elems_lo.setInvalid();
+        hdr.elems_hi.setInvalid();
+        hdr.ina_bitmap.setInvalid();
+        hdr.ina_probe.setInvalid();
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = meta.sw_mac;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        {report_headers}
+        hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.gap = meta.rep_first[5:0];
+        hdr.ina.gap_on = 1;
+        hdr.ina.exponent = meta.rep_skipped;
+        hdr.ina.count = 0;
+        meta.reply = 1;
+        meta.reply_len = 42 + (bit<32>)INA_HEADER_LEN;
+        }}
         apply {{
+        if (sm.instance_type == INSTANCE_INGRESS_CLONE) {{
+        report();
+        }}
         if (meta.flood == 1 && sm.egress_port == sm.ingress_port) {{
         mark_to_drop(sm);
         }} else {{
@@ -764,9 +959,22 @@ fn egress(p: &mut P4) {
         }}
         }}
         }}
-        }}"
+        }}",
+        report_headers = report_headers()
     ));
     p.line("");
+}
+
+/// The IPv4 and UDP headers of a Missing report (a header-only reply from the switch).
+fn report_headers() -> String {
+    let mut p = P4::default();
+    common::reply_headers(
+        &mut p,
+        "meta.sw_ip",
+        "28 + INA_HEADER_LEN",
+        "8 + INA_HEADER_LEN",
+    );
+    p.finish()
 }
 
 fn checksums_and_deparser(p: &mut P4) {

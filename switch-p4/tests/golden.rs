@@ -23,6 +23,7 @@ fn example() -> (SwitchDesc, Vec<P4Job>) {
             },
         ],
         flood_mgrp: 1000,
+        gap_reports: true,
     };
     let rank = |r: u8, port: u16| RankDesc {
         port,

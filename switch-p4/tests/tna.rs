@@ -1635,6 +1635,7 @@ fn frame_switch_of(workers: u8, w: u32) -> FrameSwitch {
             pool_slots: 16,
             max_elems: E as u16,
         },
+        gap_reports: false,
     })
     .expect("switch");
     sw.add_job(FrameJob {

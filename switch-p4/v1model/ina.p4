@@ -18,6 +18,7 @@ const bit<4> INA_PROBE = 4;
 const bit<4> INA_PROBE_REPLY = 5;
 const bit<4> INA_PENDING = 6;
 const bit<4> INA_QUERY = 7;
+const bit<4> INA_MISSING = 8;
 const bit<8> REJECT_STALE_EPOCH = 1;
 const bit<8> REJECT_SLOT_OUT_OF_RANGE = 2;
 const bit<8> REJECT_BAD_COUNT = 3;
@@ -42,10 +43,26 @@ const bit<32> EV_DATA_ADDED = 15;
 const bit<32> EV_RESULTS_UNICAST = 16;
 const bit<32> EV_PENDING_SENT = 17;
 const bit<32> EV_PROBES_ANSWERED = 18;
-const bit<32> EVENT_COUNT = 19;
+const bit<32> EV_MISSING_UNMATCHED = 19;
+const bit<32> EVENT_COUNT = 20;
 const bit<32> POOL_SLOTS = 1024;
 const bit<16> MAX_ELEMS = 256;
 const bit<32> HEADER_USE = 0x80000000;
+const bit<8> GAP_BLOCK_SHIFT = 6;
+const bit<8> GAP_RANKS_SHIFT = 5;
+const bit<32> GAP_BLOCK = 64;
+const bit<32> GAP_COUNTER = 64;
+const bit<32> MAX_REPORTED_GAP = 7;
+const bit<32> GAP_CELLS = 512;
+const bit<32> GAP_BLOCKS = 16;
+const bit<32> RESULT_USE_CELLS = 1024;
+const bit<32> REPORT_SESSION_BASE = 1;
+const bit<8> FL_REPORT = 1;
+const bit<8> QUERY_FETCH = 1;
+const bit<32> MISSING_SENT = 0;
+const bit<32> MISSING_RECEIVED = 1;
+const bit<32> MISSING_COUNTERS = 2;
+const bit<32> INSTANCE_INGRESS_CLONE = 1;
 const bit<2> OUT_DROP = 0;
 const bit<2> OUT_PORT = 1;
 const bit<2> OUT_GROUP = 2;
@@ -397,9 +414,14 @@ struct headers_t {
 }
 
 struct metadata_t {
-    // The switch's addresses (table switch_addr).
-    bit<48> sw_mac;
-    bit<32> sw_ip;
+    // The switch's addresses (table switch_addr), kept for a report's clone.
+    @field_list(FL_REPORT) bit<48> sw_mac;
+    @field_list(FL_REPORT) bit<32> sw_ip;
+    // Whether the switch offers Missing reports (table switch_addr).
+    bit<1> reports;
+    // A report of lost data: the first gap counter skipped and how many were.
+    @field_list(FL_REPORT) bit<8> rep_first;
+    @field_list(FL_REPORT) bit<8> rep_skipped;
     // The event this frame counts (EV_*).
     bit<32> event;
     // What leaves: OUT_DROP, OUT_PORT (egress_port), OUT_GROUP (mgrp).
@@ -506,6 +528,14 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     // header (no payload) collects.
     register<bit<64>>(POOL_SLOTS) reg_count;
     register<bit<64>>(POOL_SLOTS) reg_exp;
+    // Missing reports (PROTOCOL.md §5), per block of 64 slots: the latest gap counter of
+    // each rank plus 64 (0: none yet); the counter the block's next multicast Result
+    // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it.
+    register<bit<32>>(GAP_CELLS) reg_gap;
+    register<bit<8>>(GAP_BLOCKS) reg_result_gap;
+    register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
+    // Reports of lost data sent, and Missing reports answered.
+    counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
     // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).
     register<bit<64>>(2 * POOL_SLOTS) reg_value_0;
     register<bit<64>>(2 * POOL_SLOTS) reg_value_1;
@@ -636,13 +666,14 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<64>>(2 * POOL_SLOTS) reg_value_126;
     register<bit<64>>(2 * POOL_SLOTS) reg_value_127;
 
-    action set_switch_addr(bit<48> mac, bit<32> ip) {
+    action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {
         meta.sw_mac = mac;
         meta.sw_ip = ip;
+        meta.reports = reports;
     }
     table switch_addr {
         actions = { set_switch_addr; }
-        default_action = set_switch_addr(0, 0);
+        default_action = set_switch_addr(0, 0, 0);
     }
 
     action l2_to_port(bit<9> port) {
@@ -1817,6 +1848,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;
         reply_headers(INA_HEADER_LEN + 16);
+        // The gap flag: this switch sends Missing reports.
+        hdr.ina.gap_on = meta.reports;
         unicast(EV_PROBES_ANSWERED);
     }
 
@@ -1867,13 +1900,14 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                 meta.event = EV_MALFORMED;
             } else if (hdr.ina.version != INA_VERSION
                 || (bit<32>)(hdr.udp.length - 8 - INA_HEADER_LEN) != ((bit<32>)hdr.ina.count << 2)
-                || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_QUERY
+                || hdr.ina.msg_type == 0 || hdr.ina.msg_type > INA_MISSING
                 || (hdr.ina.msg_type == INA_REJECT
                 && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
                 // Check 1: length, version, known type (and a known reject reason).
                 meta.event = EV_MALFORMED;
             } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
-                && hdr.ina.msg_type != INA_PROBE) {
+                && hdr.ina.msg_type != INA_PROBE
+                && (hdr.ina.msg_type != INA_MISSING || meta.reports == 0)) {
                 meta.event = EV_UNEXPECTED_TYPE;
             } else {
                 ina_job.apply();
@@ -1888,156 +1922,234 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                         meta.event = EV_WRONG_PORT;
                     } else if (hdr.ina.msg_type == INA_PROBE) {
                         probe_reply();
-                    } else if (hdr.ina.epoch != meta.job_epoch) {
-                        reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
-                    } else if (hdr.ina.slot < meta.job_slot_base
-                        || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
-                        reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
-                    } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
-                        && hdr.ina.count != meta.job_elems)
-                        || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
-                        reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-                    } else {
-                        // The slot's registers: the cells of set X and of the other set.
-                        meta.slot_index = (bit<32>)hdr.ina.slot;
-                        bit<1> x = hdr.ina.set;
-                        meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
-                        bit<64> c_seq;
-                        bit<64> c_bitmap;
-                        bit<64> c_count;
-                        bit<64> c_exp;
-                        reg_seq.read(c_seq, meta.slot_index);
-                        reg_bitmap.read(c_bitmap, meta.slot_index);
-                        reg_count.read(c_count, meta.slot_index);
-                        reg_exp.read(c_exp, meta.slot_index);
-                        bit<32> seq_x = c_seq[31:0];
-                        bit<32> seq_o = c_seq[63:32];
-                        bit<32> bitmap_x = c_bitmap[31:0];
-                        bit<32> bitmap_o = c_bitmap[63:32];
-                        bit<32> count_x = c_count[31:0];
-                        bit<32> count_o = c_count[63:32];
-                        bit<32> exp_x = c_exp[31:0];
-                        bit<32> exp_o = c_exp[63:32];
-                        if (x == 1) {
-                            seq_x = c_seq[63:32];
-                            seq_o = c_seq[31:0];
-                            bitmap_x = c_bitmap[63:32];
-                            bitmap_o = c_bitmap[31:0];
-                            count_x = c_count[63:32];
-                            count_o = c_count[31:0];
-                            exp_x = c_exp[63:32];
-                            exp_o = c_exp[31:0];
+                        if (meta.job_elems == MAX_ELEMS) {
+                            // No reports offered to a job of 256 elements: its Queries of complete uses get a
+                            // Pending answer instead of the Result (see the module's documentation).
+                            hdr.ina.gap_on = 0;
                         }
-                        bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
-                        bit<32> delta = hdr.ina.seq - seq_x;
-                        bool seen = (bitmap_x & rank_bit) != 0;
-                        bool arrival = false;
-                        if (delta[31:31] == 1) {
-                            // An older use: stale.
-                            drop_event(EV_STALE_SEQ);
-                        } else if (hdr.ina.msg_type == INA_QUERY) {
-                            if (delta != 0) {
-                                pending(0);
-                            } else if (count_x != 0) {
-                                pending(bitmap_x);
-                            } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
-                                // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
-                                // from a Query. A Pending answer without the sender's bit makes the sender send its
-                                // data again, and that full-size retransmission gets the stored Result.
-                                pending(bitmap_x & ~rank_bit);
-                            } else if (seen) {
-                                // The stored Result: E elements if bit 0 of the Query's exponent byte asks for the
-                                // sums, else the header alone.
-                                if (hdr.ina.exponent[0:0] == 1) {
-                                    hdr.ina.count = meta.job_elems;
-                                    values_read_elems_lo();
-                                    if (meta.job_elems == MAX_ELEMS) {
-                                        values_read_elems_hi();
+                    } else {
+                        // A Missing report of results the rank lacks (PROTOCOL.md §5, "Lost results"):
+                        // answered as the rank's fetching Query of the use its counter numbered.
+                        bool from_missing = false;
+                        if (hdr.ina.msg_type == INA_MISSING) {
+                            if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
+                                && hdr.ina.slot >= meta.job_slot_base
+                                && (bit<32>)hdr.ina.slot < (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+                                bit<32> block = (bit<32>)hdr.ina.slot >> GAP_BLOCK_SHIFT;
+                                bit<32> recorded;
+                                reg_result_use.read(recorded, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
+                                bit<32> named = recorded - 1;
+                                if (recorded != 0 && (named >> (GAP_BLOCK_SHIFT + 1)) == block) {
+                                    no_payload();
+                                    hdr.ina.msg_type = INA_QUERY;
+                                    hdr.ina.slot = (bit<16>)(named >> 1);
+                                    hdr.ina.set = named[0:0];
+                                    hdr.ina.exponent = QUERY_FETCH;
+                                    hdr.ina.count = 0;
+                                    ina_missing.count(MISSING_RECEIVED);
+                                    from_missing = true;
+                                }
+                            }
+                        }
+                        if (hdr.ina.msg_type == INA_MISSING) {
+                            // No use recorded under its counter (a matched report is a Query by now).
+                            drop_event(EV_MISSING_UNMATCHED);
+                        } else if (hdr.ina.epoch != meta.job_epoch) {
+                            reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
+                        } else if (hdr.ina.slot < meta.job_slot_base
+                            || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+                            reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
+                        } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
+                            && hdr.ina.count != meta.job_elems)
+                            || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
+                            reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+                        } else {
+                            // The slot's registers: the cells of set X and of the other set.
+                            meta.slot_index = (bit<32>)hdr.ina.slot;
+                            bit<1> x = hdr.ina.set;
+                            meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
+                            bit<64> c_seq;
+                            bit<64> c_bitmap;
+                            bit<64> c_count;
+                            bit<64> c_exp;
+                            reg_seq.read(c_seq, meta.slot_index);
+                            reg_bitmap.read(c_bitmap, meta.slot_index);
+                            reg_count.read(c_count, meta.slot_index);
+                            reg_exp.read(c_exp, meta.slot_index);
+                            bit<32> seq_x = c_seq[31:0];
+                            bit<32> seq_o = c_seq[63:32];
+                            bit<32> bitmap_x = c_bitmap[31:0];
+                            bit<32> bitmap_o = c_bitmap[63:32];
+                            bit<32> count_x = c_count[31:0];
+                            bit<32> count_o = c_count[63:32];
+                            bit<32> exp_x = c_exp[31:0];
+                            bit<32> exp_o = c_exp[63:32];
+                            if (x == 1) {
+                                seq_x = c_seq[63:32];
+                                seq_o = c_seq[31:0];
+                                bitmap_x = c_bitmap[63:32];
+                                bitmap_o = c_bitmap[31:0];
+                                count_x = c_count[63:32];
+                                count_o = c_count[31:0];
+                                exp_x = c_exp[63:32];
+                                exp_o = c_exp[31:0];
+                            }
+                            if (from_missing) {
+                                // The use the report names is the set's current one.
+                                hdr.ina.seq = seq_x;
+                            }
+                            // What the gap register needs, read before the tables rewrite the header.
+                            bool is_data = hdr.ina.msg_type == INA_DATA;
+                            bit<32> gap_in = (bit<32>)hdr.ina.gap;
+                            bit<1> gap_on_in = hdr.ina.gap_on;
+                            bool refused = false;
+                            bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
+                            bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+                            && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
+                            bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
+                            bit<32> delta = hdr.ina.seq - seq_x;
+                            bool seen = (bitmap_x & rank_bit) != 0;
+                            bool arrival = false;
+                            if (delta[31:31] == 1) {
+                                // An older use: stale.
+                                drop_event(EV_STALE_SEQ);
+                            } else if (hdr.ina.msg_type == INA_QUERY) {
+                                if (delta != 0) {
+                                    pending(0);
+                                } else if (count_x != 0) {
+                                    pending(bitmap_x);
+                                } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
+                                    // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
+                                    // from a Query. A Pending answer without the sender's bit makes the sender send its
+                                    // data again, and that full-size retransmission gets the stored Result.
+                                    pending(bitmap_x & ~rank_bit);
+                                } else if (seen) {
+                                    // The stored Result: E elements if bit 0 of the Query's exponent byte asks for the
+                                    // sums, else the header alone.
+                                    if (hdr.ina.exponent[0:0] == 1) {
+                                        hdr.ina.count = meta.job_elems;
+                                        values_read_elems_lo();
+                                        if (meta.job_elems == MAX_ELEMS) {
+                                            values_read_elems_hi();
+                                        }
                                     }
+                                    result_header(exp_x, hdr.ina.count);
+                                    unicast(EV_RESULTS_UNICAST);
+                                } else {
+                                    drop_event(EV_DUPLICATE);
+                                }
+                            } else if (delta != 0) {
+                                // First arrival of a new use.
+                                seq_x = hdr.ina.seq;
+                                bitmap_x = rank_bit;
+                                bitmap_o = bitmap_o & ~rank_bit;
+                                exp_x = (bit<32>)hdr.ina.exponent;
+                                count_x = (bit<32>)meta.job_workers - 1;
+                                if (hdr.ina.count == 0 && count_x != 0) {
+                                    // A use begun by a header: its later arrivals must be headers too.
+                                    count_x = count_x | HEADER_USE;
+                                }
+                                if (hdr.elems_lo.isValid()) {
+                                    values_write_elems_lo();
+                                }
+                                if (hdr.elems_hi.isValid()) {
+                                    values_write_elems_hi();
+                                }
+                                meta.event = EV_DATA_FIRST;
+                                arrival = true;
+                            } else if (seen && count_x == 0) {
+                                // Retransmission to a complete use: the stored Result.
+                                if (hdr.elems_lo.isValid()) {
+                                    values_read_elems_lo();
+                                }
+                                if (hdr.elems_hi.isValid()) {
+                                    values_read_elems_hi();
                                 }
                                 result_header(exp_x, hdr.ina.count);
                                 unicast(EV_RESULTS_UNICAST);
-                            } else {
+                            } else if (seen) {
+                                // Retransmission to an incomplete use.
+                                pending(bitmap_x);
+                            } else if (count_x == 0) {
+                                // A late copy of a complete use.
                                 drop_event(EV_DUPLICATE);
-                            }
-                        } else if (delta != 0) {
-                            // First arrival of a new use.
-                            seq_x = hdr.ina.seq;
-                            bitmap_x = rank_bit;
-                            bitmap_o = bitmap_o & ~rank_bit;
-                            exp_x = (bit<32>)hdr.ina.exponent;
-                            count_x = (bit<32>)meta.job_workers - 1;
-                            if (hdr.ina.count == 0 && count_x != 0) {
-                                // A use begun by a header: its later arrivals must be headers too.
-                                count_x = count_x | HEADER_USE;
-                            }
-                            if (hdr.elems_lo.isValid()) {
-                                values_write_elems_lo();
-                            }
-                            if (hdr.elems_hi.isValid()) {
-                                values_write_elems_hi();
-                            }
-                            meta.event = EV_DATA_FIRST;
-                            arrival = true;
-                        } else if (seen && count_x == 0) {
-                            // Retransmission to a complete use: the stored Result.
-                            if (hdr.elems_lo.isValid()) {
-                                values_read_elems_lo();
-                            }
-                            if (hdr.elems_hi.isValid()) {
-                                values_read_elems_hi();
-                            }
-                            result_header(exp_x, hdr.ina.count);
-                            unicast(EV_RESULTS_UNICAST);
-                        } else if (seen) {
-                            // Retransmission to an incomplete use.
-                            pending(bitmap_x);
-                        } else if (count_x == 0) {
-                            // A late copy of a complete use.
-                            drop_event(EV_DUPLICATE);
-                        } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
-                            || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
-                            // A payload to a use begun by a header, or the reverse: the registers stay as they are.
-                            reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-                        } else {
-                            // A later arrival.
-                            bitmap_x = bitmap_x | rank_bit;
-                            bitmap_o = bitmap_o & ~rank_bit;
-                            if ((bit<32>)hdr.ina.exponent > exp_x) {
-                                exp_x = (bit<32>)hdr.ina.exponent;
-                            }
-                            count_x = count_x - 1;
-                            if (count_x == HEADER_USE) {
-                                count_x = 0;
-                            }
-                            if (hdr.elems_lo.isValid()) {
-                                values_add_elems_lo();
-                            }
-                            if (hdr.elems_hi.isValid()) {
-                                values_add_elems_hi();
-                            }
-                            meta.event = EV_DATA_ADDED;
-                            arrival = true;
-                        }
-                        if (arrival) {
-                            if (x == 1) {
-                                reg_seq.write(meta.slot_index, seq_x ++ seq_o);
-                                reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
-                                reg_count.write(meta.slot_index, count_x ++ count_o);
-                                reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                            } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
+                                || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
+                                // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+                                reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+                                refused = true;
                             } else {
-                                reg_seq.write(meta.slot_index, seq_o ++ seq_x);
-                                reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
-                                reg_count.write(meta.slot_index, count_o ++ count_x);
-                                reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+                                // A later arrival.
+                                bitmap_x = bitmap_x | rank_bit;
+                                bitmap_o = bitmap_o & ~rank_bit;
+                                if ((bit<32>)hdr.ina.exponent > exp_x) {
+                                    exp_x = (bit<32>)hdr.ina.exponent;
+                                }
+                                count_x = count_x - 1;
+                                if (count_x == HEADER_USE) {
+                                    count_x = 0;
+                                }
+                                if (hdr.elems_lo.isValid()) {
+                                    values_add_elems_lo();
+                                }
+                                if (hdr.elems_hi.isValid()) {
+                                    values_add_elems_hi();
+                                }
+                                meta.event = EV_DATA_ADDED;
+                                arrival = true;
                             }
-                            if (count_x == 0) {
-                                // The last arrival: the Result to every rank.
-                                result_header(exp_x, hdr.ina.count);
-                                meta.out_kind = OUT_GROUP;
-                                meta.out_group = meta.job_mgrp;
-                                meta.mcast_result = 1;
-                                ina_multicast.count(0);
+                            if (arrival) {
+                                if (x == 1) {
+                                    reg_seq.write(meta.slot_index, seq_x ++ seq_o);
+                                    reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
+                                    reg_count.write(meta.slot_index, count_x ++ count_o);
+                                    reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                                } else {
+                                    reg_seq.write(meta.slot_index, seq_o ++ seq_x);
+                                    reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
+                                    reg_count.write(meta.slot_index, count_o ++ count_x);
+                                    reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+                                }
+                                if (count_x == 0) {
+                                    // The last arrival: the Result to every rank.
+                                    result_header(exp_x, hdr.ina.count);
+                                    if (meta.reports == 1 && block_in_job) {
+                                        // The block's next gap counter, and the use it numbers (PROTOCOL.md §5, "Lost results").
+                                        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+                                        bit<8> next;
+                                        reg_result_gap.read(next, block);
+                                        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+                                        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+                                        hdr.ina.gap = next[5:0];
+                                        hdr.ina.gap_on = 1;
+                                    }
+                                    meta.out_kind = OUT_GROUP;
+                                    meta.out_group = meta.job_mgrp;
+                                    meta.mcast_result = 1;
+                                    ina_multicast.count(0);
+                                }
+                            }
+                            if (is_data && !refused && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
+                                // The gap register (PROTOCOL.md §5, "Missing reports"): the cell of the block and
+                                // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
+                                // skipped are reported to the sender by a clone of this packet.
+                                bit<32> gap_index = ((meta.slot_index >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT)
+                                | (bit<32>)hdr.ina.rank[4:0];
+                                bit<32> latest;
+                                reg_gap.read(latest, gap_index);
+                                bit<32> skipped = (gap_in + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
+                                if (latest == 0) {
+                                    reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+                                } else if (skipped <= MAX_REPORTED_GAP) {
+                                    reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+                                    if (skipped != 0) {
+                                        meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
+                                        meta.rep_skipped = (bit<8>)skipped;
+                                        clone_preserving_field_list(CloneType.I2E,
+                                            REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
+                                        ina_missing.count(MISSING_SENT);
+                                    }
+                                }
                             }
                         }
                     }
@@ -2084,7 +2196,44 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         default_action = NoAction();
         size = 8192;
     }
+    // A report of lost data (PROTOCOL.md §5): the clone of the Data packet that showed the
+    // gap becomes a header-only Missing to its sender, naming the counters skipped.
+    action report() {
+        hdr.elems_lo.setInvalid();
+        hdr.elems_hi.setInvalid();
+        hdr.ina_bitmap.setInvalid();
+        hdr.ina_probe.setInvalid();
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = meta.sw_mac;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.total_len = 28 + INA_HEADER_LEN;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = meta.sw_ip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.length = 8 + INA_HEADER_LEN;
+        hdr.udp.checksum = 0;
+
+        hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.gap = meta.rep_first[5:0];
+        hdr.ina.gap_on = 1;
+        hdr.ina.exponent = meta.rep_skipped;
+        hdr.ina.count = 0;
+        meta.reply = 1;
+        meta.reply_len = 42 + (bit<32>)INA_HEADER_LEN;
+    }
     apply {
+        if (sm.instance_type == INSTANCE_INGRESS_CLONE) {
+            report();
+        }
         if (meta.flood == 1 && sm.egress_port == sm.ingress_port) {
             mark_to_drop(sm);
         } else {

@@ -144,9 +144,13 @@ impl Target for Bmv2Target {
             .switch
             .as_ref()
             .ok_or_else(|| TargetError::Setup("not running".into()))?;
-        let (events, multicast) = sw
+        let c = sw
             .counters()
             .map_err(|e| TargetError::Setup(e.to_string()))?;
-        Ok(Counts { events, multicast })
+        Ok(Counts {
+            events: c.events,
+            multicast: c.multicast,
+            missing: c.missing,
+        })
     }
 }

@@ -34,6 +34,7 @@ impl Kind {
                 "probe_reply" => MessageType::ProbeReply as u8,
                 "pending" => MessageType::Pending as u8,
                 "query" => MessageType::Query as u8,
+                "missing" => MessageType::Missing as u8,
                 other => return Err(format!("unknown message type {other:?}")),
             },
         })
@@ -70,8 +71,10 @@ pub struct InaSpec {
     pub elements: Option<u16>,
     /// The version nibble (default 1).
     pub version: Option<u8>,
-    /// The whole flags byte (default: the set).
+    /// The whole flags byte (default: the set, and the gap counter if `gap` is given).
     pub flags: Option<u8>,
+    /// The gap counter (flag bit 1 set, the counter in bits 2-7).
+    pub gap: Option<u8>,
     /// The endpoint `[job, rank]` the frame comes from (sent) or goes to (expected).
     pub from: Option<[u16; 2]>,
     pub src_mac: Option<MacAddr>,
@@ -297,8 +300,8 @@ impl Context<'_> {
         let worker = (ep.mac, ep.ip, ep.udp_port);
         let (src, dst) = if inbound { (worker, sw) } else { (sw, worker) };
         let addrs = FrameAddrs {
-            src_mac: i.src_mac.unwrap_or(src.0).0,
-            dst_mac: i.dst_mac.unwrap_or(dst.0).0,
+            src_mac: i.src_mac.unwrap_or(src.0),
+            dst_mac: i.dst_mac.unwrap_or(dst.0),
             src_ip: i.src_ip.unwrap_or(src.1).octets(),
             dst_ip: i.dst_ip.unwrap_or(dst.1).octets(),
             src_port: i.src_udp.unwrap_or(src.2),
@@ -310,7 +313,8 @@ impl Context<'_> {
         let body = &mut frame[FRAME_HEADER_LEN..];
         let kind = i.kind.code()?;
         body[0] = (i.version.unwrap_or(1) << 4) | (kind & 0x0f);
-        body[1] = i.flags.unwrap_or(i.set & 1);
+        let gap = i.gap.map_or(0, |g| 0x02 | (g % 64) << 2);
+        body[1] = i.flags.unwrap_or(i.set & 1 | gap);
         // The remaining header fields through the wire crate's view.
         let repr = AggRepr {
             kind: MessageType::Data,

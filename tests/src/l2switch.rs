@@ -105,6 +105,7 @@ impl Target for L2SwitchTarget {
             Ok(Counts {
                 events: *fs.events(),
                 multicast: fs.results_multicast(),
+                missing: crate::missing_counts(fs.pipeline().counters()),
             })
         });
         let ready = ready_rx

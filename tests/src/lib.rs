@@ -53,6 +53,17 @@ pub trait Target {
     fn counters(&mut self) -> Result<Counts, TargetError>;
 }
 
+/// The frame model's counts of `ina_missing`'s entries.
+pub fn missing_counts(
+    c: &ina_proto::pipeline::Counters,
+) -> [u64; ina_proto::event::MISSING_COUNTERS] {
+    use ina_proto::event::{MISSING_RECEIVED, MISSING_SENT};
+    let mut out = [0; ina_proto::event::MISSING_COUNTERS];
+    out[MISSING_SENT] = c.missing_sent;
+    out[MISSING_RECEIVED] = c.missing_received;
+    out
+}
+
 /// How long a step waits for its expected frames.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(3);
 

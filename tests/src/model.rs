@@ -69,6 +69,7 @@ impl Target for ModelTarget {
         Ok(Counts {
             events: *sw.events(),
             multicast: sw.results_multicast(),
+            missing: crate::missing_counts(sw.pipeline().counters()),
         })
     }
 }

@@ -8,7 +8,7 @@
 //! rounds of shadow-set alternation).
 
 use crate::frames::{self, ArpSpec, EthSpec, InaSpec};
-use ina_proto::event::Event;
+use ina_proto::event::{Event, MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
 use ina_switch_p4::runtime::{L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -57,6 +57,7 @@ pub fn default_switch() -> SwitchDesc {
             })
             .collect(),
         flood_mgrp: 1000,
+        gap_reports: true,
     }
 }
 
@@ -172,7 +173,8 @@ pub struct Generate {
     /// `rounds`: the number of uses of every slot.
     #[serde(default)]
     pub rounds: u32,
-    /// `rounds` and `sparse`: the slots of the lane.
+    /// `rounds` and `sparse`: the slots of the lane; `random`: the job's slots from 0 (whole
+    /// blocks: the frames then carry gap counters and Missing reports).
     #[serde(default)]
     pub window: u16,
     /// `random`: the seed and the number of frames.
@@ -213,7 +215,15 @@ pub struct ConcreteStep {
 pub struct Counts {
     pub events: [u64; Event::COUNT],
     pub multicast: u64,
+    /// `ina_missing`: reports of lost data sent, and Missing reports answered.
+    pub missing: [u64; MISSING_COUNTERS],
 }
+
+/// The names of `ina_missing`'s entries in a scenario's counters.
+const MISSING_NAMES: [(&str, usize); MISSING_COUNTERS] = [
+    ("missing_sent", MISSING_SENT),
+    ("missing_received", MISSING_RECEIVED),
+];
 
 impl Counts {
     /// The counters that differ, as lines `name: expected X, got Y`.
@@ -230,6 +240,14 @@ impl Counts {
                 "multicast: expected {}, got {}",
                 self.multicast, got.multicast
             ));
+        }
+        for (name, i) in MISSING_NAMES {
+            if self.missing[i] != got.missing[i] {
+                out.push(format!(
+                    "{name}: expected {}, got {}",
+                    self.missing[i], got.missing[i]
+                ));
+            }
         }
         out
     }
@@ -289,6 +307,10 @@ impl ScenarioFile {
         for (k, v) in &self.counters {
             if k == "multicast" {
                 counters.multicast = *v;
+                continue;
+            }
+            if let Some((_, i)) = MISSING_NAMES.iter().find(|(n, _)| n == k) {
+                counters.missing[*i] = *v;
                 continue;
             }
             let e = Event::ALL
@@ -361,11 +383,17 @@ pub fn generated(
     let mut out = Vec::new();
     for &n in &g.workers {
         for &e in &g.elems {
+            // A random scenario with a window covers whole blocks of 64 slots from slot 0, so
+            // that its gap counters and Missing reports have cells.
+            let (slot_base, slot_count) = match (g.kind.as_str(), g.window) {
+                ("random", w) if w > 0 => (0, w),
+                _ => (16, 16),
+            };
             let job = ScenarioJob {
                 id: 1,
                 epoch: 77,
-                slot_base: 16,
-                slot_count: 16,
+                slot_base,
+                slot_count,
                 elems: e,
                 mgrp: None,
                 workers: Some(n),

@@ -420,8 +420,8 @@ impl<'f> Recorder<'f> {
     fn frame_of(&self, r: usize, datagram: &[u8]) -> (u16, Vec<u8>) {
         let ep = self.job.ranks[r];
         let addrs = FrameAddrs {
-            src_mac: ep.mac.0,
-            dst_mac: self.ctx.switch.mac.0,
+            src_mac: ep.mac,
+            dst_mac: self.ctx.switch.mac,
             src_ip: ep.ip.octets(),
             dst_ip: self.ctx.switch.ip.octets(),
             src_port: ep.udp_port,

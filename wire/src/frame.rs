@@ -5,7 +5,7 @@
 //! (allowed for IPv4 and what a switch that rewrites payloads can afford); the IPv4 header
 //! checksum is always filled in.
 
-use crate::{Error, Result};
+use crate::{Error, MacAddr, Result};
 use etherparse::{
     EtherType, Ethernet2Header, IpNumber, Ipv4Header, LinkSlice, NetSlice, SlicedPacket,
     TransportSlice, UdpHeader,
@@ -17,8 +17,8 @@ pub const FRAME_HEADER_LEN: usize = Ethernet2Header::LEN + Ipv4Header::MIN_LEN +
 /// The addresses of one frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FrameAddrs {
-    pub src_mac: [u8; 6],
-    pub dst_mac: [u8; 6],
+    pub src_mac: MacAddr,
+    pub dst_mac: MacAddr,
     pub src_ip: [u8; 4],
     pub dst_ip: [u8; 4],
     pub src_port: u16,
@@ -70,8 +70,8 @@ pub fn parse(frame: &[u8]) -> Result<UdpFrame<'_>> {
     let header = ip.header();
     Ok(UdpFrame {
         addrs: FrameAddrs {
-            src_mac: eth.source(),
-            dst_mac: eth.destination(),
+            src_mac: MacAddr(eth.source()),
+            dst_mac: MacAddr(eth.destination()),
             src_ip: header.source(),
             dst_ip: header.destination(),
             src_port: udp.source_port(),
@@ -100,8 +100,8 @@ pub fn emit_headers(buf: &mut [u8], addrs: &FrameAddrs, payload_len: usize) -> R
         .map_err(|_| Error::Frame("payload too long for IPv4"))?;
     ip.header_checksum = ip.calc_header_checksum();
     let eth = Ethernet2Header {
-        source: addrs.src_mac,
-        destination: addrs.dst_mac,
+        source: addrs.src_mac.0,
+        destination: addrs.dst_mac.0,
         ether_type: EtherType::IPV4,
     };
     let rest = eth
@@ -173,7 +173,7 @@ mod tests {
         fn addrs()(src_mac in any::<[u8; 6]>(), dst_mac in any::<[u8; 6]>(),
                    src_ip in any::<[u8; 4]>(), dst_ip in any::<[u8; 4]>(),
                    src_port in any::<u16>(), dst_port in any::<u16>()) -> FrameAddrs {
-            FrameAddrs { src_mac, dst_mac, src_ip, dst_ip, src_port, dst_port }
+            FrameAddrs { src_mac: MacAddr(src_mac), dst_mac: MacAddr(dst_mac), src_ip, dst_ip, src_port, dst_port }
         }
     }
 
@@ -211,8 +211,8 @@ mod tests {
     #[test]
     fn rejects_non_udp_and_short_buffers() {
         let a = FrameAddrs {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
             src_ip: [198, 18, 0, 1],
             dst_ip: [198, 18, 0, 2],
             src_port: 1,

@@ -114,11 +114,9 @@ fn sparse_float32_is_the_dense_result_bit_for_bit_on_every_rank() {
         let own = (0..=200).filter(|&b| holds(r, b)).count() as f64 / blocks;
         assert_eq!(st.own_density, own);
         assert!(d.sparse.is_none());
-        // The values stream carried the union's blocks only.
-        assert!(
-            s.stream.packets_sent < d.stream.packets_sent / 2,
-            "{s:?} {d:?}"
-        );
+        // The values stream carried the union's blocks only (its packets, not its
+        // transmissions: a loaded machine adds stall probes to either).
+        assert!(s.stream.packets < d.stream.packets / 2, "{s:?} {d:?}");
     }
     // Blocks no rank holds are +0.0; the block rank 2 alone holds is its values (times one).
     let r0 = &out[0].0;

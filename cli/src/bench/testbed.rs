@@ -193,8 +193,8 @@ impl HubSwitch {
                 ))
             }
             HubSwitch::Bmv2(sw) => {
-                let (events, multicast) = sw.counters()?;
-                Ok((events.iter().sum(), multicast))
+                let c = sw.counters()?;
+                Ok((c.events.iter().sum(), c.multicast))
             }
         }
     }

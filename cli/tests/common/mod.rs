@@ -713,7 +713,8 @@ pub fn assert_all_exact(outcomes: &[Outcome], iterations: usize, context: &dyn s
 }
 
 /// The switch and job descriptions of an emulated rack: port `r` leads to worker `r`, which is
-/// rank `r` of job 1 (epoch 3, slots `0..32`, `elems` per packet, UDP port 9000).
+/// rank `r` of job 1 (epoch 3, slots `0..64`: one whole block of gap cells, so the switch
+/// sends Missing reports; `elems` per packet, UDP port 9000).
 pub fn rack_descriptions(
     workers: usize,
     elems: u16,
@@ -729,7 +730,7 @@ pub fn rack_descriptions(
     let macs: Vec<MacAddr> = hosts.iter().map(|h| h.0).collect();
     (
         SwitchDesc::one_host_per_port(MacAddr(SWITCH_MAC_BYTES), SWITCH_IP, &macs),
-        P4Job::one_rank_per_port(1, 3, 32, elems, &hosts, 9000),
+        P4Job::one_rank_per_port(1, 3, 64, elems, &hosts, 9000),
     )
 }
 

@@ -170,6 +170,7 @@ mod tests {
                         })
                         .collect(),
                     flood_mgrp: 0xffff,
+                    gap_reports: true,
                 },
                 hosts: (0..2)
                     .map(|i| P4Host {

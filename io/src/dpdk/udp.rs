@@ -148,8 +148,8 @@ impl DpdkUdpPort {
             return Some(*t);
         }
         let addrs = FrameAddrs {
-            src_mac: self.devs.get(d)?.mac(),
-            dst_mac: mac,
+            src_mac: ina_wire::MacAddr(self.devs.get(d)?.mac()),
+            dst_mac: ina_wire::MacAddr(mac),
             src_ip: self.local.ip().octets(),
             dst_ip: dst.ip().octets(),
             src_port: self.local.port(),

@@ -1,5 +1,5 @@
 use super::*;
-use ina_wire::{AggRepr, MessageType};
+use ina_wire::{AggRepr, MacAddr, MessageType};
 use proptest::prelude::*;
 
 const SM: [u8; 6] = [2, 0, 0, 0, 0, 0xfe];
@@ -27,6 +27,7 @@ fn switch(workers: u8, elems: u16) -> FrameSwitch {
             pool_slots: 64,
             max_elems: 256,
         },
+        gap_reports: false,
     })
     .unwrap();
     s.add_job(FrameJob {
@@ -44,8 +45,8 @@ fn switch(workers: u8, elems: u16) -> FrameSwitch {
 fn ina_frame(from: &Endpoint, repr: &AggRepr, values: &[i32]) -> Vec<u8> {
     let mut buf = vec![0u8; FRAME_HEADER_LEN + repr.buffer_len()];
     let addrs = FrameAddrs {
-        src_mac: from.mac.octets(),
-        dst_mac: SM,
+        src_mac: from.mac,
+        dst_mac: MacAddr(SM),
         src_ip: from.ip,
         dst_ip: SIP,
         src_port: from.udp_port,
@@ -119,8 +120,8 @@ fn aggregation_multicasts_to_every_rank_endpoint() {
         assert_eq!(
             parsed.addrs,
             FrameAddrs {
-                src_mac: SM,
-                dst_mac: ep.mac.octets(),
+                src_mac: MacAddr(SM),
+                dst_mac: ep.mac,
                 src_ip: SIP,
                 dst_ip: ep.ip,
                 src_port: UDP_PORT,
@@ -361,6 +362,7 @@ fn configuration_errors() {
         ports: vec![0],
         l2: vec![(MacAddr([1; 6]), 0), (MacAddr([1; 6]), 1)],
         pipeline: PipelineConfig::default(),
+        gap_reports: false,
     };
     assert_eq!(
         FrameSwitch::new(cfg.clone()).unwrap_err(),
@@ -491,8 +493,8 @@ proptest! {
             let ep = endpoint(r as u8);
             prop_assert_eq!(port, ep.port);
             let parsed = ina_wire::frame::parse(frame).unwrap();
-            prop_assert_eq!((parsed.addrs.dst_mac, parsed.addrs.dst_ip, parsed.addrs.dst_port), (ep.mac.octets(), ep.ip, ep.udp_port));
-            prop_assert_eq!((parsed.addrs.src_mac, parsed.addrs.src_ip, parsed.addrs.src_port), (SM, SIP, UDP_PORT));
+            prop_assert_eq!((parsed.addrs.dst_mac, parsed.addrs.dst_ip, parsed.addrs.dst_port), (ep.mac, ep.ip, ep.udp_port));
+            prop_assert_eq!((parsed.addrs.src_mac, parsed.addrs.src_ip, parsed.addrs.src_port), (MacAddr(SM), SIP, UDP_PORT));
             let (h, payload) = AggRepr::parse_bytes(parsed.payload).unwrap();
             prop_assert_eq!((h.kind, h.seq), (MessageType::Result, seq));
             prop_assert_eq!(&payload[..4], &sum.to_be_bytes()[..]);
