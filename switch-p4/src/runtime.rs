@@ -55,8 +55,9 @@ pub struct SwitchDesc {
     pub flood_mgrp: u16,
     /// Whether the switch offers Missing reports (PROTOCOL.md §5): the v1model program and
     /// the frame model keep the gap registers and send reports; off, a Missing is an
-    /// unexpected type and no counter is stamped. The Tofino program keeps no gap register
-    /// yet and ignores it (its ProbeReply offers no reports).
+    /// unexpected type and no counter is stamped. The Tofino program keeps the gap registers
+    /// and sends reports of lost data, but answers no rank's Missing yet, so its ProbeReply
+    /// offers no reports and its workers send no gap counters.
     #[serde(default = "default_gap_reports")]
     pub gap_reports: bool,
 }
@@ -553,17 +554,22 @@ pub fn bmv2_job_attach_commands(job: &P4Job, nodes: &[u32]) -> Vec<String> {
         }
     }
     // The gap cells of the blocks wholly inside the job (only those are used).
-    let b = u32::from(GAP_BLOCK);
-    let (first, end) = (
-        u32::from(job.slot_base).div_ceil(b),
-        (u32::from(job.slot_base) + u32::from(job.slot_count)) / b,
-    );
+    let blocks = whole_blocks(job);
     for (reg, per_block) in GAP_REGISTERS {
-        for cell in first * per_block..end * per_block {
+        for cell in blocks.start * per_block..blocks.end * per_block {
             out.push(format!("register_write InaIngress.{reg} {cell} 0"));
         }
     }
     out
+}
+
+/// The blocks of [`GAP_BLOCK`] slots wholly inside `job`'s slot range: only they keep gap
+/// cells (PROTOCOL.md §5).
+fn whole_blocks(job: &P4Job) -> core::ops::Range<u32> {
+    let b = u32::from(GAP_BLOCK);
+    let first = u32::from(job.slot_base).div_ceil(b);
+    let end = (u32::from(job.slot_base) + u32::from(job.slot_count)) / b;
+    first..end.max(first)
 }
 
 /// The `simple_switch_CLI` commands that read every counter: `ina_events` at every index,
@@ -583,6 +589,15 @@ pub fn bmv2_counter_commands() -> Vec<String> {
 /// Node ids of the Tofino PRE: the flood nodes take the ids from here on, one per port.
 pub const TOFINO_FLOOD_NODE_BASE: u32 = 0x10000;
 
+/// Node ids of the Tofino PRE for the copies of Missing reports: port `i` of the switch's list
+/// has nodes `TOFINO_REPORT_NODE_BASE + DATA_REPORT_COPIES * i + copy`.
+pub const TOFINO_REPORT_NODE_BASE: u32 = 0x20000;
+
+/// The bytes of a report's mirrored copy the Tofino program needs (`$max_pkt_len` of the
+/// report sessions): the report's header (3), the bridged header (5) and the Missing's
+/// Ethernet, IPv4, UDP and ina headers (58).
+pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 5 + 58;
+
 /// The Tofino BfRt entries of a switch and its jobs, as one JSON document:
 /// `{"entries": [{"table", "action"?, "default"?, "key", "data"}, ...]}`.
 ///
@@ -600,7 +615,10 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
         "table": "pipe.InaIngress.switch_addr",
         "default": true,
         "action": "InaIngress.set_switch_addr",
-        "data": {"mac": sw.mac.to_string(), "ip": sw.ip.to_string()},
+        "data": {
+            "mac": sw.mac.to_string(), "ip": sw.ip.to_string(),
+            "reports": u8::from(sw.gap_reports),
+        },
     }));
     for l in &sw.l2 {
         e.push(json!({
@@ -632,6 +650,36 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
         }));
     }
     e.push(mgid_entry(sw.flood_mgrp, &flood_nodes));
+    if sw.gap_reports {
+        // A report of lost data is mirrored to the session of its ingress port, whose
+        // multicast group sends the copy back out of that port twice (PROTOCOL.md §5).
+        for (i, &port) in sw.ports.iter().enumerate() {
+            let group = v1model::report_mgrp(port);
+            let nodes: Vec<u32> = (0..u32::from(DATA_REPORT_COPIES))
+                .map(|copy| {
+                    TOFINO_REPORT_NODE_BASE + u32::from(DATA_REPORT_COPIES) * i as u32 + copy
+                })
+                .collect();
+            for (copy, &node) in nodes.iter().enumerate() {
+                e.push(json!({
+                    "table": "$pre.node",
+                    "key": {"$MULTICAST_NODE_ID": node},
+                    "data": {"$MULTICAST_RID": copy, "$MULTICAST_LAG_ID": [], "$DEV_PORT": [port]},
+                }));
+            }
+            e.push(mgid_entry(group, &nodes));
+            e.push(json!({
+                "table": "$mirror.cfg",
+                "key": {"$sid": tna::REPORT_SESSION_BASE + port},
+                "action": "$normal",
+                "data": {
+                    "$session_enable": true, "$direction": "INGRESS",
+                    "$mcast_grp_a": group, "$mcast_grp_a_valid": true,
+                    "$max_pkt_len": TOFINO_REPORT_COPY_LEN,
+                },
+            }));
+        }
+    }
     let mut next_node = 1u32;
     for job in jobs {
         e.push(json!({
@@ -657,6 +705,17 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                 "action": "InaEgress.rewrite_dst",
                 "data": {"mac": r.mac.to_string(), "ip": r.ip.to_string(), "udp_port": r.udp_port},
             }));
+            if sw.gap_reports {
+                e.push(json!({
+                    "table": "pipe.InaEgress.ina_report_addr",
+                    "key": {"hdr.ina.job": job.id, "hdr.ina.rank": rank},
+                    "action": "InaEgress.report_missing",
+                    "data": {
+                        "sm": sw.mac.to_string(), "sip": sw.ip.to_string(),
+                        "mac": r.mac.to_string(), "ip": r.ip.to_string(), "udp_port": r.udp_port,
+                    },
+                }));
+            }
             e.push(json!({
                 "table": "$pre.node",
                 "key": {"$MULTICAST_NODE_ID": next_node},
@@ -676,6 +735,30 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                         format!("InaIngress.{reg}.hi"): 0,
                     },
                 }));
+            }
+        }
+        if sw.gap_reports {
+            // The blocks wholly inside the job keep gap cells: marked, and their cells zeroed.
+            for block in whole_blocks(job) {
+                e.push(json!({
+                    "table": "pipe.InaIngress.gap_block",
+                    "key": {"hdr.ina.job": job.id, "hdr.ina.slot[12:6]": block},
+                    "action": "InaIngress.in_gap_block",
+                    "data": {},
+                }));
+                for (reg, per_block) in [
+                    ("reg_gap", tna::GAP_CELLS / tna::GAP_BLOCKS),
+                    ("reg_result_gap", 1),
+                    ("reg_result_use", tna::RESULT_USE_CELLS / tna::GAP_BLOCKS),
+                ] {
+                    for cell in block * per_block..(block + 1) * per_block {
+                        e.push(json!({
+                            "table": format!("pipe.InaIngress.{reg}"),
+                            "key": {"$REGISTER_INDEX": cell},
+                            "data": {format!("InaIngress.{reg}.f1"): 0},
+                        }));
+                    }
+                }
             }
         }
     }

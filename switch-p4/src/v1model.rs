@@ -711,7 +711,6 @@ fn read_slot(p: &mut P4) {
         bool is_data = hdr.ina.msg_type == INA_DATA;
         bit<32> gap_in = (bit<32>)hdr.ina.gap;
         bit<1> gap_on_in = hdr.ina.gap_on;
-        bool refused = false;
         bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
         bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
         && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
@@ -798,7 +797,6 @@ fn data_table(p: &mut P4) {
         || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
         // A payload to a use begun by a header, or the reverse: the registers stay as they are.
         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-        refused = true;
         } else {
         // A later arrival.
         bitmap_x = bitmap_x | rank_bit;
@@ -856,7 +854,7 @@ fn write_back_and_forward(p: &mut P4) {
         ina_multicast.count(0);
         }
         }
-        if (is_data && !refused && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
+        if (is_data && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
         // The gap register (PROTOCOL.md §5, \"Missing reports\"): the cell of the block and
         // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
         // skipped are reported to the sender by a clone of this packet.

@@ -144,7 +144,7 @@ fn bfrt_entries_name_what_the_tofino_program_has() {
     let entries = v["entries"].as_array().expect("entries");
     for e in entries {
         let table = e["table"].as_str().expect("table");
-        if table.starts_with("$pre.") {
+        if table.starts_with("$pre.") || table.starts_with("$mirror.") {
             continue;
         }
         let name = table

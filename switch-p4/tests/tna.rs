@@ -170,7 +170,9 @@ fn registers_name_their_rust_twins() {
             let before = lines[i.saturating_sub(3)..i].join("\n");
             assert!(
                 before.contains("Twin: SlotRegisters::")
-                    || before.contains("Twin: Registers::values"),
+                    || ["values", "gaps", "result_gaps", "result_uses"]
+                        .iter()
+                        .any(|r| before.contains(&format!("Twin: Registers::{r}"))),
                 "register without its twin: {line}"
             );
         }
@@ -184,7 +186,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "control InaIngress(",
         "control InaEgress(",
         "table switch_addr",
-        "action set_switch_addr(bit<48> mac, bit<32> ip)",
+        "action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports)",
         "table l2_forward",
         "hdr.ethernet.dst_addr : exact;",
         "action l2_to_port(PortId_t port)",
@@ -201,6 +203,13 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "reg_exp;",
         "ina_events;",
         "ina_multicast;",
+        "ina_missing;",
+        "reg_gap;",
+        "reg_result_gap;",
+        "reg_result_use;",
+        "table gap_block",
+        "table ina_report_addr",
+        "const bit<4> INA_MISSING = 8;",
         "const bit<16> INA_UDP_PORT = 18766;",
         "const bit<4> INA_PENDING = 6;",
         "const bit<4> INA_RESULT = 2;",
@@ -428,6 +437,10 @@ struct Tables {
     seen: Vec<TableEntry>,
     outcome: Vec<TableEntry>,
     reply: Vec<TableEntry>,
+    gap_access: Vec<TableEntry>,
+    gap_report: Vec<TableEntry>,
+    result_gap: Vec<TableEntry>,
+    result_use: Vec<TableEntry>,
 }
 
 impl Tables {
@@ -442,6 +455,10 @@ impl Tables {
             seen: table_entries(p, "seen_check"),
             outcome: table_entries(p, "ina_outcome"),
             reply: table_entries(p, "ina_reply"),
+            gap_access: table_entries(p, "gap_access"),
+            gap_report: table_entries(p, "gap_report"),
+            result_gap: table_entries(p, "result_gap_access"),
+            result_use: table_entries(p, "result_use_access"),
         }
     }
 }
@@ -474,13 +491,65 @@ struct TnaModel<'t> {
     tables: &'t Tables,
     slots: Vec<ModelSlot>,
     workers: u32,
-    /// The last packet's reply action, `md.exp_x`, `md.pend` and the values of its set.
-    last: Option<(String, u32, u32, Vec<i32>)>,
+    /// Whether the switch sends Missing reports (`md.reports`); the job's slots are then one
+    /// whole block (`gap_block`).
+    gaps: bool,
+    /// `reg_gap`, `reg_result_gap`, `reg_result_use` by index.
+    reg_gap: Vec<u32>,
+    reg_result_gap: Vec<u32>,
+    reg_result_use: Vec<u32>,
+    /// What the last packet left for the frames' check.
+    last: Option<Last>,
+}
+
+/// What the model's last packet did, for [`check_frames`]: the reply action, `md.exp_x`,
+/// `md.pend`, the values of its set, `md.stamp`, `md.res_gap` and the report mirrored
+/// (first counter skipped, how many).
+#[derive(Debug)]
+struct Last {
+    action: String,
+    exp_x: u32,
+    pend: u32,
+    values: Vec<i32>,
+    stamp: u64,
+    res_gap: u32,
+    report: Option<(u8, u8)>,
+}
+
+/// The key of `ina_check`'s columns (`CHECK_KEYS`) for an accepted Data packet of `count`
+/// elements and exponent byte `exponent` from a rank on port `ingress` to the switch's MAC.
+fn accepted_data_key(count: u64, exponent: u64, ingress: u64) -> Vec<u64> {
+    vec![
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+        1,
+        0,
+        1,
+        1,
+        1,
+        0,
+        1,
+        1,
+        0,
+        0,
+        0,
+        0,
+        1,
+        count,
+        count ^ E as u64,
+        0,
+        ingress,
+        exponent,
+    ]
 }
 
 impl TnaModel<'_> {
     /// One accepted Data or Query packet (`pkt`: header and payload).
-    fn process(&mut self, pkt: &[u8]) -> Sent {
+    fn process(&mut self, pkt: &[u8], ingress: u64) -> Sent {
         let t = self.tables;
         let kind = pkt[0] & 0x0f;
         let op = if kind == 1 { OP_DATA } else { OP_QUERY };
@@ -500,6 +569,40 @@ impl TnaModel<'_> {
         } else {
             (1u32 << self.workers) - 1
         };
+        let flags = u64::from(pkt[1]);
+        let gap_on = flags >> 1 & 1;
+        let block_in_job = self.gaps;
+        let reports = u64::from(self.gaps);
+        let stamp = reports & u64::from(block_in_job);
+        // Stage 2: reg_gap, for accepted Data only (this model sees accepted packets).
+        let mut report = None;
+        if op == OP_DATA {
+            let mut key = accepted_data_key(count, u64::from(exponent), ingress);
+            key.extend([reports, u64::from(block_in_job), gap_on]);
+            if let Some(e) = lookup(&t.gap_access, &key) {
+                assert_eq!(e.action, "do_gap_note");
+                let cell = (slot >> 6) << 5 | rank as usize & 31;
+                let gap_in = ((flags >> 2) as u32) << 26 | 1;
+                let gap_in1 = gap_in.wrapping_sub(1 << 26);
+                let v = self.reg_gap[cell];
+                let gap_old = v;
+                if v == 0 || gap_in1.wrapping_sub(v) < 8 << 26 {
+                    self.reg_gap[cell] = gap_in;
+                }
+                // Stages 3 and 4: how far ahead, and the report.
+                let ahead = gap_in.wrapping_sub(gap_old);
+                let rkey = [u64::from(gap_old & 1), u64::from(ahead >> 26)];
+                if let Some(r) = lookup(&t.gap_report, &rkey) {
+                    assert_eq!(r.action, "report_gap");
+                    report = Some((((gap_old >> 26) + 1) as u8 & 63, r.args[0] as u8));
+                }
+            } else {
+                assert!(
+                    reports == 0 || !block_in_job || gap_on == 0,
+                    "no gap_access row for {key:?}"
+                );
+            }
+        }
         let s = &mut self.slots[slot];
         // Stage 2: reg_seq and reg_seq_order, as their RegisterActions.
         let newer = (seq.wrapping_sub(s.seq[x]) as i32) > 0;
@@ -633,14 +736,40 @@ impl TnaModel<'_> {
         };
         let event = Event::ALL[event as usize];
         // Stage 7.
-        let r = lookup(&t.reply, &[op, outcome, 0, count]);
+        let r = lookup(&t.reply, &[op, outcome, 0, count, stamp]);
         let action = r.map_or("drop_frame", |e| e.action.as_str());
+        // The second pass of a multicast result: stages 0 and 1 stamp the block's counter
+        // if the first pass asked (`hdr.bridge.stamp`) and record the use under it.
+        let mut res_gap = 0u32;
+        let mut flags_out = x as u8;
+        if matches!(
+            action,
+            "multicast_result_harvest" | "multicast_result_empty_harvest"
+        ) {
+            let key = [1, 6, stamp];
+            if lookup(&t.result_gap, &key).is_some_and(|e| e.action == "do_result_gap") {
+                res_gap = self.reg_result_gap[slot >> 6];
+                self.reg_result_gap[slot >> 6] += 1;
+                let use_key = lookup(&t.result_use, &key).expect("result_use_access row");
+                assert_eq!(use_key.action, "do_result_use_write");
+                self.reg_result_use[(slot >> 6) << 6 | res_gap as usize & 63] =
+                    1 << 14 | (slot as u32) << 1 | x as u32;
+                flags_out |= ((res_gap & 63) as u8) << 2 | 2;
+            } else {
+                assert_eq!(stamp, 0, "a stamped result without its counter");
+            }
+        }
         let header = |kind: u8, exp: u8, count: u16| {
             let mut h = pkt[..16].to_vec();
             h[0] = 0x10 | kind;
             h[1] = x as u8;
             h[7] = exp;
             h[10..12].copy_from_slice(&count.to_be_bytes());
+            h
+        };
+        let mcast_header = |exp: u8, count: u16| {
+            let mut h = header(2, exp, count);
+            h[1] = flags_out;
             h
         };
         let with_values = |mut h: Vec<u8>, vals: &[i32]| {
@@ -650,7 +779,15 @@ impl TnaModel<'_> {
             h
         };
         let values = s.values[x].clone();
-        self.last = Some((action.to_string(), exp_x, pend, values.clone()));
+        self.last = Some(Last {
+            action: action.to_string(),
+            exp_x,
+            pend,
+            values: values.clone(),
+            stamp,
+            res_gap,
+            report,
+        });
         match action {
             "drop_frame" => match event {
                 Event::DataFirst | Event::DataAdded => Sent::Absorbed,
@@ -662,13 +799,15 @@ impl TnaModel<'_> {
             "answer_result_harvest" => {
                 Sent::Unicast(with_values(header(2, exp_x as u8, E as u16), &values))
             }
-            "multicast_result_empty" => Sent::Multicast(header(2, exp_x as u8, 0)),
+            "multicast_result_empty" | "multicast_result_empty_harvest" => {
+                Sent::Multicast(mcast_header(exp_x as u8, 0))
+            }
             // The one-worker first arrival: the payload is the sum.
             "multicast_result" => {
-                Sent::Multicast(with_values(header(2, exp_x as u8, E as u16), &payload))
+                Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &payload))
             }
             "multicast_result_harvest" => {
-                Sent::Multicast(with_values(header(2, exp_x as u8, E as u16), &values))
+                Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &values))
             }
             a => panic!("reply action {a}"),
         }
@@ -681,11 +820,27 @@ struct SimWorker {
     next: u32,
     sent: std::collections::BTreeSet<u32>,
     done: std::collections::BTreeSet<u32>,
+    /// First transmissions so far: the gap counter of the next one (modulo 64).
+    first_tx: u32,
 }
 
 const JOB: u16 = 3;
 const EPOCH: u16 = 9;
 const BASE: u16 = 4;
+/// The first slot of a job whose slots are one whole block (Missing reports on).
+const GAP_BASE: u16 = 64;
+/// The pool of the executions' pipeline: two blocks.
+const POOL: u16 = 128;
+
+/// The first slot and the slot count of the executions' job: `BASE` and the lane's `w`
+/// slots, or with reports the whole block from `GAP_BASE` (the lanes use its first `w`).
+fn job_slots(w: u32, gaps: bool) -> (u16, u16) {
+    if gaps {
+        (GAP_BASE, 64)
+    } else {
+        (BASE, w as u16)
+    }
+}
 
 fn elements(rank: u8, g: u32) -> Vec<i32> {
     (0..E as u32)
@@ -701,16 +856,25 @@ fn count_of(g: u32) -> u16 {
     }
 }
 
-/// The packet of `rank` at position `g` of a lane of `w` slots: Data, or a Query of it.
-fn packet(rank: u8, g: u32, w: u32, query: bool) -> Vec<u8> {
-    packet_of_count(rank, g, w, query, count_of(g))
+/// The packet of `rank` at position `g` of a lane of `w` slots from `base`: Data (with gap
+/// counter `gap` if any), or a Query of it.
+fn packet(rank: u8, g: u32, w: u32, base: u16, query: bool, gap: Option<u8>) -> Vec<u8> {
+    packet_of_count(rank, g, w, base, query, count_of(g), gap)
 }
 
 /// As [`packet`], with `count` elements (0 or `E`) whatever the position's own count: a
 /// misused rank's packet when they differ.
-fn packet_of_count(rank: u8, g: u32, w: u32, query: bool, count: u16) -> Vec<u8> {
-    let slot = BASE + (g % w) as u16;
-    let set = ((g / w) % 2) as u8;
+fn packet_of_count(
+    rank: u8,
+    g: u32,
+    w: u32,
+    base: u16,
+    query: bool,
+    count: u16,
+    gap: Option<u8>,
+) -> Vec<u8> {
+    let slot = base + (g % w) as u16;
+    let set = ((g / w) % 2) as u8 | gap.map_or(0, |c| c << 2 | 2);
     let kind = if query { 7 } else { 1 };
     let exponent = if query {
         // Every ask (QueryAsk): bit 0 wants the sums, which only a use with a payload has.
@@ -738,24 +902,28 @@ fn packet_of_count(rank: u8, g: u32, w: u32, query: bool, count: u16) -> Vec<u8>
     p
 }
 
-/// Runs the execution `steps` describes; returns what the switch sent, as kinds of answer.
+/// Runs the execution `steps` describes, with Missing reports on if `gaps` (the workers' first
+/// transmissions then carry gap counters); returns what the switch sent, as kinds of answer.
 fn run_execution(
     workers: u8,
     w: u32,
     steps: &[(u8, u16, u16)],
+    gaps: bool,
 ) -> std::collections::BTreeSet<String> {
     let mut kinds = std::collections::BTreeSet::new();
     let program = tna::program();
     let tables = Tables::new(&program);
+    let (base, slot_count) = job_slots(w, gaps);
     let mut pipe = Pipeline::new(PipelineConfig {
-        pool_slots: 16,
+        pool_slots: POOL,
         max_elems: E as u16,
     });
+    pipe.set_gap_reports(gaps);
     pipe.add_job(JobConfig {
         job: JOB,
         epoch: EPOCH,
-        slot_base: BASE,
-        slot_count: w as u16,
+        slot_base: base,
+        slot_count,
         elems_per_packet: E as u16,
         ranks: (0..workers).map(|r| PortId(10 + u16::from(r))).collect(),
         uplink: None,
@@ -768,12 +936,16 @@ fn run_execution(
                 values: [vec![0; E], vec![0; E]],
                 ..ModelSlot::default()
             };
-            16
+            usize::from(POOL)
         ],
         workers: u32::from(workers),
+        gaps,
+        reg_gap: vec![0; tna::GAP_CELLS as usize],
+        reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
+        reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
         last: None,
     };
-    let mut sw = frame_switch_of(workers, w);
+    let mut sw = frame_switch_of(workers, w, gaps);
     let mut frames = Outputs::new();
     let mut sims: Vec<SimWorker> = (0..workers)
         .map(|_| SimWorker {
@@ -794,7 +966,9 @@ fn run_execution(
                 if g < 2 * w || sim.done.contains(&(g - w)) {
                     sim.next += 1;
                     sim.sent.insert(g);
-                    bag.push((r, packet(r, g, w, false)));
+                    let gap = gaps.then_some((sim.first_tx % 64) as u8);
+                    sim.first_tx += 1;
+                    bag.push((r, packet(r, g, w, base, false, gap)));
                 }
             }
             // A retransmission or a Query of an outstanding position.
@@ -802,7 +976,7 @@ fn run_execution(
                 let outstanding: Vec<u32> = sim.sent.difference(&sim.done).copied().collect();
                 if !outstanding.is_empty() {
                     let g = outstanding[usize::from(b) % outstanding.len()];
-                    bag.push((r, packet(r, g, w, b % 2 == 0)));
+                    bag.push((r, packet(r, g, w, base, b % 2 == 0, None)));
                 }
             }
             // A rank sends an outstanding position with the other count (a payload where the
@@ -812,7 +986,7 @@ fn run_execution(
                 if !outstanding.is_empty() {
                     let g = outstanding[usize::from(b) % outstanding.len()];
                     let other = if count_of(g) == 0 { E as u16 } else { 0 };
-                    bag.push((r, packet_of_count(r, g, w, false, other)));
+                    bag.push((r, packet_of_count(r, g, w, base, false, other, None)));
                 }
             }
             // Loss.
@@ -832,7 +1006,7 @@ fn run_execution(
                 } else {
                     bag.swap_remove(i)
                 };
-                let expected = model.process(&pkt);
+                let expected = model.process(&pkt, u64::from(endpoint(rank).port));
                 let verdict = pipe.process(
                     PortId(10 + u16::from(rank)),
                     &pkt,
@@ -851,19 +1025,35 @@ fn run_execution(
                     Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
                 };
                 assert_eq!(got, expected, "packet {:?}", &pkt[..16]);
-                let (action, exp_x, pend, values) = model.last.take().expect("a reply action");
-                check_frames(
-                    &program,
-                    &mut sw,
-                    &mut frames,
-                    rank,
-                    &pkt,
-                    workers,
-                    &action,
-                    exp_x,
-                    pend,
-                    &values,
+                let last = model.last.take().expect("a reply action");
+                // The report: the Data's header as a Missing of the counters skipped.
+                let report = pipe.poll_report();
+                let want = last.report.map(|(first, skipped)| {
+                    let mut h = pkt[..16].to_vec();
+                    h[0] = 0x18;
+                    h[1] = first << 2 | 2 | (pkt[1] & 1);
+                    h[7] = skipped;
+                    h[10..12].copy_from_slice(&[0, 0]);
+                    h
+                });
+                assert_eq!(
+                    report.map(|r| r.header.to_vec()),
+                    want,
+                    "report of packet {:?}",
+                    &pkt[..16]
                 );
+                if let Sent::Multicast(a) = &got {
+                    if a[1] & 2 != 0 {
+                        kinds.insert(format!(
+                            "multicast count {} with a gap counter",
+                            u16::from_be_bytes([a[10], a[11]])
+                        ));
+                    }
+                }
+                if let Some((_, skipped)) = last.report {
+                    kinds.insert(format!("missing skipped {skipped}"));
+                }
+                check_frames(&program, &mut sw, &mut frames, rank, &pkt, workers, &last);
                 kinds.insert(match &got {
                     Sent::Dropped(e) => e.name().to_string(),
                     Sent::Absorbed => "absorbed".to_string(),
@@ -915,6 +1105,14 @@ fn run_execution(
                         assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
                     }
                 }
+                for (cell, &v) in model.reg_gap.iter().enumerate() {
+                    // The model's cell: the counter plus 64 (0: none yet).
+                    let want = if v == 0 { 0 } else { 64 + (v >> 26) };
+                    match regs.gaps().get(cell) {
+                        Some(&c) => assert_eq!(c, want, "gap cell {cell}"),
+                        None => assert_eq!(v, 0, "gap cell {cell} beyond the pool"),
+                    }
+                }
             }
         }
     }
@@ -929,7 +1127,8 @@ proptest! {
         w in 1u32..=3,
         steps in proptest::collection::vec((0u8..7, 0u16..64, 0u16..1000), 0..400),
     ) {
-        run_execution(workers, w, &steps);
+        run_execution(workers, w, &steps, false);
+        run_execution(workers, w, &steps, true);
     }
 }
 
@@ -951,7 +1150,8 @@ fn executions_reach_every_decision() {
                 )
             })
             .collect();
-        all.extend(run_execution(workers, w, &steps));
+        all.extend(run_execution(workers, w, &steps, false));
+        all.extend(run_execution(workers, w, &steps, true));
     }
     for kind in [
         "stale_seq",
@@ -963,6 +1163,10 @@ fn executions_reach_every_decision() {
         "multicast type 2 count 0",
         "multicast type 2 count 64",
         "unicast type 3 count 0",
+        "missing skipped 1",
+        "missing skipped 2",
+        "multicast count 0 with a gap counter",
+        "multicast count 64 with a gap counter",
     ] {
         assert!(all.contains(kind), "no {kind} in {all:?}");
     }
@@ -1198,7 +1402,7 @@ fn check_key(ingress: u16, f: &[u8]) -> Vec<u64> {
 }
 
 fn frame_switch() -> FrameSwitch {
-    frame_switch_of(3, 3)
+    frame_switch_of(3, 3, false)
 }
 
 /// `ina_check`'s answer for a frame: the matched action and its arguments.
@@ -1377,8 +1581,14 @@ impl Pkt {
         let mut at = 0;
         let get = |pkt: &Pkt, k: &str| pkt.fields.get(k).copied().unwrap_or(0);
         if second {
-            for h in ["ethernet", "ipv4", "udp", "ina", "payload"] {
+            for h in ["ethernet", "ipv4", "udp", "ina"] {
                 assert!(pkt.extract(f, &mut at, h), "second pass: no {h}");
+            }
+            if get(&pkt, "hdr.ina.count") == u64::from(tna::ELEMS) {
+                assert!(
+                    pkt.extract(f, &mut at, "payload"),
+                    "second pass: no payload"
+                );
             }
         } else if pkt.extract(f, &mut at, "ethernet") {
             match get(&pkt, "hdr.ethernet.ether_type") {
@@ -1462,6 +1672,7 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         ("INA_REJECT", 3),
         ("INA_PROBE_REPLY", 5),
         ("INA_PENDING", 6),
+        ("INA_MISSING", 8),
     ]
     .into_iter()
     .collect();
@@ -1485,10 +1696,12 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         } else if let Some(f) = rhs.strip_prefix("md.") {
             let (f, slice) = f.split_once('[').map_or((f, None), |(f, s)| (f, Some(s)));
             let v = md[f];
-            if slice == Some("7:0]") {
-                v & 0xff
-            } else {
-                v
+            match slice.and_then(|s| s.trim_end_matches(']').split_once(':')) {
+                Some((hi, lo)) => {
+                    let (hi, lo): (u32, u32) = (hi.parse().expect("hi"), lo.parse().expect("lo"));
+                    v >> lo & ((1u64 << (hi - lo + 1)) - 1)
+                }
+                None => v,
             }
         } else if rhs == "ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE" {
             ingress >> 7 << 7 | 68
@@ -1587,7 +1800,7 @@ proptest! {
             ]
             .into_iter()
             .collect();
-            let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0)])
+            let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0), 0])
                 .map_or("drop_frame".to_string(), |e| e.action.clone());
             let tm = run_action(&program, &name, &mut pkt, &md, u64::from(ingress));
             // Egress: the copies, the flood's pruning, the checksum of the switch's replies.
@@ -1625,24 +1838,25 @@ proptest! {
 }
 
 /// The frame switch of a job of `workers` ranks at `endpoint(r)` on slots `BASE..BASE+w`.
-fn frame_switch_of(workers: u8, w: u32) -> FrameSwitch {
+fn frame_switch_of(workers: u8, w: u32, gaps: bool) -> FrameSwitch {
+    let (base, slot_count) = job_slots(w, gaps);
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
         mac: MacAddr(SM),
         ip: SIP,
         ports: vec![1, 2, 3, 4],
         l2: L2.iter().map(|&(m, p)| (MacAddr(m), p)).collect(),
         pipeline: PipelineConfig {
-            pool_slots: 16,
+            pool_slots: POOL,
             max_elems: E as u16,
         },
-        gap_reports: false,
+        gap_reports: gaps,
     })
     .expect("switch");
     sw.add_job(FrameJob {
         job: JOB,
         epoch: EPOCH,
-        slot_base: BASE,
-        slot_count: w as u16,
+        slot_base: base,
+        slot_count,
         elems_per_packet: E as u16,
         ranks: (0..workers).map(endpoint).collect(),
     })
@@ -1676,10 +1890,9 @@ fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
 const JOB_MGRP: u64 = 7;
 
 /// Sends the frame of `ina` from `rank` through the frame model and through the program's
-/// reply action (`action`, with the model's `exp_x`, `pend` and register `values`), its
-/// egress (the per-rank rewrite of a multicast copy, the checksum) and deparser; the frames and
-/// ports must agree up to the end of the IPv4 packet.
-#[allow(clippy::too_many_arguments)]
+/// reply action (`last.action`, with the model's `exp_x`, `pend`, register values and gap
+/// counter), its egress (the per-rank rewrite of a multicast copy, a report's Missing, the
+/// checksum) and deparser; the frames and ports must agree up to the end of the IPv4 packet.
 fn check_frames(
     program: &str,
     sw: &mut FrameSwitch,
@@ -1687,11 +1900,9 @@ fn check_frames(
     rank: u8,
     ina: &[u8],
     workers: u8,
-    action: &str,
-    exp_x: u32,
-    pend: u32,
-    values: &[i32],
+    last: &Last,
 ) {
+    let (action, values) = (last.action.as_str(), &last.values);
     let f = wrap(rank, ina);
     let ingress = endpoint(rank).port;
     sw.process(ingress, &f, ina_proto::Instant::ZERO, out);
@@ -1702,8 +1913,10 @@ fn check_frames(
         ("sip", u64::from(u32::from_be_bytes(SIP))),
         ("job_epoch", u64::from(EPOCH)),
         ("mgrp", JOB_MGRP),
-        ("exp_x", u64::from(exp_x)),
-        ("pend", u64::from(pend)),
+        ("exp_x", u64::from(last.exp_x)),
+        ("pend", u64::from(last.pend)),
+        ("stamp", last.stamp),
+        ("res_gap", u64::from(last.res_gap)),
         // The only reason the decision tables refuse with (checks refuse before them).
         ("reason", RejectReason::BadCount as u64),
     ]
@@ -1720,6 +1933,41 @@ fn check_frames(
         );
     }
     let mut tm = run_action(program, action, &mut pkt, &md, u64::from(ingress));
+    let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
+    if let Some((first, skipped)) = last.report {
+        // The mirrored copy, as ingress left the packet, through the report session's two
+        // copies and egress's rewrite into the Missing to the rank.
+        let ep = endpoint(rank);
+        let mut copy = Pkt {
+            layouts: pkt.layouts.clone(),
+            valid: pkt.valid.clone(),
+            fields: pkt.fields.clone(),
+            rest: pkt.rest.clone(),
+        };
+        copy.fields
+            .insert("hdr.report.first".into(), u64::from(first));
+        copy.fields
+            .insert("hdr.report.skipped".into(), u64::from(skipped));
+        // Egress parses the headers up to `ina`; what follows stays behind it, truncated.
+        copy.valid.insert("word".into(), false);
+        copy.valid.insert("probe".into(), false);
+        copy.valid.insert("payload".into(), false);
+        let params: BTreeMap<&str, u64> = [
+            ("sm", mac(SM)),
+            ("sip", u64::from(u32::from_be_bytes(SIP))),
+            ("mac", mac(ep.mac.octets())),
+            ("ip", u64::from(u32::from_be_bytes(ep.ip))),
+            ("udp_port", u64::from(ep.udp_port)),
+        ]
+        .into_iter()
+        .collect();
+        run_action(program, "report_missing", &mut copy, &params, 0);
+        ipv4_checksum(&mut copy);
+        let frame = copy.deparse();
+        for _ in 0..ina_proto::pipeline::DATA_REPORT_COPIES {
+            sent.push((ep.port, frame.clone()));
+        }
+    }
     if action.ends_with("_harvest") {
         // Out of the pipe's recirculation port, and in again: the second pass parses the Result
         // with its payload, which the value registers fill (high halves on the first pass, low
@@ -1736,9 +1984,10 @@ fn check_frames(
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         pkt = Pkt::parse_pass(program, &pkt.deparse(), true);
+        let full = pkt.fields.get("hdr.ina.count") == Some(&u64::from(tna::ELEMS));
         assert_eq!(
-            pkt.valid.get("payload"),
-            Some(&true),
+            pkt.valid.get("payload").copied().unwrap_or(false),
+            full,
             "second pass of {action}"
         );
         pkt.fields.extend(bridge);
@@ -1753,7 +2002,6 @@ fn check_frames(
         };
         tm = run_action(program, second, &mut pkt, &md, 68);
     }
-    let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
     if !tm.drop {
         if tm.bridge_op == 4 || tm.bridge_op == 6 {
             for r in 0..workers {

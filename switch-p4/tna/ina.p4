@@ -51,6 +51,7 @@ const bit<4> INA_RESULT = 2;
 const bit<4> INA_REJECT = 3;
 const bit<4> INA_PROBE_REPLY = 5;
 const bit<4> INA_PENDING = 6;
+const bit<4> INA_MISSING = 8;
 const bit<16> INA_ELEMS = 64;
 const bit<7> RECIRC_PORT_IN_PIPE = 68;
 const bit<32> POOL_SLOTS = 8192;
@@ -60,6 +61,23 @@ const bit<32> EVENT_COUNT = 20;
 typedef bit<13> slot_index_t;
 typedef bit<14> cell_index_t;
 
+// Missing reports (PROTOCOL.md section 5), per block of 64 slots.
+typedef bit<7> block_index_t;
+typedef bit<12> gap_index_t;
+typedef bit<13> result_use_index_t;
+const bit<32> GAP_BLOCKS = 128;
+const bit<32> GAP_CELLS = 4096;
+const bit<32> RESULT_USE_CELLS = 8192;
+// A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
+// is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
+const bit<32> GAP_STEP = 0x04000000;
+const bit<32> GAP_AHEAD = 0x20000000;
+const bit<32> MISSING_COUNTERS = 2;
+const bit<32> MISSING_SENT = 0;
+const bit<10> REPORT_SESSION_BASE = 1;
+const MirrorType_t MIRROR_TYPE_REPORT = 1;
+const bit<8> REPORT_OP = 0x80;
+
 struct pair_t {
     bit<32> lo;
     bit<32> hi;
@@ -68,9 +86,20 @@ struct pair_t {
 // Between the passes and from ingress to egress: what the packet still needs.
 header bridge_h {
     bit<8> op;
-    bit<7> _pad;
+    // A multicast result's second pass stamps its block's gap counter.
+    bit<1> stamp;
+    bit<6> _pad;
     PortId_t port;
     bit<16> mgrp;
+}
+
+// Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
+// first gap counter skipped and how many were.
+header report_h {
+    bit<8> op;
+    bit<2> _pad;
+    bit<6> first;
+    bit<8> skipped;
 }
 
 header ethernet_h {
@@ -212,6 +241,7 @@ header ina_payload_h {
 }
 
 struct headers_t {
+    report_h report;
     bridge_h bridge;
     ethernet_h ethernet;
     arp_h arp;
@@ -273,6 +303,19 @@ struct ingress_md_t {
     bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
+    bit<1> reports;
+    bit<1> gap_block;
+    bit<1> stamp;
+    gap_index_t gap_cell;
+    bit<32> gap_in;
+    bit<32> gap_in1;
+    bit<32> gap_old;
+    bit<32> gap_ahead;
+    bit<6> rep_first;
+    bit<8> rep_skipped;
+    MirrorId_t mirror_session;
+    bit<32> res_gap;
+    bit<32> use_rec;
 }
 
 struct egress_md_t {
@@ -302,6 +345,9 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         md.reason = 0;
         md.op = 0;
         md.rbit = 0;
+        md.gap_block = 0;
+        md.gap_old = 0;
+        md.res_gap = 0;
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         transition select(ig_intr_md.ingress_port[6:0]) {
@@ -319,6 +365,13 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
         pkt.extract(hdr.ina);
+        transition select(hdr.ina.count) {
+            INA_ELEMS : parse_bridge_payload;
+            default : accept;
+        }
+    }
+
+    state parse_bridge_payload {
         pkt.extract(hdr.payload);
         transition accept;
     }
@@ -390,6 +443,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Index = ina_proto::event::Event.
     Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
     Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS) ina_multicast;
+    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report).
+    Counter<bit<64>, bit<1>>(MISSING_COUNTERS, CounterType_t.PACKETS) ina_missing;
 
     // Twin: SlotRegisters::seq (low half = set 0, high half = set 1), indexed by slot.
     Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq;
@@ -405,19 +460,74 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // ---- stage 0: the control plane's tables ----
 
-    action set_switch_addr(bit<48> mac, bit<32> ip) {
+    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
+    action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {
         md.sm = mac;
         md.sip = ip;
+        md.reports = reports;
         md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
         md.ulen = ((bit<32>)hdr.udp.length) - 24;
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
+        md.gap_in = hdr.ina.gap ++ 26w1;
+        md.use_rec = 18w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
     }
     @stage(0)
     table switch_addr {
         actions = {
             set_switch_addr;
         }
-        default_action = set_switch_addr(0, 0);
+        default_action = set_switch_addr(0, 0, 0);
+    }
+
+    // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
+    // partly outside could be another job's too).
+    action in_gap_block() {
+        md.gap_block = 1;
+    }
+    @stage(0)
+    table gap_block {
+        key = {
+            hdr.ina.job : exact;
+            hdr.ina.slot[12:6] : exact;
+        }
+        actions = {
+            in_gap_block;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 128;
+    }
+
+    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (the
+    // low six bits of the cell).
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = v + 1;
+        }
+    };
+    // A multicast result's second pass takes its block's next counter.
+    action do_result_gap() {
+        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    }
+    @stage(0)
+    table result_gap_access {
+        key = {
+            md.pass2 : exact;
+            hdr.bridge.op : exact;
+            hdr.bridge.stamp : exact;
+        }
+        actions = {
+            do_result_gap;
+            NoAction;
+        }
+        const entries = {
+            (1, 6, 1) : do_result_gap();
+        }
+        size = 1;
+        const default_action = NoAction();
     }
 
     action l2_to_port(PortId_t port) {
@@ -555,6 +665,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
         md.exp_h = 32w0x80000000 | (bit<32>)hdr.ina.exponent;
+        md.gap_in1 = md.gap_in - GAP_STEP;
+        md.stamp = md.reports & md.gap_block;
     }
     @stage(1)
     table prep_compare {
@@ -562,6 +674,35 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             compare;
         }
         const default_action = compare();
+    }
+
+    // Twin: Registers::result_uses. Per block and counter, the use whose multicast result
+    // carried the counter: 1 << 14 | 2 * slot + set (0: none).
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {
+        void apply(inout bit<32> v) {
+            v = md.use_rec;
+        }
+    };
+    action do_result_use_write() {
+        result_use_write.execute(hdr.ina.slot[12:6] ++ md.res_gap[5:0]);
+    }
+    @stage(1)
+    table result_use_access {
+        key = {
+            md.pass2 : exact;
+            hdr.bridge.op : exact;
+            hdr.bridge.stamp : exact;
+        }
+        actions = {
+            do_result_use_write;
+            NoAction;
+        }
+        const entries = {
+            (1, 6, 1) : do_result_use_write();
+        }
+        size = 1;
+        const default_action = NoAction();
     }
 
     action set_full_mask(bit<32> mask) {
@@ -907,6 +1048,64 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const default_action = NoAction();
     }
 
+    // Twin: Registers::gaps. Per block and rank, the latest gap counter (GAP_STEP * counter,
+    // bit 0 set; 0: none yet). A first counter, or one 1 to 8 ahead of the cell's (0 to 7
+    // skipped), is taken; any other leaves the cell. Returns the cell before the packet.
+    Register<bit<32>, gap_index_t>(GAP_CELLS) reg_gap;
+    RegisterAction<bit<32>, gap_index_t, bit<32>>(reg_gap) gap_note = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if (v == 0 || md.gap_in1 - v < GAP_AHEAD) {
+                v = md.gap_in;
+            }
+        }
+    };
+    action do_gap_note() {
+        md.gap_old = gap_note.execute(md.gap_cell);
+    }
+    @stage(2)
+    table gap_access {
+        key = {
+            md.pass2 : ternary;
+            md.arp_req : ternary;
+            hdr.arp.isValid() : ternary;
+            md.arp_x : ternary;
+            hdr.ipv4.isValid() : ternary;
+            md.dst_x : ternary;
+            md.ina_expected : ternary;
+            ig_prsr_md.parser_err : ternary;
+            hdr.ina.isValid() : ternary;
+            hdr.ina.version : ternary;
+            hdr.ina.msg_type : ternary;
+            md.len_x : ternary;
+            md.job_hit : ternary;
+            md.rank_hit : ternary;
+            md.port_x : ternary;
+            md.ip_x : ternary;
+            md.udp_x : ternary;
+            md.epoch_x : ternary;
+            md.room[16:16] : ternary;
+            hdr.ina.count : ternary;
+            md.count_x : ternary;
+            md.l2_kind : ternary;
+            md.l2_port_x : ternary;
+            hdr.ina.exponent : ternary;
+            md.reports : ternary;
+            md.gap_block : ternary;
+            hdr.ina.gap_on : ternary;
+        }
+        actions = {
+            do_gap_note;
+            NoAction;
+        }
+        const entries = {
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
+        }
+        size = 2;
+        const default_action = NoAction();
+    }
+
     // ---- stage 3: bitmap and exponent of the set; what the values do ----
 
     // Set 0: a new use starts with the rank alone, and KIND_BIT if the packet carries no
@@ -1176,6 +1375,18 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.vop_c = 3;
         hdr.payload.setValid();
     }
+
+    // How many counters the packet's is ahead of the cell's, in the top six bits.
+    action gap_compare() {
+        md.gap_ahead = md.gap_in - md.gap_old;
+    }
+    @stage(3)
+    table prep_gap {
+        actions = {
+            gap_compare;
+        }
+        const default_action = gap_compare();
+    }
     @stage(3)
     table value_select {
         key = {
@@ -1190,6 +1401,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             select_values_for_query;
         }
         const entries = {
+            (8, _, _, 0, _) : select_values(0);
             (8, _, _, _, _) : select_values(4);
             (6, 4w0b0010, _, 64, _) : select_values(1);
             (6, 4w0b0100, 4w0b0001, 64, _) : select_values(2);
@@ -1197,8 +1409,38 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, 4w0b0100, _, _, 8w0 &&& 8w1) : select_values(0);
             (7, 4w0b0100, _, _, _) : select_values_for_query();
         }
-        size = 6;
+        size = 7;
         const default_action = select_values(0);
+    }
+
+    action report_gap(bit<8> skipped) {
+        md.rep_first = md.gap_old[31:26] + 1;
+        md.rep_skipped = skipped;
+        md.mirror_session = (MirrorId_t)ig_intr_md.ingress_port + REPORT_SESSION_BASE;
+        ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
+        ina_missing.count((bit<1>)MISSING_SENT);
+    }
+    @stage(4)
+    table gap_report {
+        key = {
+            md.gap_old[0:0] : exact;
+            md.gap_ahead[31:26] : exact;
+        }
+        actions = {
+            report_gap;
+            NoAction;
+        }
+        const entries = {
+            (1, 2) : report_gap(1);
+            (1, 3) : report_gap(2);
+            (1, 4) : report_gap(3);
+            (1, 5) : report_gap(4);
+            (1, 6) : report_gap(5);
+            (1, 7) : report_gap(6);
+            (1, 8) : report_gap(7);
+        }
+        size = 7;
+        const default_action = NoAction();
     }
 
     // ---- stages 4 to 11: the value registers, four per stage ----
@@ -3157,10 +3399,17 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     action drop_frame() {
         ig_dprsr_md.drop_ctl = 1;
+        hdr.bridge.setValid();
+        hdr.bridge.op = 0;
+        hdr.bridge.stamp = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = 0;
     }
     action forward_port() {
         hdr.bridge.setValid();
         hdr.bridge.op = 1;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3172,6 +3421,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action forward_flood() {
         hdr.bridge.setValid();
         hdr.bridge.op = 2;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3181,6 +3431,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action answer_arp() {
         hdr.bridge.setValid();
         hdr.bridge.op = 1;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3196,6 +3447,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action answer_probe() {
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3233,6 +3485,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action answer_reject() {
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3266,6 +3519,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action answer_pending() {
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3302,6 +3556,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action answer_result() {
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3360,6 +3615,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 5;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
@@ -3370,6 +3626,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action multicast_result_empty() {
         hdr.bridge.setValid();
         hdr.bridge.op = 4;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3399,6 +3656,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action multicast_result() {
         hdr.bridge.setValid();
         hdr.bridge.op = 4;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
@@ -3426,6 +3684,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
     // The last arrival of a use with payload: the high halves are in; the second pass
     // reads the low halves and multicasts.
+    // A multicast result without payload that takes its block's gap counter on a second
+    // pass.
     action multicast_result_harvest() {
         hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.version = 4;
@@ -3449,6 +3709,37 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
+        hdr.bridge.stamp = md.stamp;
+        hdr.bridge._pad = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = 1;
+    }
+    action multicast_result_empty_harvest() {
+        hdr.ethernet.src_addr = md.sm;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.total_len = 44;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = md.sip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.length = 24;
+        hdr.udp.checksum = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 0;
+        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.bridge.setValid();
+        hdr.bridge.op = 6;
+        hdr.bridge.stamp = md.stamp;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
@@ -3461,10 +3752,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }
+    // With the block's gap counter if the first pass asked for it (`stamp`).
     action send_harvest_multicast() {
         hdr.bridge.op = 4;
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
+        hdr.ina.gap = md.res_gap[5:0];
+        hdr.ina.gap_on = hdr.bridge.stamp;
     }
     @stage(7)
     table ina_reply {
@@ -3473,6 +3767,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.outcome : ternary;
             hdr.bridge.op : ternary;
             hdr.ina.count : ternary;
+            md.stamp : ternary;
         }
         actions = {
             drop_frame;
@@ -3487,29 +3782,32 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             multicast_result_empty;
             multicast_result;
             multicast_result_harvest;
+            multicast_result_empty_harvest;
             send_harvest_unicast;
             send_harvest_multicast;
         }
         const entries = {
-            (8, _, 5, _) : send_harvest_unicast();
-            (8, _, 6, _) : send_harvest_multicast();
-            (1, _, _, _) : forward_port();
-            (2, _, _, _) : forward_flood();
-            (3, _, _, _) : answer_arp();
-            (4, _, _, _) : answer_probe();
-            (5, _, _, _) : answer_reject();
-            (6, 5, _, _) : answer_pending();
-            (6, 6, _, _) : answer_reject();
-            (7, 5, _, _) : answer_pending();
-            (6, 3, _, _) : answer_result();
-            (7, 3, _, _) : answer_result();
-            (6, 4, _, _) : answer_result_harvest();
-            (7, 4, _, _) : answer_result_harvest();
-            (6, 1, _, 0) : multicast_result_empty();
-            (6, 1, _, 64) : multicast_result();
-            (6, 2, _, _) : multicast_result_harvest();
+            (8, _, 5, _, _) : send_harvest_unicast();
+            (8, _, 6, _, _) : send_harvest_multicast();
+            (1, _, _, _, _) : forward_port();
+            (2, _, _, _, _) : forward_flood();
+            (3, _, _, _, _) : answer_arp();
+            (4, _, _, _, _) : answer_probe();
+            (5, _, _, _, _) : answer_reject();
+            (6, 5, _, _, _) : answer_pending();
+            (6, 6, _, _, _) : answer_reject();
+            (7, 5, _, _, _) : answer_pending();
+            (6, 3, _, _, _) : answer_result();
+            (7, 3, _, _, _) : answer_result();
+            (6, 4, _, _, _) : answer_result_harvest();
+            (7, 4, _, _, _) : answer_result_harvest();
+            (6, 1, _, 0, 1) : multicast_result_empty_harvest();
+            (6, 1, _, 64, 1) : multicast_result_harvest();
+            (6, 1, _, 0, _) : multicast_result_empty();
+            (6, 1, _, 64, _) : multicast_result();
+            (6, 2, _, _, _) : multicast_result_harvest();
         }
-        size = 17;
+        size = 19;
         const default_action = drop_frame();
     }
 
@@ -3520,20 +3818,26 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ina_job.apply();
         ina_rank.apply();
         rank_bit.apply();
+        gap_block.apply();
+        result_gap_access.apply();
         // Stage 1.
         prep_compare.apply();
         full_mask.apply();
+        result_use_access.apply();
         // Stage 2.
         ina_check.apply();
         seq_access.apply();
         seq_order_access.apply();
+        gap_access.apply();
         // Stage 3.
         bitmap_access.apply();
         exp_access.apply();
         value_select.apply();
+        prep_gap.apply();
         // Stage 4.
         seen_check.apply();
         prep_done.apply();
+        gap_report.apply();
         value_0.apply();
         value_1.apply();
         value_2.apply();
@@ -3588,7 +3892,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
 control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t md,
     in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Mirror() mirror;
     apply {
+        // A Missing report: a copy of the packet, with the counters skipped ahead of it.
+        if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
+            mirror.emit<report_h>(md.mirror_session, {REPORT_OP, 0, md.rep_first, md.rep_skipped});
+        }
         pkt.emit(hdr);
     }
 }
@@ -3598,6 +3907,20 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
     state start {
         md.fix_checksum = 0;
         pkt.extract(eg_intr_md);
+        transition select(pkt.lookahead<bit<8>>()) {
+            REPORT_OP : parse_report;
+            default : parse_bridge;
+        }
+    }
+
+    // A report's mirrored copy: the report, then the packet as ingress left it.
+    state parse_report {
+        pkt.extract(hdr.report);
+        pkt.extract(hdr.bridge);
+        transition parse_reply;
+    }
+
+    state parse_bridge {
         pkt.extract(hdr.bridge);
         transition select(hdr.bridge.op) {
             3 : parse_reply;
@@ -3644,17 +3967,62 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         size = 32768;
     }
 
+    action report_missing(bit<48> sm, bit<32> sip, bit<48> mac, bit<32> ip, bit<16> udp_port) {
+        hdr.ethernet.dst_addr = mac;
+        hdr.ethernet.src_addr = sm;
+        hdr.ipv4.dst_addr = ip;
+        hdr.udp.dst_port = udp_port;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.total_len = 44;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = sip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.length = 24;
+        hdr.udp.checksum = 0;
+        hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.gap = hdr.report.first;
+        hdr.ina.gap_on = 1;
+        hdr.ina.exponent = hdr.report.skipped;
+        hdr.ina.count = 0;
+        md.fix_checksum = 1;
+    }
+    // The report of a rank of a job: keyed as the rank's Data is.
+    table ina_report_addr {
+        key = {
+            hdr.ina.job : exact;
+            hdr.ina.rank : exact;
+        }
+        actions = {
+            report_missing;
+            drop_copy;
+        }
+        default_action = drop_copy();
+        size = 32768;
+    }
+
     apply {
-        if (hdr.bridge.op == 2 && eg_intr_md.egress_port == hdr.bridge.port) {
-            drop_copy();
-        }
-        if (hdr.bridge.op == 4) {
-            ina_rank_addr.apply();
-        }
-        if (hdr.bridge.op == 3 || hdr.bridge.op == 4) {
-            md.fix_checksum = 1;
+        if (hdr.report.isValid()) {
+            ina_report_addr.apply();
+        } else {
+            if (hdr.bridge.op == 2 && eg_intr_md.egress_port == hdr.bridge.port) {
+                drop_copy();
+            }
+            if (hdr.bridge.op == 4) {
+                ina_rank_addr.apply();
+            }
+            if (hdr.bridge.op == 3 || hdr.bridge.op == 4) {
+                md.fix_checksum = 1;
+            }
         }
         hdr.bridge.setInvalid();
+        hdr.report.setInvalid();
     }
 }
 

@@ -31,7 +31,21 @@ impl Pipeline {
         now: Instant,
         out: &mut [u8],
     ) -> Verdict<'_> {
-        // Row "count differs from the use's": refused before any register changes.
+        // The gap register sees every Data packet that passed the checks, before the slot's
+        // registers decide on it (a P4 switch keeps it in the stage of the sequence
+        // registers, before the stage that finds a count that differs from the use's).
+        if let Some(counter) = view.gap().filter(|_| self.gap_reports) {
+            note_counter(
+                &mut self.regs.gaps,
+                &self.jobs[job_idx],
+                view,
+                counter,
+                ingress,
+                &mut self.counters,
+                &mut self.report,
+            );
+        }
+        // Row "count differs from the use's": refused before any slot register changes.
         if self.differs_from_its_use(view, payload_bytes.is_empty()) {
             return self.reject_header(job_idx, view, RejectReason::BadCount, ingress, out);
         }
@@ -40,23 +54,11 @@ impl Pipeline {
             regs,
             jobs,
             counters,
-            report,
             gap_reports,
             ..
         } = self;
         let job = &mut jobs[job_idx];
         job.last_activity = Some(now);
-        if let Some(counter) = view.gap().filter(|_| *gap_reports) {
-            note_counter(
-                &mut regs.gaps,
-                job,
-                view,
-                counter,
-                ingress,
-                counters,
-                report,
-            );
-        }
         let workers = job.workers;
         let slot = usize::from(view.slot());
         let x = usize::from(view.set());

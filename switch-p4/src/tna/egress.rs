@@ -11,6 +11,20 @@ pub(super) fn egress_parser(p: &mut P4) {
     state start {{
         md.fix_checksum = 0;
         pkt.extract(eg_intr_md);
+        transition select(pkt.lookahead<bit<8>>()) {{
+            REPORT_OP : parse_report;
+            default : parse_bridge;
+        }}
+    }}
+
+    // A report's mirrored copy: the report, then the packet as ingress left it.
+    state parse_report {{
+        pkt.extract(hdr.report);
+        pkt.extract(hdr.bridge);
+        transition parse_reply;
+    }}
+
+    state parse_bridge {{
         pkt.extract(hdr.bridge);
         transition select(hdr.bridge.op) {{
             {reply} : parse_reply;
@@ -64,24 +78,74 @@ pub(super) fn egress(p: &mut P4) {
         size = 32768;
     }}
 
+{report}
     apply {{
-        if (hdr.bridge.op == {flood} && eg_intr_md.egress_port == hdr.bridge.port) {{
-            drop_copy();
-        }}
-        if (hdr.bridge.op == {mcast}) {{
-            ina_rank_addr.apply();
-        }}
-        if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast}) {{
-            md.fix_checksum = 1;
+        if (hdr.report.isValid()) {{
+            ina_report_addr.apply();
+        }} else {{
+            if (hdr.bridge.op == {flood} && eg_intr_md.egress_port == hdr.bridge.port) {{
+                drop_copy();
+            }}
+            if (hdr.bridge.op == {mcast}) {{
+                ina_rank_addr.apply();
+            }}
+            if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast}) {{
+                md.fix_checksum = 1;
+            }}
         }}
         hdr.bridge.setInvalid();
+        hdr.report.setInvalid();
     }}
 }}
 ",
         flood = bridge::FLOOD,
         mcast = bridge::MCAST,
         reply = bridge::REPLY,
+        report = report_rewrite(),
     );
+}
+
+/// The rewrite of a report's copy into the header-only Missing to the rank whose Data showed
+/// the gap (PROTOCOL.md section 5): the Data's header, type Missing, the first counter skipped in
+/// the gap field, how many in the exponent byte. The addresses are the switch's and the
+/// rank's, as the control plane installed them.
+fn report_rewrite() -> String {
+    let mut p = P4::default();
+    p.push_str(
+        "    action report_missing(bit<48> sm, bit<32> sip, bit<48> mac, bit<32> ip, bit<16> udp_port) {
+        hdr.ethernet.dst_addr = mac;
+        hdr.ethernet.src_addr = sm;
+        hdr.ipv4.dst_addr = ip;
+        hdr.udp.dst_port = udp_port;
+",
+    );
+    let udp = (8 + HEADER_LEN).to_string();
+    let total = (28 + HEADER_LEN).to_string();
+    common::reply_headers(&mut p, "sip", &total, &udp);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.gap = hdr.report.first;
+        hdr.ina.gap_on = 1;
+        hdr.ina.exponent = hdr.report.skipped;
+        hdr.ina.count = 0;
+        md.fix_checksum = 1;
+    }
+    // The report of a rank of a job: keyed as the rank's Data is.
+    table ina_report_addr {
+        key = {
+            hdr.ina.job : exact;
+            hdr.ina.rank : exact;
+        }
+        actions = {
+            report_missing;
+            drop_copy;
+        }
+        default_action = drop_copy();
+        size = 32768;
+    }
+",
+    );
+    p.finish()
 }
 
 pub(super) fn egress_deparser(p: &mut P4) {

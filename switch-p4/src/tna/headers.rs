@@ -8,9 +8,20 @@ pub(super) fn headers(p: &mut P4) {
 // Between the passes and from ingress to egress: what the packet still needs.
 header bridge_h {
     bit<8> op;
-    bit<7> _pad;
+    // A multicast result's second pass stamps its block's gap counter.
+    bit<1> stamp;
+    bit<6> _pad;
     PortId_t port;
     bit<16> mgrp;
+}
+
+// Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
+// first gap counter skipped and how many were.
+header report_h {
+    bit<8> op;
+    bit<2> _pad;
+    bit<6> first;
+    bit<8> skipped;
 }
 
 ",
@@ -21,6 +32,7 @@ header bridge_h {
     p.push_str(
         "
 struct headers_t {
+    report_h report;
     bridge_h bridge;
     ethernet_h ethernet;
     arp_h arp;
@@ -82,6 +94,19 @@ struct ingress_md_t {
     bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
+    bit<1> reports;
+    bit<1> gap_block;
+    bit<1> stamp;
+    gap_index_t gap_cell;
+    bit<32> gap_in;
+    bit<32> gap_in1;
+    bit<32> gap_old;
+    bit<32> gap_ahead;
+    bit<6> rep_first;
+    bit<8> rep_skipped;
+    MirrorId_t mirror_session;
+    bit<32> res_gap;
+    bit<32> use_rec;
 }
 
 struct egress_md_t {

@@ -9,26 +9,39 @@
 //!
 //! | stage | tables | stateful ALUs |
 //! |------:|--------|---------------|
-//! | 0 | `switch_addr`, `l2_forward`, `ina_job`, `ina_rank`, `rank_bit` | |
-//! | 1 | `prep_compare`, `full_mask` | |
-//! | 2 | `ina_check`, `seq_access`, `seq_order_access` | `reg_seq`, `reg_seq_order` |
-//! | 3 | `bitmap_access`, `exp_access`, `value_select` | `reg_bitmap`, `reg_exp` |
-//! | 4 | `value_0..3`, `seen_check`, `prep_done` | `reg_value_0..3` |
+//! | 0 | `switch_addr`, `l2_forward`, `ina_job`, `ina_rank`, `rank_bit`, `gap_block`, `result_gap_access` | `reg_result_gap` |
+//! | 1 | `prep_compare`, `full_mask`, `result_use_access` | `reg_result_use` |
+//! | 2 | `ina_check`, `seq_access`, `seq_order_access`, `gap_access` | `reg_seq`, `reg_seq_order`, `reg_gap` |
+//! | 3 | `bitmap_access`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap`, `reg_exp` |
+//! | 4 | `value_0..3`, `seen_check`, `prep_done`, `gap_report` | `reg_value_0..3` |
 //! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7) | `reg_value_4..31` |
 //!
 //! A result with a payload needs both halves of every value cell and an ALU returns one: the
 //! pass that completes a use (or reads a complete one) returns the high halves into the payload
 //! and recirculates the packet once through its own pipe's recirculation port; the second pass
-//! reads the low halves and sends the result. Everything else takes one pass.
+//! reads the low halves and sends the result. Everything else takes one pass, but for a
+//! multicast result that takes its block's gap counter: it takes the second pass too.
+//!
+//! Missing reports (PROTOCOL.md §5): `reg_gap` notes the gap counter of every accepted Data
+//! packet to a block wholly inside its job (`gap_block`, filled by the control plane), and a
+//! counter that skips 1 to 7 past the cell's is reported by an ingress mirror of the packet to
+//! a session of its ingress port, whose multicast group sends the copy twice; egress rewrites
+//! each copy into the header-only Missing to the rank (`ina_report_addr`). A multicast result
+//! of such a block takes the block's next counter (`reg_result_gap`) on its second pass, which
+//! records the use under it (`reg_result_use`).
 
 use crate::common;
 use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
+use ina_proto::event::{MISSING_COUNTERS, MISSING_SENT};
 use ina_proto::pipeline::JobConfig;
-use ina_proto::pipeline::HEADER_USE;
-use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, HEADER_LEN};
+use ina_proto::pipeline::{HEADER_USE, MAX_REPORTED_GAP};
+use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, GAP_BLOCK, GAP_COUNTER, HEADER_LEN};
 use ina_wire::PROTOCOL_VERSION;
+
+/// One gap counter in a `reg_gap` cell, whose top six bits hold the counter.
+const GAP_STEP: u32 = 1 << 26;
 
 /// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
 /// ([`ina_wire::QueryAsk::wants_sums`]).
@@ -63,6 +76,27 @@ const KIND_BIT: u32 = HEADER_USE;
 /// a job's slots when it installs the job. (`reg_seq_order` holds the same sequence numbers as
 /// `reg_seq`; the program keeps no `reg_count`, see docs/P4-RESOURCES.md.)
 pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"];
+
+/// Blocks of [`GAP_BLOCK`] slots in the pool: `reg_result_gap` has a cell per block,
+/// `reg_gap` one per block and rank, `reg_result_use` one per block and gap counter.
+pub const GAP_BLOCKS: u32 = POOL_SLOTS / GAP_BLOCK as u32;
+/// Cells of `reg_gap`: 32 per block (one per rank of the wire's 5-bit rank field).
+pub const GAP_CELLS: u32 = GAP_BLOCKS * 32;
+/// Cells of `reg_result_use`: one per block and gap counter.
+pub const RESULT_USE_CELLS: u32 = GAP_BLOCKS * GAP_COUNTER as u32;
+/// The registers of Missing reports, indexed by block (`reg_result_gap`), by block and rank
+/// (`reg_gap`) and by block and counter (`reg_result_use`), which the control plane zeroes
+/// for the blocks of a job when it installs the job.
+pub const GAP_REGISTERS: [&str; 3] = ["reg_gap", "reg_result_gap", "reg_result_use"];
+/// The first mirror session of the Missing reports: a report of Data that came in on port `p`
+/// is mirrored to session `REPORT_SESSION_BASE + p`, whose multicast group
+/// (`runtime::tofino_report_mgrp(p)`) holds port `p` once per copy (`DATA_REPORT_COPIES`).
+pub const REPORT_SESSION_BASE: u16 = 1;
+/// The mirror type of a report's copy (`ig_dprsr_md.mirror_type`).
+const MIRROR_TYPE_REPORT: u8 = 1;
+/// The first byte ahead of a report's mirrored copy, where other packets have their bridged
+/// header's `op`: egress tells them apart by it.
+const REPORT_OP: u8 = 0x80;
 
 /// Why the Tofino program cannot serve a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +208,9 @@ mod bridge {
     pub const MCAST: u8 = 4;
     pub const HARVEST_UNICAST: u8 = 5;
     pub const HARVEST_MCAST: u8 = 6;
+    /// A frame dropped in ingress (its bridged header only keeps a report's mirrored copy's
+    /// layout the same as every other's).
+    pub const NONE: u8 = 0;
 }
 
 /// What the value registers do in this pass (`md.vop_c` before the bitmap is known, `md.vop`
@@ -302,7 +339,14 @@ fn header_comment(p: &mut P4) {
 
 fn constants(p: &mut P4) {
     p.lines("\n#include <core.p4>\n#include <tna.p4>\n");
-    let types = ["DATA", "RESULT", "REJECT", "PROBE_REPLY", "PENDING"];
+    let types = [
+        "DATA",
+        "RESULT",
+        "REJECT",
+        "PROBE_REPLY",
+        "PENDING",
+        "MISSING",
+    ];
     common::protocol_constants(p, &types, false);
     let _ = writeln!(
         p,
@@ -315,6 +359,23 @@ const bit<32> EVENT_COUNT = {events};
 typedef bit<13> slot_index_t;
 typedef bit<14> cell_index_t;
 
+// Missing reports (PROTOCOL.md section 5), per block of 64 slots.
+typedef bit<7> block_index_t;
+typedef bit<12> gap_index_t;
+typedef bit<13> result_use_index_t;
+const bit<32> GAP_BLOCKS = {gap_blocks};
+const bit<32> GAP_CELLS = {gap_cells};
+const bit<32> RESULT_USE_CELLS = {result_use_cells};
+// A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
+// is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
+const bit<32> GAP_STEP = 0x{gap_step:08x};
+const bit<32> GAP_AHEAD = 0x{gap_ahead:08x};
+const bit<32> MISSING_COUNTERS = {missing_counters};
+const bit<32> MISSING_SENT = {missing_sent};
+const bit<10> REPORT_SESSION_BASE = {report_session_base};
+const MirrorType_t MIRROR_TYPE_REPORT = {mirror_type_report};
+const bit<8> REPORT_OP = 0x{report_op:02x};
+
 struct pair_t {{
     bit<32> lo;
     bit<32> hi;
@@ -322,5 +383,15 @@ struct pair_t {{
 ",
         cells = 2 * POOL_SLOTS,
         events = Event::COUNT,
+        gap_blocks = GAP_BLOCKS,
+        gap_cells = GAP_CELLS,
+        result_use_cells = RESULT_USE_CELLS,
+        gap_step = GAP_STEP,
+        gap_ahead = GAP_STEP * (MAX_REPORTED_GAP + 1),
+        missing_counters = MISSING_COUNTERS,
+        missing_sent = MISSING_SENT,
+        report_session_base = REPORT_SESSION_BASE,
+        mirror_type_report = MIRROR_TYPE_REPORT,
+        report_op = REPORT_OP,
     );
 }

@@ -26,6 +26,13 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
         pkt.extract(hdr.ina);
+        transition select(hdr.ina.count) {{
+            INA_ELEMS : parse_bridge_payload;
+            default : accept;
+        }}
+    }}
+
+    state parse_bridge_payload {{
         pkt.extract(hdr.payload);
         transition accept;
     }}
@@ -76,7 +83,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }
 
 /// The metadata fields some path reads before it writes them, zeroed by the parser.
-pub(super) const INIT_ZERO: [&str; 20] = [
+pub(super) const INIT_ZERO: [&str; 23] = [
     "pass2",
     "arp_req",
     "ina_expected",
@@ -97,13 +104,21 @@ pub(super) const INIT_ZERO: [&str; 20] = [
     "reason",
     "op",
     "rbit",
+    "gap_block",
+    "gap_old",
+    "res_gap",
 ];
 
 pub(super) fn ingress_deparser(p: &mut P4) {
     p.push_str(
         "control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t md,
                            in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Mirror() mirror;
     apply {
+        // A Missing report: a copy of the packet, with the counters skipped ahead of it.
+        if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
+            mirror.emit<report_h>(md.mirror_session, {REPORT_OP, 0, md.rep_first, md.rep_skipped});
+        }
         pkt.emit(hdr);
     }
 }

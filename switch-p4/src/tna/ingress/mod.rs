@@ -35,6 +35,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Index = ina_proto::event::Event.
     Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
     Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS) ina_multicast;
+    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report).
+    Counter<bit<64>, bit<1>>(MISSING_COUNTERS, CounterType_t.PACKETS) ina_missing;
 
     // Twin: SlotRegisters::seq (low half = set 0, high half = set 1), indexed by slot.
     Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq;
@@ -61,20 +63,26 @@ fn apply(p: &mut P4) {
         ina_job.apply();
         ina_rank.apply();
         rank_bit.apply();
+        gap_block.apply();
+        result_gap_access.apply();
         // Stage 1.
         prep_compare.apply();
         full_mask.apply();
+        result_use_access.apply();
         // Stage 2.
         ina_check.apply();
         seq_access.apply();
         seq_order_access.apply();
+        gap_access.apply();
         // Stage 3.
         bitmap_access.apply();
         exp_access.apply();
         value_select.apply();
+        prep_gap.apply();
         // Stage 4.
         seen_check.apply();
         prep_done.apply();
+        gap_report.apply();
 ",
     );
     for j in 0..VALUE_REGISTERS {

@@ -13,7 +13,10 @@ pub(super) fn reply(p: &mut P4) {
 
 /// Frames that are not the switch's business, and ARP for its address (§7).
 fn forwarding_actions(p: &mut P4) {
-    p.push_str("    action drop_frame() {\n        ig_dprsr_md.drop_ctl = 1;\n    }\n");
+    p.push_str("    action drop_frame() {\n        ig_dprsr_md.drop_ctl = 1;\n");
+    // A report's mirrored copy keeps the bridged header of every frame.
+    to_egress(p, bridge::NONE);
+    p.push_str("    }\n");
 
     p.push_str("    action forward_port() {\n");
     to_egress(p, bridge::PLAIN);
@@ -113,7 +116,7 @@ fn answer_actions(p: &mut P4) {
         hdr.ina.exponent = md.exp_x[7:0];
 ",
     );
-    recirculate(p, bridge::HARVEST_UNICAST);
+    recirculate(p, bridge::HARVEST_UNICAST, "0");
     p.push_str("    }\n");
 }
 
@@ -140,16 +143,24 @@ fn multicast_actions(p: &mut P4) {
     p.push_str(
         "    // The last arrival of a use with payload: the high halves are in; the second pass\n    // reads the low halves and multicasts.\n",
     );
-    p.push_str("    action multicast_result_harvest() {\n");
-    p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
-    reply_headers(p, ELEMS);
     p.push_str(
-        "        hdr.ina.msg_type = INA_RESULT;
+        "    // A multicast result without payload that takes its block's gap counter on a second\n    // pass.\n",
+    );
+    for (name, elems) in [
+        ("multicast_result_harvest", ELEMS),
+        ("multicast_result_empty_harvest", 0),
+    ] {
+        let _ = writeln!(p, "    action {name}() {{");
+        p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
+        reply_headers(p, elems);
+        p.push_str(
+            "        hdr.ina.msg_type = INA_RESULT;
         hdr.ina.exponent = md.exp_x[7:0];
 ",
-    );
-    recirculate(p, bridge::HARVEST_MCAST);
-    p.push_str("    }\n");
+        );
+        recirculate(p, bridge::HARVEST_MCAST, "md.stamp");
+        p.push_str("    }\n");
+    }
 
     let _ = writeln!(
         p,
@@ -159,10 +170,13 @@ fn multicast_actions(p: &mut P4) {
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }}
+    // With the block's gap counter if the first pass asked for it (`stamp`).
     action send_harvest_multicast() {{
         hdr.bridge.op = {mcast};
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
+        hdr.ina.gap = md.res_gap[5:0];
+        hdr.ina.gap_on = hdr.bridge.stamp;
     }}",
         reply = bridge::REPLY,
         mcast = bridge::MCAST,
@@ -214,6 +228,15 @@ fn reply_table(p: &mut P4) {
             &[&s(op::QUERY), &s(out::RESULT_HARVEST), "_", "_"],
             "answer_result_harvest()",
         ),
+        // A multicast result that takes its block's gap counter goes through a second pass.
+        entry(
+            &[&s(op::DATA), &s(out::MCAST), "_", "0", "1"],
+            "multicast_result_empty_harvest()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::MCAST), "_", &ELEMS.to_string(), "1"],
+            "multicast_result_harvest()",
+        ),
         entry(
             &[&s(op::DATA), &s(out::MCAST), "_", "0"],
             "multicast_result_empty()",
@@ -227,6 +250,14 @@ fn reply_table(p: &mut P4) {
             "multicast_result_harvest()",
         ),
     ];
+    // Rows written without the last keys match any value of them.
+    let rows: Vec<Entry> = rows
+        .into_iter()
+        .map(|mut e| {
+            e.keys.resize(5, "_".into());
+            e
+        })
+        .collect();
     table(
         p,
         "ina_reply",
@@ -236,6 +267,7 @@ fn reply_table(p: &mut P4) {
             ("md.outcome", "ternary"),
             ("hdr.bridge.op", "ternary"),
             ("hdr.ina.count", "ternary"),
+            ("md.stamp", "ternary"),
         ],
         &[
             "drop_frame",
@@ -250,6 +282,7 @@ fn reply_table(p: &mut P4) {
             "multicast_result_empty",
             "multicast_result",
             "multicast_result_harvest",
+            "multicast_result_empty_harvest",
             "send_harvest_unicast",
             "send_harvest_multicast",
         ],
@@ -286,11 +319,14 @@ pub(super) fn reply_headers(p: &mut P4, elems: u16) {
     );
 }
 
-pub(super) fn recirculate(p: &mut P4, op: u8) {
+/// Statements that send the frame through the pipe's recirculation port for its second pass,
+/// with bridged instruction `op` and gap counter request `stamp`.
+pub(super) fn recirculate(p: &mut P4, op: u8, stamp: &str) {
     let _ = writeln!(
         p,
         "        hdr.bridge.setValid();
         hdr.bridge.op = {op};
+        hdr.bridge.stamp = {stamp};
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
@@ -304,6 +340,7 @@ pub(super) fn to_egress(p: &mut P4, op: u8) {
         p,
         "        hdr.bridge.setValid();
         hdr.bridge.op = {op};
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;"

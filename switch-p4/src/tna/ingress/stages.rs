@@ -10,19 +10,74 @@ pub(super) fn stage0(p: &mut P4) {
         "
     // ---- stage 0: the control plane's tables ----
 
-    action set_switch_addr(bit<48> mac, bit<32> ip) {{
+    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
+    action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {{
         md.sm = mac;
         md.sip = ip;
+        md.reports = reports;
         md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
         md.ulen = ((bit<32>)hdr.udp.length) - {hdr_udp};
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
+        md.gap_in = hdr.ina.gap ++ 26w1;
+        md.use_rec = 18w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
     }}
     @stage(0)
     table switch_addr {{
         actions = {{
             set_switch_addr;
         }}
-        default_action = set_switch_addr(0, 0);
+        default_action = set_switch_addr(0, 0, 0);
+    }}
+
+    // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
+    // partly outside could be another job's too).
+    action in_gap_block() {{
+        md.gap_block = 1;
+    }}
+    @stage(0)
+    table gap_block {{
+        key = {{
+            hdr.ina.job : exact;
+            hdr.ina.slot[12:6] : exact;
+        }}
+        actions = {{
+            in_gap_block;
+            NoAction;
+        }}
+        default_action = NoAction();
+        size = {gap_blocks};
+    }}
+
+    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (the
+    // low six bits of the cell).
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = v + 1;
+        }}
+    }};
+    // A multicast result's second pass takes its block's next counter.
+    action do_result_gap() {{
+        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    }}
+    @stage(0)
+    table result_gap_access {{
+        key = {{
+            md.pass2 : exact;
+            hdr.bridge.op : exact;
+            hdr.bridge.stamp : exact;
+        }}
+        actions = {{
+            do_result_gap;
+            NoAction;
+        }}
+        const entries = {{
+            (1, {harvest_mcast}, 1) : do_result_gap();
+        }}
+        size = 1;
+        const default_action = NoAction();
     }}
 
     action l2_to_port(PortId_t port) {{
@@ -106,6 +161,8 @@ pub(super) fn stage0(p: &mut P4) {
         md.rbit = b;
     }}",
         hdr_udp = 8 + HEADER_LEN,
+        gap_blocks = GAP_BLOCKS,
+        harvest_mcast = bridge::HARVEST_MCAST,
     );
     let entries: Vec<Entry> = (0..MAX_WORKERS)
         .map(|r| {
@@ -141,6 +198,8 @@ pub(super) fn stage1(p: &mut P4) {
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
         md.exp_h = {kind} | (bit<32>)hdr.ina.exponent;
+        md.gap_in1 = md.gap_in - GAP_STEP;
+        md.stamp = md.reports & md.gap_block;
     }}
     @stage(1)
     table prep_compare {{
@@ -150,10 +209,40 @@ pub(super) fn stage1(p: &mut P4) {
         const default_action = compare();
     }}
 
+    // Twin: Registers::result_uses. Per block and counter, the use whose multicast result
+    // carried the counter: 1 << 14 | 2 * slot + set (0: none).
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {{
+        void apply(inout bit<32> v) {{
+            v = md.use_rec;
+        }}
+    }};
+    action do_result_use_write() {{
+        result_use_write.execute(hdr.ina.slot[12:6] ++ md.res_gap[5:0]);
+    }}
+    @stage(1)
+    table result_use_access {{
+        key = {{
+            md.pass2 : exact;
+            hdr.bridge.op : exact;
+            hdr.bridge.stamp : exact;
+        }}
+        actions = {{
+            do_result_use_write;
+            NoAction;
+        }}
+        const entries = {{
+            (1, {harvest_mcast}, 1) : do_result_use_write();
+        }}
+        size = 1;
+        const default_action = NoAction();
+    }}
+
     action set_full_mask(bit<32> mask) {{
         md.full_mask = mask;
     }}",
         kind = kind_bit(),
+        harvest_mcast = bridge::HARVEST_MCAST,
     );
     let entries: Vec<Entry> = (1..=u32::from(MAX_WORKERS))
         .map(|n| {
@@ -278,6 +367,58 @@ pub(super) fn stage2(p: &mut P4) {
         &seq_entries("do_order_data", "do_order_query"),
         "NoAction()",
     );
+    gap_register(p);
+}
+
+/// Stage 2's third stateful ALU: `reg_gap`, for every accepted Data packet with a gap counter
+/// to a block that keeps cells, on a switch that sends reports.
+fn gap_register(p: &mut P4) {
+    p.push_str(
+        "
+    // Twin: Registers::gaps. Per block and rank, the latest gap counter (GAP_STEP * counter,
+    // bit 0 set; 0: none yet). A first counter, or one 1 to 8 ahead of the cell's (0 to 7
+    // skipped), is taken; any other leaves the cell. Returns the cell before the packet.
+    Register<bit<32>, gap_index_t>(GAP_CELLS) reg_gap;
+    RegisterAction<bit<32>, gap_index_t, bit<32>>(reg_gap) gap_note = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if (v == 0 || md.gap_in1 - v < GAP_AHEAD) {
+                v = md.gap_in;
+            }
+        }
+    };
+    action do_gap_note() {
+        md.gap_old = gap_note.execute(md.gap_cell);
+    }
+",
+    );
+    let mut keys: Vec<(&str, &str)> = CHECK_KEYS.to_vec();
+    keys.extend([
+        ("md.reports", "ternary"),
+        ("md.gap_block", "ternary"),
+        ("hdr.ina.gap_on", "ternary"),
+    ]);
+    let entries: Vec<Entry> = accepted()
+        .into_iter()
+        .filter(|(t, _)| *t == MessageType::Data)
+        .map(|(_, pattern)| {
+            let mut keys = check_pattern(&pattern);
+            keys.extend(["1".to_string(), "1".to_string(), "1".to_string()]);
+            Entry {
+                keys,
+                action: "do_gap_note()".into(),
+            }
+        })
+        .collect();
+    table(
+        p,
+        "gap_access",
+        Some(2),
+        &keys,
+        &["do_gap_note", "NoAction"],
+        &entries,
+        "NoAction()",
+    );
 }
 
 /// Stage 3: bitmap and exponent of the set, and what the values do.
@@ -391,6 +532,11 @@ pub(super) fn stage3(p: &mut P4) {
     );
     let harvest = op::HARVEST.to_string();
     let vsel = vec![
+        // The second pass of a result without payload (it took the pass for its gap counter).
+        entry(
+            &[&harvest, "_", "_", "0", "_"],
+            format!("select_values({})", vop::NONE),
+        ),
         entry(
             &[&harvest, "_", "_", "_", "_"],
             format!("select_values({})", vop::READ_LO),
@@ -416,6 +562,21 @@ pub(super) fn stage3(p: &mut P4) {
             "select_values_for_query()",
         ),
     ];
+    p.push_str(
+        "
+    // How many counters the packet's is ahead of the cell's, in the top six bits.
+    action gap_compare() {
+        md.gap_ahead = md.gap_in - md.gap_old;
+    }
+    @stage(3)
+    table prep_gap {
+        actions = {
+            gap_compare;
+        }
+        const default_action = gap_compare();
+    }
+",
+    );
     table(
         p,
         "value_select",
@@ -433,8 +594,10 @@ pub(super) fn stage3(p: &mut P4) {
     );
 }
 
-/// Stage 4: whether the rank's bit is in the set's bitmap; the completion compares.
+/// Stage 4: whether the rank's bit is in the set's bitmap; the completion compares; the
+/// Missing report of the counters a Data packet skipped.
 pub(super) fn stage4(p: &mut P4) {
+    gap_report(p);
     p.push_str(
         "\n    // ---- stages 4 to 11: the value registers, four per stage ----\n\
          \n    // Stage 4: whether the rank's bit is in the set's bitmap.\n    action set_seen() {\n        md.seen = 1;\n    }\n",
@@ -640,4 +803,41 @@ pub(super) fn set_registers(p: &mut P4) {
             kind = kind_bit(),
         );
     }
+}
+
+/// Stage 4: a Data packet whose counter skipped 1 to 7 past its cell's (a cell that held one,
+/// bit 0 set) is mirrored to its ingress port's report session: egress makes each copy the
+/// Missing of those counters.
+fn gap_report(p: &mut P4) {
+    p.push_str(
+        "
+    action report_gap(bit<8> skipped) {
+        md.rep_first = md.gap_old[31:26] + 1;
+        md.rep_skipped = skipped;
+        md.mirror_session = (MirrorId_t)ig_intr_md.ingress_port + REPORT_SESSION_BASE;
+        ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
+        ina_missing.count((bit<1>)MISSING_SENT);
+    }
+",
+    );
+    let entries: Vec<Entry> = (2..=MAX_REPORTED_GAP + 1)
+        .map(|ahead| {
+            entry(
+                &["1", &ahead.to_string()],
+                format!("report_gap({})", ahead - 1),
+            )
+        })
+        .collect();
+    table(
+        p,
+        "gap_report",
+        Some(4),
+        &[
+            ("md.gap_old[0:0]", "exact"),
+            ("md.gap_ahead[31:26]", "exact"),
+        ],
+        &["report_gap", "NoAction"],
+        &entries,
+        "NoAction()",
+    );
 }
