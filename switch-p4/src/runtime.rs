@@ -55,9 +55,7 @@ pub struct SwitchDesc {
     pub flood_mgrp: u16,
     /// Whether the switch offers Missing reports (PROTOCOL.md §5): the v1model program and
     /// the frame model keep the gap registers and send reports; off, a Missing is an
-    /// unexpected type and no counter is stamped. The Tofino program keeps the gap registers
-    /// and sends reports of lost data, but answers no rank's Missing yet, so its ProbeReply
-    /// offers no reports and its workers send no gap counters.
+    /// unexpected type and no counter is stamped. The Tofino program does the same.
     #[serde(default = "default_gap_reports")]
     pub gap_reports: bool,
 }
@@ -401,12 +399,13 @@ impl P4Job {
 pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_bitmap", "reg_count", "reg_exp"];
 
 /// The registers of the v1model program's Missing reports, with the cells each keeps per block
-/// of [`GAP_BLOCK`] slots: `reg_gap` one per rank, `reg_result_gap` one, `reg_result_use` one
-/// per counter.
-pub const GAP_REGISTERS: [(&str, u32); 3] = [
+/// of [`GAP_BLOCK`] slots: `reg_gap` one per rank, `reg_result_gap` one, `reg_result_use` and
+/// `reg_result_seq` one per counter.
+pub const GAP_REGISTERS: [(&str, u32); 4] = [
     ("reg_gap", v1model::GAP_RANKS),
     ("reg_result_gap", 1),
     ("reg_result_use", GAP_COUNTER as u32),
+    ("reg_result_seq", GAP_COUNTER as u32),
 ];
 
 /// Every register of the v1model program.
@@ -594,9 +593,9 @@ pub const TOFINO_FLOOD_NODE_BASE: u32 = 0x10000;
 pub const TOFINO_REPORT_NODE_BASE: u32 = 0x20000;
 
 /// The bytes of a report's mirrored copy the Tofino program needs (`$max_pkt_len` of the
-/// report sessions): the report's header (3), the bridged header (5) and the Missing's
+/// report sessions): the report's header (3), the bridged header (7) and the Missing's
 /// Ethernet, IPv4, UDP and ina headers (58).
-pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 5 + 58;
+pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 7 + 58;
 
 /// The Tofino BfRt entries of a switch and its jobs, as one JSON document:
 /// `{"entries": [{"table", "action"?, "default"?, "key", "data"}, ...]}`.
@@ -746,16 +745,25 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                     "action": "InaIngress.in_gap_block",
                     "data": {},
                 }));
-                for (reg, per_block) in [
-                    ("reg_gap", tna::GAP_CELLS / tna::GAP_BLOCKS),
-                    ("reg_result_gap", 1),
-                    ("reg_result_use", tna::RESULT_USE_CELLS / tna::GAP_BLOCKS),
+                for (control, reg, per_block) in [
+                    ("InaIngress", "reg_gap", tna::GAP_CELLS / tna::GAP_BLOCKS),
+                    ("InaEgress", "reg_result_gap", 1),
+                    (
+                        "InaIngress",
+                        "reg_result_use",
+                        tna::RESULT_USE_CELLS / tna::GAP_BLOCKS,
+                    ),
+                    (
+                        "InaIngress",
+                        "reg_result_seq",
+                        tna::RESULT_USE_CELLS / tna::GAP_BLOCKS,
+                    ),
                 ] {
                     for cell in block * per_block..(block + 1) * per_block {
                         e.push(json!({
-                            "table": format!("pipe.InaIngress.{reg}"),
+                            "table": format!("pipe.{control}.{reg}"),
                             "key": {"$REGISTER_INDEX": cell},
-                            "data": {format!("InaIngress.{reg}.f1"): 0},
+                            "data": {format!("{control}.{reg}.f1"): 0},
                         }));
                     }
                 }

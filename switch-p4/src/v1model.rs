@@ -6,7 +6,7 @@
 //! §6, and the Missing reports of §5 (the gap register, the results' counters, a rank's report
 //! of lost results; reports leave as clones), with the registers of `proto::pipeline` under
 //! the names of the shared contract (`reg_seq`, `reg_bitmap`, `reg_count`, `reg_exp`,
-//! `reg_value_0..`, `reg_gap`, `reg_result_gap`, `reg_result_use`). The per-element parts
+//! `reg_value_0..`, `reg_gap`, `reg_result_gap`, `reg_result_use`, `reg_result_seq`). The per-element parts
 //! (payload headers, value registers, the actions that write, add and read them) are unrolled
 //! here by loops; the protocol's constants come from `ina_wire` and the counter indices from
 //! `ina_proto::event::Event`, so the program cannot drift from the Rust model's numbers.
@@ -385,10 +385,12 @@ fn ingress(p: &mut P4) {
         register<bit<64>>(POOL_SLOTS) reg_exp;
         // Missing reports (PROTOCOL.md §5), per block of 64 slots: the latest gap counter of
         // each rank plus 64 (0: none yet); the counter the block's next multicast Result
-        // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it.
+        // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it and
+        // the use's sequence number.
         register<bit<32>>(GAP_CELLS) reg_gap;
         register<bit<8>>(GAP_BLOCKS) reg_result_gap;
         register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
+        register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
         // Reports of lost data sent, and Missing reports answered.
         counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
         // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).",
@@ -633,7 +635,6 @@ fn frame_and_checks(p: &mut P4) {
         } else {
         // A Missing report of results the rank lacks (PROTOCOL.md §5, \"Lost results\"):
         // answered as the rank's fetching Query of the use its counter numbered.
-        bool from_missing = false;
         if (hdr.ina.msg_type == INA_MISSING) {
         if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
         && hdr.ina.slot >= meta.job_slot_base
@@ -647,10 +648,10 @@ fn frame_and_checks(p: &mut P4) {
         hdr.ina.msg_type = INA_QUERY;
         hdr.ina.slot = (bit<16>)(named >> 1);
         hdr.ina.set = named[0:0];
+        reg_result_seq.read(hdr.ina.seq, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
         hdr.ina.exponent = QUERY_FETCH;
         hdr.ina.count = 0;
         ina_missing.count(MISSING_RECEIVED);
-        from_missing = true;
         }
         }
         }
@@ -702,10 +703,6 @@ fn read_slot(p: &mut P4) {
         count_o = c_count[31:0];
         exp_x = c_exp[63:32];
         exp_o = c_exp[31:0];
-        }
-        if (from_missing) {
-        // The use the report names is the set's current one.
-        hdr.ina.seq = seq_x;
         }
         // What the gap register needs, read before the tables rewrite the header.
         bool is_data = hdr.ina.msg_type == INA_DATA;
@@ -845,6 +842,7 @@ fn write_back_and_forward(p: &mut P4) {
         reg_result_gap.read(next, block);
         reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
         reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
         hdr.ina.gap = next[5:0];
         hdr.ina.gap_on = 1;
         }

@@ -439,7 +439,7 @@ struct Tables {
     reply: Vec<TableEntry>,
     gap_access: Vec<TableEntry>,
     gap_report: Vec<TableEntry>,
-    result_gap: Vec<TableEntry>,
+    requery: Vec<TableEntry>,
     result_use: Vec<TableEntry>,
 }
 
@@ -457,7 +457,7 @@ impl Tables {
             reply: table_entries(p, "ina_reply"),
             gap_access: table_entries(p, "gap_access"),
             gap_report: table_entries(p, "gap_report"),
-            result_gap: table_entries(p, "result_gap_access"),
+            requery: table_entries(p, "requery_access"),
             result_use: table_entries(p, "result_use_access"),
         }
     }
@@ -494,10 +494,11 @@ struct TnaModel<'t> {
     /// Whether the switch sends Missing reports (`md.reports`); the job's slots are then one
     /// whole block (`gap_block`).
     gaps: bool,
-    /// `reg_gap`, `reg_result_gap`, `reg_result_use` by index.
+    /// `reg_gap`, `reg_result_gap`, `reg_result_use`, `reg_result_seq` by index.
     reg_gap: Vec<u32>,
     reg_result_gap: Vec<u32>,
     reg_result_use: Vec<u32>,
+    reg_result_seq: Vec<u32>,
     /// What the last packet left for the frames' check.
     last: Option<Last>,
 }
@@ -514,43 +515,25 @@ struct Last {
     stamp: u64,
     res_gap: u32,
     report: Option<(u8, u8)>,
+    /// A rank's Missing turned into its Query in stage 1: `md.rec`, `md.rec_seq`.
+    requery: Option<(u32, u32)>,
 }
 
 /// The key of `ina_check`'s columns (`CHECK_KEYS`) for an accepted Data packet of `count`
 /// elements and exponent byte `exponent` from a rank on port `ingress` to the switch's MAC.
-fn accepted_data_key(count: u64, exponent: u64, ingress: u64) -> Vec<u64> {
-    vec![
-        0,
-        0,
-        0,
-        0,
-        1,
-        0,
-        1,
-        0,
-        1,
-        1,
-        1,
-        0,
-        1,
-        1,
-        0,
-        0,
-        0,
-        0,
-        1,
-        count,
-        count ^ E as u64,
-        0,
-        ingress,
-        exponent,
-    ]
+fn accepted_data_key(count: u64, exponent: u64, ingress: u64, reports: u64) -> Vec<u64> {
+    let mut key = vec![0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1];
+    key.extend([count, count ^ E as u64, 0, ingress, exponent, reports]);
+    key
 }
 
 impl TnaModel<'_> {
     /// One accepted Data or Query packet (`pkt`: header and payload).
     fn process(&mut self, pkt: &[u8], ingress: u64) -> Sent {
         let t = self.tables;
+        if pkt[0] & 0x0f == 8 {
+            return self.missing(pkt, ingress);
+        }
         let kind = pkt[0] & 0x0f;
         let op = if kind == 1 { OP_DATA } else { OP_QUERY };
         let x = usize::from(pkt[1] & 1);
@@ -577,8 +560,8 @@ impl TnaModel<'_> {
         // Stage 2: reg_gap, for accepted Data only (this model sees accepted packets).
         let mut report = None;
         if op == OP_DATA {
-            let mut key = accepted_data_key(count, u64::from(exponent), ingress);
-            key.extend([reports, u64::from(block_in_job), gap_on]);
+            let mut key = accepted_data_key(count, u64::from(exponent), ingress, reports);
+            key.extend([u64::from(block_in_job), gap_on]);
             if let Some(e) = lookup(&t.gap_access, &key) {
                 assert_eq!(e.action, "do_gap_note");
                 let cell = (slot >> 6) << 5 | rank as usize & 31;
@@ -744,20 +727,24 @@ impl TnaModel<'_> {
         let mut flags_out = x as u8;
         if matches!(
             action,
-            "multicast_result_harvest" | "multicast_result_empty_harvest"
+            "multicast_result_harvest_stamped" | "multicast_result_empty_harvest"
         ) {
-            let key = [1, 6, stamp];
-            if lookup(&t.result_gap, &key).is_some_and(|e| e.action == "do_result_gap") {
-                res_gap = self.reg_result_gap[slot >> 6];
-                self.reg_result_gap[slot >> 6] += 1;
-                let use_key = lookup(&t.result_use, &key).expect("result_use_access row");
-                assert_eq!(use_key.action, "do_result_use_write");
-                self.reg_result_use[(slot >> 6) << 6 | res_gap as usize & 63] =
-                    1 << 14 | (slot as u32) << 1 | x as u32;
-                flags_out |= ((res_gap & 63) as u8) << 2 | 2;
-            } else {
-                assert_eq!(stamp, 0, "a stamped result without its counter");
-            }
+            // Egress on the way: the block's next counter; the second pass records the use.
+            res_gap = self.reg_result_gap[slot >> 6];
+            self.reg_result_gap[slot >> 6] += 1;
+            let counter = u64::from(res_gap & 63);
+            let key = [1, 6, 1, 2, 1];
+            let e = lookup(&t.result_use, &key).expect("result_use_access row");
+            assert_eq!(e.action, "do_result_use_write");
+            let cell = (slot >> 6) << 6 | counter as usize;
+            self.reg_result_use[cell] = 1 << 14 | (slot as u32) << 1 | x as u32;
+            self.reg_result_seq[cell] = seq;
+            flags_out |= (counter as u8) << 2 | 2;
+        } else {
+            assert!(
+                stamp == 0 || !action.starts_with("multicast"),
+                "{action} not stamped"
+            );
         }
         let header = |kind: u8, exp: u8, count: u16| {
             let mut h = pkt[..16].to_vec();
@@ -787,6 +774,7 @@ impl TnaModel<'_> {
             stamp,
             res_gap,
             report,
+            requery: None,
         });
         match action {
             "drop_frame" => match event {
@@ -806,7 +794,7 @@ impl TnaModel<'_> {
             "multicast_result" => {
                 Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &payload))
             }
-            "multicast_result_harvest" => {
+            "multicast_result_harvest" | "multicast_result_harvest_stamped" => {
                 Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &values))
             }
             a => panic!("reply action {a}"),
@@ -814,7 +802,69 @@ impl TnaModel<'_> {
     }
 }
 
+impl TnaModel<'_> {
+    /// A rank's Missing (`pkt`, of its job and epoch): stage 0 reads the record of the counter
+    /// it names, stage 1 turns it into the rank's fetching Query of the recorded use, which
+    /// goes on as any Query; otherwise the check table drops it.
+    fn missing(&mut self, pkt: &[u8], ingress: u64) -> Sent {
+        let t = self.tables;
+        let gap_on = u64::from(pkt[1] >> 1 & 1);
+        let slot = usize::from(u16::from_be_bytes([pkt[8], pkt[9]]));
+        let (mut rec, mut rec_seq) = (0, 0);
+        if let Some(e) = lookup(&t.result_use, &[0, 0, 0, 8, gap_on]) {
+            assert_eq!(e.action, "do_result_use_read");
+            let cell = (slot >> 6) << 6 | usize::from(pkt[1] >> 2);
+            (rec, rec_seq) = (self.reg_result_use[cell], self.reg_result_seq[cell]);
+        }
+        let (reports, block) = (u64::from(self.gaps), u64::from(self.gaps));
+        let key = [8, reports, block, 0, u64::from(rec >> 14 & 1)];
+        match lookup(&t.requery, &key) {
+            Some(e) => {
+                assert_eq!(e.action, "requery");
+                let mut q = pkt[..16].to_vec();
+                q[0] = 0x17;
+                q[1] = (rec & 1) as u8;
+                q[7] = ina_wire::QueryAsk::Fetch.byte();
+                q[8..10].copy_from_slice(&((rec >> 1 & 0x1fff) as u16).to_be_bytes());
+                q[10..12].copy_from_slice(&[0, 0]);
+                q[12..16].copy_from_slice(&rec_seq.to_be_bytes());
+                let sent = self.process(&q, ingress);
+                if let Some(last) = self.last.as_mut() {
+                    last.requery = Some((rec, rec_seq));
+                }
+                sent
+            }
+            None => {
+                self.last = Some(Last {
+                    action: "drop_frame".into(),
+                    exp_x: 0,
+                    pend: 0,
+                    values: Vec::new(),
+                    stamp: 0,
+                    res_gap: 0,
+                    report: None,
+                    requery: None,
+                });
+                Sent::Dropped(Event::MissingUnmatched)
+            }
+        }
+    }
+}
+
+/// The Missing of `rank` naming gap counter `counter` of the block of `slot` (PROTOCOL.md §5,
+/// "Lost results").
+fn missing_packet(rank: u8, slot: u16, counter: u8) -> Vec<u8> {
+    let mut p = vec![0x18, counter << 2 | 2];
+    p.extend_from_slice(&JOB.to_be_bytes());
+    p.extend_from_slice(&EPOCH.to_be_bytes());
+    p.extend_from_slice(&[rank, 0]);
+    p.extend_from_slice(&slot.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    p
+}
+
 /// A worker of the simulated job: positions from `w` on, lane of `w` slots.
+
 #[derive(Debug, Default)]
 struct SimWorker {
     next: u32,
@@ -943,6 +993,7 @@ fn run_execution(
         reg_gap: vec![0; tna::GAP_CELLS as usize],
         reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
         reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
+        reg_result_seq: vec![0; tna::RESULT_USE_CELLS as usize],
         last: None,
     };
     let mut sw = frame_switch_of(workers, w, gaps);
@@ -955,6 +1006,8 @@ fn run_execution(
         .collect();
     // The network: packets in flight, with their rank.
     let mut bag: Vec<(u8, Vec<u8>)> = Vec::new();
+    // The position of the latest stamped result that carried each gap counter.
+    let mut stamped: BTreeMap<u8, u32> = BTreeMap::new();
     let mut out = vec![0u8; 16 + 4 * E];
     for &(what, a, b) in steps {
         let r = (a % u16::from(workers)) as u8;
@@ -976,7 +1029,16 @@ fn run_execution(
                 let outstanding: Vec<u32> = sim.sent.difference(&sim.done).copied().collect();
                 if !outstanding.is_empty() {
                     let g = outstanding[usize::from(b) % outstanding.len()];
-                    bag.push((r, packet(r, g, w, base, b % 2 == 0, None)));
+                    // With reports, sometimes the Missing of the result's counter instead,
+                    // if a stamped result of `g` went out.
+                    let counter = stamped.iter().find(|(_, &p)| p == g).map(|(c, _)| *c);
+                    match counter.filter(|_| b % 3 == 1) {
+                        Some(c) => {
+                            let slot = base + (g % w) as u16;
+                            bag.push((r, missing_packet(r, slot, c)));
+                        }
+                        None => bag.push((r, packet(r, g, w, base, b % 2 == 0, None))),
+                    }
                 }
             }
             // A rank sends an outstanding position with the other count (a payload where the
@@ -1017,6 +1079,9 @@ fn run_execution(
                     Verdict::Drop(DropReason::StaleSeq) => Sent::Dropped(Event::StaleSeq),
                     Verdict::Drop(DropReason::Duplicate) => Sent::Dropped(Event::Duplicate),
                     Verdict::Drop(other) => panic!("unexpected drop {other:?}"),
+                    Verdict::Absorbed if pkt[0] & 0x0f == 8 => {
+                        Sent::Dropped(Event::MissingUnmatched)
+                    }
                     Verdict::Absorbed => Sent::Absorbed,
                     Verdict::Unicast { port, len } => {
                         assert_eq!(port, PortId(10 + u16::from(rank)));
@@ -1044,11 +1109,19 @@ fn run_execution(
                 );
                 if let Sent::Multicast(a) = &got {
                     if a[1] & 2 != 0 {
+                        let g = u32::from_be_bytes([a[12], a[13], a[14], a[15]]);
+                        stamped.insert(a[1] >> 2, g);
                         kinds.insert(format!(
                             "multicast count {} with a gap counter",
                             u16::from_be_bytes([a[10], a[11]])
                         ));
                     }
+                }
+                if pkt[0] & 0x0f == 8 {
+                    kinds.insert(match &got {
+                        Sent::Dropped(_) => "missing unmatched".to_string(),
+                        _ => "missing answered".to_string(),
+                    });
                 }
                 if let Some((_, skipped)) = last.report {
                     kinds.insert(format!("missing skipped {skipped}"));
@@ -1167,6 +1240,7 @@ fn executions_reach_every_decision() {
         "missing skipped 2",
         "multicast count 0 with a gap counter",
         "multicast count 64 with a gap counter",
+        "missing answered",
     ] {
         assert!(all.contains(kind), "no {kind} in {all:?}");
     }
@@ -1234,7 +1308,7 @@ fn frame(c: &[u8; 26]) -> (u16, Vec<u8>) {
         _ => {
             // IPv4 / UDP / ina.
             let version = [1u8, 1, 1, 1, 2, 0][usize::from(pick(7, 6))];
-            let kind = [1u8, 1, 1, 7, 7, 4, 2, 3, 5, 6, 0, 9][usize::from(pick(8, 12))];
+            let kind = [1u8, 1, 1, 7, 7, 4, 2, 3, 5, 6, 0, 9, 8][usize::from(pick(8, 13))];
             let job = if pick(9, 8) == 0 { JOB + 1 } else { JOB };
             let epoch = if pick(10, 8) == 0 { EPOCH + 1 } else { EPOCH };
             let slot = match pick(11, 8) {
@@ -1307,7 +1381,7 @@ fn be32(f: &[u8], at: usize) -> u64 {
 
 /// The key of `ina_check` for `frame` on `ingress`, as the parser and stages 0 and 1 compute
 /// it (a job of 3 ranks at `endpoint(r)`, slots `BASE..BASE+3`, 64 elements).
-fn check_key(ingress: u16, f: &[u8]) -> Vec<u64> {
+fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
     let sip = u64::from(u32::from_be_bytes(SIP));
     let mut perr = 0u64;
     let ethertype = be16(f, 12);
@@ -1398,6 +1472,7 @@ fn check_key(ingress: u16, f: &[u8]) -> Vec<u64> {
         l2_kind,
         l2_port_x,
         if ina_valid { u64::from(f[49]) } else { 0 },
+        u64::from(reports),
     ]
 }
 
@@ -1405,9 +1480,35 @@ fn frame_switch() -> FrameSwitch {
     frame_switch_of(3, 3, false)
 }
 
+/// [`frame_switch`] with Missing reports on (its job keeps no whole block).
+fn frame_switch_with_reports() -> FrameSwitch {
+    let mut sw = FrameSwitch::new(FrameSwitchConfig {
+        mac: MacAddr(SM),
+        ip: SIP,
+        ports: vec![1, 2, 3, 4],
+        l2: L2.iter().map(|&(m, p)| (MacAddr(m), p)).collect(),
+        pipeline: PipelineConfig {
+            pool_slots: POOL,
+            max_elems: E as u16,
+        },
+        gap_reports: true,
+    })
+    .expect("switch");
+    sw.add_job(FrameJob {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: BASE,
+        slot_count: 3,
+        elems_per_packet: E as u16,
+        ranks: (0..3).map(endpoint).collect(),
+    })
+    .expect("job");
+    sw
+}
+
 /// `ina_check`'s answer for a frame: the matched action and its arguments.
-fn check_action(check: &[TableEntry], ingress: u16, f: &[u8]) -> (String, Vec<u64>) {
-    lookup(check, &check_key(ingress, f)).map_or(
+fn check_action(check: &[TableEntry], ingress: u16, f: &[u8], reports: bool) -> (String, Vec<u64>) {
+    lookup(check, &check_key(ingress, f, reports)).map_or(
         (
             "check_drop".to_string(),
             vec![Event::L2Unknown.index() as u64],
@@ -1431,7 +1532,7 @@ fn random_frames_reach_every_check_row() {
             *b = (state >> 32) as u8;
         }
         let (ingress, f) = frame(&c);
-        let key = check_key(ingress, &f);
+        let key = check_key(ingress, &f, c[25] % 2 == 1);
         if let Some(i) = check
             .iter()
             .position(|e| e.keys.iter().zip(&key).all(|((v, m), k)| k & m == v & m))
@@ -1450,11 +1551,14 @@ proptest! {
         let program = tna::program();
         let check = table_entries(&program, "ina_check");
         let mut sw = frame_switch();
+        let mut sw_reports = frame_switch_with_reports();
         let mut out = Outputs::new();
         for c in &choices {
             let (ingress, f) = frame(c);
+            let reports = c[25] % 2 == 1;
+            let sw = if reports { &mut sw_reports } else { &mut sw };
             let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
-            let (action, args) = check_action(&check, ingress, &f);
+            let (action, args) = check_action(&check, ingress, &f, reports);
             let decided = [
                 Event::DataFirst,
                 Event::DataAdded,
@@ -1672,11 +1776,16 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         ("INA_REJECT", 3),
         ("INA_PROBE_REPLY", 5),
         ("INA_PENDING", 6),
+        ("INA_QUERY", 7),
         ("INA_MISSING", 8),
     ]
     .into_iter()
     .collect();
-    for stmt in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+    for stmt in body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+    {
         let stmt = stmt.trim_end_matches(';');
         if let Some(h) = stmt.strip_suffix(".setValid()") {
             pkt.valid
@@ -1691,9 +1800,12 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         let (lhs, rhs) = stmt
             .split_once(" = ")
             .unwrap_or_else(|| panic!("statement {stmt}"));
-        let value = if let Some(f) = rhs.strip_prefix("(bit<32>)") {
-            md[f.trim_start_matches("md.")]
-        } else if let Some(f) = rhs.strip_prefix("md.") {
+        // A cast to a width changes no value here: widths are the fields'.
+        let rhs = rhs
+            .strip_prefix("(bit<")
+            .and_then(|r| r.split_once(">)"))
+            .map_or(rhs, |(_, r)| r);
+        let value = if let Some(f) = rhs.strip_prefix("md.") {
             let (f, slice) = f.split_once('[').map_or((f, None), |(f, s)| (f, Some(s)));
             let v = md[f];
             match slice.and_then(|s| s.trim_end_matches(']').split_once(':')) {
@@ -1768,11 +1880,14 @@ proptest! {
         let check = table_entries(&program, "ina_check");
         let reply = table_entries(&program, "ina_reply");
         let mut sw = frame_switch();
+        let mut sw_reports = frame_switch_with_reports();
         let mut out = Outputs::new();
         for c in &choices {
             let (ingress, f) = frame(c);
+            let reports = c[25] % 2 == 1;
+            let sw = if reports { &mut sw_reports } else { &mut sw };
             let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
-            let (action, args) = check_action(&check, ingress, &f);
+            let (action, args) = check_action(&check, ingress, &f, reports);
             let op = match action.as_str() {
                 "check_data" | "check_query" => continue,
                 "check_drop" => 0,
@@ -1797,6 +1912,7 @@ proptest! {
                 ("reason", args.first().copied().unwrap_or(0)),
                 ("l2_port", l2_port),
                 ("l2_mgrp", FLOOD_MGRP),
+                ("reports", u64::from(reports)),
             ]
             .into_iter()
             .collect();
@@ -1916,13 +2032,25 @@ fn check_frames(
         ("exp_x", u64::from(last.exp_x)),
         ("pend", u64::from(last.pend)),
         ("stamp", last.stamp),
+        ("reports", 1),
         ("res_gap", u64::from(last.res_gap)),
+        (
+            "use_rec",
+            1 << 14 | be16(ina, 8) << 1 | u64::from(ina[1] & 1),
+        ),
+        ("rec", u64::from(last.requery.map_or(0, |r| r.0))),
+        ("rec_seq", u64::from(last.requery.map_or(0, |r| r.1))),
         // The only reason the decision tables refuse with (checks refuse before them).
         ("reason", RejectReason::BadCount as u64),
     ]
     .into_iter()
     .collect();
-    if ina[0] & 0x0f == 7 && action == "answer_result_harvest" {
+    if last.requery.is_some() {
+        // Stage 1: a rank's Missing becomes its fetching Query.
+        run_action(program, "requery", &mut pkt, &md, u64::from(ingress));
+    }
+    let query = ina[0] & 0x0f == 7 || last.requery.is_some();
+    if query && action == "answer_result_harvest" {
         // Stage 3 gave the Query a payload to fill.
         run_action(
             program,
@@ -1968,7 +2096,7 @@ fn check_frames(
             sent.push((ep.port, frame.clone()));
         }
     }
-    if action.ends_with("_harvest") {
+    if action.contains("_harvest") {
         // Out of the pipe's recirculation port, and in again: the second pass parses the Result
         // with its payload, which the value registers fill (high halves on the first pass, low
         // halves on this one), and sends it on.
@@ -1977,6 +2105,13 @@ fn check_frames(
             Some(u64::from(ingress) >> 7 << 7 | 68),
             "{action}"
         );
+        if matches!(
+            action,
+            "multicast_result_harvest_stamped" | "multicast_result_empty_harvest"
+        ) {
+            // Egress on the way to the second pass stamps the block's counter.
+            run_action(program, "stamp_result_gap", &mut pkt, &md, 0);
+        }
         let bridge: Vec<(String, u64)> = pkt
             .fields
             .iter()

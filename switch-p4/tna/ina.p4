@@ -51,6 +51,7 @@ const bit<4> INA_RESULT = 2;
 const bit<4> INA_REJECT = 3;
 const bit<4> INA_PROBE_REPLY = 5;
 const bit<4> INA_PENDING = 6;
+const bit<4> INA_QUERY = 7;
 const bit<4> INA_MISSING = 8;
 const bit<16> INA_ELEMS = 64;
 const bit<7> RECIRC_PORT_IN_PIPE = 68;
@@ -74,6 +75,8 @@ const bit<32> GAP_STEP = 0x04000000;
 const bit<32> GAP_AHEAD = 0x20000000;
 const bit<32> MISSING_COUNTERS = 2;
 const bit<32> MISSING_SENT = 0;
+const bit<32> MISSING_RECEIVED = 1;
+const bit<8> OP_QUERY = 7;
 const bit<10> REPORT_SESSION_BASE = 1;
 const MirrorType_t MIRROR_TYPE_REPORT = 1;
 const bit<8> REPORT_OP = 0x80;
@@ -91,6 +94,8 @@ header bridge_h {
     bit<6> _pad;
     PortId_t port;
     bit<16> mgrp;
+    // A stamped result's use, for reg_result_use: 1 << 14 | 2 * slot + set.
+    bit<16> rec;
 }
 
 // Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
@@ -314,12 +319,15 @@ struct ingress_md_t {
     bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;
-    bit<32> res_gap;
-    bit<32> use_rec;
+    bit<16> use_rec;
+    bit<32> rec;
+    bit<32> rec_seq;
+    bit<1> from_missing;
 }
 
 struct egress_md_t {
     bit<1> fix_checksum;
+    bit<32> res_gap;
 }
 
 parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
@@ -347,7 +355,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         md.rbit = 0;
         md.gap_block = 0;
         md.gap_old = 0;
-        md.res_gap = 0;
+        md.rec = 0;
+        md.from_missing = 0;
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         transition select(ig_intr_md.ingress_port[6:0]) {
@@ -443,7 +452,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Index = ina_proto::event::Event.
     Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
     Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS) ina_multicast;
-    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report).
+    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report), and
+    // ranks' Missing reports answered.
     Counter<bit<64>, bit<1>>(MISSING_COUNTERS, CounterType_t.PACKETS) ina_missing;
 
     // Twin: SlotRegisters::seq (low half = set 0, high half = set 1), indexed by slot.
@@ -470,7 +480,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
         md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
         md.gap_in = hdr.ina.gap ++ 26w1;
-        md.use_rec = 18w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.use_rec = 2w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
     }
     @stage(0)
     table switch_addr {
@@ -499,34 +509,60 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 128;
     }
 
-    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (the
-    // low six bits of the cell).
-    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
-    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {
-        void apply(inout bit<32> v, out bit<32> rv) {
-            rv = v;
-            v = v + 1;
+    // Twin: Registers::result_uses. Per block and gap counter, the use whose multicast result
+    // carried the counter: 1 << 14 | 2 * slot + set (0: none). Written on the result's second
+    // pass (egress stamped the counter on its first), read by a rank's Missing of it.
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {
+        void apply(inout bit<32> v) {
+            v = (bit<32>)hdr.bridge.rec;
         }
     };
-    // A multicast result's second pass takes its block's next counter.
-    action do_result_gap() {
-        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_read = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+        }
+    };
+    // Twin: Registers::result_uses as well: the use's sequence number. (The Rust model asks
+    // about the set's current use, which is the recorded one while a rank lacks its result.)
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_seq;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_write = {
+        void apply(inout bit<32> v) {
+            v = hdr.ina.seq;
+        }
+    };
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_read = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+        }
+    };
+    action do_result_use_write() {
+        result_use_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        result_seq_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+    }
+    action do_result_use_read() {
+        md.rec = result_use_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        md.rec_seq = result_seq_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
     }
     @stage(0)
-    table result_gap_access {
+    table result_use_access {
         key = {
             md.pass2 : exact;
-            hdr.bridge.op : exact;
-            hdr.bridge.stamp : exact;
+            hdr.bridge.op : ternary;
+            hdr.bridge.stamp : ternary;
+            hdr.ina.msg_type : ternary;
+            hdr.ina.gap_on : ternary;
         }
         actions = {
-            do_result_gap;
+            do_result_use_write;
+            do_result_use_read;
             NoAction;
         }
         const entries = {
-            (1, 6, 1) : do_result_gap();
+            (1, 6, 1, _, _) : do_result_use_write();
+            (0, _, _, 8, 1) : do_result_use_read();
         }
-        size = 1;
+        size = 2;
         const default_action = NoAction();
     }
 
@@ -676,30 +712,35 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const default_action = compare();
     }
 
-    // Twin: Registers::result_uses. Per block and counter, the use whose multicast result
-    // carried the counter: 1 << 14 | 2 * slot + set (0: none).
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
-    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {
-        void apply(inout bit<32> v) {
-            v = md.use_rec;
-        }
-    };
-    action do_result_use_write() {
-        result_use_write.execute(hdr.ina.slot[12:6] ++ md.res_gap[5:0]);
+    // A rank's Missing of a result it lacks (PROTOCOL.md section 5, "Lost results"), of its own
+    // job's epoch, for a block of its job whose record names a use: from here on it is the
+    // rank's fetching Query of that use.
+    action requery() {
+        md.cell = md.rec[13:0];
+        md.from_missing = 1;
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.slot = (bit<16>)md.rec[13:1];
+        hdr.ina.set = md.rec[0:0];
+        hdr.ina.seq = md.rec_seq;
+        hdr.ina.exponent = 1;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
     }
     @stage(1)
-    table result_use_access {
+    table requery_access {
         key = {
-            md.pass2 : exact;
-            hdr.bridge.op : exact;
-            hdr.bridge.stamp : exact;
+            hdr.ina.msg_type : exact;
+            md.reports : exact;
+            md.gap_block : exact;
+            md.epoch_x : exact;
+            md.rec[14:14] : exact;
         }
         actions = {
-            do_result_use_write;
+            requery;
             NoAction;
         }
         const entries = {
-            (1, 6, 1) : do_result_use_write();
+            (8, 1, 1, 0, 1) : requery();
         }
         size = 1;
         const default_action = NoAction();
@@ -816,6 +857,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
+            md.reports : ternary;
         }
         actions = {
             check_drop;
@@ -829,40 +871,45 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             check_query;
         }
         const entries = {
-            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
-            (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _) : check_query();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _) : check_probe();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 2) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 3) : check_drop(5);
-            (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
-            (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _) : check_drop(1);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _) : check_l2_port();
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _) : check_l2_flood();
+            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
+            (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _) : check_query();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_probe();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, 1) : check_drop(19);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 1, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 2, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 3, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
+            (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
         }
-        size = 32;
+        size = 37;
         const default_action = check_drop(1);
     }
 
@@ -980,6 +1027,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
+            md.reports : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -990,12 +1038,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_seq_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_seq_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_seq_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_seq_query_1();
         }
         size = 6;
         const default_action = NoAction();
@@ -1027,6 +1075,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_kind : ternary;
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
+            md.reports : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -1037,12 +1086,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 0) : do_order_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1) : do_order_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_order_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_order_query_1();
         }
         size = 6;
         const default_action = NoAction();
@@ -3403,6 +3452,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 0;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
     }
@@ -3411,6 +3461,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 1;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         ig_tm_md.ucast_egress_port = md.l2_port;
@@ -3423,6 +3474,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 2;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         ig_tm_md.mcast_grp_a = md.l2_mgrp;
@@ -3433,6 +3485,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 1;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
@@ -3449,6 +3502,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
@@ -3475,6 +3529,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = md.job_epoch;
+        // The gap flag: this switch sends Missing reports (PROTOCOL.md section 5).
+        hdr.ina.gap_on = md.reports;
         hdr.probe.setValid();
         hdr.probe.workers = (bit<32>)md.workers;
         hdr.probe.elems = (bit<32>)md.elems;
@@ -3487,6 +3543,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
@@ -3521,6 +3578,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
@@ -3558,6 +3616,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
@@ -3617,6 +3676,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 5;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = md.use_rec;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
@@ -3628,6 +3688,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 4;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.src_addr = md.sm;
@@ -3658,6 +3719,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 4;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.src_addr = md.sm;
@@ -3684,8 +3746,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
     // The last arrival of a use with payload: the high halves are in; the second pass
     // reads the low halves and multicasts.
-    // A multicast result without payload that takes its block's gap counter on a second
-    // pass.
+    // The same through egress, which stamps the block's gap counter on the way to the
+    // second pass (with payload, or without: such a result takes the pass for its counter).
     action multicast_result_harvest() {
         hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.version = 4;
@@ -3709,12 +3771,44 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
-        hdr.bridge.stamp = md.stamp;
+        hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = md.use_rec;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 1;
+    }
+    action multicast_result_harvest_stamped() {
+        hdr.ethernet.src_addr = md.sm;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.total_len = 300;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = md.sip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.length = 280;
+        hdr.udp.checksum = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 64;
+        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.bridge.setValid();
+        hdr.bridge.op = 6;
+        hdr.bridge.stamp = 1;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = 0;
     }
     action multicast_result_empty_harvest() {
         hdr.ethernet.src_addr = md.sm;
@@ -3739,12 +3833,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
-        hdr.bridge.stamp = md.stamp;
+        hdr.bridge.stamp = 1;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = md.use_rec;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
-        ig_tm_md.bypass_egress = 1;
+        ig_tm_md.bypass_egress = 0;
     }
     // Second pass: the result is complete.
     action send_harvest_unicast() {
@@ -3752,13 +3847,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }
-    // With the block's gap counter if the first pass asked for it (`stamp`).
     action send_harvest_multicast() {
         hdr.bridge.op = 4;
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
-        hdr.ina.gap = md.res_gap[5:0];
-        hdr.ina.gap_on = hdr.bridge.stamp;
     }
     @stage(7)
     table ina_reply {
@@ -3782,6 +3874,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             multicast_result_empty;
             multicast_result;
             multicast_result_harvest;
+            multicast_result_harvest_stamped;
             multicast_result_empty_harvest;
             send_harvest_unicast;
             send_harvest_multicast;
@@ -3802,12 +3895,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4, _, _, _) : answer_result_harvest();
             (7, 4, _, _, _) : answer_result_harvest();
             (6, 1, _, 0, 1) : multicast_result_empty_harvest();
-            (6, 1, _, 64, 1) : multicast_result_harvest();
+            (6, 1, _, 64, 1) : multicast_result_harvest_stamped();
+            (6, 2, _, _, 1) : multicast_result_harvest_stamped();
             (6, 1, _, 0, _) : multicast_result_empty();
             (6, 1, _, 64, _) : multicast_result();
             (6, 2, _, _, _) : multicast_result_harvest();
         }
-        size = 19;
+        size = 20;
         const default_action = drop_frame();
     }
 
@@ -3819,11 +3913,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ina_rank.apply();
         rank_bit.apply();
         gap_block.apply();
-        result_gap_access.apply();
+        result_use_access.apply();
         // Stage 1.
         prep_compare.apply();
         full_mask.apply();
-        result_use_access.apply();
+        requery_access.apply();
         // Stage 2.
         ina_check.apply();
         seq_access.apply();
@@ -3887,6 +3981,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         if (md.mcast_count == 1) {
             ina_multicast.count(0);
         }
+        // A rank's Missing answered as its fetching Query.
+        if (md.from_missing == 1 && md.op == OP_QUERY) {
+            ina_missing.count((bit<1>)MISSING_RECEIVED);
+        }
     }
 }
 
@@ -3925,6 +4023,7 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
         transition select(hdr.bridge.op) {
             3 : parse_reply;
             4 : parse_reply;
+            6 : parse_reply;
             default : accept;
         }
     }
@@ -4007,9 +4106,32 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         size = 32768;
     }
 
+    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
+    // low six bits), stamped on the result on its way to the second pass: the recirculation
+    // port's queue keeps the order, so the ranks get a block's results in counter order.
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = v + 1;
+        }
+    };
+    action take_result_gap() {
+        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    }
+    action stamp_result_gap() {
+        hdr.ina.gap = md.res_gap[5:0];
+        hdr.ina.gap_on = 1;
+    }
+
     apply {
         if (hdr.report.isValid()) {
             ina_report_addr.apply();
+            hdr.bridge.setInvalid();
+        } else if (hdr.bridge.op == 6) {
+            // On its way to the second pass, which reads the bridged header.
+            take_result_gap();
+            stamp_result_gap();
         } else {
             if (hdr.bridge.op == 2 && eg_intr_md.egress_port == hdr.bridge.port) {
                 drop_copy();
@@ -4020,8 +4142,8 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             if (hdr.bridge.op == 3 || hdr.bridge.op == 4) {
                 md.fix_checksum = 1;
             }
+            hdr.bridge.setInvalid();
         }
-        hdr.bridge.setInvalid();
         hdr.report.setInvalid();
     }
 }

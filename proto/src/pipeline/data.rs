@@ -9,7 +9,7 @@ use super::counters::drop_counted;
 use super::registers::{
     awaiting, cells_of, AWAITING_TOTAL, AWAITING_TOTAL_HEADER, HEADER_USE, PENDING_ARRIVALS,
 };
-use super::reports::{block_in_job, block_of_both_jobs, note_counter, stamp};
+use super::reports::{block_in_job, block_of_both_jobs, note_counter, stamp, stamp_result};
 use super::uplink::{answer_waiting, emit_partial};
 use super::{DropReason, Pipeline, PortId, SlotRegisters, Verdict};
 use crate::kernels;
@@ -174,7 +174,14 @@ impl Pipeline {
         let job = &*job;
         debug_assert_eq!(seq[x], view.seq());
         let gap = (*gap_reports && block_in_job(&job.cfg, slot))
-            .then(|| stamp(&mut regs.result_gaps, &mut regs.result_uses, slot, x))
+            .then(|| {
+                let results = (
+                    &mut regs.result_gaps[..],
+                    &mut regs.result_uses[..],
+                    &mut regs.result_seqs[..],
+                );
+                stamp_result(results, slot, x, seq[x])
+            })
             .flatten();
         emit_result(view, exp[x], cells, gap, out);
         counters.results_multicast += 1;

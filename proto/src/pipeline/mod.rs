@@ -94,11 +94,9 @@ impl Pipeline {
         }
     }
 
-    /// Turns the gap register and its Missing reports on or off (off when made). The v1model
-    /// program keeps the same registers (its `switch_addr` entry turns them on); the Tofino
-    /// program keeps none yet, and is this model with reports off, where a ProbeReply tells
-    /// the workers that no reports come. A caller that turns them on must send what
-    /// [`Self::poll_report`] returns.
+    /// Turns the gap register and its Missing reports on or off (off when made). Both P4
+    /// programs keep the same registers (their `switch_addr` entry turns them on). A caller
+    /// that turns them on must send what [`Self::poll_report`] returns.
     pub fn set_gap_reports(&mut self, on: bool) {
         self.gap_reports = on;
     }

@@ -153,6 +153,10 @@ pub struct Registers {
     /// `reg_result_use`: per block and gap counter, `2 * slot + set + 1` of the use whose
     /// multicast result carried it (0: none), so that a rank's Missing report names a use.
     pub(super) result_uses: Vec<u32>,
+    /// `reg_result_seq`: the sequence number of that use, so that a report that comes after
+    /// the set has gone on to a newer use names no use (a rank that lacks a result holds its
+    /// set back, so only a late report meets a newer use).
+    pub(super) result_seqs: Vec<u32>,
     /// `reg_total_gap` (a switch with an uplink): per block, the gap counter of the latest
     /// total that came down with one, plus 64 (0: none yet).
     pub(super) totals_seen: Vec<u32>,
@@ -176,6 +180,7 @@ impl Registers {
             ],
             result_gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
             result_uses: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)],
+            result_seqs: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)],
             totals_seen: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
             values: vec![CellLine([0; 16]); (slots * 2 * usize::from(cfg.max_elems)).div_ceil(16)],
             max_elems: cfg.max_elems,
@@ -235,6 +240,7 @@ impl Registers {
             let m = usize::from(GAP_COUNTER);
             self.partial_uses[first * m..end * m].fill(0);
             self.result_uses[first * m..end * m].fill(0);
+            self.result_seqs[first * m..end * m].fill(0);
         }
         let m = usize::from(self.max_elems);
         cells_of(&mut self.values)[2 * base * m..2 * (base + count) * m].fill(0);

@@ -92,9 +92,14 @@ impl Pipeline {
         };
         let job = &self.jobs[job_idx].cfg;
         let named = (hdr.epoch == job.epoch && job_has_slot(job, hdr.slot))
-            .then(|| recorded_use(&self.regs.result_uses, hdr.slot, hdr.gap?))
+            .then(|| {
+                let counter = hdr.gap?;
+                let (slot, set) = recorded_use(&self.regs.result_uses, hdr.slot, counter)?;
+                let seq = self.regs.result_seqs[use_cell(usize::from(hdr.slot), counter)];
+                Some((slot, set, seq))
+            })
             .flatten();
-        let Some((slot, set)) = named else {
+        let Some((slot, set, seq)) = named else {
             self.counters.missing_unmatched += 1;
             return Verdict::Absorbed;
         };
@@ -106,7 +111,7 @@ impl Pipeline {
             exponent: QueryAsk::Fetch.byte(),
             slot,
             count: 0,
-            seq: self.regs.slots[usize::from(slot)].seq[usize::from(set)],
+            seq,
             ..hdr
         };
         let mut header = [0u8; HEADER_LEN];
@@ -175,6 +180,22 @@ fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
         return None;
     }
     Some((u16::try_from(named).ok()?, set as u8))
+}
+
+/// [`stamp`] for a multicast result of use `(slot, set)` with sequence number `seq`, which
+/// is recorded with it.
+#[inline(always)]
+pub(super) fn stamp_result(
+    (next_counters, uses, seqs): (&mut [u8], &mut [u32], &mut [u32]),
+    slot: usize,
+    set: usize,
+    seq: u32,
+) -> Option<u8> {
+    let counter = stamp(next_counters, uses, slot, set)?;
+    if let Some(cell) = seqs.get_mut(use_cell(slot, counter)) {
+        *cell = seq;
+    }
+    Some(counter)
 }
 
 /// [`recorded_use`], and the record cleared (read and cleared in one stateful access on a P4

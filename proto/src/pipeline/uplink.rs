@@ -8,7 +8,7 @@ use super::counters::drop_counted;
 use super::data::in_turns;
 use super::jobs::Job;
 use super::registers::{awaiting, cells_of};
-use super::reports::{block_in_job, note_total_counter, stamp, take_recorded_use};
+use super::reports::{block_in_job, note_total_counter, stamp_result, take_recorded_use};
 use super::{
     Counters, DropReason, JobConfig, Pipeline, PortId, Registers, SlotRegisters, Uplink, Verdict,
 };
@@ -156,7 +156,14 @@ impl Pipeline {
         counters.totals_received += 1;
         counters.results_multicast += 1;
         let gap = (*gap_reports && block_in_job(&job.cfg, slot_idx))
-            .then(|| stamp(&mut regs.result_gaps, &mut regs.result_uses, slot_idx, x))
+            .then(|| {
+                let results = (
+                    &mut regs.result_gaps[..],
+                    &mut regs.result_uses[..],
+                    &mut regs.result_seqs[..],
+                );
+                stamp_result(results, slot_idx, x, hdr.seq)
+            })
             .flatten();
         let repr = AggRepr {
             kind: MessageType::Result,

@@ -29,6 +29,7 @@ pub(super) fn egress_parser(p: &mut P4) {
         transition select(hdr.bridge.op) {{
             {reply} : parse_reply;
             {mcast} : parse_reply;
+            {harvest_mcast} : parse_reply;
             default : accept;
         }}
     }}
@@ -45,6 +46,7 @@ pub(super) fn egress_parser(p: &mut P4) {
 ",
         reply = bridge::REPLY,
         mcast = bridge::MCAST,
+        harvest_mcast = bridge::HARVEST_MCAST,
     );
 }
 
@@ -79,9 +81,32 @@ pub(super) fn egress(p: &mut P4) {
     }}
 
 {report}
+    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
+    // low six bits), stamped on the result on its way to the second pass: the recirculation
+    // port's queue keeps the order, so the ranks get a block's results in counter order.
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = v + 1;
+        }}
+    }};
+    action take_result_gap() {{
+        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    }}
+    action stamp_result_gap() {{
+        hdr.ina.gap = md.res_gap[5:0];
+        hdr.ina.gap_on = 1;
+    }}
+
     apply {{
         if (hdr.report.isValid()) {{
             ina_report_addr.apply();
+            hdr.bridge.setInvalid();
+        }} else if (hdr.bridge.op == {harvest_mcast}) {{
+            // On its way to the second pass, which reads the bridged header.
+            take_result_gap();
+            stamp_result_gap();
         }} else {{
             if (hdr.bridge.op == {flood} && eg_intr_md.egress_port == hdr.bridge.port) {{
                 drop_copy();
@@ -92,8 +117,8 @@ pub(super) fn egress(p: &mut P4) {
             if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast}) {{
                 md.fix_checksum = 1;
             }}
+            hdr.bridge.setInvalid();
         }}
-        hdr.bridge.setInvalid();
         hdr.report.setInvalid();
     }}
 }}
@@ -101,6 +126,7 @@ pub(super) fn egress(p: &mut P4) {
         flood = bridge::FLOOD,
         mcast = bridge::MCAST,
         reply = bridge::REPLY,
+        harvest_mcast = bridge::HARVEST_MCAST,
         report = report_rewrite(),
     );
 }

@@ -13,6 +13,8 @@ header bridge_h {
     bit<6> _pad;
     PortId_t port;
     bit<16> mgrp;
+    // A stamped result's use, for reg_result_use: 1 << 14 | 2 * slot + set.
+    bit<16> rec;
 }
 
 // Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
@@ -105,12 +107,15 @@ struct ingress_md_t {
     bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;
-    bit<32> res_gap;
-    bit<32> use_rec;
+    bit<16> use_rec;
+    bit<32> rec;
+    bit<32> rec_seq;
+    bit<1> from_missing;
 }
 
 struct egress_md_t {
     bit<1> fix_checksum;
+    bit<32> res_gap;
 }
 
 ",

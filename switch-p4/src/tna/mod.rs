@@ -34,7 +34,7 @@ use crate::common;
 use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
-use ina_proto::event::{MISSING_COUNTERS, MISSING_SENT};
+use ina_proto::event::{MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
 use ina_proto::pipeline::JobConfig;
 use ina_proto::pipeline::{HEADER_USE, MAX_REPORTED_GAP};
 use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, GAP_BLOCK, GAP_COUNTER, HEADER_LEN};
@@ -84,10 +84,15 @@ pub const GAP_BLOCKS: u32 = POOL_SLOTS / GAP_BLOCK as u32;
 pub const GAP_CELLS: u32 = GAP_BLOCKS * 32;
 /// Cells of `reg_result_use`: one per block and gap counter.
 pub const RESULT_USE_CELLS: u32 = GAP_BLOCKS * GAP_COUNTER as u32;
-/// The registers of Missing reports, indexed by block (`reg_result_gap`), by block and rank
-/// (`reg_gap`) and by block and counter (`reg_result_use`), which the control plane zeroes
-/// for the blocks of a job when it installs the job.
-pub const GAP_REGISTERS: [&str; 3] = ["reg_gap", "reg_result_gap", "reg_result_use"];
+/// The registers of Missing reports, indexed by block (`reg_result_gap`, in egress), by block
+/// and rank (`reg_gap`) and by block and counter (`reg_result_use`, `reg_result_seq`), which
+/// the control plane zeroes for the blocks of a job when it installs the job.
+pub const GAP_REGISTERS: [&str; 4] = [
+    "reg_gap",
+    "reg_result_gap",
+    "reg_result_use",
+    "reg_result_seq",
+];
 /// The first mirror session of the Missing reports: a report of Data that came in on port `p`
 /// is mirrored to session `REPORT_SESSION_BASE + p`, whose multicast group
 /// (`runtime::tofino_report_mgrp(p)`) holds port `p` once per copy (`DATA_REPORT_COPIES`).
@@ -345,6 +350,7 @@ fn constants(p: &mut P4) {
         "REJECT",
         "PROBE_REPLY",
         "PENDING",
+        "QUERY",
         "MISSING",
     ];
     common::protocol_constants(p, &types, false);
@@ -372,6 +378,8 @@ const bit<32> GAP_STEP = 0x{gap_step:08x};
 const bit<32> GAP_AHEAD = 0x{gap_ahead:08x};
 const bit<32> MISSING_COUNTERS = {missing_counters};
 const bit<32> MISSING_SENT = {missing_sent};
+const bit<32> MISSING_RECEIVED = {missing_received};
+const bit<8> OP_QUERY = {op_query};
 const bit<10> REPORT_SESSION_BASE = {report_session_base};
 const MirrorType_t MIRROR_TYPE_REPORT = {mirror_type_report};
 const bit<8> REPORT_OP = 0x{report_op:02x};
@@ -390,6 +398,8 @@ struct pair_t {{
         gap_ahead = GAP_STEP * (MAX_REPORTED_GAP + 1),
         missing_counters = MISSING_COUNTERS,
         missing_sent = MISSING_SENT,
+        missing_received = MISSING_RECEIVED,
+        op_query = op::QUERY,
         report_session_base = REPORT_SESSION_BASE,
         mirror_type_report = MIRROR_TYPE_REPORT,
         report_op = REPORT_OP,

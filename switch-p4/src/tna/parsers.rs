@@ -83,7 +83,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }
 
 /// The metadata fields some path reads before it writes them, zeroed by the parser.
-pub(super) const INIT_ZERO: [&str; 23] = [
+pub(super) const INIT_ZERO: [&str; 24] = [
     "pass2",
     "arp_req",
     "ina_expected",
@@ -106,7 +106,8 @@ pub(super) const INIT_ZERO: [&str; 23] = [
     "rbit",
     "gap_block",
     "gap_old",
-    "res_gap",
+    "rec",
+    "from_missing",
 ];
 
 pub(super) fn ingress_deparser(p: &mut P4) {

@@ -50,7 +50,7 @@ pub(super) fn table(
 }
 
 /// The key of `ina_check`, `seq_access` and `seq_order_access` (stage 2).
-pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
+pub(super) const CHECK_KEYS: [(&str, &str); 25] = [
     ("md.pass2", "ternary"),
     ("md.arp_req", "ternary"),
     ("hdr.arp.isValid()", "ternary"),
@@ -75,6 +75,7 @@ pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
     ("md.l2_kind", "ternary"),
     ("md.l2_port_x", "ternary"),
     ("hdr.ina.exponent", "ternary"),
+    ("md.reports", "ternary"),
 ];
 
 /// A key pattern of [`CHECK_KEYS`]: every position `_` but those named.
@@ -202,10 +203,38 @@ pub(super) fn check_entries() -> Vec<Entry> {
         v.push(kv("hdr.ina.msg_type", mt(t)));
         push(v, drop(Event::UnknownJob));
     }
+    // A rank's Missing that stage 1 did not turn into its Query (PROTOCOL.md section 5, "Lost
+    // results"): it names no recorded use of its job and epoch. Without reports, a type the
+    // switch does not take.
+    let mut missing = authenticated(MessageType::Missing);
+    missing.push(kv("md.reports", 1));
+    push(missing, drop(Event::MissingUnmatched));
+    let mut v = parsed_ina();
+    v.extend([
+        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
+        kv("md.reports", 1),
+        kv("md.job_hit", 1),
+        kv("md.rank_hit", 1),
+    ]);
+    push(v, drop(Event::WrongPort));
+    let mut v = parsed_ina();
+    v.extend([
+        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
+        kv("md.reports", 1),
+        kv("md.job_hit", 1),
+    ]);
+    push(v, drop(Event::UnknownRank));
+    let mut v = parsed_ina();
+    v.extend([
+        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
+        kv("md.reports", 1),
+    ]);
+    push(v, drop(Event::UnknownJob));
     for t in [
         MessageType::Result,
         MessageType::ProbeReply,
         MessageType::Pending,
+        MessageType::Missing,
     ] {
         let mut v = parsed_ina();
         v.push(kv("hdr.ina.msg_type", mt(t)));

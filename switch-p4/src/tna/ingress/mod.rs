@@ -35,7 +35,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Index = ina_proto::event::Event.
     Counter<bit<64>, bit<8>>(EVENT_COUNT, CounterType_t.PACKETS) ina_events;
     Counter<bit<64>, bit<1>>(1, CounterType_t.PACKETS) ina_multicast;
-    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report).
+    // Index = ina_proto::event::MISSING_*: reports of lost data sent (one per report), and
+    // ranks' Missing reports answered.
     Counter<bit<64>, bit<1>>(MISSING_COUNTERS, CounterType_t.PACKETS) ina_missing;
 
     // Twin: SlotRegisters::seq (low half = set 0, high half = set 1), indexed by slot.
@@ -64,11 +65,11 @@ fn apply(p: &mut P4) {
         ina_rank.apply();
         rank_bit.apply();
         gap_block.apply();
-        result_gap_access.apply();
+        result_use_access.apply();
         // Stage 1.
         prep_compare.apply();
         full_mask.apply();
-        result_use_access.apply();
+        requery_access.apply();
         // Stage 2.
         ina_check.apply();
         seq_access.apply();
@@ -108,6 +109,10 @@ fn apply(p: &mut P4) {
         }
         if (md.mcast_count == 1) {
             ina_multicast.count(0);
+        }
+        // A rank's Missing answered as its fetching Query.
+        if (md.from_missing == 1 && md.op == OP_QUERY) {
+            ina_missing.count((bit<1>)MISSING_RECEIVED);
         }
     }
 }

@@ -59,6 +59,8 @@ fn answer_actions(p: &mut P4) {
         p,
         "        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = md.job_epoch;
+        // The gap flag: this switch sends Missing reports (PROTOCOL.md section 5).
+        hdr.ina.gap_on = md.reports;
         hdr.probe.setValid();
         hdr.probe.workers = (bit<32>)md.workers;
         hdr.probe.elems = (bit<32>)md.elems;
@@ -116,7 +118,7 @@ fn answer_actions(p: &mut P4) {
         hdr.ina.exponent = md.exp_x[7:0];
 ",
     );
-    recirculate(p, bridge::HARVEST_UNICAST, "0");
+    recirculate(p, bridge::HARVEST_UNICAST, false);
     p.push_str("    }\n");
 }
 
@@ -144,11 +146,12 @@ fn multicast_actions(p: &mut P4) {
         "    // The last arrival of a use with payload: the high halves are in; the second pass\n    // reads the low halves and multicasts.\n",
     );
     p.push_str(
-        "    // A multicast result without payload that takes its block's gap counter on a second\n    // pass.\n",
+        "    // The same through egress, which stamps the block's gap counter on the way to the\n    // second pass (with payload, or without: such a result takes the pass for its counter).\n",
     );
-    for (name, elems) in [
-        ("multicast_result_harvest", ELEMS),
-        ("multicast_result_empty_harvest", 0),
+    for (name, elems, stamp) in [
+        ("multicast_result_harvest", ELEMS, false),
+        ("multicast_result_harvest_stamped", ELEMS, true),
+        ("multicast_result_empty_harvest", 0, true),
     ] {
         let _ = writeln!(p, "    action {name}() {{");
         p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
@@ -158,7 +161,7 @@ fn multicast_actions(p: &mut P4) {
         hdr.ina.exponent = md.exp_x[7:0];
 ",
         );
-        recirculate(p, bridge::HARVEST_MCAST, "md.stamp");
+        recirculate(p, bridge::HARVEST_MCAST, stamp);
         p.push_str("    }\n");
     }
 
@@ -170,13 +173,10 @@ fn multicast_actions(p: &mut P4) {
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }}
-    // With the block's gap counter if the first pass asked for it (`stamp`).
     action send_harvest_multicast() {{
         hdr.bridge.op = {mcast};
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
-        hdr.ina.gap = md.res_gap[5:0];
-        hdr.ina.gap_on = hdr.bridge.stamp;
     }}",
         reply = bridge::REPLY,
         mcast = bridge::MCAST,
@@ -235,7 +235,11 @@ fn reply_table(p: &mut P4) {
         ),
         entry(
             &[&s(op::DATA), &s(out::MCAST), "_", &ELEMS.to_string(), "1"],
-            "multicast_result_harvest()",
+            "multicast_result_harvest_stamped()",
+        ),
+        entry(
+            &[&s(op::DATA), &s(out::MCAST_HARVEST), "_", "_", "1"],
+            "multicast_result_harvest_stamped()",
         ),
         entry(
             &[&s(op::DATA), &s(out::MCAST), "_", "0"],
@@ -282,6 +286,7 @@ fn reply_table(p: &mut P4) {
             "multicast_result_empty",
             "multicast_result",
             "multicast_result_harvest",
+            "multicast_result_harvest_stamped",
             "multicast_result_empty_harvest",
             "send_harvest_unicast",
             "send_harvest_multicast",
@@ -320,18 +325,21 @@ pub(super) fn reply_headers(p: &mut P4, elems: u16) {
 }
 
 /// Statements that send the frame through the pipe's recirculation port for its second pass,
-/// with bridged instruction `op` and gap counter request `stamp`.
-pub(super) fn recirculate(p: &mut P4, op: u8, stamp: &str) {
+/// with bridged instruction `op`; `stamp`: through egress, which stamps the block's gap
+/// counter, and its use recorded on the second pass.
+pub(super) fn recirculate(p: &mut P4, op: u8, stamp: bool) {
+    let (stamp, bypass) = (u8::from(stamp), u8::from(!stamp));
     let _ = writeln!(
         p,
         "        hdr.bridge.setValid();
         hdr.bridge.op = {op};
         hdr.bridge.stamp = {stamp};
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = md.use_rec;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
-        ig_tm_md.bypass_egress = 1;"
+        ig_tm_md.bypass_egress = {bypass};"
     );
 }
 
@@ -342,6 +350,7 @@ pub(super) fn to_egress(p: &mut P4, op: u8) {
         hdr.bridge.op = {op};
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;"
     );

@@ -20,7 +20,7 @@ pub(super) fn stage0(p: &mut P4) {
         md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
         md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
         md.gap_in = hdr.ina.gap ++ 26w1;
-        md.use_rec = 18w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.use_rec = 2w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
     }}
     @stage(0)
     table switch_addr {{
@@ -49,34 +49,60 @@ pub(super) fn stage0(p: &mut P4) {
         size = {gap_blocks};
     }}
 
-    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (the
-    // low six bits of the cell).
-    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
-    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {{
-        void apply(inout bit<32> v, out bit<32> rv) {{
-            rv = v;
-            v = v + 1;
+    // Twin: Registers::result_uses. Per block and gap counter, the use whose multicast result
+    // carried the counter: 1 << 14 | 2 * slot + set (0: none). Written on the result's second
+    // pass (egress stamped the counter on its first), read by a rank's Missing of it.
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {{
+        void apply(inout bit<32> v) {{
+            v = (bit<32>)hdr.bridge.rec;
         }}
     }};
-    // A multicast result's second pass takes its block's next counter.
-    action do_result_gap() {{
-        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_read = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+        }}
+    }};
+    // Twin: Registers::result_uses as well: the use's sequence number. (The Rust model asks
+    // about the set's current use, which is the recorded one while a rank lacks its result.)
+    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_seq;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_write = {{
+        void apply(inout bit<32> v) {{
+            v = hdr.ina.seq;
+        }}
+    }};
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_read = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+        }}
+    }};
+    action do_result_use_write() {{
+        result_use_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        result_seq_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+    }}
+    action do_result_use_read() {{
+        md.rec = result_use_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        md.rec_seq = result_seq_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
     }}
     @stage(0)
-    table result_gap_access {{
+    table result_use_access {{
         key = {{
             md.pass2 : exact;
-            hdr.bridge.op : exact;
-            hdr.bridge.stamp : exact;
+            hdr.bridge.op : ternary;
+            hdr.bridge.stamp : ternary;
+            hdr.ina.msg_type : ternary;
+            hdr.ina.gap_on : ternary;
         }}
         actions = {{
-            do_result_gap;
+            do_result_use_write;
+            do_result_use_read;
             NoAction;
         }}
         const entries = {{
-            (1, {harvest_mcast}, 1) : do_result_gap();
+            (1, {harvest_mcast}, 1, _, _) : do_result_use_write();
+            (0, _, _, {missing}, 1) : do_result_use_read();
         }}
-        size = 1;
+        size = 2;
         const default_action = NoAction();
     }}
 
@@ -163,6 +189,7 @@ pub(super) fn stage0(p: &mut P4) {
         hdr_udp = 8 + HEADER_LEN,
         gap_blocks = GAP_BLOCKS,
         harvest_mcast = bridge::HARVEST_MCAST,
+        missing = mt(MessageType::Missing),
     );
     let entries: Vec<Entry> = (0..MAX_WORKERS)
         .map(|r| {
@@ -209,30 +236,35 @@ pub(super) fn stage1(p: &mut P4) {
         const default_action = compare();
     }}
 
-    // Twin: Registers::result_uses. Per block and counter, the use whose multicast result
-    // carried the counter: 1 << 14 | 2 * slot + set (0: none).
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
-    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {{
-        void apply(inout bit<32> v) {{
-            v = md.use_rec;
-        }}
-    }};
-    action do_result_use_write() {{
-        result_use_write.execute(hdr.ina.slot[12:6] ++ md.res_gap[5:0]);
+    // A rank's Missing of a result it lacks (PROTOCOL.md section 5, \"Lost results\"), of its own
+    // job's epoch, for a block of its job whose record names a use: from here on it is the
+    // rank's fetching Query of that use.
+    action requery() {{
+        md.cell = md.rec[13:0];
+        md.from_missing = 1;
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.slot = (bit<16>)md.rec[13:1];
+        hdr.ina.set = md.rec[0:0];
+        hdr.ina.seq = md.rec_seq;
+        hdr.ina.exponent = {fetch};
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
     }}
     @stage(1)
-    table result_use_access {{
+    table requery_access {{
         key = {{
-            md.pass2 : exact;
-            hdr.bridge.op : exact;
-            hdr.bridge.stamp : exact;
+            hdr.ina.msg_type : exact;
+            md.reports : exact;
+            md.gap_block : exact;
+            md.epoch_x : exact;
+            md.rec[14:14] : exact;
         }}
         actions = {{
-            do_result_use_write;
+            requery;
             NoAction;
         }}
         const entries = {{
-            (1, {harvest_mcast}, 1) : do_result_use_write();
+            ({missing}, 1, 1, 0, 1) : requery();
         }}
         size = 1;
         const default_action = NoAction();
@@ -242,7 +274,8 @@ pub(super) fn stage1(p: &mut P4) {
         md.full_mask = mask;
     }}",
         kind = kind_bit(),
-        harvest_mcast = bridge::HARVEST_MCAST,
+        fetch = ina_wire::QueryAsk::Fetch.byte(),
+        missing = mt(MessageType::Missing),
     );
     let entries: Vec<Entry> = (1..=u32::from(MAX_WORKERS))
         .map(|n| {
@@ -393,17 +426,14 @@ fn gap_register(p: &mut P4) {
 ",
     );
     let mut keys: Vec<(&str, &str)> = CHECK_KEYS.to_vec();
-    keys.extend([
-        ("md.reports", "ternary"),
-        ("md.gap_block", "ternary"),
-        ("hdr.ina.gap_on", "ternary"),
-    ]);
+    keys.extend([("md.gap_block", "ternary"), ("hdr.ina.gap_on", "ternary")]);
     let entries: Vec<Entry> = accepted()
         .into_iter()
         .filter(|(t, _)| *t == MessageType::Data)
-        .map(|(_, pattern)| {
+        .map(|(_, mut pattern)| {
+            pattern.push(kv("md.reports", 1));
             let mut keys = check_pattern(&pattern);
-            keys.extend(["1".to_string(), "1".to_string(), "1".to_string()]);
+            keys.extend(["1".to_string(), "1".to_string()]);
             Entry {
                 keys,
                 action: "do_gap_note()".into(),
