@@ -20,7 +20,9 @@
 //! the largest reply.
 
 use crate::event::Event;
-use crate::pipeline::{Counters, JobConfig, JobError, Pipeline, PipelineConfig, PortId, Verdict};
+use crate::pipeline::{
+    Counters, JobConfig, JobError, Pipeline, PipelineConfig, PortId, Uplink, Verdict,
+};
 use crate::Instant;
 use ina_wire::agg::MAX_RANK;
 use ina_wire::ether::{
@@ -57,10 +59,31 @@ pub struct FrameJob {
     pub elems_per_packet: u16,
     /// The endpoint of each rank; `ranks.len()` is the number of workers.
     pub ranks: Vec<Endpoint>,
+    /// The upper switch, if this switch is the lower level of a tree for the job
+    /// (PROTOCOL.md §9).
+    pub uplink: Option<FrameUplink>,
 }
 
+/// The upper switch of a job and the job there (PROTOCOL.md §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameUplink {
+    /// Where the upper switch is: the port it is behind, its MAC and IPv4 address, its UDP
+    /// port.
+    pub switch: Endpoint,
+    /// The job's id, epoch and first slot on the upper switch, and this switch's rank there.
+    pub job: u16,
+    pub epoch: u16,
+    pub slot_base: u16,
+    pub rank: u8,
+}
+
+/// The pipeline port of every job's upper switch: the frame switch turns the upper switch's
+/// identity into it, and sends what the pipeline sends to it to that switch.
+pub const UPLINK: PortId = PortId(u16::MAX - 1);
+
 impl FrameJob {
-    /// The pipeline's configuration of this job: rank `r` is [`PortId`]`(r)`.
+    /// The pipeline's configuration of this job: rank `r` is [`PortId`]`(r)`, the upper
+    /// switch [`UPLINK`].
     pub fn pipeline_job(&self) -> JobConfig {
         JobConfig {
             job: self.job,
@@ -69,8 +92,22 @@ impl FrameJob {
             slot_count: self.slot_count,
             elems_per_packet: self.elems_per_packet,
             ranks: (0..self.ranks.len()).map(|r| PortId(r as u16)).collect(),
-            uplink: None,
+            uplink: self.uplink.map(|u| Uplink {
+                port: UPLINK,
+                job: u.job,
+                epoch: u.epoch,
+                rank: u.rank,
+                slot_base: u.slot_base,
+            }),
         }
+    }
+
+    /// The endpoint of pipeline port `port` of this job: a rank's, or the upper switch's.
+    fn endpoint_of(&self, port: PortId) -> Option<&Endpoint> {
+        if port == UPLINK {
+            return self.uplink.as_ref().map(|u| &u.switch);
+        }
+        self.ranks.get(usize::from(port.0))
     }
 }
 
@@ -109,6 +146,12 @@ pub enum L2Error {
     /// A job has more ranks than the bitmap holds.
     #[error("job {job} has {ranks} ranks; at most 32")]
     TooManyRanks { job: u16, ranks: usize },
+    /// A job's upper switch has the endpoint of one of its ranks.
+    #[error("the upper switch of job {job} has the endpoint of its rank {rank}")]
+    UplinkIsRank { job: u16, rank: usize },
+    /// Two jobs name the same job of their upper switches.
+    #[error("job {job}'s upper job {upper} is another job's upper job here already")]
+    DuplicateUplink { job: u16, upper: u16 },
     /// The L2 table names a MAC address twice.
     #[error("the L2 table holds {0} twice")]
     DuplicateMac(MacAddr),
@@ -327,6 +370,24 @@ impl FrameSwitch {
                 });
             }
         }
+        if let Some(u) = job.uplink {
+            let same = |o: &Endpoint| {
+                (o.port, o.ip, o.udp_port) == (u.switch.port, u.switch.ip, u.switch.udp_port)
+            };
+            if let Some(rank) = job.ranks.iter().position(same) {
+                return Err(L2Error::UplinkIsRank { job: job.job, rank });
+            }
+            if self
+                .jobs
+                .iter()
+                .any(|j| j.uplink.is_some_and(|o| o.job == u.job))
+            {
+                return Err(L2Error::DuplicateUplink {
+                    job: job.job,
+                    upper: u.job,
+                });
+            }
+        }
         self.pipeline.add_job(job.pipeline_job())?;
         self.jobs.push(job);
         Ok(())
@@ -435,8 +496,19 @@ impl FrameSwitch {
         }
     }
 
-    /// The pipeline port of a packet from `sender` that names `job` and `rank`.
+    /// The pipeline port of a packet from `sender` that names `job` and `rank`: the upper
+    /// switch of a job whose upper job is `job`, or a rank of job `job`.
     fn port_of(&self, sender: &Endpoint, job: u16, rank: u8) -> PortId {
+        let same = |ep: &Endpoint| {
+            (ep.port, ep.ip, ep.udp_port) == (sender.port, sender.ip, sender.udp_port)
+        };
+        if self
+            .jobs
+            .iter()
+            .any(|j| j.uplink.is_some_and(|u| u.job == job && same(&u.switch)))
+        {
+            return UPLINK;
+        }
         let Some(j) = self.jobs.iter().find(|j| j.job == job) else {
             return UNMATCHED;
         };
@@ -477,9 +549,17 @@ impl FrameSwitch {
         let verdict = pipeline.process(port, packet, now, scratch);
         let reply = match verdict {
             Verdict::Drop(_) | Verdict::Absorbed => None,
-            Verdict::Unicast { len, .. } => Some((len, false)),
-            Verdict::Multicast { len, .. } => Some((len, true)),
+            Verdict::Unicast { port, len } => Some((len, Some(port))),
+            Verdict::Multicast { len, .. } => Some((len, None)),
         };
+        // The job here: the packet's, or the one whose upper job it names.
+        let local = jobs.iter().find(|j| {
+            if port == UPLINK {
+                j.uplink.is_some_and(|u| u.job == job)
+            } else {
+                j.job == job
+            }
+        });
         let event = event_of(&before, pipeline.counters());
         let mut addrs = FrameAddrs {
             src_mac: *mac,
@@ -490,24 +570,41 @@ impl FrameSwitch {
             dst_port: sender.udp_port,
         };
         if let Some(report) = pipeline.poll_report() {
-            // A report of lost data goes to the sender of the Data that showed the gap: the
-            // only ports of a frame switch's pipeline are its ranks'.
-            for _ in 0..report.copies {
-                out.push_datagram(sender.port, &addrs, &report.header);
+            // A report of lost data goes to the sender of the Data that showed the gap (a
+            // rank, or a lower switch); a report of lost totals to the upper switch.
+            let to = if report.port == port {
+                Some(&sender)
+            } else {
+                local.and_then(|j| j.endpoint_of(report.port))
+            };
+            if let Some(to) = to {
+                addrs.dst_mac = to.mac;
+                addrs.dst_ip = to.ip;
+                addrs.dst_port = to.udp_port;
+                for _ in 0..report.copies {
+                    out.push_datagram(to.port, &addrs, &report.header);
+                }
             }
         }
-        let Some((len, multicast)) = reply else {
+        let Some((len, unicast)) = reply else {
             return event;
         };
-        let Some(job) = jobs.iter().find(|j| j.job == job) else {
-            // Unreachable: a reply is only sent to an authenticated rank of an installed job.
+        let Some(job) = local else {
+            // Unreachable: a reply is only sent to an authenticated rank of an installed job
+            // or to its upper switch.
             return event;
         };
-        let targets: &[Endpoint] = if multicast {
-            *results_multicast += 1;
-            &job.ranks
-        } else {
-            core::slice::from_ref(&sender)
+        let targets: &[Endpoint] = match unicast {
+            None => {
+                *results_multicast += 1;
+                &job.ranks
+            }
+            // An answer to the sender goes to the frame's own addresses.
+            Some(to) if to == port => core::slice::from_ref(&sender),
+            Some(to) => match job.endpoint_of(to) {
+                Some(ep) => core::slice::from_ref(ep),
+                None => return event,
+            },
         };
         for ep in targets {
             addrs.dst_mac = ep.mac;

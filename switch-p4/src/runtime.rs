@@ -386,6 +386,7 @@ impl P4Job {
                     udp_port: r.udp_port,
                 })
                 .collect(),
+            uplink: None,
         }
     }
 

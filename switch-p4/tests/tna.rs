@@ -1501,6 +1501,7 @@ fn frame_switch_with_reports() -> FrameSwitch {
         slot_count: 3,
         elems_per_packet: E as u16,
         ranks: (0..3).map(endpoint).collect(),
+        uplink: None,
     })
     .expect("job");
     sw
@@ -1975,6 +1976,7 @@ fn frame_switch_of(workers: u8, w: u32, gaps: bool) -> FrameSwitch {
         slot_count,
         elems_per_packet: E as u16,
         ranks: (0..workers).map(endpoint).collect(),
+        uplink: None,
     })
     .expect("job");
     sw

@@ -37,18 +37,29 @@ fn switch(workers: u8, elems: u16) -> FrameSwitch {
         slot_count: 8,
         elems_per_packet: elems,
         ranks: (0..workers).map(endpoint).collect(),
+        uplink: None,
     })
     .unwrap();
     s
 }
 
 fn ina_frame(from: &Endpoint, repr: &AggRepr, values: &[i32]) -> Vec<u8> {
+    ina_frame_to(from, (MacAddr(SM), SIP), repr, values)
+}
+
+/// [`ina_frame`] to the switch at `to` (its MAC and IPv4 address).
+fn ina_frame_to(
+    from: &Endpoint,
+    to: (MacAddr, [u8; 4]),
+    repr: &AggRepr,
+    values: &[i32],
+) -> Vec<u8> {
     let mut buf = vec![0u8; FRAME_HEADER_LEN + repr.buffer_len()];
     let addrs = FrameAddrs {
         src_mac: from.mac,
-        dst_mac: MacAddr(SM),
+        dst_mac: to.0,
         src_ip: from.ip,
-        dst_ip: SIP,
+        dst_ip: to.1,
         src_port: from.udp_port,
         dst_port: UDP_PORT,
     };
@@ -390,6 +401,7 @@ fn configuration_errors() {
                 ..endpoint(1)
             },
         ],
+        uplink: None,
     };
     assert!(matches!(
         s.add_job(dup),
@@ -406,6 +418,7 @@ fn configuration_errors() {
         slot_count: 4,
         elems_per_packet: 4,
         ranks: vec![endpoint(1)],
+        uplink: None,
     };
     assert!(matches!(
         s.add_job(overlap),
@@ -611,4 +624,193 @@ fn the_per_frame_path_does_not_allocate() {
     );
     assert!(events.contains(&Event::PendingSent) && events.contains(&Event::ResultUnicast));
     assert_eq!(s.results_multicast(), 3);
+}
+
+/// A switch at `mac`/`ip` with ports 0..6 and no L2 table.
+fn bare_switch(mac: [u8; 6], ip: [u8; 4], gap_reports: bool) -> FrameSwitch {
+    FrameSwitch::new(FrameSwitchConfig {
+        mac: MacAddr(mac),
+        ip,
+        ports: (0..6).collect(),
+        l2: Vec::new(),
+        pipeline: PipelineConfig {
+            pool_slots: 128,
+            max_elems: 256,
+        },
+        gap_reports,
+    })
+    .unwrap()
+}
+
+/// Two rack switches of two workers each under an upper switch (PROTOCOL.md §9), as frame
+/// switches wired port to port, their jobs on whole blocks of slots (rack slots 64.. are the
+/// upper switch's 0..): every worker gets the sum of all four, addressed to it, with the
+/// total's gap counter when reports are on, and each rack sends one partial and takes one
+/// total.
+fn tree_of_frame_switches(gap_reports: bool) {
+    const UPLINK_PORT: u16 = 5;
+    let rack_addr = |k: u8| ([2, 0, 0, 0, 0, 0x10 + k], [198, 18, 0, 10 + k]);
+    let (upper_mac, upper_ip) = ([2, 0, 0, 0, 0, 0x20], [198, 18, 0, 20]);
+    let worker = |k: u8, r: u8| Endpoint {
+        port: u16::from(r),
+        mac: MacAddr([2, 0, 0, 1, k, r]),
+        ip: [198, 18, 1 + k, 1 + r],
+        udp_port: 9000 + u16::from(r),
+    };
+    let mut upper = bare_switch(upper_mac, upper_ip, gap_reports);
+    upper
+        .add_job(FrameJob {
+            job: 20,
+            epoch: 5,
+            slot_base: 0,
+            slot_count: 64,
+            elems_per_packet: 4,
+            ranks: (0..2)
+                .map(|k| Endpoint {
+                    port: u16::from(k),
+                    mac: MacAddr(rack_addr(k).0),
+                    ip: rack_addr(k).1,
+                    udp_port: UDP_PORT,
+                })
+                .collect(),
+            uplink: None,
+        })
+        .unwrap();
+    let mut racks: Vec<FrameSwitch> = (0..2u8)
+        .map(|k| {
+            let (mac, ip) = rack_addr(k);
+            let mut s = bare_switch(mac, ip, gap_reports);
+            s.add_job(FrameJob {
+                job: 7,
+                epoch: 3,
+                slot_base: 64,
+                slot_count: 64,
+                elems_per_packet: 4,
+                ranks: (0..2).map(|r| worker(k, r)).collect(),
+                uplink: Some(FrameUplink {
+                    switch: Endpoint {
+                        port: UPLINK_PORT,
+                        mac: MacAddr(upper_mac),
+                        ip: upper_ip,
+                        udp_port: UDP_PORT,
+                    },
+                    job: 20,
+                    epoch: 5,
+                    slot_base: 0,
+                    rank: k,
+                }),
+            })
+            .unwrap();
+            s
+        })
+        .collect();
+    // Frames in flight: (switch: 0, 1 the racks, 2 the upper one; ingress port; bytes).
+    let mut wire: Vec<(usize, u16, Vec<u8>)> = Vec::new();
+    let mut sum = [0i32; 4];
+    for k in 0..2u8 {
+        for r in 0..2u8 {
+            let ep = worker(k, r);
+            let mut repr = data(r, 4, 1);
+            repr.exponent = 100;
+            repr.slot = 73;
+            let values = [i32::from(10 * k + r), 1, -2, i32::MAX - 1];
+            for (s, v) in sum.iter_mut().zip(values) {
+                *s = s.wrapping_add(v);
+            }
+            let (mac, ip) = rack_addr(k);
+            let f = ina_frame_to(&ep, (MacAddr(mac), ip), &repr, &values);
+            wire.push((usize::from(k), ep.port, f));
+        }
+    }
+    let mut delivered: Vec<(u8, u8, Vec<u8>)> = Vec::new();
+    let mut out = Outputs::new();
+    let mut steps = 0;
+    while let Some((at, port, f)) = wire.pop() {
+        steps += 1;
+        assert!(steps < 100, "the tree does not settle");
+        let sw = if at == 2 { &mut upper } else { &mut racks[at] };
+        sw.process(port, &f, Instant::ZERO, &mut out);
+        for (p, frame) in collect(&out) {
+            match (at, p) {
+                (2, k) => wire.push((usize::from(k), UPLINK_PORT, frame)),
+                (k, UPLINK_PORT) => wire.push((2, k as u16, frame)),
+                (k, r) => delivered.push((k as u8, r as u8, frame)),
+            }
+        }
+    }
+    assert_eq!(delivered.len(), 4, "one result per worker");
+    for (k, r, frame) in delivered {
+        let ep = worker(k, r);
+        let parsed = ina_wire::frame::parse(&frame).unwrap();
+        assert_eq!(
+            (
+                parsed.addrs.dst_mac,
+                parsed.addrs.dst_ip,
+                parsed.addrs.dst_port
+            ),
+            (ep.mac, ep.ip, ep.udp_port)
+        );
+        assert_eq!(parsed.addrs.src_ip, rack_addr(k).1);
+        let (h, payload) = AggRepr::parse_bytes(parsed.payload).unwrap();
+        assert_eq!(
+            (h.kind, h.job, h.epoch, h.slot, h.seq),
+            (MessageType::Result, 7, 3, 73, 1)
+        );
+        assert_eq!(
+            h.gap.is_some(),
+            gap_reports,
+            "a total's counter on the way down"
+        );
+        let mut v = [0i32; 4];
+        ina_wire::payload::decode_into(payload, &mut v);
+        assert_eq!(v, sum);
+    }
+    for rack in &racks {
+        assert_eq!(rack.pipeline().counters().partials_sent, 1);
+        assert_eq!(rack.pipeline().counters().totals_received, 1);
+    }
+    assert_eq!(upper.results_multicast(), 1);
+}
+
+#[test]
+fn a_tree_of_frame_switches_sums_exactly() {
+    tree_of_frame_switches(false);
+    tree_of_frame_switches(true);
+}
+
+#[test]
+fn an_upper_switch_is_not_a_rank() {
+    let mut s = bare_switch(SM, SIP, false);
+    let job = FrameJob {
+        job: 1,
+        epoch: 1,
+        slot_base: 0,
+        slot_count: 8,
+        elems_per_packet: 4,
+        ranks: vec![endpoint(0), endpoint(1)],
+        uplink: Some(FrameUplink {
+            switch: endpoint(1),
+            job: 9,
+            epoch: 1,
+            slot_base: 0,
+            rank: 0,
+        }),
+    };
+    assert_eq!(
+        s.add_job(job.clone()),
+        Err(L2Error::UplinkIsRank { job: 1, rank: 1 })
+    );
+    let mut ok = job.clone();
+    ok.uplink = ok.uplink.map(|mut u| {
+        u.switch = endpoint(2);
+        u
+    });
+    s.add_job(ok.clone()).unwrap();
+    let mut second = ok;
+    second.job = 2;
+    second.slot_base = 8;
+    assert_eq!(
+        s.add_job(second),
+        Err(L2Error::DuplicateUplink { job: 2, upper: 9 })
+    );
 }

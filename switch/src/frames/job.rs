@@ -73,6 +73,7 @@ pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, FrameJobEr
         slot_count: keys.slots.1,
         elems_per_packet: keys.elems,
         ranks,
+        uplink: None,
     })
 }
 
