@@ -118,8 +118,8 @@ pub enum JobParseError {
     UplinkIncomplete(&'static str),
     #[error("uplink_rank {0}: a job has ranks 0..=31")]
     UplinkRank(u8),
-    #[error("`{0}`: the switch on raw ports (--ports) sends no partial sums to an upper switch; a rack switch of a tree is the UDP switch (--listen)")]
-    UplinkOnRawPorts(String),
+    #[error("`{0}`: uplink keys are read by UplinkKeys::split, not among the job's common keys")]
+    UplinkAmongCommonKeys(String),
 }
 
 fn number<T: FromStr<Err = ParseIntError>>(
@@ -174,7 +174,7 @@ impl<'a> JobKeys<'a> {
                 "workers" => workers = Some(value),
                 "group" => keys.group = Some(value),
                 k if k.starts_with("uplink") => {
-                    return Err(JobParseError::UplinkOnRawPorts(k.to_string()))
+                    return Err(JobParseError::UplinkAmongCommonKeys(k.to_string()))
                 }
                 other => return Err(JobParseError::UnknownKey(other.to_string())),
             }
@@ -195,16 +195,21 @@ impl FromStr for JobSpec {
     type Err = JobParseError;
 
     fn from_str(s: &str) -> Result<JobSpec, JobParseError> {
-        let (mut common, mut up) = (Vec::new(), Vec::new());
-        for part in s.split(';') {
-            match part.trim().split_once('=') {
-                Some((k, v)) if k.trim().starts_with("uplink") => up.push((k.trim(), v.trim())),
-                _ => common.push(part),
-            }
-        }
-        let common = common.join(";");
+        let (common, up) = UplinkKeys::split(s)?;
         let keys = JobKeys::parse(&common)?;
-        let uplink = UplinkSpec::from_keys(&up)?;
+        let uplink = match up {
+            None => None,
+            Some(u) => Some(UplinkSpec {
+                addr: u.addr.parse().map_err(|source| JobParseError::Uplink {
+                    value: u.addr.to_string(),
+                    source,
+                })?,
+                job: u.job,
+                rank: u.rank,
+                epoch: u.epoch,
+                slot_base: u.slot_base,
+            }),
+        };
         let workers = keys
             .workers
             .split(',')
@@ -234,21 +239,40 @@ impl FromStr for JobSpec {
     }
 }
 
-impl UplinkSpec {
-    /// The `uplink*` keys of a `--job` value; `None` without any.
-    fn from_keys(keys: &[(&str, &str)]) -> Result<Option<UplinkSpec>, JobParseError> {
+/// The `uplink*` keys of a `--job` value (`uplink=ADDR;uplink_rank=R;uplink_epoch=E`, and
+/// optionally `uplink_job=J`, `uplink_slot=S`), with the upper switch's address as written:
+/// a UDP address for the UDP switch, `INTERFACE/MAC/IP:UDP_PORT` on raw ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UplinkKeys<'a> {
+    pub addr: &'a str,
+    pub rank: u8,
+    pub epoch: u16,
+    pub job: Option<u16>,
+    pub slot_base: Option<u16>,
+}
+
+impl<'a> UplinkKeys<'a> {
+    /// Splits the `uplink*` keys off `s`: the other keys (for [`JobKeys::parse`]) and the
+    /// uplink's, `None` without any.
+    pub fn split(s: &'a str) -> Result<(String, Option<UplinkKeys<'a>>), JobParseError> {
+        let (mut common, mut up) = (Vec::new(), Vec::new());
+        for part in s.split(';') {
+            match part.trim().split_once('=') {
+                Some((k, v)) if k.trim().starts_with("uplink") => up.push((k.trim(), v.trim())),
+                _ => common.push(part),
+            }
+        }
+        Ok((common.join(";"), UplinkKeys::from_keys(&up)?))
+    }
+
+    fn from_keys(keys: &[(&'a str, &'a str)]) -> Result<Option<UplinkKeys<'a>>, JobParseError> {
         if keys.is_empty() {
             return Ok(None);
         }
         let (mut addr, mut rank, mut epoch, mut job, mut slot) = (None, None, None, None, None);
-        for (k, v) in keys {
-            match *k {
-                "uplink" => {
-                    addr = Some(v.parse().map_err(|source| JobParseError::Uplink {
-                        value: v.to_string(),
-                        source,
-                    })?)
-                }
+        for &(k, v) in keys {
+            match k {
+                "uplink" => addr = Some(v),
                 "uplink_rank" => rank = Some(number::<u8>("uplink_rank", v)?),
                 "uplink_epoch" => epoch = Some(number("uplink_epoch", v)?),
                 "uplink_job" => job = Some(number("uplink_job", v)?),
@@ -260,7 +284,7 @@ impl UplinkSpec {
         if rank > ina_wire::agg::MAX_RANK {
             return Err(JobParseError::UplinkRank(rank));
         }
-        Ok(Some(UplinkSpec {
+        Ok(Some(UplinkKeys {
             addr: addr.ok_or(JobParseError::UplinkIncomplete("uplink"))?,
             job,
             rank,
@@ -355,8 +379,8 @@ mod tests {
     #[test]
     fn the_common_keys_refuse_an_uplink() {
         let e = JobKeys::parse("id=3;slots=0..64;workers=x;uplink=10.0.0.1:5").unwrap_err();
-        assert_eq!(e, JobParseError::UplinkOnRawPorts("uplink".into()));
-        assert!(e.to_string().contains("UDP switch (--listen)"), "{e}");
+        assert_eq!(e, JobParseError::UplinkAmongCommonKeys("uplink".into()));
+        assert!(e.to_string().contains("UplinkKeys::split"), "{e}");
         let k = JobKeys::parse("id=3;slots=8..16;workers=p0/a/b;group=g").unwrap();
         assert_eq!(
             (k.id, k.slots, k.elems, k.workers, k.group),

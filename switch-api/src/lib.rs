@@ -15,5 +15,5 @@ pub mod job;
 pub mod stats;
 
 pub use control::{tokens_match, ControlClient, Request, Response};
-pub use job::{JobKeys, JobParseError, JobSpec, UplinkSpec};
+pub use job::{JobKeys, JobParseError, JobSpec, UplinkKeys, UplinkSpec};
 pub use stats::{IoStats, ShardStats, SwitchStats};

@@ -1,10 +1,12 @@
 //! Jobs of the L2 switch as an operator writes them:
 //! `id=1;slots=0..64;elems=64;workers=IF/MAC/IP:UDP,...` (rank r is the r-th worker), with an
 //! optional `epoch=`: the keys of the UDP switch's `--job` ([`JobKeys`]), workers by the port
-//! they are behind and their addresses.
+//! they are behind and their addresses. A rack switch of a tree (PROTOCOL.md §9) adds the
+//! UDP switch's uplink keys ([`UplinkKeys`]) with the upper switch written as a worker is:
+//! `uplink=IF/MAC/IP:UDP;uplink_rank=R;uplink_epoch=E`.
 
-use ina_proto::l2::{Endpoint, FrameJob};
-use ina_switch_api::{JobKeys, JobParseError};
+use ina_proto::l2::{Endpoint, FrameJob, FrameUplink};
+use ina_switch_api::{JobKeys, JobParseError, UplinkKeys};
 use ina_wire::{MacAddr, MacParseError};
 use std::net::{AddrParseError, SocketAddrV4};
 
@@ -15,7 +17,7 @@ pub enum FrameJobError {
     Keys(#[from] JobParseError),
     #[error("group= is for the UDP switch: on raw ports every result leaves once per rank's port")]
     Group,
-    #[error("worker `{0}` is not INTERFACE/MAC/IP:UDP_PORT")]
+    #[error("`{0}` is not INTERFACE/MAC/IP:UDP_PORT")]
     WorkerSyntax(String),
     #[error("worker `{worker}`: address: {source}")]
     WorkerAddr {
@@ -44,26 +46,26 @@ pub fn port_index(ports: &[String], name: &str) -> Result<u16, FrameJobError> {
 /// Parses a job of the L2 switch on `ports`. Without `epoch=`, the job gets one that differs
 /// on every start, as on the UDP switch.
 pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, FrameJobError> {
-    let keys = JobKeys::parse(s)?;
+    let (common, up) = UplinkKeys::split(s)?;
+    let keys = JobKeys::parse(&common)?;
     if keys.group.is_some() {
         return Err(FrameJobError::Group);
     }
-    let mut ranks = Vec::new();
-    for w in keys.workers.split(',').map(str::trim) {
-        let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
-            return Err(FrameJobError::WorkerSyntax(w.to_string()));
-        };
-        let addr: SocketAddrV4 = addr.parse().map_err(|source| FrameJobError::WorkerAddr {
-            worker: w.to_string(),
-            source,
-        })?;
-        ranks.push(Endpoint {
-            port: port_index(ports, ifname)?,
-            mac: mac.parse::<MacAddr>()?,
-            ip: addr.ip().octets(),
-            udp_port: addr.port(),
-        });
-    }
+    let ranks = keys
+        .workers
+        .split(',')
+        .map(|w| endpoint(w.trim(), ports))
+        .collect::<Result<Vec<_>, _>>()?;
+    let uplink = match up {
+        None => None,
+        Some(u) => Some(FrameUplink {
+            switch: endpoint(u.addr, ports)?,
+            job: u.job.unwrap_or(keys.id),
+            epoch: u.epoch,
+            slot_base: u.slot_base.unwrap_or(keys.slots.0),
+            rank: u.rank,
+        }),
+    };
     Ok(FrameJob {
         job: keys.id,
         epoch: keys
@@ -73,7 +75,24 @@ pub fn parse_frame_job(s: &str, ports: &[String]) -> Result<FrameJob, FrameJobEr
         slot_count: keys.slots.1,
         elems_per_packet: keys.elems,
         ranks,
-        uplink: None,
+        uplink,
+    })
+}
+
+/// A worker, or an upper switch, as `INTERFACE/MAC/IP:UDP_PORT`.
+fn endpoint(w: &str, ports: &[String]) -> Result<Endpoint, FrameJobError> {
+    let [ifname, mac, addr] = w.split('/').collect::<Vec<_>>()[..] else {
+        return Err(FrameJobError::WorkerSyntax(w.to_string()));
+    };
+    let addr: SocketAddrV4 = addr.parse().map_err(|source| FrameJobError::WorkerAddr {
+        worker: w.to_string(),
+        source,
+    })?;
+    Ok(Endpoint {
+        port: port_index(ports, ifname)?,
+        mac: mac.parse::<MacAddr>()?,
+        ip: addr.ip().octets(),
+        udp_port: addr.port(),
     })
 }
 
@@ -106,6 +125,21 @@ mod tests {
         )
         .unwrap();
         assert_ne!(j.epoch, 0);
+        assert_eq!(j.uplink, None);
+        // A rack switch of a tree: the upper switch as a worker is written.
+        let j = parse_frame_job(
+            "id=2;slots=64..128;elems=64;workers=p0/02:00:00:00:00:0a/198.18.0.1:9000;\
+             uplink=p1/02:00:00:00:00:ff/198.18.0.9:18766;uplink_rank=3;uplink_epoch=11;uplink_slot=0",
+            &ports(),
+        )
+        .unwrap();
+        let up = j.uplink.expect("uplink");
+        assert_eq!(
+            (up.switch.port, up.switch.ip, up.switch.udp_port),
+            (1, [198, 18, 0, 9], 18766)
+        );
+        assert_eq!(up.switch.mac, MacAddr([2, 0, 0, 0, 0, 0xff]));
+        assert_eq!((up.job, up.epoch, up.rank, up.slot_base), (2, 11, 3, 0));
     }
 
     #[test]
@@ -138,8 +172,10 @@ mod tests {
                 "group= is for the UDP switch",
             ),
             (
-                format!("id=2;slots=0..8;workers=p0/{w};uplink=10.0.0.1:5"),
-                "UDP switch (--listen)",
+                format!(
+                    "id=2;slots=0..8;workers=p0/{w};uplink=10.0.0.1:5;uplink_rank=0;uplink_epoch=3"
+                ),
+                "`10.0.0.1:5` is not INTERFACE/MAC/IP:UDP_PORT",
             ),
         ];
         for (bad, words) in cases {
