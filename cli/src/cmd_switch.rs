@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 use ina_switch::{ControlServer, Switch, SwitchConfig};
-use ina_switch_api::{JobKeys, JobSpec};
+use ina_switch_api::{JobKeys, JobSpec, UplinkKeys};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -141,7 +141,9 @@ pub fn run(args: SwitchArgs) -> anyhow::Result<()> {
         }
         let mut sizes = Vec::new();
         for j in &args.jobs {
-            let keys = JobKeys::parse(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+            let (common, _) =
+                UplinkKeys::split(j).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
+            let keys = JobKeys::parse(&common).map_err(|e| anyhow::anyhow!("--job `{j}`: {e}"))?;
             sizes.push((format!("--job `{j}`"), keys.elems));
         }
         let max_elems = Some(size_max_elems(args.max_elems, &sizes)?);

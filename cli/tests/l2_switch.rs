@@ -185,6 +185,152 @@ fn the_l2_switch_serves_its_counters_once_it_says_it_is_ready() {
     stop(&mut sw);
 }
 
+/// Deletes a namespace when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = netns::command_in(None, "ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+/// Runs `ip ARGS` (in `ns` if given) and fails the test if it fails.
+fn ip_in(ns: Option<&str>, args: &[&str]) {
+    let ok = netns::command_in(ns, "ip")
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ip {args:?} in {ns:?}");
+}
+
+/// A tree of switches (PROTOCOL.md §9) whose racks are L2 switches on raw ports: two racks of
+/// two workers, each rack's switch (`ina switch --ports`, its own address 198.18.0.100 + i)
+/// with a third port `uplink` towards an upper UDP switch (`ina switch --listen`) in its own
+/// namespace, which lists the rack switches as its workers. Every worker's sums are exact,
+/// each rack sent its partials up as frames and took the totals down.
+fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
+    let _guard = serial();
+    let upper = Netns("l2tree-up".to_string());
+    let _ = netns::command_in(None, "ip")
+        .args(["netns", "del", &upper.0])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let racks: Vec<Rack> = (0..2)
+        .map(|i| Rack::new(&format!("l2t{i}"), 2).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    ip_in(None, &["netns", "add", &upper.0]);
+    ip_in(Some(&upper.0), &["link", "set", "lo", "up"]);
+    for (i, rack) in racks.iter().enumerate() {
+        let up = format!("up{i}");
+        ip_in(
+            None,
+            &[
+                "link",
+                "add",
+                &up,
+                "netns",
+                &upper.0,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "uplink",
+                "netns",
+                &rack.hub(),
+            ],
+        );
+        let up_mac = format!("02:00:00:00:19:0{i}");
+        let up_addr = format!("198.19.{i}.1/24");
+        let rack_switch = format!("198.18.0.{}/32", 100 + i);
+        ip_in(Some(&upper.0), &["link", "set", &up, "address", &up_mac]);
+        ip_in(Some(&upper.0), &["addr", "add", &up_addr, "dev", &up]);
+        ip_in(Some(&upper.0), &["link", "set", &up, "up"]);
+        ip_in(Some(&upper.0), &["route", "add", &rack_switch, "dev", &up]);
+        ip_in(Some(&rack.hub()), &["link", "set", "uplink", "up"]);
+        for (ns, dev) in [(upper.0.as_str(), up.as_str()), (&rack.hub(), "uplink")] {
+            netns::in_netns(ns, || netns::checksum_and_gro_off(dev))
+                .and_then(|r| r)
+                .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
+        }
+    }
+    let mut upper_sw = Proc::spawn_in(
+        Some(&upper.0),
+        "upper switch",
+        &[
+            "switch",
+            "--listen=0.0.0.0:18000",
+            "--job=id=1;epoch=77;slots=0..128;elems=256;workers=198.18.0.100:18766,198.18.0.101:18766",
+        ],
+    );
+    upper_sw.expect("ready", after(START));
+    let mut rack_sw: Vec<Proc> = racks
+        .iter()
+        .enumerate()
+        .map(|(i, rack)| {
+            let workers: Vec<String> = (0..2)
+                .map(|r| format!("{}/{}/{}:19000", Rack::port(r), Rack::worker_mac(r), Rack::worker_ip(r)))
+                .collect();
+            let mut sw = Proc::spawn_in(
+                Some(&rack.hub()),
+                "rack switch",
+                &[
+                    "switch".to_string(),
+                    format!("--ports={},uplink", rack.ports()),
+                    format!("--mac=02:00:00:00:00:{:02x}", 0x64 + i),
+                    format!("--ip=198.18.0.{}", 100 + i),
+                    format!(
+                        "--job=id=1;slots=0..128;elems=256;workers={};uplink=uplink/02:00:00:00:19:0{i}/198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77",
+                        workers.join(",")
+                    ),
+                ],
+            );
+            sw.expect("ready", after(START));
+            sw
+        })
+        .collect();
+    let run = Run::new(4, 262_144, 2);
+    let mut workers: Vec<Proc> = (0..4usize)
+        .map(|g| {
+            let (i, r) = (g / 2, g % 2);
+            let mut args = run.common(g);
+            args.extend([
+                format!("--switch=198.18.0.{}:18766", 100 + i),
+                format!("--bind={}:19000", Rack::worker_ip(r)),
+                format!("--switch-rank={r}"),
+            ]);
+            Proc::spawn_in(Some(&racks[i].worker_ns(r)), "worker", &args)
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = workers
+        .iter_mut()
+        .map(|p| Outcome::collect(p, after(Duration::from_secs(60))))
+        .collect();
+    let rack_stats: Vec<Value> = rack_sw.iter_mut().map(stop).collect();
+    upper_sw.signal(libc::SIGINT);
+    let upper_stats = upper_sw
+        .expect("stopped", after(Duration::from_secs(10)))
+        .value;
+    for o in &outcomes {
+        o.assert_verified(run.total());
+    }
+    for s in &rack_stats {
+        assert!(event(s, "data_first") > 0, "{s}");
+        for bad in [
+            "malformed",
+            "unknown_job",
+            "wrong_port",
+            "unknown_rank",
+            "stale_epoch",
+        ] {
+            assert_eq!(event(s, bad), 0, "{bad}: {s}");
+        }
+    }
+    println!("upper switch: {upper_stats}");
+}
+
 fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
@@ -201,6 +347,11 @@ fn main() -> std::process::ExitCode {
             "the_l2_switch_serves_its_counters_once_it_says_it_is_ready",
             ina_testkit::RACK,
             the_l2_switch_serves_its_counters_once_it_says_it_is_ready,
+        )
+        .test(
+            "a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly",
+            ina_testkit::RACK,
+            a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly,
         )
         .run()
 }

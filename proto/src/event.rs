@@ -60,11 +60,19 @@ pub enum Event {
     /// A Missing report (of a worker's lost results, PROTOCOL.md §5) that names no recorded
     /// use, or comes with another epoch or a slot outside the job: counted and dropped.
     MissingUnmatched = 19,
+    /// A total from the upper switch of a tree (PROTOCOL.md §9), multicast to the ranks.
+    TotalReceived = 20,
+    /// An answer of the upper switch (Pending, Reject, Missing) handled: passed on to rank 0,
+    /// or the partial sent up again.
+    UpperAnswer = 21,
+    /// A packet that made the switch send a Query or a partial up to the upper switch (a
+    /// rank's Query passed up, a fetch of a lost total).
+    SentUp = 22,
 }
 
 impl Event {
     /// Every event, in index order.
-    pub const ALL: [Event; 20] = [
+    pub const ALL: [Event; 23] = [
         Event::L2Forwarded,
         Event::L2Unknown,
         Event::ArpReplied,
@@ -85,6 +93,9 @@ impl Event {
         Event::PendingSent,
         Event::ProbeAnswered,
         Event::MissingUnmatched,
+        Event::TotalReceived,
+        Event::UpperAnswer,
+        Event::SentUp,
     ];
 
     /// The size of the P4 counter array.
@@ -118,6 +129,9 @@ impl Event {
             Event::PendingSent => "pending_sent",
             Event::ProbeAnswered => "probes_answered",
             Event::MissingUnmatched => "missing_unmatched",
+            Event::TotalReceived => "totals_received",
+            Event::UpperAnswer => "upper_answers",
+            Event::SentUp => "sent_up",
         }
     }
 }

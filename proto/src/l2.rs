@@ -622,7 +622,7 @@ type CounterOf = fn(&Counters) -> u64;
 /// The event a packet counted, from the pipeline's counters before and after it.
 fn event_of(before: &Counters, after: &Counters) -> Event {
     let changed = |f: CounterOf| f(after) != f(before);
-    let table: [(CounterOf, Event); 18] = [
+    let table: [(CounterOf, Event); 25] = [
         (|c| c.malformed, Event::Malformed),
         (|c| c.unexpected_type, Event::UnexpectedType),
         (|c| c.unknown_job, Event::UnknownJob),
@@ -639,6 +639,13 @@ fn event_of(before: &Counters, after: &Counters) -> Event {
         (|c| c.pending_sent, Event::PendingSent),
         (|c| c.probes_answered, Event::ProbeAnswered),
         (|c| c.missing_unmatched, Event::MissingUnmatched),
+        (|c| c.totals_received, Event::TotalReceived),
+        (|c| c.upstream_pending, Event::UpperAnswer),
+        (|c| c.upstream_rejects, Event::UpperAnswer),
+        (|c| c.upstream_missing, Event::UpperAnswer),
+        (|c| c.queries_up, Event::SentUp),
+        (|c| c.partials_resent, Event::SentUp),
+        (|c| c.partials_for_fetch, Event::SentUp),
         (|c| c.not_ina, Event::NotIna),
         // The frame switch sizes the pipeline's output for the largest reply.
         (|c| c.output_too_small, Event::Malformed),

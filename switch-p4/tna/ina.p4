@@ -57,7 +57,7 @@ const bit<16> INA_ELEMS = 64;
 const bit<7> RECIRC_PORT_IN_PIPE = 68;
 const bit<32> POOL_SLOTS = 8192;
 const bit<32> POOL_CELLS = 16384;
-const bit<32> EVENT_COUNT = 20;
+const bit<32> EVENT_COUNT = 23;
 
 typedef bit<13> slot_index_t;
 typedef bit<14> cell_index_t;

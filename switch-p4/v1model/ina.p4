@@ -44,7 +44,10 @@ const bit<32> EV_RESULTS_UNICAST = 16;
 const bit<32> EV_PENDING_SENT = 17;
 const bit<32> EV_PROBES_ANSWERED = 18;
 const bit<32> EV_MISSING_UNMATCHED = 19;
-const bit<32> EVENT_COUNT = 20;
+const bit<32> EV_TOTALS_RECEIVED = 20;
+const bit<32> EV_UPPER_ANSWERS = 21;
+const bit<32> EV_SENT_UP = 22;
+const bit<32> EVENT_COUNT = 23;
 const bit<32> POOL_SLOTS = 1024;
 const bit<16> MAX_ELEMS = 256;
 const bit<32> HEADER_USE = 0x80000000;
@@ -530,10 +533,12 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<64>>(POOL_SLOTS) reg_exp;
     // Missing reports (PROTOCOL.md §5), per block of 64 slots: the latest gap counter of
     // each rank plus 64 (0: none yet); the counter the block's next multicast Result
-    // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it.
+    // carries; and, per counter, 2*slot + set + 1 of the use whose Result carried it and
+    // the use's sequence number.
     register<bit<32>>(GAP_CELLS) reg_gap;
     register<bit<8>>(GAP_BLOCKS) reg_result_gap;
     register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
+    register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
     // Reports of lost data sent, and Missing reports answered.
     counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
     // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).
@@ -1930,7 +1935,6 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                     } else {
                         // A Missing report of results the rank lacks (PROTOCOL.md §5, "Lost results"):
                         // answered as the rank's fetching Query of the use its counter numbered.
-                        bool from_missing = false;
                         if (hdr.ina.msg_type == INA_MISSING) {
                             if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
                                 && hdr.ina.slot >= meta.job_slot_base
@@ -1944,10 +1948,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                     hdr.ina.msg_type = INA_QUERY;
                                     hdr.ina.slot = (bit<16>)(named >> 1);
                                     hdr.ina.set = named[0:0];
+                                    reg_result_seq.read(hdr.ina.seq, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
                                     hdr.ina.exponent = QUERY_FETCH;
                                     hdr.ina.count = 0;
                                     ina_missing.count(MISSING_RECEIVED);
-                                    from_missing = true;
                                 }
                             }
                         }
@@ -1994,15 +1998,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 exp_x = c_exp[63:32];
                                 exp_o = c_exp[31:0];
                             }
-                            if (from_missing) {
-                                // The use the report names is the set's current one.
-                                hdr.ina.seq = seq_x;
-                            }
                             // What the gap register needs, read before the tables rewrite the header.
                             bool is_data = hdr.ina.msg_type == INA_DATA;
                             bit<32> gap_in = (bit<32>)hdr.ina.gap;
                             bit<1> gap_on_in = hdr.ina.gap_on;
-                            bool refused = false;
                             bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
                             bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
                             && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
@@ -2077,7 +2076,6 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
                                 // A payload to a use begun by a header, or the reverse: the registers stay as they are.
                                 reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-                                refused = true;
                             } else {
                                 // A later arrival.
                                 bitmap_x = bitmap_x | rank_bit;
@@ -2120,6 +2118,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                         reg_result_gap.read(next, block);
                                         reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
                                         reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+                                        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
                                         hdr.ina.gap = next[5:0];
                                         hdr.ina.gap_on = 1;
                                     }
@@ -2129,7 +2128,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                     ina_multicast.count(0);
                                 }
                             }
-                            if (is_data && !refused && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
+                            if (is_data && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
                                 // The gap register (PROTOCOL.md §5, "Missing reports"): the cell of the block and
                                 // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
                                 // skipped are reported to the sender by a clone of this packet.
