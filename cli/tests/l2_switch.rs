@@ -328,7 +328,13 @@ fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
             assert_eq!(event(s, bad), 0, "{bad}: {s}");
         }
     }
-    println!("upper switch: {upper_stats}");
+    // Every use the upper switch finished came down to both racks as a total.
+    let finished = upper_stats["stats"]["total"]["pipeline"]["results_multicast"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{upper_stats}"));
+    let totals: u64 = rack_stats.iter().map(|s| event(s, "totals_received")).sum();
+    assert!(finished > 0, "{upper_stats}");
+    assert_eq!(totals, 2 * finished, "{upper_stats}");
 }
 
 fn main() -> std::process::ExitCode {
