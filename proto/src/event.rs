@@ -62,11 +62,12 @@ pub enum Event {
     MissingUnmatched = 19,
     /// A total from the upper switch of a tree (PROTOCOL.md §9), multicast to the ranks.
     TotalReceived = 20,
-    /// An answer of the upper switch (Pending, Reject, Missing) handled: passed on to rank 0,
-    /// or the partial sent up again.
+    /// Any other packet of the upper switch (its Pending, Reject or Missing, a total's header
+    /// alone), handled: passed on to rank 0, answered with the partial or a Query up, or
+    /// nothing to do.
     UpperAnswer = 21,
-    /// A packet that made the switch send a Query or a partial up to the upper switch (a
-    /// rank's Query passed up, a fetch of a lost total).
+    /// A rank's packet that made the switch send a Query or the partial up to the upper
+    /// switch (rank 0's ask about a use waiting for its total).
     SentUp = 22,
 }
 

@@ -560,7 +560,16 @@ impl FrameSwitch {
                 j.job == job
             }
         });
-        let event = event_of(&before, pipeline.counters());
+        let after = pipeline.counters();
+        let event = if port == UPLINK {
+            // The upper switch's packet: a total, a copy of one, or an answer handled.
+            match event_of(&before, after) {
+                e @ (Event::TotalReceived | Event::Duplicate | Event::StaleSeq) => e,
+                _ => Event::UpperAnswer,
+            }
+        } else {
+            event_of(&before, after)
+        };
         let mut addrs = FrameAddrs {
             src_mac: *mac,
             dst_mac: sender.mac,
@@ -622,7 +631,7 @@ type CounterOf = fn(&Counters) -> u64;
 /// The event a packet counted, from the pipeline's counters before and after it.
 fn event_of(before: &Counters, after: &Counters) -> Event {
     let changed = |f: CounterOf| f(after) != f(before);
-    let table: [(CounterOf, Event); 25] = [
+    let table: [(CounterOf, Event); 21] = [
         (|c| c.malformed, Event::Malformed),
         (|c| c.unexpected_type, Event::UnexpectedType),
         (|c| c.unknown_job, Event::UnknownJob),
@@ -640,11 +649,7 @@ fn event_of(before: &Counters, after: &Counters) -> Event {
         (|c| c.probes_answered, Event::ProbeAnswered),
         (|c| c.missing_unmatched, Event::MissingUnmatched),
         (|c| c.totals_received, Event::TotalReceived),
-        (|c| c.upstream_pending, Event::UpperAnswer),
-        (|c| c.upstream_rejects, Event::UpperAnswer),
-        (|c| c.upstream_missing, Event::UpperAnswer),
         (|c| c.queries_up, Event::SentUp),
-        (|c| c.partials_resent, Event::SentUp),
         (|c| c.partials_for_fetch, Event::SentUp),
         (|c| c.not_ina, Event::NotIna),
         // The frame switch sizes the pipeline's output for the largest reply.

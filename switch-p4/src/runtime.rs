@@ -16,7 +16,7 @@
 //! `reg_count`, `reg_exp`, `reg_value_j`; counters `ina_events`, `ina_multicast`.
 
 use crate::{tna, v1model};
-use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig};
+use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig, FrameUplink};
 use ina_proto::pipeline::{JobConfig, PipelineConfig, DATA_REPORT_COPIES};
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 use serde::{Deserialize, Serialize};
@@ -89,6 +89,25 @@ pub struct P4Job {
     pub mgrp: u16,
     /// The ranks, in rank order.
     pub ranks: Vec<RankDesc>,
+    /// The upper switch, for a rack switch of a tree (PROTOCOL.md §9). The frame model and
+    /// the L2 software switch take it; the P4 programs have no tree yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<UplinkDesc>,
+}
+
+/// A job's upper switch: where it is, and the job there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UplinkDesc {
+    /// The switch port the upper switch is behind.
+    pub port: u16,
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    pub udp_port: u16,
+    /// The job's id, epoch and first slot on the upper switch, and this switch's rank there.
+    pub job: u16,
+    pub epoch: u16,
+    pub slot_base: u16,
+    pub rank: u8,
 }
 
 /// Why a description cannot be installed.
@@ -96,6 +115,10 @@ pub struct P4Job {
 pub enum ConfigError {
     #[error("port {0} is beyond the ports of the target (0..=510)")]
     PortRange(u16),
+    #[error(
+        "job {job} has an upper switch: {target} has no aggregation tree yet (PROTOCOL.md §9)"
+    )]
+    Uplink { job: u16, target: &'static str },
     #[error("port {0} is listed twice")]
     DuplicatePort(u16),
     #[error("port {port} of {what} is not a port of the switch")]
@@ -154,6 +177,8 @@ pub struct TargetLimits {
     pub pool_slots: u32,
     pub elems: &'static [u16],
     pub control_registers: &'static [&'static str],
+    /// Whether a job may name an upper switch (PROTOCOL.md §9).
+    pub trees: bool,
 }
 
 /// The v1model program (`crate::v1model`).
@@ -162,6 +187,15 @@ pub const V1MODEL: TargetLimits = TargetLimits {
     pool_slots: v1model::POOL_SLOTS as u32,
     elems: &v1model::SUPPORTED_ELEMS,
     control_registers: &CONTROL_REGISTERS,
+    trees: false,
+};
+
+/// The frame model (`ina_proto::l2`) and the L2 software switch, held to the v1model
+/// program's pool and element counts (the scenarios they share), with aggregation trees.
+pub const FRAME_MODEL: TargetLimits = TargetLimits {
+    name: "the frame model",
+    trees: true,
+    ..V1MODEL
 };
 
 /// The Tofino (TNA) program (`crate::tna`): one pass of 64 elements, its pool, and its control
@@ -172,6 +206,7 @@ pub const TOFINO: TargetLimits = TargetLimits {
     pool_slots: tna::POOL_SLOTS,
     elems: &[tna::ELEMS],
     control_registers: &tna::CONTROL_REGISTERS,
+    trees: false,
 };
 
 /// Checks a switch and its jobs for the v1model program.
@@ -250,6 +285,12 @@ pub fn validate_job_for(
 ) -> Result<(), ConfigError> {
     if job.slot_count == 0 {
         return Err(ConfigError::NoSlots(job.id));
+    }
+    if job.uplink.is_some() && !target.trees {
+        return Err(ConfigError::Uplink {
+            job: job.id,
+            target: target.name,
+        });
     }
     let end = u32::from(job.slot_base) + u32::from(job.slot_count);
     if end > target.pool_slots {
@@ -365,6 +406,7 @@ impl P4Job {
                     udp_port,
                 })
                 .collect(),
+            uplink: None,
         }
     }
 
@@ -386,7 +428,18 @@ impl P4Job {
                     udp_port: r.udp_port,
                 })
                 .collect(),
-            uplink: None,
+            uplink: self.uplink.map(|u| FrameUplink {
+                switch: Endpoint {
+                    port: u.port,
+                    mac: u.mac,
+                    ip: u.ip.octets(),
+                    udp_port: u.udp_port,
+                },
+                job: u.job,
+                epoch: u.epoch,
+                slot_base: u.slot_base,
+                rank: u.rank,
+            }),
         }
     }
 
@@ -820,6 +873,7 @@ mod tests {
                     udp_port: 9000,
                 })
                 .collect(),
+            uplink: None,
         }
     }
 

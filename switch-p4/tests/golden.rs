@@ -40,6 +40,7 @@ fn example() -> (SwitchDesc, Vec<P4Job>) {
             elems: 64,
             mgrp: 1,
             ranks: vec![rank(0, 0), rank(1, 1), rank(2, 2)],
+            uplink: None,
         },
         P4Job {
             id: 2,
@@ -49,6 +50,7 @@ fn example() -> (SwitchDesc, Vec<P4Job>) {
             elems: 256,
             mgrp: 2,
             ranks: vec![rank(3, 3), rank(4, 3)],
+            uplink: None,
         },
     ];
     (sw, jobs)

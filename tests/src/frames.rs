@@ -77,6 +77,9 @@ pub struct InaSpec {
     pub gap: Option<u8>,
     /// The endpoint `[job, rank]` the frame comes from (sent) or goes to (expected).
     pub from: Option<[u16; 2]>,
+    /// The frame comes from (sent) or goes to (expected) the upper switch of job `upper`
+    /// (PROTOCOL.md §9); its epoch defaults to the upper job's.
+    pub upper: Option<u16>,
     pub src_mac: Option<MacAddr>,
     pub src_ip: Option<Ipv4Addr>,
     pub src_udp: Option<u16>,
@@ -253,6 +256,23 @@ impl Context<'_> {
             return Err("a frame is exactly one of ina, arp, eth, hex".into());
         }
         if let Some(i) = &f.ina {
+            if let Some(job) = i.upper {
+                let up = self
+                    .jobs
+                    .iter()
+                    .find(|j| j.id == job)
+                    .and_then(|j| j.uplink)
+                    .ok_or(format!("upper: job {job} has no upper switch"))?;
+                let ep = RankDesc {
+                    port: up.port,
+                    mac: up.mac,
+                    ip: up.ip,
+                    udp_port: up.udp_port,
+                };
+                let mut i = i.clone();
+                i.epoch = i.epoch.or(Some(up.epoch));
+                return Ok((self.ina(&i, inbound, &ep)?, Some(ep.port)));
+            }
             let ep_of = to
                 .or(i.from.map(|[j, r]| (j, r)))
                 .unwrap_or((i.job, u16::from(i.rank)));

@@ -7,7 +7,7 @@ use crate::scenario::Counts;
 use crate::{Target, TargetError};
 use ina_io::packet::RawConfig;
 use ina_switch::frames::FramesSwitch;
-use ina_switch_p4::runtime::{validate, P4Job, SwitchDesc};
+use ina_switch_p4::runtime::{validate_for, P4Job, SwitchDesc, FRAME_MODEL};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -63,7 +63,7 @@ impl Target for L2SwitchTarget {
         if let Some(r) = self.running.take() {
             r.stop()?;
         }
-        validate(switch, jobs).map_err(|e| TargetError::Setup(e.to_string()))?;
+        validate_for(&FRAME_MODEL, switch, jobs).map_err(|e| TargetError::Setup(e.to_string()))?;
         // The L2 switch numbers its ports by position.
         if switch
             .ports

@@ -4,7 +4,7 @@ use crate::scenario::Counts;
 use crate::{Target, TargetError};
 use ina_proto::l2::{FrameSwitch, Outputs};
 use ina_proto::Instant;
-use ina_switch_p4::runtime::{validate, P4Job, SwitchDesc};
+use ina_switch_p4::runtime::{validate_for, P4Job, SwitchDesc, FRAME_MODEL};
 use std::time::Duration;
 
 /// The frame model: frames are processed when sent, and their outputs held until collected.
@@ -29,7 +29,7 @@ impl Target for ModelTarget {
     }
 
     fn configure(&mut self, switch: &SwitchDesc, jobs: &[P4Job]) -> Result<(), TargetError> {
-        validate(switch, jobs).map_err(|e| TargetError::Setup(e.to_string()))?;
+        validate_for(&FRAME_MODEL, switch, jobs).map_err(|e| TargetError::Setup(e.to_string()))?;
         let mut sw = FrameSwitch::new(switch.frame_switch())
             .map_err(|e| TargetError::Setup(e.to_string()))?;
         for j in jobs {

@@ -9,7 +9,7 @@
 
 use crate::frames::{self, ArpSpec, EthSpec, InaSpec};
 use ina_proto::event::{Event, MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
-use ina_switch_p4::runtime::{L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc};
+use ina_switch_p4::runtime::{L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc, UplinkDesc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -77,6 +77,8 @@ pub struct ScenarioJob {
     pub mgrp: Option<u16>,
     pub workers: Option<u8>,
     pub ranks: Option<Vec<RankDesc>>,
+    /// The upper switch of a rack switch's job (PROTOCOL.md §9).
+    pub uplink: Option<UplinkDesc>,
 }
 
 fn default_slot_count() -> u16 {
@@ -116,6 +118,7 @@ impl ScenarioJob {
             elems: self.elems,
             mgrp: self.mgrp.unwrap_or(self.id),
             ranks,
+            uplink: self.uplink,
         }
     }
 }
@@ -398,6 +401,7 @@ pub fn generated(
                 mgrp: None,
                 workers: Some(n),
                 ranks: None,
+                uplink: None,
             };
             let mut f = ScenarioFile {
                 description: String::new(),

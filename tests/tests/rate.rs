@@ -26,6 +26,7 @@ fn bmv2_packet_rate() {
             mgrp: None,
             workers: Some(2),
             ranks: None,
+            uplink: None,
         }
         .desc(&sw);
         t.configure(&sw, std::slice::from_ref(&job))

@@ -122,6 +122,7 @@ pub(crate) fn job_desc(
             .iter()
             .map(|a| rank_of(p4, *a))
             .collect::<Result<_, _>>()?,
+        uplink: None,
     };
     runtime::validate_job_for(limits, &p4.switch, &desc).map_err(|e| e.to_string())?;
     Ok(desc)
