@@ -62,6 +62,19 @@ fn event(stats: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no event {name} in {stats}"))
 }
 
+/// Every packet the switch took was one of its jobs', from the rank it names.
+fn assert_nothing_refused(stats: &Value) {
+    for bad in [
+        "malformed",
+        "unknown_job",
+        "wrong_port",
+        "unknown_rank",
+        "stale_epoch",
+    ] {
+        assert_eq!(event(stats, bad), 0, "{bad}: {stats}");
+    }
+}
+
 fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
     let _guard = serial();
     let rack = match Rack::new("l2a", 4) {
@@ -91,15 +104,7 @@ fn workers_all_reduce_through_the_l2_switch_over_kernel_udp() {
         if elems == 64 {
             assert_eq!(event(&stats, "arp_replied"), 4, "{stats}");
         }
-        for bad in [
-            "malformed",
-            "unknown_job",
-            "wrong_port",
-            "unknown_rank",
-            "stale_epoch",
-        ] {
-            assert_eq!(event(&stats, bad), 0, "{bad}: {stats}");
-        }
+        assert_nothing_refused(&stats);
         assert!(stats["results_multicast"].as_u64().unwrap() >= packets_per_worker);
         for p in stats["ports"].as_array().unwrap() {
             assert_eq!(p["rx_truncated"], 0, "{stats}");
@@ -318,15 +323,7 @@ fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
     }
     for s in &rack_stats {
         assert!(event(s, "data_first") > 0, "{s}");
-        for bad in [
-            "malformed",
-            "unknown_job",
-            "wrong_port",
-            "unknown_rank",
-            "stale_epoch",
-        ] {
-            assert_eq!(event(s, bad), 0, "{bad}: {s}");
-        }
+        assert_nothing_refused(s);
     }
     // Every use the upper switch finished came down to both racks as a total.
     let finished = upper_stats["stats"]["total"]["pipeline"]["results_multicast"]

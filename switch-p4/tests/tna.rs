@@ -1482,29 +1482,7 @@ fn frame_switch() -> FrameSwitch {
 
 /// [`frame_switch`] with Missing reports on (its job keeps no whole block).
 fn frame_switch_with_reports() -> FrameSwitch {
-    let mut sw = FrameSwitch::new(FrameSwitchConfig {
-        mac: MacAddr(SM),
-        ip: SIP,
-        ports: vec![1, 2, 3, 4],
-        l2: L2.iter().map(|&(m, p)| (MacAddr(m), p)).collect(),
-        pipeline: PipelineConfig {
-            pool_slots: POOL,
-            max_elems: E as u16,
-        },
-        gap_reports: true,
-    })
-    .expect("switch");
-    sw.add_job(FrameJob {
-        job: JOB,
-        epoch: EPOCH,
-        slot_base: BASE,
-        slot_count: 3,
-        elems_per_packet: E as u16,
-        ranks: (0..3).map(endpoint).collect(),
-        uplink: None,
-    })
-    .expect("job");
-    sw
+    frame_switch_on(3, (BASE, 3), true)
 }
 
 /// `ina_check`'s answer for a frame: the matched action and its arguments.
@@ -1956,7 +1934,12 @@ proptest! {
 
 /// The frame switch of a job of `workers` ranks at `endpoint(r)` on slots `BASE..BASE+w`.
 fn frame_switch_of(workers: u8, w: u32, gaps: bool) -> FrameSwitch {
-    let (base, slot_count) = job_slots(w, gaps);
+    frame_switch_on(workers, job_slots(w, gaps), gaps)
+}
+
+/// The frame switch of a job of `workers` ranks at `endpoint(r)` on `(base, slot_count)`,
+/// with Missing reports if `gaps`.
+fn frame_switch_on(workers: u8, (base, slot_count): (u16, u16), gaps: bool) -> FrameSwitch {
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
         mac: MacAddr(SM),
         ip: SIP,

@@ -189,19 +189,9 @@ pub(super) fn check_entries() -> Vec<Entry> {
     }
     push(authenticated(MessageType::Probe), "check_probe()".into());
     for t in [MessageType::Data, MessageType::Query, MessageType::Probe] {
-        let mut v = parsed_ina();
-        v.extend([
-            kv("hdr.ina.msg_type", mt(t)),
-            kv("md.job_hit", 1),
-            kv("md.rank_hit", 1),
-        ]);
-        push(v, drop(Event::WrongPort));
-        let mut v = parsed_ina();
-        v.extend([kv("hdr.ina.msg_type", mt(t)), kv("md.job_hit", 1)]);
-        push(v, drop(Event::UnknownRank));
-        let mut v = parsed_ina();
-        v.push(kv("hdr.ina.msg_type", mt(t)));
-        push(v, drop(Event::UnknownJob));
+        for (pattern, event) in sender_refused(t, &[]) {
+            push(pattern, drop(event));
+        }
     }
     // A rank's Missing that stage 1 did not turn into its Query (PROTOCOL.md section 5, "Lost
     // results"): it names no recorded use of its job and epoch. Without reports, a type the
@@ -209,27 +199,9 @@ pub(super) fn check_entries() -> Vec<Entry> {
     let mut missing = authenticated(MessageType::Missing);
     missing.push(kv("md.reports", 1));
     push(missing, drop(Event::MissingUnmatched));
-    let mut v = parsed_ina();
-    v.extend([
-        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
-        kv("md.reports", 1),
-        kv("md.job_hit", 1),
-        kv("md.rank_hit", 1),
-    ]);
-    push(v, drop(Event::WrongPort));
-    let mut v = parsed_ina();
-    v.extend([
-        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
-        kv("md.reports", 1),
-        kv("md.job_hit", 1),
-    ]);
-    push(v, drop(Event::UnknownRank));
-    let mut v = parsed_ina();
-    v.extend([
-        kv("hdr.ina.msg_type", mt(MessageType::Missing)),
-        kv("md.reports", 1),
-    ]);
-    push(v, drop(Event::UnknownJob));
+    for (pattern, event) in sender_refused(MessageType::Missing, &[kv("md.reports", 1)]) {
+        push(pattern, drop(event));
+    }
     for t in [
         MessageType::Result,
         MessageType::ProbeReply,
@@ -280,6 +252,29 @@ pub(super) fn check_entries() -> Vec<Entry> {
         "check_l2_flood()".into(),
     );
     e
+}
+
+/// The patterns of a packet of type `t` (and `extra`) whose sender checks 3 to 5 refuse, in
+/// order, with their events: the wrong port for its rank, a rank the job does not have, a job
+/// the switch does not have.
+fn sender_refused(
+    t: MessageType,
+    extra: &[(&'static str, String)],
+) -> Vec<(Vec<(&'static str, String)>, Event)> {
+    let hits: [(&[(&'static str, u8)], Event); 3] = [
+        (&[("md.job_hit", 1), ("md.rank_hit", 1)], Event::WrongPort),
+        (&[("md.job_hit", 1)], Event::UnknownRank),
+        (&[], Event::UnknownJob),
+    ];
+    hits.iter()
+        .map(|(hit, event)| {
+            let mut v = parsed_ina();
+            v.push(kv("hdr.ina.msg_type", mt(t)));
+            v.extend(extra.iter().cloned());
+            v.extend(hit.iter().map(|&(k, x)| kv(k, x)));
+            (v, *event)
+        })
+        .collect()
 }
 
 /// The accepted patterns of [`CHECK_KEYS`] plus the set, with the register action per set.
