@@ -12,6 +12,8 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 const TNA_CHECK: Need = Need::TofinoTool("p4tools-tna-check");
+/// The p4c front and mid end that `p4tools-tna-check` runs: a wrapper without it is no tool.
+const P4TEST: Need = Need::TofinoTool("p4test");
 const TNA_BUILD: Need = Need::TofinoTool("p4tools-tna-build");
 
 fn tna_program() -> PathBuf {
@@ -88,7 +90,7 @@ fn main() -> std::process::ExitCode {
         )
         .test(
             "tna_passes_the_front_and_mid_end",
-            &[TNA_CHECK],
+            &[TNA_CHECK, P4TEST],
             tna_passes_the_front_and_mid_end,
         )
         .test(
