@@ -1,5 +1,5 @@
-//! The frame switch (PROTOCOL.md §7) on arbitrary frames from arbitrary ports, with one job of
-//! three ranks installed: never a panic; every frame counts exactly one event; every frame out
+//! The frame switch (PROTOCOL.md §7) on arbitrary frames from arbitrary ports, with a job of
+//! three ranks and a rack job of two under an upper switch behind port 3 (§9) installed: never a panic; every frame counts exactly one event; every frame out
 //! leaves on a port of the switch; a reply to an `ina` packet is a well-formed frame from the
 //! switch's addresses; an ARP reply is as long as its request. Also
 //! `checksum::complete_l4_checksum` on the same bytes: never a panic, and completing a
@@ -7,7 +7,7 @@
 #![no_main]
 
 use ina_proto::event::Event;
-use ina_proto::l2::{Endpoint, FrameJob, FrameSwitch, FrameSwitchConfig, Outputs};
+use ina_proto::l2::{Endpoint, FrameJob, FrameSwitch, FrameSwitchConfig, FrameUplink, Outputs};
 use ina_proto::pipeline::PipelineConfig;
 use ina_proto::Instant;
 use ina_wire::MacAddr;
@@ -47,8 +47,37 @@ fn switch() -> FrameSwitch {
                 udp_port: 9000,
             })
             .collect(),
+        uplink: None,
     })
     .expect("job");
+    sw.add_job(FrameJob {
+        job: 2,
+        epoch: 3,
+        slot_base: 8,
+        slot_count: 4,
+        elems_per_packet: 4,
+        ranks: (0..2u8)
+            .map(|r| Endpoint {
+                port: u16::from(r),
+                mac: MacAddr([2, 0, 0, 0, 1, r]),
+                ip: [198, 18, 0, r + 1],
+                udp_port: 9001,
+            })
+            .collect(),
+        uplink: Some(FrameUplink {
+            switch: Endpoint {
+                port: 3,
+                mac: MacAddr([2, 0, 0, 0, 2, 0]),
+                ip: [198, 19, 0, 1],
+                udp_port: ina_wire::UDP_PORT,
+            },
+            job: 7,
+            epoch: 9,
+            slot_base: 0,
+            rank: 1,
+        }),
+    })
+    .expect("rack job");
     sw
 }
 

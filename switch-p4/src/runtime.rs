@@ -119,6 +119,21 @@ pub enum ConfigError {
         "job {job} has an upper switch: {target} has no aggregation tree yet (PROTOCOL.md §9)"
     )]
     Uplink { job: u16, target: &'static str },
+    #[error(
+        "job {job}: {elems} elements per packet under an upper switch; {target} has trees of {supported:?}"
+    )]
+    TreeElems {
+        job: u16,
+        elems: u16,
+        target: &'static str,
+        supported: &'static [u16],
+    },
+    #[error("job {job}: its upper switch has the endpoint (port, IPv4, UDP port) of rank {rank}")]
+    UplinkIsRank { job: u16, rank: usize },
+    #[error(
+        "{ports} ports have Missing reports; the Tofino program has report sessions for {max}"
+    )]
+    ReportPorts { ports: usize, max: usize },
     #[error("port {0} is listed twice")]
     DuplicatePort(u16),
     #[error("port {port} of {what} is not a port of the switch")]
@@ -177,8 +192,9 @@ pub struct TargetLimits {
     pub pool_slots: u32,
     pub elems: &'static [u16],
     pub control_registers: &'static [&'static str],
-    /// Whether a job may name an upper switch (PROTOCOL.md §9).
-    pub trees: bool,
+    /// The elements per packet of a job that names an upper switch (PROTOCOL.md §9); none: the
+    /// target has no aggregation tree.
+    pub tree_elems: &'static [u16],
 }
 
 /// The v1model program (`crate::v1model`).
@@ -187,14 +203,16 @@ pub const V1MODEL: TargetLimits = TargetLimits {
     pool_slots: v1model::POOL_SLOTS as u32,
     elems: &v1model::SUPPORTED_ELEMS,
     control_registers: &CONTROL_REGISTERS,
-    trees: false,
+    // bmv2 grows a frame by 512 bytes at most: a 16-byte answer of the upper switch cannot
+    // become a partial of 256 elements.
+    tree_elems: &[64],
 };
 
 /// The frame model (`ina_proto::l2`) and the L2 software switch, held to the v1model
 /// program's pool and element counts (the scenarios they share), with aggregation trees.
 pub const FRAME_MODEL: TargetLimits = TargetLimits {
     name: "the frame model",
-    trees: true,
+    tree_elems: &v1model::SUPPORTED_ELEMS,
     ..V1MODEL
 };
 
@@ -206,7 +224,7 @@ pub const TOFINO: TargetLimits = TargetLimits {
     pool_slots: tna::POOL_SLOTS,
     elems: &[tna::ELEMS],
     control_registers: &tna::CONTROL_REGISTERS,
-    trees: false,
+    tree_elems: &[],
 };
 
 /// Checks a switch and its jobs for the v1model program.
@@ -272,6 +290,41 @@ pub fn validate_for(
     Ok(())
 }
 
+/// Checks a job's upper switch: the target has trees for its element count, the upper switch
+/// is behind a port of the switch, and it is no rank of the job.
+fn validate_uplink(
+    target: &TargetLimits,
+    sw: &SwitchDesc,
+    job: &P4Job,
+    up: &UplinkDesc,
+) -> Result<(), ConfigError> {
+    if target.tree_elems.is_empty() {
+        return Err(ConfigError::Uplink {
+            job: job.id,
+            target: target.name,
+        });
+    }
+    if !target.tree_elems.contains(&job.elems) {
+        return Err(ConfigError::TreeElems {
+            job: job.id,
+            elems: job.elems,
+            target: target.name,
+            supported: target.tree_elems,
+        });
+    }
+    if !sw.ports.contains(&up.port) {
+        return Err(ConfigError::UnknownPort {
+            port: up.port,
+            what: format!("job {}'s upper switch", job.id),
+        });
+    }
+    let same = |r: &RankDesc| (r.port, r.ip, r.udp_port) == (up.port, up.ip, up.udp_port);
+    if let Some(rank) = job.ranks.iter().position(same) {
+        return Err(ConfigError::UplinkIsRank { job: job.id, rank });
+    }
+    Ok(())
+}
+
 /// Checks one job against the switch, for the v1model program.
 pub fn validate_job(sw: &SwitchDesc, job: &P4Job) -> Result<(), ConfigError> {
     validate_job_for(&V1MODEL, sw, job)
@@ -286,11 +339,8 @@ pub fn validate_job_for(
     if job.slot_count == 0 {
         return Err(ConfigError::NoSlots(job.id));
     }
-    if job.uplink.is_some() && !target.trees {
-        return Err(ConfigError::Uplink {
-            job: job.id,
-            target: target.name,
-        });
+    if let Some(up) = &job.uplink {
+        validate_uplink(target, sw, job, up)?;
     }
     let end = u32::from(job.slot_base) + u32::from(job.slot_count);
     if end > target.pool_slots {
@@ -454,12 +504,16 @@ pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_bitmap", "reg_count", 
 
 /// The registers of the v1model program's Missing reports, with the cells each keeps per block
 /// of [`GAP_BLOCK`] slots: `reg_gap` one per rank, `reg_result_gap` one, `reg_result_use` and
-/// `reg_result_seq` one per counter.
-pub const GAP_REGISTERS: [(&str, u32); 4] = [
+/// `reg_result_seq` one per counter; a rack switch's `reg_partial_gap` one, `reg_partial_use`
+/// one per counter, `reg_total_gap` one.
+pub const GAP_REGISTERS: [(&str, u32); 7] = [
     ("reg_gap", v1model::GAP_RANKS),
     ("reg_result_gap", 1),
     ("reg_result_use", GAP_COUNTER as u32),
     ("reg_result_seq", GAP_COUNTER as u32),
+    ("reg_partial_gap", 1),
+    ("reg_partial_use", GAP_COUNTER as u32),
+    ("reg_total_gap", 1),
 ];
 
 /// Every register of the v1model program.
@@ -531,6 +585,11 @@ pub fn bmv2_switch_commands(sw: &SwitchDesc) -> Result<Vec<String>, ConfigError>
                 "mirroring_add_mc {} {group}",
                 v1model::report_session(port)
             ));
+            // A rack switch's report of lost totals goes once to its upper switch.
+            out.push(format!(
+                "mirroring_add {} {port}",
+                v1model::uplink_report_session(port)
+            ));
         }
     }
     Ok(out)
@@ -563,8 +622,26 @@ pub fn bmv2_job_commands(job: &P4Job, next_node: &mut u32) -> Vec<String> {
 /// rank. The switch answers each `mc_node_create` with the node's handle
 /// ([`crate::bmv2_cli::parse_created_nodes`]), which the second half takes.
 pub fn bmv2_job_entry_commands(job: &P4Job) -> Vec<String> {
+    // The upper switch (PROTOCOL.md §9): its port and addresses, the job there, this
+    // switch's rank there, whether the two jobs' blocks of 64 slots coincide, rank 0's port.
+    let up = match &job.uplink {
+        Some(u) => format!(
+            "1 {} {} {} {} {} {} {} {} {} {}",
+            u.port,
+            u.mac.hex(),
+            u32::from(u.ip),
+            u.udp_port,
+            u.job,
+            u.epoch,
+            u.slot_base,
+            u.rank,
+            u8::from(u.slot_base.wrapping_sub(job.slot_base) % GAP_BLOCK == 0),
+            job.ranks.first().map_or(0, |r| r.port)
+        ),
+        None => "0 0 0 0 0 0 0 0 0 0 0".to_string(),
+    };
     let mut out = vec![format!(
-        "table_add InaIngress.ina_job InaIngress.set_job {} => {} {} {} {} {} {}",
+        "table_add InaIngress.ina_job InaIngress.set_job {} => {} {} {} {} {} {} {up}",
         job.id,
         job.epoch,
         job.slot_base,
@@ -573,6 +650,16 @@ pub fn bmv2_job_entry_commands(job: &P4Job) -> Vec<String> {
         job.ranks.len(),
         job.mgrp
     )];
+    if let Some(u) = &job.uplink {
+        out.push(format!(
+            "table_add InaIngress.ina_uplink InaIngress.from_upper {} {} {} {} => {}",
+            u.job,
+            u.port,
+            u32::from(u.ip),
+            u.udp_port,
+            job.id
+        ));
+    }
     out.push(format!("mc_mgrp_create {}", job.mgrp));
     for (rank, r) in job.ranks.iter().enumerate() {
         out.push(format!(
@@ -663,6 +750,17 @@ pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 7 + 58;
 /// The description is checked against [`TOFINO`]'s limits (64 elements per packet).
 pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigError> {
     validate_for(&TOFINO, sw, jobs)?;
+    if sw.gap_reports && sw.ports.len() > tna::REPORT_PORTS {
+        return Err(ConfigError::ReportPorts {
+            ports: sw.ports.len(),
+            max: tna::REPORT_PORTS,
+        });
+    }
+    // A rank's report session, by its port's place in the list (validated above).
+    let report_session = |port: u16| {
+        let i = sw.ports.iter().position(|&p| p == port).unwrap_or(0);
+        tna::REPORT_SESSION_BASE + i as u16
+    };
     let mut e = Vec::new();
     e.push(json!({
         "table": "pipe.InaIngress.switch_addr",
@@ -704,7 +802,7 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
     }
     e.push(mgid_entry(sw.flood_mgrp, &flood_nodes));
     if sw.gap_reports {
-        // A report of lost data is mirrored to the session of its ingress port, whose
+        // A report of lost data is mirrored to the session of its rank's port, whose
         // multicast group sends the copy back out of that port twice (PROTOCOL.md §5).
         for (i, &port) in sw.ports.iter().enumerate() {
             let group = v1model::report_mgrp(port);
@@ -723,7 +821,7 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
             e.push(mgid_entry(group, &nodes));
             e.push(json!({
                 "table": "$mirror.cfg",
-                "key": {"$sid": tna::REPORT_SESSION_BASE + port},
+                "key": {"$sid": report_session(port)},
                 "action": "$normal",
                 "data": {
                     "$session_enable": true, "$direction": "INGRESS",
@@ -750,7 +848,10 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                 "table": "pipe.InaIngress.ina_rank",
                 "key": {"hdr.ina.job": job.id, "hdr.ina.rank": rank},
                 "action": "InaIngress.set_rank",
-                "data": {"port": r.port, "ip": r.ip.to_string(), "udp_port": r.udp_port},
+                "data": {
+                    "port": r.port, "ip": r.ip.to_string(), "udp_port": r.udp_port,
+                    "report_session": report_session(r.port),
+                },
             }));
             e.push(json!({
                 "table": "pipe.InaEgress.ina_rank_addr",
@@ -878,6 +979,77 @@ mod tests {
     }
 
     #[test]
+    fn upper_switches_are_checked_per_target() {
+        let mut s = sw();
+        s.ports.push(3);
+        let up = UplinkDesc {
+            port: 3,
+            mac: "02:00:00:00:0a:03".parse().unwrap(),
+            ip: Ipv4Addr::new(198, 19, 0, 1),
+            udp_port: 18766,
+            job: 20,
+            epoch: 5,
+            slot_base: 0,
+            rank: 1,
+        };
+        let mut rack = job(1, 0, 2);
+        rack.uplink = Some(up);
+        assert_eq!(validate(&s, &[rack.clone()]), Ok(()));
+        assert_eq!(validate_for(&FRAME_MODEL, &s, &[rack.clone()]), Ok(()));
+        assert_eq!(
+            bfrt_entries(&s, &[rack.clone()]),
+            Err(ConfigError::Uplink {
+                job: 1,
+                target: TOFINO.name
+            })
+        );
+        // bmv2 cannot grow an answer into a partial of 256 elements; the frame model can.
+        let mut wide = rack.clone();
+        wide.elems = 256;
+        assert!(matches!(
+            validate(&s, &[wide.clone()]),
+            Err(ConfigError::TreeElems { elems: 256, .. })
+        ));
+        assert_eq!(validate_for(&FRAME_MODEL, &s, &[wide]), Ok(()));
+        let mut away = rack.clone();
+        away.uplink = Some(UplinkDesc { port: 9, ..up });
+        assert!(matches!(
+            validate(&s, &[away]),
+            Err(ConfigError::UnknownPort { port: 9, .. })
+        ));
+        let mut own = rack.clone();
+        own.uplink = Some(UplinkDesc {
+            port: own.ranks[1].port,
+            ip: own.ranks[1].ip,
+            udp_port: own.ranks[1].udp_port,
+            ..up
+        });
+        assert_eq!(
+            validate(&s, &[own]),
+            Err(ConfigError::UplinkIsRank { job: 1, rank: 1 })
+        );
+        // The job's entry carries the upper switch; the upper job's frames find the job.
+        let commands = bmv2_job_entry_commands(&rack);
+        // ... its port, MAC, IPv4 and UDP port, job 20, epoch 5, first slot 0, rank 1, blocks
+        // in common, rank 0's port.
+        assert!(commands[0].ends_with(&format!(
+            "=> 5 0 4 64 2 1 1 3 {} {} 18766 20 5 0 1 1 0",
+            up.mac.hex(),
+            u32::from(up.ip)
+        )));
+        assert_eq!(
+            commands[1],
+            format!(
+                "table_add InaIngress.ina_uplink InaIngress.from_upper 20 3 {} 18766 => 1",
+                u32::from(up.ip)
+            )
+        );
+        let flat = bmv2_job_entry_commands(&job(1, 0, 2));
+        assert!(flat[0].ends_with(" 0 0 0 0 0 0 0 0 0 0 0"));
+        assert!(!flat.iter().any(|c| c.contains("ina_uplink")));
+    }
+
+    #[test]
     fn validation_errors() {
         let s = sw();
         assert_eq!(validate(&s, &[job(1, 0, 3), job(2, 4, 3)]), Ok(()));
@@ -894,6 +1066,17 @@ mod tests {
             bfrt_entries(&s, &[wide]),
             Err(ConfigError::Elems { elems: 256, .. })
         ));
+        // Tofino 2's mirror ids give report sessions to 255 ports.
+        let mut many = s.clone();
+        many.gap_reports = true;
+        many.ports = (0..=255).collect();
+        assert!(bfrt_entries(&many, &[job(1, 0, 3)]).is_err_and(|e| e
+            == ConfigError::ReportPorts {
+                ports: 256,
+                max: 255
+            }));
+        many.ports.pop();
+        assert!(bfrt_entries(&many, &[job(1, 0, 3)]).is_ok());
         assert!(matches!(
             validate(&s, &[job(1, 0, 33)]),
             Err(ConfigError::Ranks { ranks: 33, .. })

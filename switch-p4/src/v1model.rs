@@ -44,8 +44,8 @@ use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::event::{MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
-use ina_proto::pipeline::HEADER_USE;
 use ina_proto::pipeline::MAX_REPORTED_GAP;
+use ina_proto::pipeline::{AWAITING_TOTAL, AWAITING_TOTAL_HEADER, HEADER_USE, UPLINK_TIMER_RANK};
 use ina_wire::agg::{QueryAsk, GAP_BLOCK, GAP_COUNTER, HEADER_LEN, MAX_RANK};
 
 /// Slots of the v1model program's pool (its control registers have this many cells, its value
@@ -79,6 +79,15 @@ pub const REPORT_SESSION_BASE: u32 = 1;
 /// group `REPORT_MGRP_BASE + p`, which holds port `p` once per copy (PROTOCOL.md §5,
 /// `DATA_REPORT_COPIES`). Jobs and floods may not use these groups.
 pub const REPORT_MGRP_BASE: u16 = 0xf000;
+
+/// The first mirror session of a rack switch's reports of lost totals (PROTOCOL.md §9): one
+/// copy to port `p`, on session `UPLINK_REPORT_SESSION_BASE + p` ([`uplink_report_session`]).
+pub const UPLINK_REPORT_SESSION_BASE: u32 = 1024;
+
+/// The mirror session of a report of lost totals to the upper switch behind port `port`.
+pub fn uplink_report_session(port: u16) -> u32 {
+    UPLINK_REPORT_SESSION_BASE + u32::from(port)
+}
 
 /// The mirror session of the reports to port `port`.
 pub fn report_session(port: u16) -> u32 {
@@ -203,7 +212,23 @@ fn constants(p: &mut P4) {
         c,
         "const bit<32> REPORT_SESSION_BASE = {REPORT_SESSION_BASE};"
     );
+    let _ = writeln!(
+        c,
+        "const bit<32> UPLINK_REPORT_SESSION_BASE = {UPLINK_REPORT_SESSION_BASE};"
+    );
     let _ = writeln!(c, "const bit<8> FL_REPORT = {FL_REPORT};");
+    // A use that waits for its upper switch's total (PROTOCOL.md §9), in reg_count.
+    let _ = writeln!(c, "const bit<32> AWAITING_TOTAL = 0x{AWAITING_TOTAL:x};");
+    let _ = writeln!(
+        c,
+        "const bit<32> AWAITING_TOTAL_HEADER = 0x{AWAITING_TOTAL_HEADER:x};"
+    );
+    let _ = writeln!(c, "const bit<8> UPLINK_TIMER_RANK = {UPLINK_TIMER_RANK};");
+    let _ = writeln!(
+        c,
+        "const bit<8> QUERY_STATUS = {};",
+        QueryAsk::Status.byte()
+    );
     let _ = writeln!(c, "const bit<8> QUERY_FETCH = {};", QueryAsk::Fetch.byte());
     let _ = writeln!(c, "const bit<32> MISSING_SENT = {MISSING_SENT};");
     let _ = writeln!(c, "const bit<32> MISSING_RECEIVED = {MISSING_RECEIVED};");
@@ -247,6 +272,8 @@ fn headers(p: &mut P4) {
         // A report of lost data: the first gap counter skipped and how many were.
         @field_list(FL_REPORT) bit<8> rep_first;
         @field_list(FL_REPORT) bit<8> rep_skipped;
+        // The report's rank: the sender's, or this switch's in the upper job.
+        @field_list(FL_REPORT) bit<8> rep_rank;
         // The event this frame counts (EV_*).
         bit<32> event;
         // What leaves: OUT_DROP, OUT_PORT (egress_port), OUT_GROUP (mgrp).
@@ -255,7 +282,8 @@ fn headers(p: &mut P4) {
         bit<16> out_group;
         // A flooded frame: no copy goes back out of its ingress port.
         bit<1> flood;
-        // A multicast Result: the egress addresses each copy to its rank.
+        // A multicast Result, or a reply to rank 0 of the job: the egress addresses each copy
+        // to its rank (the replication id; 0 for a unicast).
         bit<1> mcast_result;
         // A reply built here: its IPv4 checksum is computed and it is cut to reply_len bytes.
         bit<1> reply;
@@ -268,6 +296,25 @@ fn headers(p: &mut P4) {
         bit<16> job_elems;
         bit<8> job_workers;
         bit<16> job_mgrp;
+        // The job's upper switch (PROTOCOL.md §9; up = 0: none): its port and addresses, the
+        // job's id, epoch and first slot there, this switch's rank there; whether this job's
+        // blocks of 64 slots are the upper job's too; the port of rank 0, whose asking the
+        // upper switch's answers are passed on to.
+        bit<1> up;
+        bit<9> up_port;
+        bit<48> up_mac;
+        bit<32> up_ip;
+        bit<16> up_udp_port;
+        bit<16> up_job;
+        bit<16> up_epoch;
+        bit<16> up_slot_base;
+        bit<8> up_rank;
+        bit<1> up_blocks;
+        bit<9> rank0_port;
+        // The key of ina_job: the packet's job, or for a frame of an upper switch (table
+        // ina_uplink, from_upper = 1) the job here whose upper job it names.
+        bit<16> job_key;
+        bit<1> from_upper;
         // The rank (table ina_rank).
         bit<1> rank_hit;
         bit<9> rank_port;
@@ -288,6 +335,7 @@ fn headers(p: &mut P4) {
 fn parser(p: &mut P4) {
     let lo_len = 8 + HEADER_LEN as u32 + 4 * u32::from(LO_ELEMS);
     let all_len = 8 + HEADER_LEN as u32 + 4 * u32::from(MAX_ELEMS);
+    let bitmap_len = 8 + HEADER_LEN as u32 + 4;
     p.lines(
         "parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
         inout standard_metadata_t sm) {
@@ -305,10 +353,16 @@ fn parser(p: &mut P4) {
         pkt.extract(hdr.ina);
         // A full payload of {LO_ELEMS} or {MAX_ELEMS} elements, by the count and the UDP length.
         transition select(hdr.ina.count, hdr.udp.length) {{
+        (1, {bitmap_len}): parse_bitmap;
         ({LO_ELEMS}, {lo_len}): parse_elems_lo;
         ({MAX_ELEMS}, {all_len}): parse_elems_all;
         default: accept;
         }}
+        }}
+        // One word: a Pending's bitmap (an upper switch's answer, PROTOCOL.md §9).
+        state parse_bitmap {{
+        pkt.extract(hdr.ina_bitmap);
+        transition accept;
         }}
         state parse_elems_lo {{
         pkt.extract(hdr.elems_lo);
@@ -391,6 +445,12 @@ fn ingress(p: &mut P4) {
         register<bit<8>>(GAP_BLOCKS) reg_result_gap;
         register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
         register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
+        // A rack switch's gap counters (PROTOCOL.md §9), per block: the counter the block's
+        // next partial carries, and per counter 2*slot + set + 1 of the use whose partial
+        // carried it; the latest total's counter plus 64 (0: none yet).
+        register<bit<8>>(GAP_BLOCKS) reg_partial_gap;
+        register<bit<32>>(RESULT_USE_CELLS) reg_partial_use;
+        register<bit<32>>(GAP_BLOCKS) reg_total_gap;
         // Reports of lost data sent, and Missing reports answered.
         counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
         // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).",
@@ -429,8 +489,21 @@ fn ingress(p: &mut P4) {
         }}
 
         action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-        bit<8> workers, bit<16> mgrp) {{
+        bit<8> workers, bit<16> mgrp, bit<1> up, bit<9> up_port, bit<48> up_mac,
+        bit<32> up_ip, bit<16> up_udp_port, bit<16> up_job, bit<16> up_epoch,
+        bit<16> up_slot_base, bit<8> up_rank, bit<1> up_blocks, bit<9> rank0_port) {{
         meta.job_hit = 1;
+        meta.up = up;
+        meta.up_port = up_port;
+        meta.up_mac = up_mac;
+        meta.up_ip = up_ip;
+        meta.up_udp_port = up_udp_port;
+        meta.up_job = up_job;
+        meta.up_epoch = up_epoch;
+        meta.up_slot_base = up_slot_base;
+        meta.up_rank = up_rank;
+        meta.up_blocks = up_blocks;
+        meta.rank0_port = rank0_port;
         meta.job_epoch = epoch;
         meta.job_slot_base = slot_base;
         meta.job_slot_count = slot_count;
@@ -442,9 +515,27 @@ fn ingress(p: &mut P4) {
         meta.job_hit = 0;
         }}
         table ina_job {{
-        key = {{ hdr.ina.job: exact; }}
+        key = {{ meta.job_key: exact; }}
         actions = {{ set_job; unknown_job; }}
         default_action = unknown_job();
+        size = {JOB_TABLE_SIZE};
+        }}
+
+        // A frame of the upper switch of job `job` here (PROTOCOL.md §9): by the upper job it
+        // names, and the port, IPv4 address and UDP port it came from.
+        action from_upper(bit<16> job) {{
+        meta.from_upper = 1;
+        meta.job_key = job;
+        }}
+        table ina_uplink {{
+        key = {{
+        hdr.ina.job: exact;
+        sm.ingress_port: exact;
+        hdr.ipv4.src_addr: exact;
+        hdr.udp.src_port: exact;
+        }}
+        actions = {{ from_upper; NoAction; }}
+        default_action = NoAction();
         size = {JOB_TABLE_SIZE};
         }}
 
@@ -551,15 +642,115 @@ fn ingress(p: &mut P4) {
         action drop_event(bit<32> event) {
         meta.event = event;
         meta.out_kind = OUT_DROP;
+        }
+
+        // The Result in the header to every rank of the job.
+        action multicast_result() {
+        meta.out_kind = OUT_GROUP;
+        meta.out_group = meta.job_mgrp;
+        meta.mcast_result = 1;
+        ina_multicast.count(0);
+        }
+
+        // The block's next result counter, and the use it numbers (PROTOCOL.md §5, \"Lost
+        // results\"), into the Result in the header.
+        action stamp_result() {
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_result_gap.read(next, block);
+        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
+        hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
+        }
+
+        // The block's next partial counter, and the use it numbers (PROTOCOL.md §9), into the
+        // partial in the header.
+        action stamp_partial() {
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_partial_gap.read(next, block);
+        reg_partial_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_partial_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
         }",
     );
+    uplink_actions(p);
     p.line("");
     ingress_apply(p);
     p.line("}");
     p.line("");
 }
 
-/// The ingress apply block: §7's classification, §6's checks and both decision tables.
+/// The actions of a rack switch (PROTOCOL.md §9): what it sends up, and the Pending it passes
+/// on to rank 0.
+fn uplink_actions(p: &mut P4) {
+    p.lines(
+        "
+        // The Ethernet, IPv4 and UDP headers of a frame to the job's upper switch whose ina
+        // packet is ina_len bytes long, out of the uplink's port.
+        action up_headers(bit<16> ina_len) {
+        hdr.ethernet.dst_addr = meta.up_mac;
+        hdr.ethernet.src_addr = meta.sw_mac;
+        hdr.ipv4.dst_addr = meta.up_ip;
+        hdr.udp.dst_port = meta.up_udp_port;",
+    );
+    common::reply_headers(p, "meta.sw_ip", "28 + ina_len", "8 + ina_len");
+    p.lines(
+        "hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.job = meta.up_job;
+        hdr.ina.epoch = meta.up_epoch;
+        hdr.ina.rank = meta.up_rank;
+        meta.reply = 1;
+        meta.reply_len = 42 + (bit<32>)ina_len;
+        meta.out_kind = OUT_PORT;
+        meta.out_port = meta.up_port;
+        }
+
+        // Slot `slot` here in the upper job.
+        action slot_up(bit<16> slot) {
+        hdr.ina.slot = slot - meta.job_slot_base + meta.up_slot_base;
+        }
+
+        // The partial sum (the payload headers hold it) of a use of slot `slot` here, with
+        // exponent byte exp and `count` elements, as this switch's Data in the upper job.
+        action partial(bit<32> exp, bit<16> slot, bit<16> count) {
+        hdr.ina_bitmap.setInvalid();
+        hdr.ina_probe.setInvalid();
+        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = exp[7:0];
+        hdr.ina.count = count;
+        slot_up(slot);
+        up_headers(INA_HEADER_LEN + (count << 2));
+        }
+
+        // This switch's Query, asking `ask`, of the use of slot `slot` here in the upper job.
+        action query_up(bit<16> slot, bit<8> ask) {
+        no_payload();
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.exponent = ask;
+        hdr.ina.count = 0;
+        slot_up(slot);
+        up_headers(INA_HEADER_LEN);
+        }
+
+        // A Pending with `bitmap` of the use of slot `slot` here to rank 0, whose asking the
+        // upper switch answered (the egress addresses it to rank 0).
+        action pending_to_rank0(bit<16> slot, bit<32> bitmap) {
+        pending(bitmap);
+        hdr.ina.job = meta.job_key;
+        hdr.ina.rank = UPLINK_TIMER_RANK;
+        hdr.ina.slot = slot;
+        meta.out_port = meta.rank0_port;
+        meta.mcast_result = 1;
+        meta.event = EV_UPPER_ANSWERS;
+        }",
+    );
+}
+
 /// The ingress apply block: §7's classification, §6's checks and both decision tables.
 fn ingress_apply(p: &mut P4) {
     p.line("apply {");
@@ -610,15 +801,26 @@ fn frame_and_checks(p: &mut P4) {
         && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
         // Check 1: length, version, known type (and a known reject reason).
         meta.event = EV_MALFORMED;
-        } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
-        && hdr.ina.msg_type != INA_PROBE
+        } else {
+        meta.job_key = hdr.ina.job;
+        if (hdr.ina.msg_type == INA_RESULT || hdr.ina.msg_type == INA_PENDING
+        || hdr.ina.msg_type == INA_REJECT || hdr.ina.msg_type == INA_MISSING) {
+        // Check 2 lets an upper switch's answers through (PROTOCOL.md §9).
+        ina_uplink.apply();
+        }
+        if (meta.from_upper == 0 && hdr.ina.msg_type != INA_DATA
+        && hdr.ina.msg_type != INA_QUERY && hdr.ina.msg_type != INA_PROBE
         && (hdr.ina.msg_type != INA_MISSING || meta.reports == 0)) {
         meta.event = EV_UNEXPECTED_TYPE;
         } else {
         ina_job.apply();
         if (meta.job_hit == 0) {
         meta.event = EV_UNKNOWN_JOB;
-        } else {
+        } else if (meta.from_upper == 1) {",
+    );
+    from_upper(p);
+    p.lines(
+        "} else {
         ina_rank.apply();
         if (meta.rank_hit == 0) {
         meta.event = EV_UNKNOWN_RANK;
@@ -671,13 +873,11 @@ fn frame_and_checks(p: &mut P4) {
     );
 }
 
-/// The slot's registers: the cells of set X and of the other set; the use's `delta` and `seen`.
-fn read_slot(p: &mut P4) {
+/// The cells of set X (`hdr.ina.set`) and of the other set of slot `meta.slot_index`.
+fn slot_cells(p: &mut P4) {
     p.lines(
-        "// The slot's registers: the cells of set X and of the other set.
-        meta.slot_index = (bit<32>)hdr.ina.slot;
-        bit<1> x = hdr.ina.set;
-        meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
+        "bit<1> x = hdr.ina.set;
+        meta.value_index = (meta.slot_index << 1) | (bit<32>)x;
         bit<64> c_seq;
         bit<64> c_bitmap;
         bit<64> c_count;
@@ -703,10 +903,189 @@ fn read_slot(p: &mut P4) {
         count_o = c_count[31:0];
         exp_x = c_exp[63:32];
         exp_o = c_exp[31:0];
+        }",
+    );
+}
+
+/// The registers of set X written back (after an arrival or a total).
+fn write_slot(p: &mut P4) {
+    p.lines(
+        "if (x == 1) {
+        reg_seq.write(meta.slot_index, seq_x ++ seq_o);
+        reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
+        reg_count.write(meta.slot_index, count_x ++ count_o);
+        reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+        } else {
+        reg_seq.write(meta.slot_index, seq_o ++ seq_x);
+        reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
+        reg_count.write(meta.slot_index, count_o ++ count_x);
+        reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+        }",
+    );
+}
+
+/// The gap register's step for the counter `counter` of cell `index` of register `reg`
+/// (`proto::gap::take_counter`): a counter 1 to MAX_REPORTED_GAP + 1 ahead of the cell's
+/// own is taken, and if it skipped any, `then` runs with `skipped` and `latest` in scope.
+fn take_counter(p: &mut P4, reg: &str, index: &str, counter: &str, then: &str) {
+    p.lines(&format!(
+        "bit<32> latest;
+        {reg}.read(latest, {index});
+        bit<32> skipped = ({counter} + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
+        if (latest == 0) {{
+        {reg}.write({index}, GAP_COUNTER + {counter});
+        }} else if (skipped <= MAX_REPORTED_GAP) {{
+        {reg}.write({index}, GAP_COUNTER + {counter});
+        if (skipped != 0) {{
+        meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
+        meta.rep_skipped = (bit<8>)skipped;
+        {then}
+        }}
+        }}"
+    ));
+}
+
+/// A frame of a job's upper switch (PROTOCOL.md §9's rows for packets in on the uplink port):
+/// a total, or an answer to this switch's Query or partial. Counted `upper_answers` unless it
+/// is a total stored (`totals_received`), a copy of one (`duplicate`) or of another use
+/// (`stale_seq`).
+fn from_upper(p: &mut P4) {
+    p.lines(
+        "meta.event = EV_UPPER_ANSWERS;
+        meta.out_kind = OUT_DROP;
+        // The slot here, and whether the job has it.
+        bit<16> up_i = hdr.ina.slot - meta.up_slot_base;
+        bit<16> here = meta.job_slot_base + up_i;
+        bool in_range = up_i < meta.job_slot_count;
+        bool to_me = hdr.ina.rank == meta.up_rank;
+        if (hdr.ina.msg_type == INA_MISSING) {
+        // A report of lost partials: the use whose partial carried the first counter it
+        // names, read and cleared (the report's second copy finds nothing).
+        bool named = false;
+        if (to_me && hdr.ina.epoch == meta.up_epoch && in_range && hdr.ina.gap_on == 1) {
+        bit<32> block = (bit<32>)here >> GAP_BLOCK_SHIFT;
+        bit<32> cell = block * GAP_COUNTER + (bit<32>)hdr.ina.gap;
+        bit<32> recorded;
+        reg_partial_use.read(recorded, cell);
+        bit<32> named_use = recorded - 1;
+        if (recorded != 0 && (named_use >> (GAP_BLOCK_SHIFT + 1)) == block) {
+        reg_partial_use.write(cell, 0);
+        here = (bit<16>)(named_use >> 1);
+        hdr.ina.set = named_use[0:0];
+        named = true;
         }
-        // What the gap register needs, read before the tables rewrite the header.
+        }
+        in_range = named;
+        }
+        if (in_range) {
+        meta.slot_index = (bit<32>)here;",
+    );
+    slot_cells(p);
+    p.lines(
+        "bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
+        bit<16> partial_count = 0;
+        if (count_x == AWAITING_TOTAL) {
+        partial_count = meta.job_elems;
+        }
+        if (hdr.ina.msg_type == INA_MISSING) {
+        hdr.ina.seq = seq_x;
+        }
+        bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
+        bit<32> first = meta.slot_index & ~(GAP_BLOCK - 1);
+        bool block_in_job = first >= (bit<32>)meta.job_slot_base
+        && first + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
+        if (hdr.ina.msg_type == INA_RESULT) {
+        if (hdr.ina.epoch == meta.up_epoch
+        && (hdr.ina.count == 0 || hdr.ina.count == meta.job_elems)) {
+        if (meta.reports == 1 && hdr.ina.gap_on == 1 && meta.up_blocks == 1 && block_in_job) {
+        // The total's counter: totals skipped are reported up, once.
+        bit<32> total_index = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<32> total_gap = (bit<32>)hdr.ina.gap;",
+    );
+    take_counter(
+        p,
+        "reg_total_gap",
+        "total_index",
+        "total_gap",
+        "meta.rep_rank = meta.up_rank;
+        clone_preserving_field_list(CloneType.I2E,
+        UPLINK_REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);",
+    );
+    p.lines(
+        "}
+        if (hdr.ina.seq != seq_x) {
+        drop_event(EV_STALE_SEQ);
+        } else if (awaiting && hdr.ina.count == partial_count) {
+        // The total: stored as the use's result and multicast to every rank.
+        exp_x = (bit<32>)hdr.ina.exponent;
+        count_x = 0;
+        if (hdr.elems_lo.isValid()) {
+        values_write_elems_lo();
+        }
+        if (hdr.elems_hi.isValid()) {
+        values_write_elems_hi();
+        }",
+    );
+    write_slot(p);
+    p.lines(
+        "result_header(exp_x, hdr.ina.count);
+        hdr.ina.job = meta.job_key;
+        hdr.ina.epoch = meta.job_epoch;
+        hdr.ina.rank = 0;
+        hdr.ina.slot = here;
+        if (meta.reports == 1 && block_in_job) {
+        stamp_result();
+        }
+        multicast_result();
+        meta.event = EV_TOTALS_RECEIVED;
+        } else if (awaiting && partial_count != 0 && hdr.ina.count == 0) {
+        // The total's header alone answers a status Query: the total was lost on the way
+        // down, and a fetching Query brings it.
+        query_up(here, QUERY_FETCH);
+        } else {
+        drop_event(EV_DUPLICATE);
+        }
+        }
+        } else if (hdr.ina.msg_type == INA_PENDING) {
+        if (waiting && hdr.ina.epoch == meta.up_epoch && hdr.ina_bitmap.isValid()) {
+        if ((hdr.ina_bitmap.bitmap & ((bit<32>)1 << meta.up_rank[4:0])) == 0) {
+        // Without this switch's bit: the partial was lost on the way up.
+        if (partial_count != 0) {
+        values_read_elems_lo();
+        }
+        partial(exp_x, here, partial_count);
+        } else {
+        // With it: another rack is late; rank 0 waits.
+        pending_to_rank0(here, bitmap_x);
+        }
+        }
+        } else if (hdr.ina.msg_type == INA_REJECT) {
+        // Any epoch: a wrong one is what most Rejects say. Rank 0 learns that every rank
+        // here contributed.
+        if (waiting) {
+        pending_to_rank0(here, bitmap_x);
+        }
+        } else if (waiting) {
+        // The Missing's use: its partial again.
+        if (partial_count != 0) {
+        values_read_elems_lo();
+        }
+        partial(exp_x, here, partial_count);
+        }
+        }",
+    );
+}
+
+/// The slot's registers: the cells of set X and of the other set; the use's `delta` and `seen`.
+fn read_slot(p: &mut P4) {
+    p.line("// The slot's registers: the cells of set X and of the other set.");
+    p.line("meta.slot_index = (bit<32>)hdr.ina.slot;");
+    slot_cells(p);
+    p.lines(
+        "// What the gap register needs, read before the tables rewrite the header.
         bool is_data = hdr.ina.msg_type == INA_DATA;
         bit<32> gap_in = (bit<32>)hdr.ina.gap;
+        bit<8> rank_in = hdr.ina.rank;
         bit<1> gap_on_in = hdr.ina.gap_on;
         bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
         bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
@@ -714,10 +1093,33 @@ fn read_slot(p: &mut P4) {
         bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
         bit<32> delta = hdr.ina.seq - seq_x;
         bool seen = (bitmap_x & rank_bit) != 0;
+        // A use every rank here contributed to, waiting for its upper switch's total (§9),
+        // and the element count of its partial sum.
+        bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
+        bit<16> partial_count = 0;
+        if (count_x == AWAITING_TOTAL) {
+        partial_count = meta.job_elems;
+        }
         bool arrival = false;
         if (delta[31:31] == 1) {
         // An older use: stale.
         drop_event(EV_STALE_SEQ);",
+    );
+}
+
+/// A rank's retransmission or Query of a use waiting for its total (PROTOCOL.md §9): rank 0's
+/// asks the upper switch with a status Query; any other rank gets a Pending with every rank's
+/// bit; a rank that did not contribute sent a late copy.
+fn answer_waiting(p: &mut P4) {
+    p.lines(
+        "if (!seen) {
+        drop_event(EV_DUPLICATE);
+        } else if (hdr.ina.rank != UPLINK_TIMER_RANK) {
+        pending(bitmap_x);
+        } else {
+        query_up(hdr.ina.slot, QUERY_STATUS);
+        meta.event = EV_SENT_UP;
+        }",
     );
 }
 
@@ -727,7 +1129,20 @@ fn query_table(p: &mut P4) {
         "} else if (hdr.ina.msg_type == INA_QUERY) {
         if (delta != 0) {
         pending(0);
-        } else if (count_x != 0) {
+        } else if (awaiting && seen && hdr.ina.rank == UPLINK_TIMER_RANK
+        && hdr.ina.exponent != QUERY_STATUS && meta.reports == 1) {
+        // Rank 0 asks for the partial of a use waiting for its total (PROTOCOL.md §9): it
+        // goes up again.
+        if (count_x == AWAITING_TOTAL) {
+        values_read_elems_lo();
+        }
+        partial(exp_x, hdr.ina.slot, partial_count);
+        meta.event = EV_SENT_UP;
+        } else if (awaiting) {",
+    );
+    answer_waiting(p);
+    p.lines(
+        "} else if (count_x != 0) {
         pending(bitmap_x);
         } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
         // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
@@ -754,6 +1169,8 @@ fn query_table(p: &mut P4) {
 
 /// §6's decision table for an accepted Data packet.
 fn data_table(p: &mut P4) {
+    p.lines("} else if (delta == 0 && awaiting) {");
+    answer_waiting(p);
     p.lines(
         "} else if (delta != 0) {
         // First arrival of a new use.
@@ -821,35 +1238,31 @@ fn data_table(p: &mut P4) {
 fn write_back_and_forward(p: &mut P4) {
     p.lines(
         "if (arrival) {
-        if (x == 1) {
-        reg_seq.write(meta.slot_index, seq_x ++ seq_o);
-        reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
-        reg_count.write(meta.slot_index, count_x ++ count_o);
-        reg_exp.write(meta.slot_index, exp_x ++ exp_o);
-        } else {
-        reg_seq.write(meta.slot_index, seq_o ++ seq_x);
-        reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
-        reg_count.write(meta.slot_index, count_o ++ count_x);
-        reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+        bool last = count_x == 0;
+        if (last && meta.up == 1) {
+        // Every rank here contributed: the use waits for the upper switch's total.
+        count_x = AWAITING_TOTAL;
+        if (hdr.ina.count == 0) {
+        count_x = AWAITING_TOTAL_HEADER;
         }
-        if (count_x == 0) {
+        }",
+    );
+    write_slot(p);
+    p.lines(
+        "if (last && meta.up == 1) {
+        // The partial sum up, with the block's next partial counter if the block is one of
+        // the upper job's too (PROTOCOL.md §9).
+        partial(exp_x, hdr.ina.slot, hdr.ina.count);
+        if (meta.reports == 1 && meta.up_blocks == 1 && block_in_job) {
+        stamp_partial();
+        }
+        } else if (last) {
         // The last arrival: the Result to every rank.
         result_header(exp_x, hdr.ina.count);
         if (meta.reports == 1 && block_in_job) {
-        // The block's next gap counter, and the use it numbers (PROTOCOL.md §5, \"Lost results\").
-        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
-        bit<8> next;
-        reg_result_gap.read(next, block);
-        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
-        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
-        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
-        hdr.ina.gap = next[5:0];
-        hdr.ina.gap_on = 1;
+        stamp_result();
         }
-        meta.out_kind = OUT_GROUP;
-        meta.out_group = meta.job_mgrp;
-        meta.mcast_result = 1;
-        ina_multicast.count(0);
+        multicast_result();
         }
         }
         if (is_data && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
@@ -857,22 +1270,20 @@ fn write_back_and_forward(p: &mut P4) {
         // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
         // skipped are reported to the sender by a clone of this packet.
         bit<32> gap_index = ((meta.slot_index >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT)
-        | (bit<32>)hdr.ina.rank[4:0];
-        bit<32> latest;
-        reg_gap.read(latest, gap_index);
-        bit<32> skipped = (gap_in + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
-        if (latest == 0) {
-        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
-        } else if (skipped <= MAX_REPORTED_GAP) {
-        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
-        if (skipped != 0) {
-        meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
-        meta.rep_skipped = (bit<8>)skipped;
+        | (bit<32>)rank_in[4:0];",
+    );
+    take_counter(
+        p,
+        "reg_gap",
+        "gap_index",
+        "gap_in",
+        "meta.rep_rank = rank_in;
         clone_preserving_field_list(CloneType.I2E,
         REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
-        ina_missing.count(MISSING_SENT);
-        }
-        }
+        ina_missing.count(MISSING_SENT);",
+    );
+    p.lines(
+        "}
         }
         }
         }
@@ -920,7 +1331,9 @@ fn egress(p: &mut P4) {
         size = {RANK_TABLE_SIZE};
         }}
         // A report of lost data (PROTOCOL.md §5): the clone of the Data packet that showed the
-        // gap becomes a header-only Missing to its sender, naming the counters skipped.
+        // gap becomes a header-only Missing to its sender, naming the counters skipped. (A
+        // rack switch's report of lost totals is the clone of the total, to the upper switch,
+        // with this switch's rank there.)
         action report() {{
         hdr.elems_lo.setInvalid();
         hdr.elems_hi.setInvalid();
@@ -932,6 +1345,7 @@ fn egress(p: &mut P4) {
         hdr.udp.dst_port = hdr.udp.src_port;
         {report_headers}
         hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.rank = meta.rep_rank;
         hdr.ina.gap = meta.rep_first[5:0];
         hdr.ina.gap_on = 1;
         hdr.ina.exponent = meta.rep_skipped;

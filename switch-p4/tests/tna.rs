@@ -194,7 +194,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "table ina_job",
         "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
         "table ina_rank",
-        "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port)",
+        "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session)",
         "table ina_rank_addr",
         "eg_intr_md.egress_rid : exact;",
         "action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port)",

@@ -77,7 +77,6 @@ const bit<32> MISSING_COUNTERS = 2;
 const bit<32> MISSING_SENT = 0;
 const bit<32> MISSING_RECEIVED = 1;
 const bit<8> OP_QUERY = 7;
-const bit<10> REPORT_SESSION_BASE = 1;
 const MirrorType_t MIRROR_TYPE_REPORT = 1;
 const bit<8> REPORT_OP = 0x80;
 
@@ -620,8 +619,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 1024;
     }
 
-    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port) {
+    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session) {
         md.rank_hit = 1;
+        md.mirror_session = report_session;
         md.port_x = ig_intr_md.ingress_port ^ port;
         md.ip_x = hdr.ipv4.src_addr ^ ip;
         md.udp_x = hdr.udp.src_port ^ udp_port;
@@ -1465,7 +1465,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action report_gap(bit<8> skipped) {
         md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
-        md.mirror_session = (MirrorId_t)ig_intr_md.ingress_port + REPORT_SESSION_BASE;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }

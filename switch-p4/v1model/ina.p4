@@ -60,7 +60,12 @@ const bit<32> GAP_CELLS = 512;
 const bit<32> GAP_BLOCKS = 16;
 const bit<32> RESULT_USE_CELLS = 1024;
 const bit<32> REPORT_SESSION_BASE = 1;
+const bit<32> UPLINK_REPORT_SESSION_BASE = 1024;
 const bit<8> FL_REPORT = 1;
+const bit<32> AWAITING_TOTAL = 0xffff;
+const bit<32> AWAITING_TOTAL_HEADER = 0xfffe;
+const bit<8> UPLINK_TIMER_RANK = 0;
+const bit<8> QUERY_STATUS = 0;
 const bit<8> QUERY_FETCH = 1;
 const bit<32> MISSING_SENT = 0;
 const bit<32> MISSING_RECEIVED = 1;
@@ -425,6 +430,8 @@ struct metadata_t {
     // A report of lost data: the first gap counter skipped and how many were.
     @field_list(FL_REPORT) bit<8> rep_first;
     @field_list(FL_REPORT) bit<8> rep_skipped;
+    // The report's rank: the sender's, or this switch's in the upper job.
+    @field_list(FL_REPORT) bit<8> rep_rank;
     // The event this frame counts (EV_*).
     bit<32> event;
     // What leaves: OUT_DROP, OUT_PORT (egress_port), OUT_GROUP (mgrp).
@@ -433,7 +440,8 @@ struct metadata_t {
     bit<16> out_group;
     // A flooded frame: no copy goes back out of its ingress port.
     bit<1> flood;
-    // A multicast Result: the egress addresses each copy to its rank.
+    // A multicast Result, or a reply to rank 0 of the job: the egress addresses each copy
+    // to its rank (the replication id; 0 for a unicast).
     bit<1> mcast_result;
     // A reply built here: its IPv4 checksum is computed and it is cut to reply_len bytes.
     bit<1> reply;
@@ -446,6 +454,25 @@ struct metadata_t {
     bit<16> job_elems;
     bit<8> job_workers;
     bit<16> job_mgrp;
+    // The job's upper switch (PROTOCOL.md §9; up = 0: none): its port and addresses, the
+    // job's id, epoch and first slot there, this switch's rank there; whether this job's
+    // blocks of 64 slots are the upper job's too; the port of rank 0, whose asking the
+    // upper switch's answers are passed on to.
+    bit<1> up;
+    bit<9> up_port;
+    bit<48> up_mac;
+    bit<32> up_ip;
+    bit<16> up_udp_port;
+    bit<16> up_job;
+    bit<16> up_epoch;
+    bit<16> up_slot_base;
+    bit<8> up_rank;
+    bit<1> up_blocks;
+    bit<9> rank0_port;
+    // The key of ina_job: the packet's job, or for a frame of an upper switch (table
+    // ina_uplink, from_upper = 1) the job here whose upper job it names.
+    bit<16> job_key;
+    bit<1> from_upper;
     // The rank (table ina_rank).
     bit<1> rank_hit;
     bit<9> rank_port;
@@ -497,10 +524,16 @@ parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
         pkt.extract(hdr.ina);
         // A full payload of 64 or 256 elements, by the count and the UDP length.
         transition select(hdr.ina.count, hdr.udp.length) {
+            (1, 28): parse_bitmap;
             (64, 280): parse_elems_lo;
             (256, 1048): parse_elems_all;
             default: accept;
         }
+    }
+    // One word: a Pending's bitmap (an upper switch's answer, PROTOCOL.md §9).
+    state parse_bitmap {
+        pkt.extract(hdr.ina_bitmap);
+        transition accept;
     }
     state parse_elems_lo {
         pkt.extract(hdr.elems_lo);
@@ -539,6 +572,12 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<8>>(GAP_BLOCKS) reg_result_gap;
     register<bit<32>>(RESULT_USE_CELLS) reg_result_use;
     register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
+    // A rack switch's gap counters (PROTOCOL.md §9), per block: the counter the block's
+    // next partial carries, and per counter 2*slot + set + 1 of the use whose partial
+    // carried it; the latest total's counter plus 64 (0: none yet).
+    register<bit<8>>(GAP_BLOCKS) reg_partial_gap;
+    register<bit<32>>(RESULT_USE_CELLS) reg_partial_use;
+    register<bit<32>>(GAP_BLOCKS) reg_total_gap;
     // Reports of lost data sent, and Missing reports answered.
     counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
     // Per (slot, set) at 2*slot + set: elements 2j (low half) and 2j+1 (high half).
@@ -700,8 +739,21 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-        bit<8> workers, bit<16> mgrp) {
+        bit<8> workers, bit<16> mgrp, bit<1> up, bit<9> up_port, bit<48> up_mac,
+        bit<32> up_ip, bit<16> up_udp_port, bit<16> up_job, bit<16> up_epoch,
+        bit<16> up_slot_base, bit<8> up_rank, bit<1> up_blocks, bit<9> rank0_port) {
         meta.job_hit = 1;
+        meta.up = up;
+        meta.up_port = up_port;
+        meta.up_mac = up_mac;
+        meta.up_ip = up_ip;
+        meta.up_udp_port = up_udp_port;
+        meta.up_job = up_job;
+        meta.up_epoch = up_epoch;
+        meta.up_slot_base = up_slot_base;
+        meta.up_rank = up_rank;
+        meta.up_blocks = up_blocks;
+        meta.rank0_port = rank0_port;
         meta.job_epoch = epoch;
         meta.job_slot_base = slot_base;
         meta.job_slot_count = slot_count;
@@ -713,9 +765,27 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.job_hit = 0;
     }
     table ina_job {
-        key = { hdr.ina.job: exact; }
+        key = { meta.job_key: exact; }
         actions = { set_job; unknown_job; }
         default_action = unknown_job();
+        size = 256;
+    }
+
+    // A frame of the upper switch of job `job` here (PROTOCOL.md §9): by the upper job it
+    // names, and the port, IPv4 address and UDP port it came from.
+    action from_upper(bit<16> job) {
+        meta.from_upper = 1;
+        meta.job_key = job;
+    }
+    table ina_uplink {
+        key = {
+            hdr.ina.job: exact;
+            sm.ingress_port: exact;
+            hdr.ipv4.src_addr: exact;
+            hdr.udp.src_port: exact;
+        }
+        actions = { from_upper; NoAction; }
+        default_action = NoAction();
         size = 256;
     }
 
@@ -1873,6 +1943,110 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.out_kind = OUT_DROP;
     }
 
+    // The Result in the header to every rank of the job.
+    action multicast_result() {
+        meta.out_kind = OUT_GROUP;
+        meta.out_group = meta.job_mgrp;
+        meta.mcast_result = 1;
+        ina_multicast.count(0);
+    }
+
+    // The block's next result counter, and the use it numbers (PROTOCOL.md §5, "Lost
+    // results"), into the Result in the header.
+    action stamp_result() {
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_result_gap.read(next, block);
+        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
+        hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
+    }
+
+    // The block's next partial counter, and the use it numbers (PROTOCOL.md §9), into the
+    // partial in the header.
+    action stamp_partial() {
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_partial_gap.read(next, block);
+        reg_partial_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_partial_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
+    }
+
+    // The Ethernet, IPv4 and UDP headers of a frame to the job's upper switch whose ina
+    // packet is ina_len bytes long, out of the uplink's port.
+    action up_headers(bit<16> ina_len) {
+        hdr.ethernet.dst_addr = meta.up_mac;
+        hdr.ethernet.src_addr = meta.sw_mac;
+        hdr.ipv4.dst_addr = meta.up_ip;
+        hdr.udp.dst_port = meta.up_udp_port;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.total_len = 28 + ina_len;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = meta.sw_ip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.length = 8 + ina_len;
+        hdr.udp.checksum = 0;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.job = meta.up_job;
+        hdr.ina.epoch = meta.up_epoch;
+        hdr.ina.rank = meta.up_rank;
+        meta.reply = 1;
+        meta.reply_len = 42 + (bit<32>)ina_len;
+        meta.out_kind = OUT_PORT;
+        meta.out_port = meta.up_port;
+    }
+
+    // Slot `slot` here in the upper job.
+    action slot_up(bit<16> slot) {
+        hdr.ina.slot = slot - meta.job_slot_base + meta.up_slot_base;
+    }
+
+    // The partial sum (the payload headers hold it) of a use of slot `slot` here, with
+    // exponent byte exp and `count` elements, as this switch's Data in the upper job.
+    action partial(bit<32> exp, bit<16> slot, bit<16> count) {
+        hdr.ina_bitmap.setInvalid();
+        hdr.ina_probe.setInvalid();
+        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = exp[7:0];
+        hdr.ina.count = count;
+        slot_up(slot);
+        up_headers(INA_HEADER_LEN + (count << 2));
+    }
+
+    // This switch's Query, asking `ask`, of the use of slot `slot` here in the upper job.
+    action query_up(bit<16> slot, bit<8> ask) {
+        no_payload();
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.exponent = ask;
+        hdr.ina.count = 0;
+        slot_up(slot);
+        up_headers(INA_HEADER_LEN);
+    }
+
+    // A Pending with `bitmap` of the use of slot `slot` here to rank 0, whose asking the
+    // upper switch answered (the egress addresses it to rank 0).
+    action pending_to_rank0(bit<16> slot, bit<32> bitmap) {
+        pending(bitmap);
+        hdr.ina.job = meta.job_key;
+        hdr.ina.rank = UPLINK_TIMER_RANK;
+        hdr.ina.slot = slot;
+        meta.out_port = meta.rank0_port;
+        meta.mcast_result = 1;
+        meta.event = EV_UPPER_ANSWERS;
+    }
+
     apply {
         switch_addr.apply();
         meta.event = EV_MALFORMED;
@@ -1910,68 +2084,52 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                 && (hdr.ina.exponent == 0 || hdr.ina.exponent > REJECT_BAD_COUNT))) {
                 // Check 1: length, version, known type (and a known reject reason).
                 meta.event = EV_MALFORMED;
-            } else if (hdr.ina.msg_type != INA_DATA && hdr.ina.msg_type != INA_QUERY
-                && hdr.ina.msg_type != INA_PROBE
-                && (hdr.ina.msg_type != INA_MISSING || meta.reports == 0)) {
-                meta.event = EV_UNEXPECTED_TYPE;
             } else {
-                ina_job.apply();
-                if (meta.job_hit == 0) {
-                    meta.event = EV_UNKNOWN_JOB;
+                meta.job_key = hdr.ina.job;
+                if (hdr.ina.msg_type == INA_RESULT || hdr.ina.msg_type == INA_PENDING
+                    || hdr.ina.msg_type == INA_REJECT || hdr.ina.msg_type == INA_MISSING) {
+                    // Check 2 lets an upper switch's answers through (PROTOCOL.md §9).
+                    ina_uplink.apply();
+                }
+                if (meta.from_upper == 0 && hdr.ina.msg_type != INA_DATA
+                    && hdr.ina.msg_type != INA_QUERY && hdr.ina.msg_type != INA_PROBE
+                    && (hdr.ina.msg_type != INA_MISSING || meta.reports == 0)) {
+                    meta.event = EV_UNEXPECTED_TYPE;
                 } else {
-                    ina_rank.apply();
-                    if (meta.rank_hit == 0) {
-                        meta.event = EV_UNKNOWN_RANK;
-                    } else if (sm.ingress_port != meta.rank_port || hdr.ipv4.src_addr != meta.rank_ip
-                        || hdr.udp.src_port != meta.rank_udp_port) {
-                        meta.event = EV_WRONG_PORT;
-                    } else if (hdr.ina.msg_type == INA_PROBE) {
-                        probe_reply();
-                        if (meta.job_elems == MAX_ELEMS) {
-                            // No reports offered to a job of 256 elements: its Queries of complete uses get a
-                            // Pending answer instead of the Result (see the module's documentation).
-                            hdr.ina.gap_on = 0;
-                        }
-                    } else {
-                        // A Missing report of results the rank lacks (PROTOCOL.md §5, "Lost results"):
-                        // answered as the rank's fetching Query of the use its counter numbered.
+                    ina_job.apply();
+                    if (meta.job_hit == 0) {
+                        meta.event = EV_UNKNOWN_JOB;
+                    } else if (meta.from_upper == 1) {
+                        meta.event = EV_UPPER_ANSWERS;
+                        meta.out_kind = OUT_DROP;
+                        // The slot here, and whether the job has it.
+                        bit<16> up_i = hdr.ina.slot - meta.up_slot_base;
+                        bit<16> here = meta.job_slot_base + up_i;
+                        bool in_range = up_i < meta.job_slot_count;
+                        bool to_me = hdr.ina.rank == meta.up_rank;
                         if (hdr.ina.msg_type == INA_MISSING) {
-                            if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
-                                && hdr.ina.slot >= meta.job_slot_base
-                                && (bit<32>)hdr.ina.slot < (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
-                                bit<32> block = (bit<32>)hdr.ina.slot >> GAP_BLOCK_SHIFT;
+                            // A report of lost partials: the use whose partial carried the first counter it
+                            // names, read and cleared (the report's second copy finds nothing).
+                            bool named = false;
+                            if (to_me && hdr.ina.epoch == meta.up_epoch && in_range && hdr.ina.gap_on == 1) {
+                                bit<32> block = (bit<32>)here >> GAP_BLOCK_SHIFT;
+                                bit<32> cell = block * GAP_COUNTER + (bit<32>)hdr.ina.gap;
                                 bit<32> recorded;
-                                reg_result_use.read(recorded, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
-                                bit<32> named = recorded - 1;
-                                if (recorded != 0 && (named >> (GAP_BLOCK_SHIFT + 1)) == block) {
-                                    no_payload();
-                                    hdr.ina.msg_type = INA_QUERY;
-                                    hdr.ina.slot = (bit<16>)(named >> 1);
-                                    hdr.ina.set = named[0:0];
-                                    reg_result_seq.read(hdr.ina.seq, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
-                                    hdr.ina.exponent = QUERY_FETCH;
-                                    hdr.ina.count = 0;
-                                    ina_missing.count(MISSING_RECEIVED);
+                                reg_partial_use.read(recorded, cell);
+                                bit<32> named_use = recorded - 1;
+                                if (recorded != 0 && (named_use >> (GAP_BLOCK_SHIFT + 1)) == block) {
+                                    reg_partial_use.write(cell, 0);
+                                    here = (bit<16>)(named_use >> 1);
+                                    hdr.ina.set = named_use[0:0];
+                                    named = true;
                                 }
                             }
+                            in_range = named;
                         }
-                        if (hdr.ina.msg_type == INA_MISSING) {
-                            // No use recorded under its counter (a matched report is a Query by now).
-                            drop_event(EV_MISSING_UNMATCHED);
-                        } else if (hdr.ina.epoch != meta.job_epoch) {
-                            reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
-                        } else if (hdr.ina.slot < meta.job_slot_base
-                            || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
-                            reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
-                        } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
-                            && hdr.ina.count != meta.job_elems)
-                            || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
-                            reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-                        } else {
-                            // The slot's registers: the cells of set X and of the other set.
-                            meta.slot_index = (bit<32>)hdr.ina.slot;
+                        if (in_range) {
+                            meta.slot_index = (bit<32>)here;
                             bit<1> x = hdr.ina.set;
-                            meta.value_index = ((bit<32>)hdr.ina.slot << 1) | (bit<32>)x;
+                            meta.value_index = (meta.slot_index << 1) | (bit<32>)x;
                             bit<64> c_seq;
                             bit<64> c_bitmap;
                             bit<64> c_count;
@@ -1998,155 +2156,379 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 exp_x = c_exp[63:32];
                                 exp_o = c_exp[31:0];
                             }
-                            // What the gap register needs, read before the tables rewrite the header.
-                            bool is_data = hdr.ina.msg_type == INA_DATA;
-                            bit<32> gap_in = (bit<32>)hdr.ina.gap;
-                            bit<1> gap_on_in = hdr.ina.gap_on;
-                            bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
-                            bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
-                            && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
-                            bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
-                            bit<32> delta = hdr.ina.seq - seq_x;
-                            bool seen = (bitmap_x & rank_bit) != 0;
-                            bool arrival = false;
-                            if (delta[31:31] == 1) {
-                                // An older use: stale.
-                                drop_event(EV_STALE_SEQ);
-                            } else if (hdr.ina.msg_type == INA_QUERY) {
-                                if (delta != 0) {
-                                    pending(0);
-                                } else if (count_x != 0) {
-                                    pending(bitmap_x);
-                                } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
-                                    // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
-                                    // from a Query. A Pending answer without the sender's bit makes the sender send its
-                                    // data again, and that full-size retransmission gets the stored Result.
-                                    pending(bitmap_x & ~rank_bit);
-                                } else if (seen) {
-                                    // The stored Result: E elements if bit 0 of the Query's exponent byte asks for the
-                                    // sums, else the header alone.
-                                    if (hdr.ina.exponent[0:0] == 1) {
-                                        hdr.ina.count = meta.job_elems;
-                                        values_read_elems_lo();
-                                        if (meta.job_elems == MAX_ELEMS) {
-                                            values_read_elems_hi();
+                            bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
+                            bit<16> partial_count = 0;
+                            if (count_x == AWAITING_TOTAL) {
+                                partial_count = meta.job_elems;
+                            }
+                            if (hdr.ina.msg_type == INA_MISSING) {
+                                hdr.ina.seq = seq_x;
+                            }
+                            bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
+                            bit<32> first = meta.slot_index & ~(GAP_BLOCK - 1);
+                            bool block_in_job = first >= (bit<32>)meta.job_slot_base
+                            && first + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
+                            if (hdr.ina.msg_type == INA_RESULT) {
+                                if (hdr.ina.epoch == meta.up_epoch
+                                    && (hdr.ina.count == 0 || hdr.ina.count == meta.job_elems)) {
+                                    if (meta.reports == 1 && hdr.ina.gap_on == 1 && meta.up_blocks == 1 && block_in_job) {
+                                        // The total's counter: totals skipped are reported up, once.
+                                        bit<32> total_index = meta.slot_index >> GAP_BLOCK_SHIFT;
+                                        bit<32> total_gap = (bit<32>)hdr.ina.gap;
+                                        bit<32> latest;
+                                        reg_total_gap.read(latest, total_index);
+                                        bit<32> skipped = (total_gap + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
+                                        if (latest == 0) {
+                                            reg_total_gap.write(total_index, GAP_COUNTER + total_gap);
+                                        } else if (skipped <= MAX_REPORTED_GAP) {
+                                            reg_total_gap.write(total_index, GAP_COUNTER + total_gap);
+                                            if (skipped != 0) {
+                                                meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
+                                                meta.rep_skipped = (bit<8>)skipped;
+                                                meta.rep_rank = meta.up_rank;
+                                                clone_preserving_field_list(CloneType.I2E,
+                                                    UPLINK_REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
+                                            }
                                         }
+                                    }
+                                    if (hdr.ina.seq != seq_x) {
+                                        drop_event(EV_STALE_SEQ);
+                                    } else if (awaiting && hdr.ina.count == partial_count) {
+                                        // The total: stored as the use's result and multicast to every rank.
+                                        exp_x = (bit<32>)hdr.ina.exponent;
+                                        count_x = 0;
+                                        if (hdr.elems_lo.isValid()) {
+                                            values_write_elems_lo();
+                                        }
+                                        if (hdr.elems_hi.isValid()) {
+                                            values_write_elems_hi();
+                                        }
+                                        if (x == 1) {
+                                            reg_seq.write(meta.slot_index, seq_x ++ seq_o);
+                                            reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
+                                            reg_count.write(meta.slot_index, count_x ++ count_o);
+                                            reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                                        } else {
+                                            reg_seq.write(meta.slot_index, seq_o ++ seq_x);
+                                            reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
+                                            reg_count.write(meta.slot_index, count_o ++ count_x);
+                                            reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+                                        }
+                                        result_header(exp_x, hdr.ina.count);
+                                        hdr.ina.job = meta.job_key;
+                                        hdr.ina.epoch = meta.job_epoch;
+                                        hdr.ina.rank = 0;
+                                        hdr.ina.slot = here;
+                                        if (meta.reports == 1 && block_in_job) {
+                                            stamp_result();
+                                        }
+                                        multicast_result();
+                                        meta.event = EV_TOTALS_RECEIVED;
+                                    } else if (awaiting && partial_count != 0 && hdr.ina.count == 0) {
+                                        // The total's header alone answers a status Query: the total was lost on the way
+                                        // down, and a fetching Query brings it.
+                                        query_up(here, QUERY_FETCH);
+                                    } else {
+                                        drop_event(EV_DUPLICATE);
+                                    }
+                                }
+                            } else if (hdr.ina.msg_type == INA_PENDING) {
+                                if (waiting && hdr.ina.epoch == meta.up_epoch && hdr.ina_bitmap.isValid()) {
+                                    if ((hdr.ina_bitmap.bitmap & ((bit<32>)1 << meta.up_rank[4:0])) == 0) {
+                                        // Without this switch's bit: the partial was lost on the way up.
+                                        if (partial_count != 0) {
+                                            values_read_elems_lo();
+                                        }
+                                        partial(exp_x, here, partial_count);
+                                    } else {
+                                        // With it: another rack is late; rank 0 waits.
+                                        pending_to_rank0(here, bitmap_x);
+                                    }
+                                }
+                            } else if (hdr.ina.msg_type == INA_REJECT) {
+                                // Any epoch: a wrong one is what most Rejects say. Rank 0 learns that every rank
+                                // here contributed.
+                                if (waiting) {
+                                    pending_to_rank0(here, bitmap_x);
+                                }
+                            } else if (waiting) {
+                                // The Missing's use: its partial again.
+                                if (partial_count != 0) {
+                                    values_read_elems_lo();
+                                }
+                                partial(exp_x, here, partial_count);
+                            }
+                        }
+                    } else {
+                        ina_rank.apply();
+                        if (meta.rank_hit == 0) {
+                            meta.event = EV_UNKNOWN_RANK;
+                        } else if (sm.ingress_port != meta.rank_port || hdr.ipv4.src_addr != meta.rank_ip
+                            || hdr.udp.src_port != meta.rank_udp_port) {
+                            meta.event = EV_WRONG_PORT;
+                        } else if (hdr.ina.msg_type == INA_PROBE) {
+                            probe_reply();
+                            if (meta.job_elems == MAX_ELEMS) {
+                                // No reports offered to a job of 256 elements: its Queries of complete uses get a
+                                // Pending answer instead of the Result (see the module's documentation).
+                                hdr.ina.gap_on = 0;
+                            }
+                        } else {
+                            // A Missing report of results the rank lacks (PROTOCOL.md §5, "Lost results"):
+                            // answered as the rank's fetching Query of the use its counter numbered.
+                            if (hdr.ina.msg_type == INA_MISSING) {
+                                if (hdr.ina.epoch == meta.job_epoch && hdr.ina.gap_on == 1
+                                    && hdr.ina.slot >= meta.job_slot_base
+                                    && (bit<32>)hdr.ina.slot < (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+                                    bit<32> block = (bit<32>)hdr.ina.slot >> GAP_BLOCK_SHIFT;
+                                    bit<32> recorded;
+                                    reg_result_use.read(recorded, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
+                                    bit<32> named = recorded - 1;
+                                    if (recorded != 0 && (named >> (GAP_BLOCK_SHIFT + 1)) == block) {
+                                        no_payload();
+                                        hdr.ina.msg_type = INA_QUERY;
+                                        hdr.ina.slot = (bit<16>)(named >> 1);
+                                        hdr.ina.set = named[0:0];
+                                        reg_result_seq.read(hdr.ina.seq, block * GAP_COUNTER + (bit<32>)hdr.ina.gap);
+                                        hdr.ina.exponent = QUERY_FETCH;
+                                        hdr.ina.count = 0;
+                                        ina_missing.count(MISSING_RECEIVED);
+                                    }
+                                }
+                            }
+                            if (hdr.ina.msg_type == INA_MISSING) {
+                                // No use recorded under its counter (a matched report is a Query by now).
+                                drop_event(EV_MISSING_UNMATCHED);
+                            } else if (hdr.ina.epoch != meta.job_epoch) {
+                                reject(REJECT_STALE_EPOCH, EV_STALE_EPOCH);
+                            } else if (hdr.ina.slot < meta.job_slot_base
+                                || (bit<32>)hdr.ina.slot >= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count) {
+                                reject(REJECT_SLOT_OUT_OF_RANGE, EV_SLOT_OUT_OF_RANGE);
+                            } else if ((hdr.ina.msg_type == INA_DATA && hdr.ina.count != 0
+                                && hdr.ina.count != meta.job_elems)
+                                || (hdr.ina.msg_type == INA_QUERY && hdr.ina.count != 0)) {
+                                reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+                            } else {
+                                // The slot's registers: the cells of set X and of the other set.
+                                meta.slot_index = (bit<32>)hdr.ina.slot;
+                                bit<1> x = hdr.ina.set;
+                                meta.value_index = (meta.slot_index << 1) | (bit<32>)x;
+                                bit<64> c_seq;
+                                bit<64> c_bitmap;
+                                bit<64> c_count;
+                                bit<64> c_exp;
+                                reg_seq.read(c_seq, meta.slot_index);
+                                reg_bitmap.read(c_bitmap, meta.slot_index);
+                                reg_count.read(c_count, meta.slot_index);
+                                reg_exp.read(c_exp, meta.slot_index);
+                                bit<32> seq_x = c_seq[31:0];
+                                bit<32> seq_o = c_seq[63:32];
+                                bit<32> bitmap_x = c_bitmap[31:0];
+                                bit<32> bitmap_o = c_bitmap[63:32];
+                                bit<32> count_x = c_count[31:0];
+                                bit<32> count_o = c_count[63:32];
+                                bit<32> exp_x = c_exp[31:0];
+                                bit<32> exp_o = c_exp[63:32];
+                                if (x == 1) {
+                                    seq_x = c_seq[63:32];
+                                    seq_o = c_seq[31:0];
+                                    bitmap_x = c_bitmap[63:32];
+                                    bitmap_o = c_bitmap[31:0];
+                                    count_x = c_count[63:32];
+                                    count_o = c_count[31:0];
+                                    exp_x = c_exp[63:32];
+                                    exp_o = c_exp[31:0];
+                                }
+                                // What the gap register needs, read before the tables rewrite the header.
+                                bool is_data = hdr.ina.msg_type == INA_DATA;
+                                bit<32> gap_in = (bit<32>)hdr.ina.gap;
+                                bit<8> rank_in = hdr.ina.rank;
+                                bit<1> gap_on_in = hdr.ina.gap_on;
+                                bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
+                                bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+                                && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
+                                bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
+                                bit<32> delta = hdr.ina.seq - seq_x;
+                                bool seen = (bitmap_x & rank_bit) != 0;
+                                // A use every rank here contributed to, waiting for its upper switch's total (§9),
+                                // and the element count of its partial sum.
+                                bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
+                                bit<16> partial_count = 0;
+                                if (count_x == AWAITING_TOTAL) {
+                                    partial_count = meta.job_elems;
+                                }
+                                bool arrival = false;
+                                if (delta[31:31] == 1) {
+                                    // An older use: stale.
+                                    drop_event(EV_STALE_SEQ);
+                                } else if (hdr.ina.msg_type == INA_QUERY) {
+                                    if (delta != 0) {
+                                        pending(0);
+                                    } else if (awaiting && seen && hdr.ina.rank == UPLINK_TIMER_RANK
+                                        && hdr.ina.exponent != QUERY_STATUS && meta.reports == 1) {
+                                        // Rank 0 asks for the partial of a use waiting for its total (PROTOCOL.md §9): it
+                                        // goes up again.
+                                        if (count_x == AWAITING_TOTAL) {
+                                            values_read_elems_lo();
+                                        }
+                                        partial(exp_x, hdr.ina.slot, partial_count);
+                                        meta.event = EV_SENT_UP;
+                                    } else if (awaiting) {
+                                        if (!seen) {
+                                            drop_event(EV_DUPLICATE);
+                                        } else if (hdr.ina.rank != UPLINK_TIMER_RANK) {
+                                            pending(bitmap_x);
+                                        } else {
+                                            query_up(hdr.ina.slot, QUERY_STATUS);
+                                            meta.event = EV_SENT_UP;
+                                        }
+                                    } else if (count_x != 0) {
+                                        pending(bitmap_x);
+                                    } else if (seen && hdr.ina.exponent[0:0] == 1 && meta.job_elems == MAX_ELEMS) {
+                                        // bmv2 adds at most 512 bytes to a frame: the Result of 256 elements cannot be made
+                                        // from a Query. A Pending answer without the sender's bit makes the sender send its
+                                        // data again, and that full-size retransmission gets the stored Result.
+                                        pending(bitmap_x & ~rank_bit);
+                                    } else if (seen) {
+                                        // The stored Result: E elements if bit 0 of the Query's exponent byte asks for the
+                                        // sums, else the header alone.
+                                        if (hdr.ina.exponent[0:0] == 1) {
+                                            hdr.ina.count = meta.job_elems;
+                                            values_read_elems_lo();
+                                            if (meta.job_elems == MAX_ELEMS) {
+                                                values_read_elems_hi();
+                                            }
+                                        }
+                                        result_header(exp_x, hdr.ina.count);
+                                        unicast(EV_RESULTS_UNICAST);
+                                    } else {
+                                        drop_event(EV_DUPLICATE);
+                                    }
+                                } else if (delta == 0 && awaiting) {
+                                    if (!seen) {
+                                        drop_event(EV_DUPLICATE);
+                                    } else if (hdr.ina.rank != UPLINK_TIMER_RANK) {
+                                        pending(bitmap_x);
+                                    } else {
+                                        query_up(hdr.ina.slot, QUERY_STATUS);
+                                        meta.event = EV_SENT_UP;
+                                    }
+                                } else if (delta != 0) {
+                                    // First arrival of a new use.
+                                    seq_x = hdr.ina.seq;
+                                    bitmap_x = rank_bit;
+                                    bitmap_o = bitmap_o & ~rank_bit;
+                                    exp_x = (bit<32>)hdr.ina.exponent;
+                                    count_x = (bit<32>)meta.job_workers - 1;
+                                    if (hdr.ina.count == 0 && count_x != 0) {
+                                        // A use begun by a header: its later arrivals must be headers too.
+                                        count_x = count_x | HEADER_USE;
+                                    }
+                                    if (hdr.elems_lo.isValid()) {
+                                        values_write_elems_lo();
+                                    }
+                                    if (hdr.elems_hi.isValid()) {
+                                        values_write_elems_hi();
+                                    }
+                                    meta.event = EV_DATA_FIRST;
+                                    arrival = true;
+                                } else if (seen && count_x == 0) {
+                                    // Retransmission to a complete use: the stored Result.
+                                    if (hdr.elems_lo.isValid()) {
+                                        values_read_elems_lo();
+                                    }
+                                    if (hdr.elems_hi.isValid()) {
+                                        values_read_elems_hi();
                                     }
                                     result_header(exp_x, hdr.ina.count);
                                     unicast(EV_RESULTS_UNICAST);
-                                } else {
+                                } else if (seen) {
+                                    // Retransmission to an incomplete use.
+                                    pending(bitmap_x);
+                                } else if (count_x == 0) {
+                                    // A late copy of a complete use.
                                     drop_event(EV_DUPLICATE);
-                                }
-                            } else if (delta != 0) {
-                                // First arrival of a new use.
-                                seq_x = hdr.ina.seq;
-                                bitmap_x = rank_bit;
-                                bitmap_o = bitmap_o & ~rank_bit;
-                                exp_x = (bit<32>)hdr.ina.exponent;
-                                count_x = (bit<32>)meta.job_workers - 1;
-                                if (hdr.ina.count == 0 && count_x != 0) {
-                                    // A use begun by a header: its later arrivals must be headers too.
-                                    count_x = count_x | HEADER_USE;
-                                }
-                                if (hdr.elems_lo.isValid()) {
-                                    values_write_elems_lo();
-                                }
-                                if (hdr.elems_hi.isValid()) {
-                                    values_write_elems_hi();
-                                }
-                                meta.event = EV_DATA_FIRST;
-                                arrival = true;
-                            } else if (seen && count_x == 0) {
-                                // Retransmission to a complete use: the stored Result.
-                                if (hdr.elems_lo.isValid()) {
-                                    values_read_elems_lo();
-                                }
-                                if (hdr.elems_hi.isValid()) {
-                                    values_read_elems_hi();
-                                }
-                                result_header(exp_x, hdr.ina.count);
-                                unicast(EV_RESULTS_UNICAST);
-                            } else if (seen) {
-                                // Retransmission to an incomplete use.
-                                pending(bitmap_x);
-                            } else if (count_x == 0) {
-                                // A late copy of a complete use.
-                                drop_event(EV_DUPLICATE);
-                            } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
-                                || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
-                                // A payload to a use begun by a header, or the reverse: the registers stay as they are.
-                                reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
-                            } else {
-                                // A later arrival.
-                                bitmap_x = bitmap_x | rank_bit;
-                                bitmap_o = bitmap_o & ~rank_bit;
-                                if ((bit<32>)hdr.ina.exponent > exp_x) {
-                                    exp_x = (bit<32>)hdr.ina.exponent;
-                                }
-                                count_x = count_x - 1;
-                                if (count_x == HEADER_USE) {
-                                    count_x = 0;
-                                }
-                                if (hdr.elems_lo.isValid()) {
-                                    values_add_elems_lo();
-                                }
-                                if (hdr.elems_hi.isValid()) {
-                                    values_add_elems_hi();
-                                }
-                                meta.event = EV_DATA_ADDED;
-                                arrival = true;
-                            }
-                            if (arrival) {
-                                if (x == 1) {
-                                    reg_seq.write(meta.slot_index, seq_x ++ seq_o);
-                                    reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
-                                    reg_count.write(meta.slot_index, count_x ++ count_o);
-                                    reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                                } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
+                                    || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
+                                    // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+                                    reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
                                 } else {
-                                    reg_seq.write(meta.slot_index, seq_o ++ seq_x);
-                                    reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
-                                    reg_count.write(meta.slot_index, count_o ++ count_x);
-                                    reg_exp.write(meta.slot_index, exp_o ++ exp_x);
-                                }
-                                if (count_x == 0) {
-                                    // The last arrival: the Result to every rank.
-                                    result_header(exp_x, hdr.ina.count);
-                                    if (meta.reports == 1 && block_in_job) {
-                                        // The block's next gap counter, and the use it numbers (PROTOCOL.md §5, "Lost results").
-                                        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
-                                        bit<8> next;
-                                        reg_result_gap.read(next, block);
-                                        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
-                                        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
-                                        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
-                                        hdr.ina.gap = next[5:0];
-                                        hdr.ina.gap_on = 1;
+                                    // A later arrival.
+                                    bitmap_x = bitmap_x | rank_bit;
+                                    bitmap_o = bitmap_o & ~rank_bit;
+                                    if ((bit<32>)hdr.ina.exponent > exp_x) {
+                                        exp_x = (bit<32>)hdr.ina.exponent;
                                     }
-                                    meta.out_kind = OUT_GROUP;
-                                    meta.out_group = meta.job_mgrp;
-                                    meta.mcast_result = 1;
-                                    ina_multicast.count(0);
+                                    count_x = count_x - 1;
+                                    if (count_x == HEADER_USE) {
+                                        count_x = 0;
+                                    }
+                                    if (hdr.elems_lo.isValid()) {
+                                        values_add_elems_lo();
+                                    }
+                                    if (hdr.elems_hi.isValid()) {
+                                        values_add_elems_hi();
+                                    }
+                                    meta.event = EV_DATA_ADDED;
+                                    arrival = true;
                                 }
-                            }
-                            if (is_data && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
-                                // The gap register (PROTOCOL.md §5, "Missing reports"): the cell of the block and
-                                // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
-                                // skipped are reported to the sender by a clone of this packet.
-                                bit<32> gap_index = ((meta.slot_index >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT)
-                                | (bit<32>)hdr.ina.rank[4:0];
-                                bit<32> latest;
-                                reg_gap.read(latest, gap_index);
-                                bit<32> skipped = (gap_in + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
-                                if (latest == 0) {
-                                    reg_gap.write(gap_index, GAP_COUNTER + gap_in);
-                                } else if (skipped <= MAX_REPORTED_GAP) {
-                                    reg_gap.write(gap_index, GAP_COUNTER + gap_in);
-                                    if (skipped != 0) {
-                                        meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
-                                        meta.rep_skipped = (bit<8>)skipped;
-                                        clone_preserving_field_list(CloneType.I2E,
-                                            REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
-                                        ina_missing.count(MISSING_SENT);
+                                if (arrival) {
+                                    bool last = count_x == 0;
+                                    if (last && meta.up == 1) {
+                                        // Every rank here contributed: the use waits for the upper switch's total.
+                                        count_x = AWAITING_TOTAL;
+                                        if (hdr.ina.count == 0) {
+                                            count_x = AWAITING_TOTAL_HEADER;
+                                        }
+                                    }
+                                    if (x == 1) {
+                                        reg_seq.write(meta.slot_index, seq_x ++ seq_o);
+                                        reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
+                                        reg_count.write(meta.slot_index, count_x ++ count_o);
+                                        reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                                    } else {
+                                        reg_seq.write(meta.slot_index, seq_o ++ seq_x);
+                                        reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
+                                        reg_count.write(meta.slot_index, count_o ++ count_x);
+                                        reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+                                    }
+                                    if (last && meta.up == 1) {
+                                        // The partial sum up, with the block's next partial counter if the block is one of
+                                        // the upper job's too (PROTOCOL.md §9).
+                                        partial(exp_x, hdr.ina.slot, hdr.ina.count);
+                                        if (meta.reports == 1 && meta.up_blocks == 1 && block_in_job) {
+                                            stamp_partial();
+                                        }
+                                    } else if (last) {
+                                        // The last arrival: the Result to every rank.
+                                        result_header(exp_x, hdr.ina.count);
+                                        if (meta.reports == 1 && block_in_job) {
+                                            stamp_result();
+                                        }
+                                        multicast_result();
+                                    }
+                                }
+                                if (is_data && meta.reports == 1 && gap_on_in == 1 && block_in_job) {
+                                    // The gap register (PROTOCOL.md §5, "Missing reports"): the cell of the block and
+                                    // rank takes a counter 1 to MAX_REPORTED_GAP + 1 ahead of its own, and the counters
+                                    // skipped are reported to the sender by a clone of this packet.
+                                    bit<32> gap_index = ((meta.slot_index >> GAP_BLOCK_SHIFT) << GAP_RANKS_SHIFT)
+                                    | (bit<32>)rank_in[4:0];
+                                    bit<32> latest;
+                                    reg_gap.read(latest, gap_index);
+                                    bit<32> skipped = (gap_in + 2 * GAP_COUNTER - latest - 1) & (GAP_COUNTER - 1);
+                                    if (latest == 0) {
+                                        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+                                    } else if (skipped <= MAX_REPORTED_GAP) {
+                                        reg_gap.write(gap_index, GAP_COUNTER + gap_in);
+                                        if (skipped != 0) {
+                                            meta.rep_first = (bit<8>)((latest + 1) & (GAP_COUNTER - 1));
+                                            meta.rep_skipped = (bit<8>)skipped;
+                                            meta.rep_rank = rank_in;
+                                            clone_preserving_field_list(CloneType.I2E,
+                                                REPORT_SESSION_BASE + (bit<32>)sm.ingress_port, FL_REPORT);
+                                            ina_missing.count(MISSING_SENT);
+                                        }
                                     }
                                 }
                             }
@@ -2196,7 +2578,9 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         size = 8192;
     }
     // A report of lost data (PROTOCOL.md §5): the clone of the Data packet that showed the
-    // gap becomes a header-only Missing to its sender, naming the counters skipped.
+    // gap becomes a header-only Missing to its sender, naming the counters skipped. (A
+    // rack switch's report of lost totals is the clone of the total, to the upper switch,
+    // with this switch's rank there.)
     action report() {
         hdr.elems_lo.setInvalid();
         hdr.elems_hi.setInvalid();
@@ -2222,6 +2606,7 @@ control InaEgress(inout headers_t hdr, inout metadata_t meta,
         hdr.udp.checksum = 0;
 
         hdr.ina.msg_type = INA_MISSING;
+        hdr.ina.rank = meta.rep_rank;
         hdr.ina.gap = meta.rep_first[5:0];
         hdr.ina.gap_on = 1;
         hdr.ina.exponent = meta.rep_skipped;

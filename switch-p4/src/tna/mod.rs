@@ -93,10 +93,14 @@ pub const GAP_REGISTERS: [&str; 4] = [
     "reg_result_use",
     "reg_result_seq",
 ];
-/// The first mirror session of the Missing reports: a report of Data that came in on port `p`
-/// is mirrored to session `REPORT_SESSION_BASE + p`, whose multicast group
-/// (`runtime::tofino_report_mgrp(p)`) holds port `p` once per copy (`DATA_REPORT_COPIES`).
+/// The first mirror session of the Missing reports: a report of Data from a rank on the `i`th
+/// port of the switch's list is mirrored to session `REPORT_SESSION_BASE + i` (the rank's
+/// `set_rank` entry names it), whose multicast group holds that port once per copy
+/// (`DATA_REPORT_COPIES`).
 pub const REPORT_SESSION_BASE: u16 = 1;
+/// The ports that can have a report session: Tofino 2's mirror ids are 8 bits wide and 0 is
+/// no session, so sessions 1 to 255.
+pub const REPORT_PORTS: usize = 255;
 /// The mirror type of a report's copy (`ig_dprsr_md.mirror_type`).
 const MIRROR_TYPE_REPORT: u8 = 1;
 /// The first byte ahead of a report's mirrored copy, where other packets have their bridged
@@ -380,7 +384,6 @@ const bit<32> MISSING_COUNTERS = {missing_counters};
 const bit<32> MISSING_SENT = {missing_sent};
 const bit<32> MISSING_RECEIVED = {missing_received};
 const bit<8> OP_QUERY = {op_query};
-const bit<10> REPORT_SESSION_BASE = {report_session_base};
 const MirrorType_t MIRROR_TYPE_REPORT = {mirror_type_report};
 const bit<8> REPORT_OP = 0x{report_op:02x};
 
@@ -400,7 +403,6 @@ struct pair_t {{
         missing_sent = MISSING_SENT,
         missing_received = MISSING_RECEIVED,
         op_query = op::QUERY,
-        report_session_base = REPORT_SESSION_BASE,
         mirror_type_report = MIRROR_TYPE_REPORT,
         report_op = REPORT_OP,
     );

@@ -160,8 +160,9 @@ pub(super) fn stage0(p: &mut P4) {
         size = 1024;
     }}
 
-    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port) {{
+    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session) {{
         md.rank_hit = 1;
+        md.mirror_session = report_session;
         md.port_x = ig_intr_md.ingress_port ^ port;
         md.ip_x = hdr.ipv4.src_addr ^ ip;
         md.udp_x = hdr.udp.src_port ^ udp_port;
@@ -836,7 +837,7 @@ pub(super) fn set_registers(p: &mut P4) {
 }
 
 /// Stage 4: a Data packet whose counter skipped 1 to 7 past its cell's (a cell that held one,
-/// bit 0 set) is mirrored to its ingress port's report session: egress makes each copy the
+/// bit 0 set) is mirrored to its rank's report session (`set_rank`'s, one per port): egress makes each copy the
 /// Missing of those counters.
 fn gap_report(p: &mut P4) {
     p.push_str(
@@ -844,7 +845,6 @@ fn gap_report(p: &mut P4) {
     action report_gap(bit<8> skipped) {
         md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
-        md.mirror_session = (MirrorId_t)ig_intr_md.ingress_port + REPORT_SESSION_BASE;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }
