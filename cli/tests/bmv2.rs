@@ -14,9 +14,9 @@ use common::*;
 use ina_controller::api::{P4Host, P4Spec};
 use ina_io::netns::{Rack, SWITCH_IP};
 use ina_proto::event::Event;
-use ina_switch_p4::bmv2::{self, Bmv2};
+use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
 use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
-use ina_switch_p4::runtime::MacAddr;
+use ina_switch_p4::runtime::{MacAddr, UplinkDesc};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -67,6 +67,134 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
         assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
     }
     drop(sw);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tree of switches (PROTOCOL.md §9) whose racks are bmv2 running the v1model program: two
+/// racks of two workers, each rack's `simple_switch` with a third port `uplink` towards an
+/// upper UDP switch (`ina switch --listen`) in its own namespace, which lists the rack switches
+/// as its workers. Every worker's sums are exact; every total the upper switch multicast was
+/// stored by both racks; the racks refused nothing.
+fn a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly() {
+    let _guard = serial();
+    const RACKS: usize = 2;
+    const PER_RACK: usize = 2;
+    let racks: Vec<Rack> = (0..RACKS)
+        .map(|i| Rack::new(&format!("bmt{i}"), PER_RACK).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let upper = UpperNs::link("bmtree-up", &racks);
+    let dir = std::env::temp_dir().join(format!("ina-bmv2-tree-{}", std::process::id()));
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let mut upper_sw = Proc::spawn_in(
+        Some(&upper.name),
+        "upper switch",
+        &[
+            "switch",
+            "--listen=0.0.0.0:18000",
+            &format!(
+                "--job=id=1;epoch=77;slots=0..64;elems=64;workers={}:18766,{}:18766",
+                UpperNs::rack_switch_ip(0),
+                UpperNs::rack_switch_ip(1)
+            ),
+        ],
+    );
+    upper_sw.expect("ready", after(START));
+    let switches: Vec<Bmv2> = racks
+        .iter()
+        .enumerate()
+        .map(|(i, rack)| {
+            let rack_dir = dir.join(format!("rack{i}"));
+            std::fs::create_dir_all(&rack_dir).unwrap();
+            let mut ports: Vec<(u16, String)> =
+                (0..PER_RACK).map(|r| (r as u16, Rack::port(r))).collect();
+            ports.push((PER_RACK as u16, "uplink".to_string()));
+            let sw = Bmv2::start(Bmv2Config {
+                program: program.clone(),
+                ports,
+                thrift_port: 9090 + i as u16,
+                netns: Some(rack.hub()),
+                log_file: rack_dir.join("simple_switch.log"),
+                packet_log: None,
+            })
+            .expect("starting simple_switch");
+            let (mut desc, mut job) = rack_descriptions(PER_RACK, 64);
+            desc.ip = UpperNs::rack_switch_ip(i);
+            desc.ports.push(PER_RACK as u16);
+            job.slot_count = 64;
+            job.uplink = Some(UplinkDesc {
+                port: PER_RACK as u16,
+                mac: UpperNs::mac(i).parse().unwrap(),
+                ip: UpperNs::ip(i),
+                udp_port: 18000,
+                job: 1,
+                epoch: 77,
+                slot_base: 0,
+                rank: i as u8,
+            });
+            sw.configure(&desc, &[job]).unwrap();
+            sw
+        })
+        .collect();
+    // 256 KiB of float32 per worker.
+    let run = Run::new(RACKS * PER_RACK, 65_536, 2);
+    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
+        .map(|g| {
+            let (i, r) = (g / PER_RACK, g % PER_RACK);
+            let mut args = run.common(g);
+            args.extend([
+                format!("--switch={}:18766", UpperNs::rack_switch_ip(i)),
+                format!("--bind={}:9000", Rack::worker_ip(r)),
+                format!("--switch-rank={r}"),
+            ]);
+            Proc::spawn_in(Some(&racks[i].worker_ns(r)), "worker", &args)
+        })
+        .collect();
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
+    let counters: Vec<_> = switches.iter().map(|s| s.counters().unwrap()).collect();
+    upper_sw.signal(libc::SIGINT);
+    let upper_stats = upper_sw
+        .expect("stopped", after(Duration::from_secs(10)))
+        .value;
+    for o in &outcomes {
+        eprintln!("DEBUG {}: {:?}", o.name, o.end);
+    }
+    assert_all_exact(&outcomes, run.total(), &format!("racks: {counters:?}"));
+    let finished = upper_stats["stats"]["total"]["pipeline"]["results_multicast"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{upper_stats}"));
+    assert!(finished > 0, "{upper_stats}");
+    for (i, c) in counters.iter().enumerate() {
+        let events = c.events;
+        let named: Vec<String> = Event::ALL
+            .iter()
+            .filter(|e| events[e.index()] != 0)
+            .map(|e| format!("{} {}", e.name(), events[e.index()]))
+            .collect();
+        eprintln!(
+            "rack {i}: {}; upper switch: {finished} totals",
+            named.join(", ")
+        );
+        // Each use's total came down once and went to both ranks as a multicast.
+        assert_eq!(
+            events[Event::TotalReceived.index()],
+            finished,
+            "{events:?} {upper_stats}"
+        );
+        assert!(c.multicast >= finished, "{c:?}");
+        for bad in [
+            Event::Malformed,
+            Event::UnexpectedType,
+            Event::UnknownJob,
+            Event::UnknownRank,
+            Event::WrongPort,
+            Event::StaleEpoch,
+            Event::SlotOutOfRange,
+            Event::BadCount,
+        ] {
+            assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
+        }
+    }
+    drop(switches);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -302,6 +430,11 @@ fn main() -> std::process::ExitCode {
             "the_controller_provisions_bmv2_and_provisions_a_restarted_one_again",
             ina_testkit::BMV2_RACK,
             the_controller_provisions_bmv2_and_provisions_a_restarted_one_again,
+        )
+        .test(
+            "a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly",
+            ina_testkit::BMV2_RACK,
+            a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly,
         )
         .run()
 }

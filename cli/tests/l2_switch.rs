@@ -190,27 +190,6 @@ fn the_l2_switch_serves_its_counters_once_it_says_it_is_ready() {
     stop(&mut sw);
 }
 
-/// Deletes a namespace when dropped.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = netns::command_in(None, "ip")
-            .args(["netns", "del", &self.0])
-            .status();
-    }
-}
-
-/// Runs `ip ARGS` (in `ns` if given) and fails the test if it fails.
-fn ip_in(ns: Option<&str>, args: &[&str]) {
-    let ok = netns::command_in(ns, "ip")
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "ip {args:?} in {ns:?}");
-}
-
 /// A tree of switches (PROTOCOL.md §9) whose racks are L2 switches on raw ports: two racks of
 /// two workers, each rack's switch (`ina switch --ports`, its own address 198.18.0.100 + i)
 /// with a third port `uplink` towards an upper UDP switch (`ina switch --listen`) in its own
@@ -218,51 +197,12 @@ fn ip_in(ns: Option<&str>, args: &[&str]) {
 /// each rack sent its partials up as frames and took the totals down.
 fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
     let _guard = serial();
-    let upper = Netns("l2tree-up".to_string());
-    let _ = netns::command_in(None, "ip")
-        .args(["netns", "del", &upper.0])
-        .stderr(std::process::Stdio::null())
-        .status();
     let racks: Vec<Rack> = (0..2)
         .map(|i| Rack::new(&format!("l2t{i}"), 2).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    ip_in(None, &["netns", "add", &upper.0]);
-    ip_in(Some(&upper.0), &["link", "set", "lo", "up"]);
-    for (i, rack) in racks.iter().enumerate() {
-        let up = format!("up{i}");
-        ip_in(
-            None,
-            &[
-                "link",
-                "add",
-                &up,
-                "netns",
-                &upper.0,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "uplink",
-                "netns",
-                &rack.hub(),
-            ],
-        );
-        let up_mac = format!("02:00:00:00:19:0{i}");
-        let up_addr = format!("198.19.{i}.1/24");
-        let rack_switch = format!("198.18.0.{}/32", 100 + i);
-        ip_in(Some(&upper.0), &["link", "set", &up, "address", &up_mac]);
-        ip_in(Some(&upper.0), &["addr", "add", &up_addr, "dev", &up]);
-        ip_in(Some(&upper.0), &["link", "set", &up, "up"]);
-        ip_in(Some(&upper.0), &["route", "add", &rack_switch, "dev", &up]);
-        ip_in(Some(&rack.hub()), &["link", "set", "uplink", "up"]);
-        for (ns, dev) in [(upper.0.as_str(), up.as_str()), (&rack.hub(), "uplink")] {
-            netns::in_netns(ns, || netns::checksum_and_gro_off(dev))
-                .and_then(|r| r)
-                .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
-        }
-    }
+    let upper = UpperNs::link("l2tree-up", &racks);
     let mut upper_sw = Proc::spawn_in(
-        Some(&upper.0),
+        Some(&upper.name),
         "upper switch",
         &[
             "switch",
@@ -285,10 +225,12 @@ fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
                     "switch".to_string(),
                     format!("--ports={},uplink", rack.ports()),
                     format!("--mac=02:00:00:00:00:{:02x}", 0x64 + i),
-                    format!("--ip=198.18.0.{}", 100 + i),
+                    format!("--ip={}", UpperNs::rack_switch_ip(i)),
                     format!(
-                        "--job=id=1;slots=0..128;elems=256;workers={};uplink=uplink/02:00:00:00:19:0{i}/198.19.{i}.1:18000;uplink_rank={i};uplink_epoch=77",
-                        workers.join(",")
+                        "--job=id=1;slots=0..128;elems=256;workers={};uplink=uplink/{}/{}:18000;uplink_rank={i};uplink_epoch=77",
+                        workers.join(","),
+                        UpperNs::mac(i),
+                        UpperNs::ip(i)
                     ),
                 ],
             );
@@ -302,7 +244,7 @@ fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
             let (i, r) = (g / 2, g % 2);
             let mut args = run.common(g);
             args.extend([
-                format!("--switch=198.18.0.{}:18766", 100 + i),
+                format!("--switch={}:18766", UpperNs::rack_switch_ip(i)),
                 format!("--bind={}:19000", Rack::worker_ip(r)),
                 format!("--switch-rank={r}"),
             ]);

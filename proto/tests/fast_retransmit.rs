@@ -355,3 +355,55 @@ fn workers_whose_data_the_switch_holds_ask_with_queries_instead_of_resending() {
         assert_eq!(*v, i as i32 * 10);
     }
 }
+
+/// A switch slow to answer (its queue holds the Pending answers and Missing reports for 100
+/// rounds): the last data packet of rank 0 is lost three times, rank 0 then asks with Queries many more times than
+/// `max_retries` before the first Pending answer says the switch lacks its data, and its data,
+/// sent again then, still completes the use. Queries are cheap: they do not spend the
+/// retransmissions of the data.
+#[test]
+fn queries_to_a_slow_switch_do_not_spend_the_data_retransmissions() {
+    let net = common::Net {
+        workers: 2,
+        packets: 128,
+        window: 64,
+        max_retries: 5,
+        give_up: Duration::from_secs(1),
+        rto: RtoConfig::default(),
+        rounds: ROUNDS,
+        gap_reports: true,
+    };
+    let last = 64 + 127;
+    let mut dropped = 0;
+    let mut queries = 0;
+    let ran = common::run_delayed(
+        &net,
+        |_, _| false,
+        &[],
+        |rank, p| {
+            if rank == 0 && seq_of(p) == last {
+                if common::kind_of(p) == 7 {
+                    queries += 1;
+                } else if dropped < 3 {
+                    dropped += 1;
+                    return true;
+                }
+            }
+            false
+        },
+        |_, _| false,
+        |rank, p| usize::from(rank == 0 && matches!(common::kind_of(p), 6 | 8)) * 100,
+    );
+    assert_eq!(dropped, 3);
+    assert!(
+        queries > 5,
+        "{queries} queries: the case needs more than max_retries"
+    );
+    for (r, o) in ran.outcomes.iter().enumerate() {
+        match o {
+            Some(Ok(stats)) => assert_eq!(stats.results, 128, "rank {r}"),
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    assert_eq!(ran.tensors[0], ran.tensors[1]);
+}

@@ -768,3 +768,86 @@ pub fn wait_until<T>(what: &str, deadline: Instant, mut check: impl FnMut() -> O
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Runs `ip ARGS` (in `ns` if given) and fails the test if it fails.
+pub fn ip_in(ns: Option<&str>, args: &[&str]) {
+    let ok = ina_io::netns::command_in(ns, "ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "ip {args:?} in {ns:?}");
+}
+
+/// The namespace of an upper switch (PROTOCOL.md §9) linked to the hub of each of `racks`:
+/// rack `i`'s hub gets the interface `uplink`, the namespace its peer `up{i}` with
+/// [`UpperNs::mac`]`(i)` and [`UpperNs::ip`]`(i)`, and a route to the rack switch's address
+/// [`UpperNs::rack_switch_ip`]`(i)`. Offloads are off on both ends (raw-port switches compute
+/// no checksums). Deleted when dropped.
+pub struct UpperNs {
+    pub name: String,
+}
+
+impl UpperNs {
+    pub fn link(name: &str, racks: &[ina_io::netns::Rack]) -> UpperNs {
+        use ina_io::netns;
+        let _ = netns::command_in(None, "ip")
+            .args(["netns", "del", name])
+            .stderr(Stdio::null())
+            .status();
+        ip_in(None, &["netns", "add", name]);
+        let upper = UpperNs {
+            name: name.to_string(),
+        };
+        ip_in(Some(name), &["link", "set", "lo", "up"]);
+        for (i, rack) in racks.iter().enumerate() {
+            let up = format!("up{i}");
+            let hub = rack.hub();
+            ip_in(
+                None,
+                &[
+                    "link", "add", &up, "netns", name, "type", "veth", "peer", "name", "uplink",
+                    "netns", &hub,
+                ],
+            );
+            let addr = format!("{}/24", UpperNs::ip(i));
+            let route = format!("{}/32", UpperNs::rack_switch_ip(i));
+            ip_in(
+                Some(name),
+                &["link", "set", &up, "address", &UpperNs::mac(i)],
+            );
+            ip_in(Some(name), &["addr", "add", &addr, "dev", &up]);
+            ip_in(Some(name), &["link", "set", &up, "up"]);
+            ip_in(Some(name), &["route", "add", &route, "dev", &up]);
+            ip_in(Some(&hub), &["link", "set", "uplink", "up"]);
+            for (ns, dev) in [(name, up.as_str()), (hub.as_str(), "uplink")] {
+                netns::in_netns(ns, || netns::checksum_and_gro_off(dev))
+                    .and_then(|r| r)
+                    .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
+            }
+        }
+        upper
+    }
+
+    /// The MAC address of the upper switch's interface towards rack `i`.
+    pub fn mac(i: usize) -> String {
+        format!("02:00:00:00:19:{i:02x}")
+    }
+
+    /// The upper switch's address towards rack `i`.
+    pub fn ip(i: usize) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(198, 19, i as u8, 1)
+    }
+
+    /// Rack `i`'s switch's address.
+    pub fn rack_switch_ip(i: usize) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(198, 18, 0, 100 + i as u8)
+    }
+}
+
+impl Drop for UpperNs {
+    fn drop(&mut self) {
+        let _ = ina_io::netns::command_in(None, "ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}

@@ -360,6 +360,7 @@ impl<'a> Stream<'a> {
             first_sent: now,
             deadline,
             retries: 0,
+            data_retries: 0,
             last_tx,
             first_tx: last_tx,
             block_ordinal: block_ordinal.unwrap_or(0),

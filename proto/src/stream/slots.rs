@@ -23,6 +23,8 @@ pub(super) struct Outstanding {
     pub(super) first_sent: Instant,
     pub(super) deadline: Instant,
     pub(super) retries: u32,
+    /// Of its retransmissions, those of its data (the others were Queries).
+    pub(super) data_retries: u32,
     /// Transmission number of its latest transmission (see `Stream::transmissions`).
     pub(super) last_tx: u64,
     /// Transmission number of its first transmission.

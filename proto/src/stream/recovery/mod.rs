@@ -122,6 +122,7 @@ impl<'a> Stream<'a> {
                 last_tx,
                 last_sent: now,
                 last_was_query: query,
+                data_retries: out.data_retries + u32::from(!query),
                 // Data sent again may be lost again.
                 held: if query { out.held } else { Held::Unknown },
                 awaiting_repair: false,
@@ -244,11 +245,18 @@ impl<'a> Stream<'a> {
     }
 
     /// Fails the stream if `out` has used up its give-up time, or its retransmissions while not
-    /// known held and, with reports, not last asked with a Query (E12).
+    /// known held and, with reports, not last asked with a Query (E12). With reports, only its
+    /// data sent again counts: Queries are cheap, and a switch slow to answer them must not
+    /// spend the retransmissions its data needs once a Pending says it is lacking.
     pub(super) fn give_up_if_spent(&mut self, now: Instant, out: &Outstanding) -> bool {
         let waited = now - out.first_sent;
         let cheap = self.reports() && (out.held == Held::Yes || out.last_was_query);
-        let retries_left = out.retries < self.cfg.max_retries || cheap;
+        let spent = if self.reports() {
+            out.data_retries
+        } else {
+            out.retries
+        };
+        let retries_left = spent < self.cfg.max_retries || cheap;
         if retries_left && waited < self.cfg.give_up {
             return false;
         }
