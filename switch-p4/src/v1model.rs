@@ -3,8 +3,10 @@
 //! [`program`] writes the whole program: the frame handling of PROTOCOL.md §7 (ARP for the
 //! switch's address, frames to the switch, L2 forwarding and flooding, reply addressing,
 //! multicast with a per-rank rewrite in the egress), the checks and both decision tables of
-//! §6, and the Missing reports of §5 (the gap register, the results' counters, a rank's report
-//! of lost results; reports leave as clones), with the registers of `proto::pipeline` under
+//! §6, the Missing reports of §5 (the gap register, the results' counters, a rank's report
+//! of lost results; reports leave as clones), and the rack switch of a tree (§9: the partial
+//! up, the total down, the upper switch's answers, the partials' and totals' gap counters),
+//! with the registers of `proto::pipeline` under
 //! the names of the shared contract (`reg_seq`, `reg_bitmap`, `reg_count`, `reg_exp`,
 //! `reg_value_0..`, `reg_gap`, `reg_result_gap`, `reg_result_use`, `reg_result_seq`). The per-element parts
 //! (payload headers, value registers, the actions that write, add and read them) are unrolled
@@ -32,7 +34,9 @@
 //! (PROTOCOL.md §6, a worker whose bit is clear resends), and that retransmission, a
 //! full-size frame, is answered with the stored Result.
 //!
-//! For the same reason the program offers Missing reports only to jobs of 64 elements: the
+//! For the same reason a job under an upper switch has 64 elements (`runtime::V1MODEL`'s
+//! `tree_elems`): a 16-byte answer of the upper switch cannot become a partial of 256. And
+//! the program offers Missing reports only to jobs of 64 elements: the
 //! ProbeReply of a 256-element job leaves the gap flag clear, so its workers recover without
 //! reports. (With reports, the workers' recovery leans on fetching Queries, and a 256-element
 //! job on bmv2 then failed 3 of 5 runs of the controller's bmv2 test: a worker gave up after

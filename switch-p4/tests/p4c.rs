@@ -1,5 +1,5 @@
 //! The committed P4 programs through the P4 tools: the v1model program compiles with
-//! `p4c-bm2-ss`; the TNA program passes p4c's front and mid end against TNA
+//! `p4c-bm2-ss`; the TNA program passes p4c's front and mid end against TNA and T2NA
 //! (`p4tools-tna-check`) and, where the Tofino back end is installed, builds for Tofino 1 and 2
 //! (`p4tools-tna-build`). No package registry has these tools (README.md says where to get
 //! them): each test is skipped with the reason where its tool is absent, and required under
@@ -50,19 +50,22 @@ fn v1model_compiles_with_p4c_bm2_ss() {
 fn tna_passes_the_front_and_mid_end() {
     let tool = p4_tool("p4tools-tna-check").unwrap();
     let include = Path::new(P4_PREFIX).join("share/p4c");
-    let started = Instant::now();
-    let mut cmd = Command::new(&tool);
-    cmd.arg(tna_program()).arg("tofino");
-    if std::env::var_os("P4TOOLS_TNA_INCLUDE").is_none() && include.is_dir() {
-        cmd.env("P4TOOLS_TNA_INCLUDE", include.join("tna-include"));
-        cmd.env("P4C_16_INCLUDE_PATH", include.join("p4include"));
+    // Tofino 1 and 2 differ in their architecture's widths (Tofino 2's mirror ids are 8 bits).
+    for target in ["tofino", "tofino2"] {
+        let started = Instant::now();
+        let mut cmd = Command::new(&tool);
+        cmd.arg(tna_program()).arg(target);
+        if std::env::var_os("P4TOOLS_TNA_INCLUDE").is_none() && include.is_dir() {
+            cmd.env("P4TOOLS_TNA_INCLUDE", include.join("tna-include"));
+            cmd.env("P4C_16_INCLUDE_PATH", include.join("p4include"));
+        }
+        let out = cmd.output().unwrap();
+        eprintln!(
+            "p4tools-tna-check {target} took {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_ran(&format!("p4tools-tna-check {target}"), &out);
     }
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "p4tools-tna-check took {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    assert_ran("p4tools-tna-check", &out);
 }
 
 fn tna_builds_with_the_tofino_back_end() {
