@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use ina_controller::api::{P4Host, P4Spec};
-use ina_io::netns::{Rack, SWITCH_IP};
+use ina_io::netns::{Rack, RackConfig, SWITCH_IP};
 use ina_proto::event::Event;
 use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
 use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
@@ -76,13 +76,31 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
 /// as its workers. Every worker's sums are exact; every total the upper switch multicast was
 /// stored by both racks; the racks refused nothing.
 fn a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly() {
+    bmv2_tree(0);
+}
+
+/// [`a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly`] where every link, the
+/// workers' and the uplinks', drops 1% of the frames each way: the partials, totals, Queries
+/// and answers lost between the switches are repaired as PROTOCOL.md §9 says, on bmv2.
+fn a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link() {
+    bmv2_tree(10);
+}
+
+/// The tree of bmv2 rack switches, with `per_mille` loss on every link.
+fn bmv2_tree(per_mille: u32) {
     let _guard = serial();
     const RACKS: usize = 2;
     const PER_RACK: usize = 2;
     let racks: Vec<Rack> = (0..RACKS)
-        .map(|i| Rack::new(&format!("bmt{i}"), PER_RACK).unwrap_or_else(|e| panic!("{e}")))
+        .map(|i| {
+            Rack::build(RackConfig {
+                loss: f64::from(per_mille) / 1000.0,
+                ..RackConfig::new(&format!("bmt{i}"), PER_RACK)
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        })
         .collect();
-    let upper = UpperNs::link("bmtree-up", &racks);
+    let upper = UpperNs::link_lossy("bmtree-up", &racks, per_mille);
     let dir = std::env::temp_dir().join(format!("ina-bmv2-tree-{}", std::process::id()));
     let program = bmv2::compile_v1model(&dir).unwrap();
     let mut upper_sw = Proc::spawn_in(
@@ -159,6 +177,12 @@ fn a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly() {
         eprintln!("DEBUG {}: {:?}", o.name, o.end);
     }
     assert_all_exact(&outcomes, run.total(), &format!("racks: {counters:?}"));
+    if per_mille > 0 {
+        // The loss rules of the racks' links and of the uplinks' rack ends dropped frames.
+        let dropped: Vec<u64> = racks.iter().map(Rack::dropped).collect();
+        eprintln!("frames dropped by the loss rules, per rack: {dropped:?}");
+        assert!(dropped.iter().all(|&d| d > 0), "{dropped:?}");
+    }
     let finished = upper_stats["stats"]["total"]["pipeline"]["results_multicast"]
         .as_u64()
         .unwrap_or_else(|| panic!("{upper_stats}"));
@@ -435,6 +459,11 @@ fn main() -> std::process::ExitCode {
             "a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly",
             ina_testkit::BMV2_RACK,
             a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly,
+        )
+        .test(
+            "a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link",
+            &[ina_testkit::BMV2_RACK, &[ina_testkit::NFT]].concat(),
+            a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link,
         )
         .run()
 }

@@ -789,6 +789,12 @@ pub struct UpperNs {
 
 impl UpperNs {
     pub fn link(name: &str, racks: &[ina_io::netns::Rack]) -> UpperNs {
+        UpperNs::link_lossy(name, racks, 0)
+    }
+
+    /// [`UpperNs::link`], where each uplink drops `per_mille` of the frames that arrive at
+    /// either end (nftables on the netdev ingress hook, as the racks' links do).
+    pub fn link_lossy(name: &str, racks: &[ina_io::netns::Rack], per_mille: u32) -> UpperNs {
         use ina_io::netns;
         let _ = netns::command_in(None, "ip")
             .args(["netns", "del", name])
@@ -823,6 +829,18 @@ impl UpperNs {
                 netns::in_netns(ns, || netns::checksum_and_gro_off(dev))
                     .and_then(|r| r)
                     .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
+                if per_mille > 0 {
+                    let rules = format!(
+                        "table netdev inaloss_{dev} {{\n chain ingress {{ type filter hook ingress \
+                         device \"{dev}\" priority 0; numgen random mod 1000 < {per_mille} \
+                         counter drop; }}\n}}\n"
+                    );
+                    let ok = netns::command_in(Some(ns), "nft")
+                        .args(["-e", &rules])
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    assert!(ok, "loss on {dev} in {ns}");
+                }
             }
         }
         upper
