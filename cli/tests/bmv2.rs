@@ -16,7 +16,7 @@ use ina_io::netns::{Rack, RackConfig, SWITCH_IP};
 use ina_proto::event::Event;
 use ina_switch_p4::bmv2::{self, Bmv2, Bmv2Config};
 use ina_switch_p4::bmv2_cli::{parse_mc_dump, parse_num_entries, parse_table_dump, DumpedEntry};
-use ina_switch_p4::runtime::{MacAddr, UplinkDesc};
+use ina_switch_p4::runtime::{MacAddr, P4Job, UplinkDesc};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -219,6 +219,98 @@ fn bmv2_tree(per_mille: u32) {
         }
     }
     drop(switches);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// bmv2 as the upper switch of a tree (PROTOCOL.md §9: an unchanged switch whose ranks are
+/// rack switches): its two ranks are UDP software rack switches (`ina switch --listen`), each
+/// in a namespace behind one of its ports with two workers of its own on loopback. Every
+/// worker's sums are exact, and each rack stored every total bmv2 multicast.
+fn bmv2_is_the_upper_switch_of_two_udp_rack_switches() {
+    let _guard = serial();
+    const RACKS: usize = 2;
+    const PER_RACK: usize = 2;
+    // The "workers" of bmv2's rack are the rack switches' namespaces.
+    let rack = Rack::new("bmup", RACKS).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("ina-bmv2-upper-{}", std::process::id()));
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let sw = start_bmv2(&rack, &program, &dir, 9090);
+    let hosts: Vec<(MacAddr, std::net::Ipv4Addr)> = (0..RACKS)
+        .map(|i| (MacAddr(Rack::worker_mac_bytes(i)), Rack::worker_ip(i)))
+        .collect();
+    let (desc, _) = rack_descriptions(RACKS, 64);
+    // The rack switches send from their own UDP port.
+    let job = P4Job::one_rank_per_port(1, 3, 64, 64, &hosts, 18766);
+    sw.configure(&desc, &[job]).unwrap();
+    let mut rack_sw: Vec<Proc> = (0..RACKS)
+        .map(|i| {
+            let workers: Vec<String> = (0..PER_RACK)
+                .map(|r| format!("127.0.0.1:{}", 19000 + r))
+                .collect();
+            let mut p = Proc::spawn_in(
+                Some(&rack.worker_ns(i)),
+                "rack switch",
+                &[
+                    "switch".to_string(),
+                    "--listen=0.0.0.0:18766".to_string(),
+                    format!(
+                        "--job=id=1;slots=0..64;elems=64;workers={};uplink={SWITCH_IP}:18766;uplink_rank={i};uplink_epoch=3",
+                        workers.join(",")
+                    ),
+                ],
+            );
+            p.expect("ready", after(START));
+            p
+        })
+        .collect();
+    let run = Run::new(RACKS * PER_RACK, 65_536, 2);
+    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
+        .map(|g| {
+            let (i, r) = (g / PER_RACK, g % PER_RACK);
+            let mut args = run.common(g);
+            args.extend([
+                "--switch=127.0.0.1:18766".to_string(),
+                format!("--bind=127.0.0.1:{}", 19000 + r),
+                format!("--switch-rank={r}"),
+            ]);
+            Proc::spawn_in(Some(&rack.worker_ns(i)), "worker", &args)
+        })
+        .collect();
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
+    let c = sw.counters().unwrap();
+    let stats: Vec<serde_json::Value> = rack_sw
+        .iter_mut()
+        .map(|p| {
+            p.signal(libc::SIGINT);
+            p.expect("stopped", after(Duration::from_secs(10))).value
+        })
+        .collect();
+    assert_all_exact(&outcomes, run.total(), &format!("bmv2: {c:?}"));
+    let events = c.events;
+    eprintln!(
+        "bmv2 upper switch: {} partials first, {} added, {} totals multicast",
+        events[Event::DataFirst.index()],
+        events[Event::DataAdded.index()],
+        c.multicast
+    );
+    assert!(c.multicast > 0, "{c:?}");
+    for bad in [
+        Event::Malformed,
+        Event::UnknownJob,
+        Event::UnknownRank,
+        Event::WrongPort,
+        Event::StaleEpoch,
+        Event::BadCount,
+    ] {
+        assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
+    }
+    for s in &stats {
+        let totals = s["stats"]["total"]["pipeline"]["totals_received"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{s}"));
+        assert_eq!(totals, c.multicast, "{s}");
+    }
+    drop(sw);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -459,6 +551,11 @@ fn main() -> std::process::ExitCode {
             "a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly",
             ina_testkit::BMV2_RACK,
             a_tree_of_bmv2_rack_switches_under_a_udp_switch_sums_exactly,
+        )
+        .test(
+            "bmv2_is_the_upper_switch_of_two_udp_rack_switches",
+            ina_testkit::BMV2_RACK,
+            bmv2_is_the_upper_switch_of_two_udp_rack_switches,
         )
         .test(
             "a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link",
