@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 use ina_controller::alloc::{Policy, BLOCK};
-use ina_controller::api::{JobRequest, JobState, JobStatus, SwitchInfo, SwitchKind, SwitchSpec};
+use ina_controller::api::{
+    JobRequest, JobState, JobStatus, Place, SwitchInfo, SwitchKind, SwitchSpec,
+};
 use ina_controller::client::Client;
 use ina_controller::server::{self, ServerConfig};
 use ina_controller::service::{drivers_with, Controller, LocalDrivers};
@@ -231,6 +233,8 @@ impl From<KindArg> for SwitchKind {
     }
 }
 
+// (Parsed once per run: the size of the enum's largest variant costs nothing.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, clap::Subcommand)]
 pub enum SwitchCommand {
     /// Add a switch to the controller: a software switch (its --control endpoint), a bmv2
@@ -261,10 +265,26 @@ pub enum SwitchCommand {
         /// The switch's control token (its --control-token), if it has one.
         #[arg(long, env = "INA_SWITCH_TOKEN", hide_env_values = true)]
         control_token: Option<String>,
+        /// Its place: the switch of rack NAME, with the hosts under it (--hosts).
+        #[arg(long, value_name = "NAME", requires = "hosts", conflicts_with_all = ["upper", "aggregator_on"])]
+        rack: Option<String>,
+        /// The addresses of the hosts under the rack switch, comma-separated.
+        #[arg(long, value_delimiter = ',', requires = "rack")]
+        hosts: Vec<std::net::IpAddr>,
+        /// Its place: an upper switch, which the rack switches under it name with --under.
+        #[arg(long, conflicts_with = "aggregator_on")]
+        upper: bool,
+        /// The upper switch this rack or upper switch is under.
+        #[arg(long, value_name = "SWITCH", conflicts_with = "aggregator_on")]
+        under: Option<String>,
+        /// Its place: a software switch on the host with address ADDR, an aggregator for jobs
+        /// the switches have no room for.
+        #[arg(long, value_name = "ADDR")]
+        aggregator_on: Option<std::net::IpAddr>,
         #[command(flatten)]
         connect: Connect,
     },
-    /// List the controller's switches.
+    /// List the controller's switches, as the tree their places make.
     List {
         #[command(flatten)]
         connect: Connect,
@@ -425,9 +445,27 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
             elems,
             p4,
             control_token,
+            rack,
+            hosts,
+            upper,
+            under,
+            aggregator_on,
             connect,
         } => {
             let kind = SwitchKind::from(kind);
+            let place = match (rack, upper, aggregator_on) {
+                (Some(rack), _, _) => Place::Rack { rack, hosts, under },
+                (None, true, _) => Place::Upper { under },
+                (None, false, Some(host)) => Place::Aggregator { host },
+                (None, false, None) => {
+                    if let Some(u) = under {
+                        anyhow::bail!(
+                            "--under {u}: only a rack switch (--rack) or an upper switch (--upper) is under another"
+                        );
+                    }
+                    Place::Unplaced
+                }
+            };
             let p4 = match (&p4, kind) {
                 (Some(path), SwitchKind::Bmv2 | SwitchKind::Tofino) => {
                     let text = std::fs::read_to_string(path)
@@ -466,16 +504,17 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
                 elems_per_slot: elems.unwrap_or(most),
                 token: control_token,
                 p4,
+                place,
             })?)
         }
         SwitchCommand::List { connect } => {
             let switches = connect.client()?.switches()?;
             println!(
-                "{:<16} {:<22} {:<9} {:>6} {:>6} {:>5}",
+                "{:<22} {:<22} {:<9} {:>6} {:>6} {:>5}  place",
                 "name", "control", "state", "slots", "free", "jobs"
             );
-            for s in switches {
-                println!("{}", switch_line(&s));
+            for line in switch_tree(&switches) {
+                println!("{line}");
             }
             Ok(())
         }
@@ -485,14 +524,65 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
     }
 }
 
-fn switch_line(s: &SwitchInfo) -> String {
+/// The switches as the tree their places make: each switch followed by those under it,
+/// indented; switches under none (or under one not listed) at the left.
+fn switch_tree(switches: &[SwitchInfo]) -> Vec<String> {
+    let listed = |name: &str| switches.iter().any(|s| s.spec.name == name);
+    let mut lines = Vec::new();
+    let roots = switches
+        .iter()
+        .filter(|s| s.spec.place.under().is_none_or(|u| !listed(u)));
+    for s in roots {
+        tree_lines(switches, s, "", &mut lines, 0);
+    }
+    lines
+}
+
+fn tree_lines(
+    switches: &[SwitchInfo],
+    s: &SwitchInfo,
+    prefix: &str,
+    lines: &mut Vec<String>,
+    depth: usize,
+) {
+    lines.push(switch_line(s, prefix));
+    // (A listed cycle, which the controller refuses, would stop here.)
+    if depth > ina_controller::topology::MAX_LEVELS {
+        return;
+    }
+    let below: Vec<&SwitchInfo> = switches
+        .iter()
+        .filter(|c| c.spec.place.under() == Some(s.spec.name.as_str()))
+        .collect();
+    let indent: String = prefix.replace("├─ ", "│  ").replace("└─ ", "   ");
+    for (i, c) in below.iter().enumerate() {
+        let branch = if i + 1 == below.len() {
+            "└─ "
+        } else {
+            "├─ "
+        };
+        tree_lines(switches, c, &format!("{indent}{branch}"), lines, depth + 1);
+    }
+}
+
+fn switch_line(s: &SwitchInfo, prefix: &str) -> String {
     let state = match s.state {
         ina_controller::api::SwitchState::Active => "active",
         ina_controller::api::SwitchState::Draining => "draining",
     };
+    let place = match &s.spec.place {
+        Place::Unplaced => "-".to_string(),
+        Place::Rack { rack, hosts, .. } => match hosts.len() {
+            1 => format!("rack {rack} (1 host)"),
+            n => format!("rack {rack} ({n} hosts)"),
+        },
+        Place::Upper { .. } => "upper".to_string(),
+        Place::Aggregator { host } => format!("aggregator on {host}"),
+    };
+    let name = format!("{prefix}{}", s.spec.name);
     format!(
-        "{:<16} {:<22} {:<9} {:>6} {:>6} {:>5}",
-        s.spec.name,
+        "{:<22} {:<22} {:<9} {:>6} {:>6} {:>5}  {place}",
+        name,
         s.spec.control.to_string(),
         state,
         s.spec.slots,

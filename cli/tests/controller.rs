@@ -164,6 +164,137 @@ fn a_job_joined_by_name_finishes_across_a_kill_9_of_the_controller() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `ina ARGS` to its end; returns its status code, stdout and stderr.
+fn ina_run(args: &[String]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Switches declared with their places through `ina switch add` (an upper switch, two rack
+/// switches under it with their hosts, a rack switch on its own, an aggregator on a host):
+/// `ina switch list` shows them as a tree; a host under two racks, an upper switch that is not
+/// declared and a rack switch named as an upper one are refused with messages that name
+/// them; the places survive a restart of the controller.
+#[test]
+fn switches_declare_their_places_and_list_as_a_tree() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-topology-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut ctl, api) = controller(&dir);
+    let switches: Vec<SwitchProc> = (0..5).map(|_| SwitchProc::start(&[])).collect();
+    let with = |args: &[&str], sw: &SwitchProc| -> Vec<String> {
+        let mut v: Vec<String> = ["switch", "add"].iter().map(|s| s.to_string()).collect();
+        v.extend(args.iter().map(|s| s.to_string()));
+        v.extend([
+            format!("--control={}", sw.control),
+            format!("--data={}", sw.udp),
+            "--slots=1024".into(),
+            format!("--controller={api}"),
+            format!("--token-file={}", token_file(&dir).display()),
+        ]);
+        v
+    };
+    let added = |args: &[&str], sw: &SwitchProc| {
+        let (code, out, err) = ina_run(&with(args, sw));
+        assert_eq!(code, Some(0), "{args:?}: {out}{err}");
+    };
+    let refused = |args: &[&str], sw: &SwitchProc, needle: &str| {
+        let (code, out, err) = ina_run(&with(args, sw));
+        assert_ne!(code, Some(0), "{args:?}: {out}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    added(&["spine", "--upper"], &switches[0]);
+    added(
+        &[
+            "tor-a",
+            "--rack=a",
+            "--hosts=198.18.1.1,198.18.1.2",
+            "--under=spine",
+        ],
+        &switches[1],
+    );
+    added(
+        &["tor-b", "--rack=b", "--hosts=198.18.2.1", "--under=spine"],
+        &switches[2],
+    );
+    added(&["tor-c", "--rack=c", "--hosts=198.18.3.1"], &switches[3]);
+    added(&["agg", "--aggregator-on=198.18.9.9"], &switches[4]);
+    let list = || {
+        let (code, out, err) = ina_run(&[
+            "switch".into(),
+            "list".into(),
+            format!("--controller={api}"),
+            format!("--token-file={}", token_file(&dir).display()),
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        out
+    };
+    let out = list();
+    eprintln!("{out}");
+    assert_eq!(out.lines().count(), 6, "{out}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.contains(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}: {out}"))
+            .to_string()
+    };
+    assert!(line("spine").starts_with("spine"), "{out}");
+    assert!(line("spine").ends_with("upper"), "{out}");
+    assert!(line("tor-a").starts_with("├─ tor-a"), "{out}");
+    assert!(line("tor-a").ends_with("rack a (2 hosts)"), "{out}");
+    assert!(line("tor-b").starts_with("└─ tor-b"), "{out}");
+    assert!(line("tor-c").starts_with("tor-c"), "{out}");
+    assert!(line("agg").ends_with("aggregator on 198.18.9.9"), "{out}");
+    // Bad places, refused by name (the switch behind them is free again: nothing was added).
+    let spare = SwitchProc::start(&[]);
+    refused(
+        &["tor-d", "--rack=d", "--hosts=198.18.4.1,198.18.1.2"],
+        &spare,
+        "host 198.18.1.2 is under two racks",
+    );
+    refused(
+        &["tor-d", "--rack=d", "--hosts=198.18.4.1", "--under=core"],
+        &spare,
+        "under \"core\", which is not declared",
+    );
+    refused(
+        &["tor-d", "--rack=d", "--hosts=198.18.4.1", "--under=tor-c"],
+        &spare,
+        "which is not an upper switch",
+    );
+    refused(&["tor-d", "--under=spine"], &spare, "only a rack switch");
+    // The places are in the controller's state: a restarted controller lists the same tree.
+    ctl.signal(libc::SIGKILL);
+    let _ = ctl.wait(after(START));
+    let (_ctl, api2) = controller(&dir);
+    let (code, again, err) = ina_run(&[
+        "switch".into(),
+        "list".into(),
+        format!("--controller={api2}"),
+        format!("--token-file={}", token_file(&dir).display()),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let strip = |t: &str| -> Vec<String> {
+        // Compare names and places; the free slots may differ while jobs come and go.
+        t.lines()
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                format!(
+                    "{} {}",
+                    w[..w.len().min(2)].join(" "),
+                    l.rsplit("  ").next().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    assert_eq!(strip(&again), strip(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn wrong_controller_flags_fail_with_a_clear_error() {
     let _serial = serial();

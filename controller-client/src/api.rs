@@ -21,7 +21,7 @@
 use ina_proto::alloc::{JobId, Policy, Range};
 use ina_switch_p4::runtime::{MacAddr, SwitchDesc};
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// The path prefix of this version.
 pub const PREFIX: &str = "/v1";
@@ -80,6 +80,48 @@ pub struct P4Spec {
     // configuration, `service::LocalDrivers`, never a request's.)
 }
 
+/// Where a switch sits in the cluster (docs/CONTROLLER.md, "Topology"). A switch names the
+/// switch it is under; an upper switch's racks are the switches that name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "role", deny_unknown_fields)]
+pub enum Place {
+    /// Not declared: a switch on its own, whose workers' hosts are not known.
+    #[default]
+    Unplaced,
+    /// A rack switch: the rack's name, the hosts under it (their addresses, as workers join
+    /// with them), and the upper switch it is under, if any.
+    Rack {
+        rack: String,
+        hosts: Vec<IpAddr>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        under: Option<String>,
+    },
+    /// An upper switch: the rack switches (or upper switches) that name it are under it; it
+    /// may itself be under another.
+    Upper {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        under: Option<String>,
+    },
+    /// A software switch on a host, an aggregator for jobs the switches have no room for
+    /// (BytePS's spare hosts): the host's address.
+    Aggregator { host: IpAddr },
+}
+
+impl Place {
+    /// Whether no place was declared.
+    pub fn is_unplaced(&self) -> bool {
+        *self == Place::Unplaced
+    }
+
+    /// The switch this one is under, if any.
+    pub fn under(&self) -> Option<&str> {
+        match self {
+            Place::Rack { under, .. } | Place::Upper { under } => under.as_deref(),
+            Place::Unplaced | Place::Aggregator { .. } => None,
+        }
+    }
+}
+
 /// A switch as an operator declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,6 +144,9 @@ pub struct SwitchSpec {
     /// The data plane of a bmv2 or Tofino switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p4: Option<P4Spec>,
+    /// Where it sits in the cluster.
+    #[serde(default, skip_serializing_if = "Place::is_unplaced")]
+    pub place: Place,
 }
 
 impl SwitchSpec {
@@ -123,6 +168,7 @@ impl SwitchSpec {
             elems_per_slot,
             token: None,
             p4: None,
+            place: Place::Unplaced,
         }
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! What it must not do: touch a switch's data plane other than through a [`driver`], or give
 //! one slot to two jobs at any instant ([`alloc::plan`] orders every change so).
-//! [`alloc`] and [`state`] are pure: no I/O, no clock.
+//! [`alloc`], [`state`] and [`topology`] are pure: no I/O, no clock.
 
 pub use ina_controller_client::{api, client, member};
 /// The slot allocator, pure, in `ina-proto` so that the simulator runs it too.
@@ -25,3 +25,4 @@ pub mod service;
 pub mod state;
 pub mod store;
 pub mod token;
+pub mod topology;

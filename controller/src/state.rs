@@ -139,7 +139,8 @@ impl State {
             )));
         }
         let token = spec.token.take();
-        self.switches.insert(
+        let mut switches = self.switches.clone();
+        switches.insert(
             spec.name.clone(),
             SwitchRecord {
                 spec,
@@ -147,6 +148,8 @@ impl State {
                 token,
             },
         );
+        crate::topology::check(&switches).map_err(StateError::BadRequest)?;
+        self.switches = switches;
         Ok(())
     }
 

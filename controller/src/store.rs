@@ -21,6 +21,8 @@ pub enum StoreError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error("{path}: its switches' topology is refused ({why}); mend the file or move it away to start empty")]
+    Topology { path: PathBuf, why: String },
 }
 
 /// The state file in a directory.
@@ -57,9 +59,14 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(StoreError::Io { path, source }),
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| StoreError::Corrupt { path, source })
+        let state: State =
+            serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {
+                path: path.clone(),
+                source,
+            })?;
+        crate::topology::check(&state.switches)
+            .map_err(|why| StoreError::Topology { path, why })?;
+        Ok(Some(state))
     }
 
     /// Replaces the saved state with `state`, durably.

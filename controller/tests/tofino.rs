@@ -37,6 +37,7 @@ fn spec() -> SwitchSpec {
         data: SocketAddr::from((ip, ina_wire::agg::UDP_PORT)),
         slots: 1024,
         elems_per_slot: 64,
+        place: Default::default(),
         token: None,
         p4: Some(P4Spec {
             switch: SwitchDesc {

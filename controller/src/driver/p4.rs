@@ -158,6 +158,7 @@ mod tests {
             data: SocketAddr::from((Ipv4Addr::new(198, 18, 0, 100), ina_wire::agg::UDP_PORT)),
             slots: 1024,
             elems_per_slot: 64,
+            place: Default::default(),
             token: None,
             p4: Some(P4Spec {
                 switch: SwitchDesc {
