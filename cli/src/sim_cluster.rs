@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// Every scheme the experiment compares, in the order of its tables.
-const SCHEMES: [Scheme; 8] = [
+const SCHEMES: [Scheme; 10] = [
     Scheme::StaticPartitions(4),
     Scheme::StaticPartitions(16),
     Scheme::BestEffortHash,
@@ -20,6 +20,8 @@ const SCHEMES: [Scheme; 8] = [
     Scheme::Controller(Policy::Priority),
     Scheme::LeastAttained,
     Scheme::FinishTimeFairness,
+    Scheme::Spilling(Policy::FairShare),
+    Scheme::Spilling(Policy::Priority),
 ];
 
 /// One scheme at one load: completion times in seconds, means over the seeds.
@@ -120,7 +122,8 @@ fn plot(path: &Path, rows: &[Row], n: usize, seeds: u64) -> anyhow::Result<()> {
         loads.iter().copied().fold(f64::INFINITY, f64::min),
         loads.iter().copied().fold(0.0, f64::max),
     );
-    let palette = [
+    // One colour per scheme (the array's length makes the compiler count them).
+    let palette: [RGBColor; SCHEMES.len()] = [
         RGBColor(120, 120, 120),
         RGBColor(60, 60, 60),
         RGBColor(230, 120, 0),
@@ -129,6 +132,8 @@ fn plot(path: &Path, rows: &[Row], n: usize, seeds: u64) -> anyhow::Result<()> {
         RGBColor(30, 110, 200),
         RGBColor(120, 60, 170),
         RGBColor(20, 150, 80),
+        RGBColor(200, 160, 0),
+        RGBColor(0, 0, 0),
     ];
     for (panel, (what, value)) in panels.iter().zip([
         ("mean", (|r: &Row| r.mean_s) as fn(&Row) -> f64),

@@ -7,8 +7,8 @@
 //! law a job's rate is its window over its round trip, up to its link: `rate = link ×
 //! min(1, slots / full)`, where `full` is the window that fills the link (a job asks for
 //! that much, [`ClusterJob::window`]). Jobs without switch slots aggregate on a host at
-//! [`ClusterConfig::host_gbps`] when the scheme falls back (ATP), or wait (the controller's
-//! policies, static partitions).
+//! [`ClusterConfig::host_gbps`] when the scheme falls back (ATP, the controller spilling to
+//! hosts), or wait (the controller's other schemes, static partitions).
 
 use crate::rng::Rng;
 use ina_proto::alloc::{self, Demand, JobId, Policy, Range, BLOCK};
@@ -58,6 +58,10 @@ pub enum Scheme {
     /// ATP-like best effort: every job hashes its window to a range of the pool; where ranges
     /// of running jobs overlap, the later arrival's packets go to a host aggregator instead.
     BestEffortHash,
+    /// The controller with one of its policies, where a job the policy leaves without slots
+    /// runs on a host aggregator (a software switch on a host, BytePS's spare capacity) at
+    /// [`ClusterConfig::host_gbps`] instead of queueing, until the policy gives it slots.
+    Spilling(Policy),
 }
 
 impl std::fmt::Display for Scheme {
@@ -68,6 +72,7 @@ impl std::fmt::Display for Scheme {
             Scheme::FinishTimeFairness => write!(f, "controller, finish-time fairness"),
             Scheme::StaticPartitions(n) => write!(f, "static partitions ({n})"),
             Scheme::BestEffortHash => write!(f, "best effort, hashed (ATP-like)"),
+            Scheme::Spilling(p) => write!(f, "controller, {p}, spilling to hosts"),
         }
     }
 }
@@ -156,10 +161,17 @@ pub fn run(cfg: &ClusterConfig, jobs: &[ClusterJob], scheme: Scheme) -> ClusterR
         // Who runs, and at what rate.
         let active: Vec<usize> = (0..arrived).filter(|&i| done_at[i].is_none()).collect();
         let rates: Vec<(usize, f64)> = match scheme {
-            Scheme::Controller(_) | Scheme::LeastAttained | Scheme::FinishTimeFairness => {
+            Scheme::Controller(_)
+            | Scheme::Spilling(_)
+            | Scheme::LeastAttained
+            | Scheme::FinishTimeFairness => {
                 let policy = match scheme {
-                    Scheme::Controller(p) => p,
+                    Scheme::Controller(p) | Scheme::Spilling(p) => p,
                     _ => Policy::Priority,
+                };
+                let host = match scheme {
+                    Scheme::Spilling(_) => (cfg.host_gbps * 1e9).min(link),
+                    _ => 0.0,
                 };
                 let demands: Vec<Demand> = active
                     .iter()
@@ -179,11 +191,31 @@ pub fn run(cfg: &ClusterConfig, jobs: &[ClusterJob], scheme: Scheme) -> ClusterR
                         arrival: i as u64,
                     })
                     .collect();
-                let layout = alloc::layout(policy, cfg.pool, &demands, &placed);
-                placed = layout.placed;
+                // Spilling: while some job's slots would stream slower than a host aggregator,
+                // the latest of those jobs goes to a host, and the policy lays the others out
+                // again without it (their shares only grow).
+                let mut demands = demands;
+                let mut spilled: Vec<usize> = Vec::new();
+                loop {
+                    placed = alloc::layout(policy, cfg.pool, &demands, &placed).placed;
+                    let slower = demands.iter().rposition(|d| {
+                        let i = (d.job - 1) as usize;
+                        let slots = placed.get(&d.job).map_or(0, |r| r.count);
+                        link * slot_share(slots, jobs[i].window) < host
+                    });
+                    let Some(k) = slower else {
+                        break;
+                    };
+                    let d = demands.remove(k);
+                    spilled.push((d.job - 1) as usize);
+                    placed.remove(&d.job);
+                }
                 active
                     .iter()
                     .map(|&i| {
+                        if spilled.contains(&i) {
+                            return (i, host);
+                        }
                         let slots = placed.get(&id(i)).map_or(0, |r| r.count);
                         (i, link * slot_share(slots, jobs[i].window))
                     })

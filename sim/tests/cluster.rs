@@ -103,3 +103,32 @@ fn under_load_sharing_beats_static_partitions_on_every_seed() {
         assert!(jobs.windows(2).all(|w| w[0].arrival <= w[1].arrival));
     }
 }
+
+#[test]
+fn spilling_sends_a_job_to_a_host_while_its_slots_would_be_slower() {
+    // First fit with a job that took the whole pool: the second would wait 10 s; spilled, it
+    // streams on a host at 25 Gbit/s and moves to the switch when the first ends:
+    // 10 + (1000 - 250) Gbit / 100 = 17.5 s, as best effort's collision does.
+    let jobs = [job(0.0, 10.0, 1024), job(0.0, 10.0, 1024)];
+    let r = cluster::run(&CFG, &jobs, Scheme::Spilling(Policy::FirstFit));
+    assert!((r.jct[0] - 10.0).abs() < 1e-6, "{r:?}");
+    assert!((r.jct[1] - 17.5).abs() < 1e-6, "{r:?}");
+    // Fair share gives each half the pool, 50 Gbit/s, faster than a host: nobody spills.
+    let shared = cluster::run(&CFG, &jobs, Scheme::Controller(Policy::FairShare));
+    let spilled = cluster::run(&CFG, &jobs, Scheme::Spilling(Policy::FairShare));
+    assert_eq!(shared.jct, spilled.jct);
+    // Eight jobs under fair share: an eighth of the pool each is 12.5 Gbit/s, slower than a
+    // host, so the latest go to hosts one by one until the rest beat a host: four on hosts
+    // at 25 Gbit/s, four sharing the pool at 25 Gbit/s each; all end at 40 s instead of 80 s.
+    let jobs: Vec<ClusterJob> = (0..8).map(|_| job(0.0, 10.0, 1024)).collect();
+    let shared = cluster::run(&CFG, &jobs, Scheme::Controller(Policy::FairShare));
+    let spilled = cluster::run(&CFG, &jobs, Scheme::Spilling(Policy::FairShare));
+    assert!(
+        shared.jct.iter().all(|t| (t - 80.0).abs() < 1e-6),
+        "{shared:?}"
+    );
+    assert!(
+        spilled.jct.iter().all(|t| (t - 40.0).abs() < 1e-6),
+        "{spilled:?}"
+    );
+}
