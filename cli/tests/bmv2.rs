@@ -20,6 +20,25 @@ use ina_switch_p4::runtime::{MacAddr, P4Job, UplinkDesc};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The events that refuse a packet: none happens where every worker follows the protocol.
+const REFUSALS: [Event; 8] = [
+    Event::Malformed,
+    Event::UnexpectedType,
+    Event::UnknownJob,
+    Event::UnknownRank,
+    Event::WrongPort,
+    Event::StaleEpoch,
+    Event::SlotOutOfRange,
+    Event::BadCount,
+];
+
+/// Asserts that bmv2 refused no packet.
+fn assert_refused_nothing(events: &[u64; Event::COUNT]) {
+    for bad in REFUSALS {
+        assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
+    }
+}
+
 fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     let _guard = serial();
     const WORKERS: usize = 4;
@@ -58,14 +77,7 @@ fn workers_all_reduce_through_bmv2_running_the_v1model_program() {
     assert!(events[Event::DataFirst.index()] >= packets, "{events:?}");
     assert!(multicast >= packets, "{multicast} multicast, {events:?}");
     assert_eq!(events[Event::ArpReplied.index()], WORKERS as u64);
-    for bad in [
-        Event::Malformed,
-        Event::UnknownJob,
-        Event::WrongPort,
-        Event::StaleEpoch,
-    ] {
-        assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
-    }
+    assert_refused_nothing(&events);
     drop(sw);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -205,18 +217,7 @@ fn bmv2_tree(per_mille: u32) {
             "{events:?} {upper_stats}"
         );
         assert!(c.multicast >= finished, "{c:?}");
-        for bad in [
-            Event::Malformed,
-            Event::UnexpectedType,
-            Event::UnknownJob,
-            Event::UnknownRank,
-            Event::WrongPort,
-            Event::StaleEpoch,
-            Event::SlotOutOfRange,
-            Event::BadCount,
-        ] {
-            assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
-        }
+        assert_refused_nothing(&events);
     }
     drop(switches);
     let _ = std::fs::remove_dir_all(&dir);
@@ -294,16 +295,7 @@ fn bmv2_is_the_upper_switch_of_two_udp_rack_switches() {
         c.multicast
     );
     assert!(c.multicast > 0, "{c:?}");
-    for bad in [
-        Event::Malformed,
-        Event::UnknownJob,
-        Event::UnknownRank,
-        Event::WrongPort,
-        Event::StaleEpoch,
-        Event::BadCount,
-    ] {
-        assert_eq!(events[bad.index()], 0, "{bad:?}: {events:?}");
-    }
+    assert_refused_nothing(&events);
     for s in &stats {
         let totals = s["stats"]["total"]["pipeline"]["totals_received"]
             .as_u64()

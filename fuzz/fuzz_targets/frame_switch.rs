@@ -17,6 +17,18 @@ use libfuzzer_sys::fuzz_target;
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x64];
 const IP: [u8; 4] = [198, 18, 0, 100];
 
+/// Ranks `0..n`, rank `r` on port `r` at UDP port `udp_port`.
+fn ranks(n: u8, udp_port: u16) -> Vec<Endpoint> {
+    (0..n)
+        .map(|r| Endpoint {
+            port: u16::from(r),
+            mac: MacAddr([2, 0, 0, 0, 1, r]),
+            ip: [198, 18, 0, r + 1],
+            udp_port,
+        })
+        .collect()
+}
+
 fn switch() -> FrameSwitch {
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
         mac: MacAddr(MAC),
@@ -39,14 +51,7 @@ fn switch() -> FrameSwitch {
         slot_base: 2,
         slot_count: 4,
         elems_per_packet: 4,
-        ranks: (0..3u8)
-            .map(|r| Endpoint {
-                port: u16::from(r),
-                mac: MacAddr([2, 0, 0, 0, 1, r]),
-                ip: [198, 18, 0, r + 1],
-                udp_port: 9000,
-            })
-            .collect(),
+        ranks: ranks(3, 9000),
         uplink: None,
     })
     .expect("job");
@@ -56,14 +61,7 @@ fn switch() -> FrameSwitch {
         slot_base: 8,
         slot_count: 4,
         elems_per_packet: 4,
-        ranks: (0..2u8)
-            .map(|r| Endpoint {
-                port: u16::from(r),
-                mac: MacAddr([2, 0, 0, 0, 1, r]),
-                ip: [198, 18, 0, r + 1],
-                udp_port: 9001,
-            })
-            .collect(),
+        ranks: ranks(2, 9001),
         uplink: Some(FrameUplink {
             switch: Endpoint {
                 port: 3,

@@ -654,38 +654,53 @@ fn ingress(p: &mut P4) {
         meta.out_group = meta.job_mgrp;
         meta.mcast_result = 1;
         ina_multicast.count(0);
-        }
-
-        // The block's next result counter, and the use it numbers (PROTOCOL.md §5, \"Lost
-        // results\"), into the Result in the header.
-        action stamp_result() {
-        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
-        bit<8> next;
-        reg_result_gap.read(next, block);
-        reg_result_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
-        reg_result_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
-        reg_result_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
-        hdr.ina.gap = next[5:0];
-        hdr.ina.gap_on = 1;
-        }
-
-        // The block's next partial counter, and the use it numbers (PROTOCOL.md §9), into the
-        // partial in the header.
-        action stamp_partial() {
-        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
-        bit<8> next;
-        reg_partial_gap.read(next, block);
-        reg_partial_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
-        reg_partial_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
-        hdr.ina.gap = next[5:0];
-        hdr.ina.gap_on = 1;
         }",
+    );
+    stamp_action(
+        p,
+        "// The block's next result counter, and the use it numbers (PROTOCOL.md §5, \"Lost
+        // results\"), into the Result in the header.",
+        "result",
+        Some("reg_result_seq"),
+    );
+    stamp_action(
+        p,
+        "// The block's next partial counter, and the use it numbers (PROTOCOL.md §9), into the
+        // partial in the header.",
+        "partial",
+        None,
     );
     uplink_actions(p);
     p.line("");
     ingress_apply(p);
     p.line("}");
     p.line("");
+}
+
+/// Action `stamp_WHAT`: the next counter of the slot's block from `reg_WHAT_gap`, the use it
+/// numbers (`2 * slot + set + 1`) into `reg_WHAT_use` and, if given, its sequence number into
+/// `seq_reg`, and the counter into the header's gap field.
+fn stamp_action(p: &mut P4, comment: &str, what: &str, seq_reg: Option<&str>) {
+    p.line("");
+    p.lines(comment);
+    p.lines(&format!(
+        "action stamp_{what}() {{
+        bit<32> block = meta.slot_index >> GAP_BLOCK_SHIFT;
+        bit<8> next;
+        reg_{what}_gap.read(next, block);
+        reg_{what}_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
+        reg_{what}_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);"
+    ));
+    if let Some(reg) = seq_reg {
+        p.line(&format!(
+            "{reg}.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);"
+        ));
+    }
+    p.lines(
+        "hdr.ina.gap = next[5:0];
+        hdr.ina.gap_on = 1;
+        }",
+    );
 }
 
 /// The actions of a rack switch (PROTOCOL.md §9): what it sends up, and the Pending it passes
