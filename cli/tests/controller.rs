@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use ina_controller::api::{JobRequest, SwitchSpec};
+use ina_controller::api::{JobRequest, Place, SwitchSpec};
 use ina_controller::client::Client;
 use ina_switch::Request;
 use std::net::SocketAddr;
@@ -292,6 +292,58 @@ fn switches_declare_their_places_and_list_as_a_tree() {
             .collect()
     };
     assert_eq!(strip(&again), strip(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rack switch whose pool one job holds whole, and a host aggregator: a second job that
+/// would queue on the rack switch goes to the aggregator, says so in `ina job show`, and its
+/// workers, joining by name, all-reduce through it with exact sums.
+#[test]
+fn a_job_that_would_queue_spills_to_a_host_aggregator_and_sums_exactly() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("ina-cli-spill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let tor = SwitchProc::start(&["--pool-slots=512"]);
+    let agg = SwitchProc::start(&["--pool-slots=512"]);
+    let (_ctl, api) = controller(&dir);
+    let c = client(api, &dir);
+    let localhost = std::net::IpAddr::from([127, 0, 0, 1]);
+    let mut rack = SwitchSpec::software("tor", tor.control, tor.udp, 512, 256);
+    rack.place = Place::Rack {
+        rack: "a".into(),
+        hosts: vec![localhost],
+        under: None,
+    };
+    c.add_switch(&rack).unwrap();
+    let mut host = SwitchSpec::software("agg", agg.control, agg.udp, 512, 256);
+    host.place = Place::Aggregator { host: localhost };
+    c.add_switch(&host).unwrap();
+    let request = |name: &str| JobRequest {
+        name: name.into(),
+        workers: Vec::new(),
+        size: Some(2),
+        elems_per_packet: 256,
+        window: 512,
+        min_window: Some(512),
+        priority: 0,
+        switch: None,
+        heartbeat_ms: None,
+    };
+    let first = c.create_job(&request("first")).unwrap();
+    assert_eq!(first.switch, "tor", "{first:?}");
+    let spilled = c.create_job(&request("spilled")).unwrap();
+    assert_eq!(spilled.switch, "agg", "{spilled:?}");
+    assert!(
+        spilled
+            .placement
+            .contains("host aggregator instead of queueing"),
+        "{}",
+        spilled.placement
+    );
+    let mut workers = joining_workers((api, &dir), "spilled", 2, 100_000, 5);
+    for o in collect_all(&mut workers, after(Duration::from_secs(120))) {
+        o.assert_verified(5);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

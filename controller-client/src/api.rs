@@ -263,6 +263,10 @@ pub struct JobStatus {
     /// are parked at it (see `ina_worker::gate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub park_at: Option<u64>,
+    /// Why the job went to its switch (a host aggregator only where every switch in the
+    /// network would make it queue).
+    #[serde(default)]
+    pub placement: String,
 }
 
 /// `POST /v1/jobs/{name}/heartbeat`: a worker is alive. Answered with the job (its state says

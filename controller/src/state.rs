@@ -5,8 +5,8 @@
 
 use crate::alloc::{self, Demand, JobId, Policy, Range, Step};
 use crate::api::{
-    valid_name, JobRequest, JobState, JobStatus, SwitchInfo, SwitchSpec, SwitchState, MAX_NAME,
-    MAX_WORKERS,
+    valid_name, JobRequest, JobState, JobStatus, Place, SwitchInfo, SwitchSpec, SwitchState,
+    MAX_NAME, MAX_WORKERS,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -60,6 +60,9 @@ pub struct JobRecord {
     /// Set when the job failed: the ranks whose heartbeats stopped.
     #[serde(default)]
     pub failed: Option<Vec<u8>>,
+    /// Why it went to its switch.
+    #[serde(default)]
+    pub placement: String,
 }
 
 impl JobRecord {
@@ -181,10 +184,11 @@ impl State {
                     });
                 }
                 self.check_fits(&request, s)?;
-                name.clone()
+                (name.clone(), "the switch the request named".to_string())
             }
             None => self.choose_switch(&request)?,
         };
+        let (switch, placement) = switch;
         let id = self.free_job_id()?;
         let arrival = self.arrivals;
         self.arrivals += 1;
@@ -205,6 +209,7 @@ impl State {
                 epoch: None,
                 members,
                 failed: None,
+                placement,
             },
         );
         Ok(self.relayout(&switch))
@@ -382,6 +387,7 @@ impl State {
             members: j.members.iter().map(|(r, a)| (*r, *a)).collect(),
             missing: j.failed.clone().unwrap_or_default(),
             park_at: None,
+            placement: j.placement.clone(),
         })
     }
 
@@ -514,13 +520,26 @@ impl State {
         })
     }
 
-    /// The first active switch (by name) with room for the job's window, else the first with
-    /// room for its minimum, else the first it can ever run on (where it queues).
-    fn choose_switch(&self, r: &JobRequest) -> Result<String, StateError> {
-        let candidates: Vec<&SwitchRecord> = self
+    /// The switch of a job that names none, and why: the first active switch in the network
+    /// (by name) with room for the job's window, else the first with room for its minimum;
+    /// else, where every such switch would make it queue, the first host aggregator
+    /// ([`Place::Aggregator`]) with room for its window or its minimum (a job that queues
+    /// moves no bits, so any host is sooner); else the first switch it can ever run on, where
+    /// it queues.
+    fn choose_switch(&self, r: &JobRequest) -> Result<(String, String), StateError> {
+        let fits = |s: &&SwitchRecord| !s.draining && self.check_fits(r, s).is_ok();
+        let aggregator = |s: &SwitchRecord| matches!(s.spec.place, Place::Aggregator { .. });
+        let network: Vec<&SwitchRecord> = self
             .switches
             .values()
-            .filter(|s| !s.draining && self.check_fits(r, s).is_ok())
+            .filter(fits)
+            .filter(|s| !aggregator(s))
+            .collect();
+        let hosts: Vec<&SwitchRecord> = self
+            .switches
+            .values()
+            .filter(fits)
+            .filter(|s| aggregator(s))
             .collect();
         let free = |s: &SwitchRecord| {
             self.switch_info(&s.spec.name)
@@ -528,27 +547,55 @@ impl State {
                 .unwrap_or(0)
         };
         let min = r.min_window.unwrap_or(r.window);
-        candidates
-            .iter()
-            .find(|s| free(s) >= r.window)
-            .or_else(|| candidates.iter().find(|s| free(s) >= min))
-            .or_else(|| candidates.first())
-            .map(|s| s.spec.name.clone())
-            .ok_or_else(|| StateError::Unplaceable {
-                job: r.name.clone(),
-                why: if self.switches.is_empty() {
-                    "the controller has no switches: add one with `ina switch add`".into()
-                } else {
-                    self.switches
-                        .values()
-                        .map(|s| match self.check_fits(r, s) {
-                            Err(StateError::Unplaceable { why, .. }) => why,
-                            _ => format!("switch {:?} is draining", s.spec.name),
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                },
+        let with_room = |list: &[&SwitchRecord], n: u16| {
+            list.iter()
+                .find(|s| free(s) >= n)
+                .map(|s| s.spec.name.clone())
+        };
+        let full = || {
+            network
+                .iter()
+                .map(|s| format!("{} has {} free", s.spec.name, free(s)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let chosen = if let Some(name) = with_room(&network, r.window) {
+            Some((name, format!("room for its window of {} slots", r.window)))
+        } else if let Some(name) = with_room(&network, min) {
+            Some((name, format!("room for its minimum of {min} slots")))
+        } else if let Some(name) = with_room(&hosts, min) {
+            let why = if network.is_empty() {
+                "a host aggregator: no switch in the network can run it".to_string()
+            } else {
+                format!(
+                    "a host aggregator instead of queueing: no switch in the network has room for its minimum of {min} slots ({})",
+                    full()
+                )
+            };
+            Some((name, why))
+        } else {
+            network.first().or(hosts.first()).map(|s| {
+                (
+                    s.spec.name.clone(),
+                    "queued: no switch has room for its minimum now".to_string(),
+                )
             })
+        };
+        chosen.ok_or_else(|| StateError::Unplaceable {
+            job: r.name.clone(),
+            why: if self.switches.is_empty() {
+                "the controller has no switches: add one with `ina switch add`".into()
+            } else {
+                self.switches
+                    .values()
+                    .map(|s| match self.check_fits(r, s) {
+                        Err(StateError::Unplaceable { why, .. }) => why,
+                        _ => format!("switch {:?} is draining", s.spec.name),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+        })
     }
 
     fn free_job_id(&self) -> Result<JobId, StateError> {
@@ -563,4 +610,83 @@ fn bad_name(what: &str, name: &str) -> StateError {
     StateError::BadRequest(format!(
         "{what} name {name:?}: 1 to {MAX_NAME} characters of letters, digits, '.', '_' and '-'"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    fn switch(name: &str, n: u16, place: Place) -> SwitchSpec {
+        let addr = |p: u16| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
+        let mut spec = SwitchSpec::software(name, addr(7000 + n), addr(8000 + n), 1024, 256);
+        spec.place = place;
+        spec
+    }
+
+    fn job(name: &str, window: u16) -> JobRequest {
+        JobRequest {
+            name: name.into(),
+            workers: Vec::new(),
+            size: Some(2),
+            elems_per_packet: 256,
+            window,
+            min_window: None,
+            priority: 0,
+            switch: None,
+            heartbeat_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_job_spills_to_a_host_aggregator_only_where_it_would_queue() {
+        let mut s = State::new(Policy::FirstFit);
+        let full = alloc::usable(1024);
+        s.add_switch(switch(
+            "tor",
+            1,
+            Place::Rack {
+                rack: "a".into(),
+                hosts: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 1, 1))],
+                under: None,
+            },
+        ))
+        .unwrap();
+        // Without an aggregator, a job that finds no room queues on the switch.
+        s.create_job(job("a", full)).unwrap();
+        s.create_job(job("b", full)).unwrap();
+        let b = s.job_info("b").unwrap();
+        assert_eq!((b.switch.as_str(), b.state), ("tor", JobState::Queued));
+        assert!(b.placement.starts_with("queued"), "{}", b.placement);
+        let a = s.job_info("a").unwrap();
+        assert_eq!(a.switch, "tor");
+        assert!(
+            a.placement.contains("room for its window"),
+            "{}",
+            a.placement
+        );
+        // With one, the next such job goes to the host, and says why.
+        s.add_switch(switch(
+            "agg",
+            2,
+            Place::Aggregator {
+                host: IpAddr::V4(Ipv4Addr::new(198, 18, 9, 9)),
+            },
+        ))
+        .unwrap();
+        s.create_job(job("c", full)).unwrap();
+        let c = s.job_info("c").unwrap();
+        assert_eq!((c.switch.as_str(), c.state), ("agg", JobState::Running));
+        assert!(
+            c.placement.contains("host aggregator instead of queueing")
+                && c.placement.contains("tor has 0 free"),
+            "{}",
+            c.placement
+        );
+        // A job the network's switch has room for stays in the network.
+        s.delete_job("a").unwrap();
+        s.delete_job("b").unwrap();
+        s.create_job(job("d", full)).unwrap();
+        assert_eq!(s.job_info("d").unwrap().switch, "tor");
+    }
 }
