@@ -167,18 +167,13 @@ fn bmv2_tree(per_mille: u32) {
         .collect();
     // 256 KiB of float32 per worker.
     let run = Run::new(RACKS * PER_RACK, 65_536, 2);
-    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
-        .map(|g| {
-            let (i, r) = (g / PER_RACK, g % PER_RACK);
-            let mut args = run.common(g);
-            args.extend([
-                format!("--switch={}:18766", UpperNs::rack_switch_ip(i)),
-                format!("--bind={}:9000", Rack::worker_ip(r)),
-                format!("--switch-rank={r}"),
-            ]);
-            Proc::spawn_in(Some(&racks[i].worker_ns(r)), "worker", &args)
-        })
-        .collect();
+    let mut workers = tree_workers(&run, RACKS, PER_RACK, |i, r| {
+        (
+            racks[i].worker_ns(r),
+            format!("{}:18766", UpperNs::rack_switch_ip(i)),
+            format!("{}:9000", Rack::worker_ip(r)),
+        )
+    });
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
     let counters: Vec<_> = switches.iter().map(|s| s.counters().unwrap()).collect();
     upper_sw.signal(libc::SIGINT);
@@ -265,18 +260,13 @@ fn bmv2_is_the_upper_switch_of_two_udp_rack_switches() {
         })
         .collect();
     let run = Run::new(RACKS * PER_RACK, 65_536, 2);
-    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
-        .map(|g| {
-            let (i, r) = (g / PER_RACK, g % PER_RACK);
-            let mut args = run.common(g);
-            args.extend([
-                "--switch=127.0.0.1:18766".to_string(),
-                format!("--bind=127.0.0.1:{}", 19000 + r),
-                format!("--switch-rank={r}"),
-            ]);
-            Proc::spawn_in(Some(&rack.worker_ns(i)), "worker", &args)
-        })
-        .collect();
+    let mut workers = tree_workers(&run, RACKS, PER_RACK, |i, r| {
+        (
+            rack.worker_ns(i),
+            "127.0.0.1:18766".to_string(),
+            format!("127.0.0.1:{}", 19000 + r),
+        )
+    });
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
     let c = sw.counters().unwrap();
     let stats: Vec<serde_json::Value> = rack_sw

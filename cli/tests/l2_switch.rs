@@ -239,18 +239,13 @@ fn a_tree_of_l2_rack_switches_under_a_udp_switch_sums_exactly() {
         })
         .collect();
     let run = Run::new(4, 262_144, 2);
-    let mut workers: Vec<Proc> = (0..4usize)
-        .map(|g| {
-            let (i, r) = (g / 2, g % 2);
-            let mut args = run.common(g);
-            args.extend([
-                format!("--switch={}:18766", UpperNs::rack_switch_ip(i)),
-                format!("--bind={}:19000", Rack::worker_ip(r)),
-                format!("--switch-rank={r}"),
-            ]);
-            Proc::spawn_in(Some(&racks[i].worker_ns(r)), "worker", &args)
-        })
-        .collect();
+    let mut workers = tree_workers(&run, 2, 2, |i, r| {
+        (
+            racks[i].worker_ns(r),
+            format!("{}:18766", UpperNs::rack_switch_ip(i)),
+            format!("{}:19000", Rack::worker_ip(r)),
+        )
+    });
     let outcomes: Vec<Outcome> = workers
         .iter_mut()
         .map(|p| Outcome::collect(p, after(Duration::from_secs(60))))

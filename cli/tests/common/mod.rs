@@ -769,6 +769,31 @@ pub fn wait_until<T>(what: &str, deadline: Instant, mut check: impl FnMut() -> O
     }
 }
 
+/// The workers of a tree of racks of `per_rack` workers (PROTOCOL.md §9): worker `g` is rank
+/// `g` of `run`'s job and rank `g % per_rack` on the switch of rack `g / per_rack`;
+/// `place(rack, rank)` says where it runs, the rack switch's address and its own bind address:
+/// `(namespace, switch, bind)`.
+pub fn tree_workers(
+    run: &Run,
+    racks: usize,
+    per_rack: usize,
+    place: impl Fn(usize, usize) -> (String, String, String),
+) -> Vec<Proc> {
+    (0..racks * per_rack)
+        .map(|g| {
+            let (i, r) = (g / per_rack, g % per_rack);
+            let (ns, switch, bind) = place(i, r);
+            let mut args = run.common(g);
+            args.extend([
+                format!("--switch={switch}"),
+                format!("--bind={bind}"),
+                format!("--switch-rank={r}"),
+            ]);
+            Proc::spawn_in(Some(&ns), "worker", &args)
+        })
+        .collect()
+}
+
 /// Runs `ip ARGS` (in `ns` if given) and fails the test if it fails.
 pub fn ip_in(ns: Option<&str>, args: &[&str]) {
     let ok = ina_io::netns::command_in(ns, "ip")
