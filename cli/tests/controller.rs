@@ -79,6 +79,22 @@ fn rack_with_job(
     (sw, ctl, api, dir)
 }
 
+/// A job `name` of two workers that join by name, 256 elements per packet, a window of 512
+/// slots and a minimum of `min_window`, with heartbeats every `heartbeat_ms` if set.
+fn pair_job(name: &str, min_window: u16, heartbeat_ms: Option<u32>) -> JobRequest {
+    JobRequest {
+        name: name.into(),
+        workers: Vec::new(),
+        size: Some(2),
+        elems_per_packet: 256,
+        window: 512,
+        min_window: Some(min_window),
+        priority: 0,
+        switch: None,
+        heartbeat_ms,
+    }
+}
+
 /// Runs `ina ARGS`, which must fail with status 2 and `needle` in its error.
 fn fails_with(args: &[&str], needle: &str) {
     let mut p = Proc::spawn(args[0], args);
@@ -318,17 +334,7 @@ fn a_job_that_would_queue_spills_to_a_host_aggregator_and_sums_exactly() {
     let mut host = SwitchSpec::software("agg", agg.control, agg.udp, 512, 256);
     host.place = Place::Aggregator { host: localhost };
     c.add_switch(&host).unwrap();
-    let request = |name: &str| JobRequest {
-        name: name.into(),
-        workers: Vec::new(),
-        size: Some(2),
-        elems_per_packet: 256,
-        window: 512,
-        min_window: Some(512),
-        priority: 0,
-        switch: None,
-        heartbeat_ms: None,
-    };
+    let request = |name: &str| pair_job(name, 512, None);
     let first = c.create_job(&request("first")).unwrap();
     assert_eq!(first.switch, "tor", "{first:?}");
     let spilled = c.create_job(&request("spilled")).unwrap();
@@ -423,17 +429,7 @@ fn a_second_job_shrinks_a_running_one_between_its_tensors_and_every_sum_is_exact
     let (_ctl, api) = controller(&dir);
     let c = client(api, &dir);
     c.add_switch(&software_switch(&sw, 512)).unwrap();
-    let request = |name: &str| JobRequest {
-        name: name.into(),
-        workers: Vec::new(),
-        size: Some(2),
-        elems_per_packet: 256,
-        window: 512,
-        min_window: Some(64),
-        priority: 0,
-        switch: None,
-        heartbeat_ms: Some(200),
-    };
+    let request = |name: &str| pair_job(name, 64, Some(200));
     c.create_job(&request("first")).unwrap();
     let iterations = 300;
     let mut first = joining_workers((api, &dir), "first", 2, 200_000, iterations);
