@@ -104,14 +104,6 @@ fn chain_up<'a>(
     Ok(chain)
 }
 
-/// The rack switch a host is under, if any.
-pub fn rack_switch_of(switches: &BTreeMap<String, SwitchRecord>, host: IpAddr) -> Option<&str> {
-    switches.iter().find_map(|(name, s)| match &s.spec.place {
-        Place::Rack { hosts, .. } if hosts.contains(&host) => Some(name.as_str()),
-        _ => None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,8 +154,6 @@ mod tests {
         ]
         .into();
         assert_eq!(check(&switches), Ok(()));
-        assert_eq!(rack_switch_of(&switches, host(3)), Some("r2"));
-        assert_eq!(rack_switch_of(&switches, host(9)), None);
     }
 
     #[test]
