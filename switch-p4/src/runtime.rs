@@ -74,6 +74,13 @@ pub struct RankDesc {
     pub udp_port: u16,
 }
 
+impl RankDesc {
+    /// What the switch knows a rank's packets by: port, IPv4 address, UDP port.
+    pub fn endpoint(&self) -> (u16, Ipv4Addr, u16) {
+        (self.port, self.ip, self.udp_port)
+    }
+}
+
 /// A job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct P4Job {
@@ -318,8 +325,8 @@ fn validate_uplink(
             what: format!("job {}'s upper switch", job.id),
         });
     }
-    let same = |r: &RankDesc| (r.port, r.ip, r.udp_port) == (up.port, up.ip, up.udp_port);
-    if let Some(rank) = job.ranks.iter().position(same) {
+    let upper = (up.port, up.ip, up.udp_port);
+    if let Some(rank) = job.ranks.iter().position(|r| r.endpoint() == upper) {
         return Err(ConfigError::UplinkIsRank { job: job.id, rank });
     }
     Ok(())
@@ -379,7 +386,7 @@ pub fn validate_job_for(
                 what: format!("job {} rank {second}", job.id),
             });
         }
-        let same = |o: &RankDesc| (o.port, o.ip, o.udp_port) == (r.port, r.ip, r.udp_port);
+        let same = |o: &RankDesc| o.endpoint() == r.endpoint();
         if let Some(first) = job.ranks[..second].iter().position(same) {
             return Err(ConfigError::DuplicateEndpoint {
                 job: job.id,

@@ -892,7 +892,9 @@ fn frame_and_checks(p: &mut P4) {
     );
 }
 
-/// The cells of set X (`hdr.ina.set`) and of the other set of slot `meta.slot_index`.
+/// The cells of set X (`hdr.ina.set`) and of the other set of slot `meta.slot_index`, and what
+/// both the ranks' and the upper switch's packets read of them: whether the use waits for its
+/// total, its partial's element count, whether its block keeps gap cells.
 fn slot_cells(p: &mut P4) {
     p.lines(
         "bit<1> x = hdr.ina.set;
@@ -922,7 +924,19 @@ fn slot_cells(p: &mut P4) {
         count_o = c_count[31:0];
         exp_x = c_exp[63:32];
         exp_o = c_exp[31:0];
-        }",
+        }
+        // A use every rank here contributed to, waiting for its upper switch's total (§9),
+        // and the element count of its partial sum.
+        bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
+        bit<16> partial_count = 0;
+        if (count_x == AWAITING_TOTAL) {
+        partial_count = meta.job_elems;
+        }
+        // Whether the slot's block of 64 lies wholly in the job (only such blocks keep gap
+        // cells, PROTOCOL.md §5).
+        bit<32> block_start = meta.slot_index & ~(GAP_BLOCK - 1);
+        bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+        && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;",
     );
 }
 
@@ -1001,18 +1015,10 @@ fn from_upper(p: &mut P4) {
     );
     slot_cells(p);
     p.lines(
-        "bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
-        bit<16> partial_count = 0;
-        if (count_x == AWAITING_TOTAL) {
-        partial_count = meta.job_elems;
-        }
-        if (hdr.ina.msg_type == INA_MISSING) {
+        "if (hdr.ina.msg_type == INA_MISSING) {
         hdr.ina.seq = seq_x;
         }
         bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
-        bit<32> first = meta.slot_index & ~(GAP_BLOCK - 1);
-        bool block_in_job = first >= (bit<32>)meta.job_slot_base
-        && first + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
         if (hdr.ina.msg_type == INA_RESULT) {
         if (hdr.ina.epoch == meta.up_epoch
         && (hdr.ina.count == 0 || hdr.ina.count == meta.job_elems)) {
@@ -1106,19 +1112,9 @@ fn read_slot(p: &mut P4) {
         bit<32> gap_in = (bit<32>)hdr.ina.gap;
         bit<8> rank_in = hdr.ina.rank;
         bit<1> gap_on_in = hdr.ina.gap_on;
-        bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
-        bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
-        && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
         bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
         bit<32> delta = hdr.ina.seq - seq_x;
         bool seen = (bitmap_x & rank_bit) != 0;
-        // A use every rank here contributed to, waiting for its upper switch's total (§9),
-        // and the element count of its partial sum.
-        bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
-        bit<16> partial_count = 0;
-        if (count_x == AWAITING_TOTAL) {
-        partial_count = meta.job_elems;
-        }
         bool arrival = false;
         if (delta[31:31] == 1) {
         // An older use: stale.

@@ -2156,18 +2156,22 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 exp_x = c_exp[63:32];
                                 exp_o = c_exp[31:0];
                             }
+                            // A use every rank here contributed to, waiting for its upper switch's total (§9),
+                            // and the element count of its partial sum.
                             bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
                             bit<16> partial_count = 0;
                             if (count_x == AWAITING_TOTAL) {
                                 partial_count = meta.job_elems;
                             }
+                            // Whether the slot's block of 64 lies wholly in the job (only such blocks keep gap
+                            // cells, PROTOCOL.md §5).
+                            bit<32> block_start = meta.slot_index & ~(GAP_BLOCK - 1);
+                            bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+                            && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
                             if (hdr.ina.msg_type == INA_MISSING) {
                                 hdr.ina.seq = seq_x;
                             }
                             bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
-                            bit<32> first = meta.slot_index & ~(GAP_BLOCK - 1);
-                            bool block_in_job = first >= (bit<32>)meta.job_slot_base
-                            && first + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
                             if (hdr.ina.msg_type == INA_RESULT) {
                                 if (hdr.ina.epoch == meta.up_epoch
                                     && (hdr.ina.count == 0 || hdr.ina.count == meta.job_elems)) {
@@ -2339,17 +2343,6 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                     exp_x = c_exp[63:32];
                                     exp_o = c_exp[31:0];
                                 }
-                                // What the gap register needs, read before the tables rewrite the header.
-                                bool is_data = hdr.ina.msg_type == INA_DATA;
-                                bit<32> gap_in = (bit<32>)hdr.ina.gap;
-                                bit<8> rank_in = hdr.ina.rank;
-                                bit<1> gap_on_in = hdr.ina.gap_on;
-                                bit<32> block_start = (bit<32>)hdr.ina.slot & ~(GAP_BLOCK - 1);
-                                bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
-                                && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
-                                bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
-                                bit<32> delta = hdr.ina.seq - seq_x;
-                                bool seen = (bitmap_x & rank_bit) != 0;
                                 // A use every rank here contributed to, waiting for its upper switch's total (§9),
                                 // and the element count of its partial sum.
                                 bool awaiting = count_x == AWAITING_TOTAL || count_x == AWAITING_TOTAL_HEADER;
@@ -2357,6 +2350,19 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 if (count_x == AWAITING_TOTAL) {
                                     partial_count = meta.job_elems;
                                 }
+                                // Whether the slot's block of 64 lies wholly in the job (only such blocks keep gap
+                                // cells, PROTOCOL.md §5).
+                                bit<32> block_start = meta.slot_index & ~(GAP_BLOCK - 1);
+                                bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
+                                && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
+                                // What the gap register needs, read before the tables rewrite the header.
+                                bool is_data = hdr.ina.msg_type == INA_DATA;
+                                bit<32> gap_in = (bit<32>)hdr.ina.gap;
+                                bit<8> rank_in = hdr.ina.rank;
+                                bit<1> gap_on_in = hdr.ina.gap_on;
+                                bit<32> rank_bit = (bit<32>)1 << hdr.ina.rank[4:0];
+                                bit<32> delta = hdr.ina.seq - seq_x;
+                                bool seen = (bitmap_x & rank_bit) != 0;
                                 bool arrival = false;
                                 if (delta[31:31] == 1) {
                                     // An older use: stale.
