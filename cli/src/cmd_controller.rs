@@ -176,9 +176,11 @@ enum JobCommand {
         #[arg(long, value_delimiter = ',', required_unless_present = "size")]
         workers: Vec<SocketAddr>,
         /// Workers in the job, when they join with their addresses (`ina worker --controller
-        /// ADDR --job-name NAME`) instead of being listed here.
+        /// ADDR --job-name NAME`) instead of being listed here. Where the switches are
+        /// declared with racks, the job goes where its workers are once all have joined: on
+        /// their rack switch, or as a tree over their racks (up to 1024 workers).
         #[arg(long, conflicts_with = "workers")]
-        size: Option<u8>,
+        size: Option<u16>,
         /// Elements per packet.
         #[arg(long, default_value_t = 256)]
         elems: u16,
@@ -421,11 +423,16 @@ fn job_line(j: &JobStatus) -> String {
         JobState::Running => "running",
         JobState::Failed => "failed",
     };
+    let switch = match j.racks.len() {
+        0 if j.switch.is_empty() => "-".to_string(),
+        0 => j.switch.clone(),
+        n => format!("{} ({n} racks)", j.switch),
+    };
     format!(
         "{:<20} {:>5} {:<16} {:<8} {:>13} {:>7} {:>8} {:>6}",
         j.request.name,
         j.id,
-        j.switch,
+        switch,
         state,
         slots,
         j.request.window,

@@ -47,7 +47,7 @@ pub struct WorkerArgs {
     /// This worker's rank in the job (its data and the check of the sums follow it). With
     /// --job-name, the rank to join as (default: the lowest free one).
     #[arg(long, required_unless_present = "job_name")]
-    rank: Option<u8>,
+    rank: Option<u16>,
     /// Workers in the job: all of them, whatever switch each is attached to.
     #[arg(long, required_unless_present = "job_name")]
     workers: Option<usize>,
@@ -74,6 +74,10 @@ pub struct WorkerArgs {
     /// result sums all --workers).
     #[arg(long)]
     switch_rank: Option<u8>,
+    /// Whether the job is aggregated in a tree (the controller says so; else --switch-rank
+    /// does).
+    #[arg(skip)]
+    tree: Option<bool>,
     /// Ina: keep a delay-based AIMD window of packets in flight instead of filling every slot
     /// (for jobs that share links): it grows while results come back within the smallest
     /// round trip seen plus --target-queueing-us, and shrinks in proportion beyond.
@@ -415,6 +419,8 @@ fn join_through_controller(
     args.switch = Some(joined.switch);
     args.job = joined.job;
     args.rank = Some(joined.rank);
+    args.switch_rank = Some(joined.switch_rank);
+    args.tree = Some(joined.tree);
     args.workers = Some(usize::from(joined.workers));
     Ok((port, membership))
 }
@@ -435,7 +441,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     port: P,
     args: &WorkerArgs,
     switch: SocketAddr,
-    arg_rank: u8,
+    arg_rank: u16,
     workers: usize,
     membership: &Option<Membership>,
     mtu: Option<usize>,
@@ -445,7 +451,12 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     Option<ina_io::metrics::MetricsServer>,
 )> {
     let mut metrics = None;
-    let switch_rank = args.switch_rank.unwrap_or(arg_rank);
+    let switch_rank = match args.switch_rank {
+        Some(r) => r,
+        None => u8::try_from(arg_rank).ok().filter(|r| usize::from(*r) < 32).context(
+            "--rank: a switch takes ranks 0 to 31 of a job (add --switch-rank for a rack switch of a tree)",
+        )?,
+    };
     let mut cfg = WorkerConfig::new(switch, port.local_addr(), args.job, switch_rank);
     cfg.window = args.window;
     if let Some(m) = mtu {
@@ -453,7 +464,7 @@ fn ina_reducer<P: ina_io::Port<Addr = SocketAddr> + 'static>(
     }
     cfg.give_up = Duration::from_millis(args.give_up_ms);
     cfg.probe_timeout = Duration::from_millis(args.probe_timeout_ms);
-    if args.switch_rank.is_some() {
+    if args.tree.unwrap_or(args.switch_rank.is_some()) {
         cfg.total_workers = Some(
             u16::try_from(workers)
                 .ok()

@@ -67,7 +67,7 @@ fn rack_with_job(
     c.create_job(&JobRequest {
         name: name.into(),
         workers: Vec::new(),
-        size: Some(size),
+        size: Some(u16::from(size)),
         elems_per_packet: 256,
         window: 256,
         min_window: Some(64),
@@ -109,11 +109,25 @@ fn fails_with(args: &[&str], needle: &str) {
 /// `size` workers of job `name` that join through the controller at `api` (its state in
 /// `dir`), each running `iterations` all-reduces of `elements` with seed 7.
 fn joining_workers(
+    at: (SocketAddr, &Path),
+    name: &str,
+    size: usize,
+    elements: usize,
+    iterations: usize,
+) -> Vec<Proc> {
+    joining_workers_from(at, name, size, elements, iterations, |_| {
+        std::net::Ipv4Addr::LOCALHOST
+    })
+}
+
+/// [`joining_workers`], rank `r` bound to `host(r)`.
+fn joining_workers_from(
     (api, dir): (SocketAddr, &Path),
     name: &str,
     size: usize,
     elements: usize,
     iterations: usize,
+    host: impl Fn(usize) -> std::net::Ipv4Addr,
 ) -> Vec<Proc> {
     (0..size)
         .map(|r| {
@@ -122,7 +136,7 @@ fn joining_workers(
                 format!("--job-name={name}"),
                 format!("--controller={api}"),
                 format!("--token-file={}", token_file(dir).display()),
-                "--bind=127.0.0.1:0".into(),
+                format!("--bind={}:0", host(r)),
                 format!("--rank={r}"),
                 format!("--elements={elements}"),
                 format!("--iterations={iterations}"),
@@ -335,9 +349,21 @@ fn a_job_that_would_queue_spills_to_a_host_aggregator_and_sums_exactly() {
     host.place = Place::Aggregator { host: localhost };
     c.add_switch(&host).unwrap();
     let request = |name: &str| pair_job(name, 512, None);
-    let first = c.create_job(&request("first")).unwrap();
+    let first = c
+        .create_job(&JobRequest {
+            switch: Some("tor".into()),
+            ..request("first")
+        })
+        .unwrap();
     assert_eq!(first.switch, "tor", "{first:?}");
-    let spilled = c.create_job(&request("spilled")).unwrap();
+    // Its workers are under rack "a": it goes where they are once both have joined, and the
+    // rack switch is full.
+    c.create_job(&request("spilled")).unwrap();
+    let mut workers = joining_workers((api, &dir), "spilled", 2, 100_000, 5);
+    for o in collect_all(&mut workers, after(Duration::from_secs(120))) {
+        o.assert_verified(5);
+    }
+    let spilled = c.job("spilled").unwrap();
     assert_eq!(spilled.switch, "agg", "{spilled:?}");
     assert!(
         spilled
@@ -346,10 +372,6 @@ fn a_job_that_would_queue_spills_to_a_host_aggregator_and_sums_exactly() {
         "{}",
         spilled.placement
     );
-    let mut workers = joining_workers((api, &dir), "spilled", 2, 100_000, 5);
-    for o in collect_all(&mut workers, after(Duration::from_secs(120))) {
-        o.assert_verified(5);
-    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -493,4 +515,140 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
         "must be positive",
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cluster of software switches on loopback: an upper switch "top" and `racks` rack
+/// switches "tor1".. under it, rack `i`'s one host being 127.0.`i`.1, all declared to a
+/// controller; and a job of `size` workers that join by name.
+struct TreeCluster {
+    upper: SwitchProc,
+    racks: Vec<SwitchProc>,
+    _ctl: Proc,
+    api: SocketAddr,
+    dir: PathBuf,
+}
+
+impl TreeCluster {
+    fn start(tag: &str, racks: usize) -> TreeCluster {
+        let dir = std::env::temp_dir().join(format!("ina-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let upper = SwitchProc::start(&["--pool-slots=1024"]);
+        let racks: Vec<SwitchProc> = (0..racks)
+            .map(|_| SwitchProc::start(&["--pool-slots=1024"]))
+            .collect();
+        let (ctl, api) = controller(&dir);
+        let c = client(api, &dir);
+        let mut top = SwitchSpec::software("top", upper.control, upper.udp, 1024, 256);
+        top.place = Place::Upper { under: None };
+        c.add_switch(&top).unwrap();
+        for (i, r) in racks.iter().enumerate() {
+            let mut spec =
+                SwitchSpec::software(&format!("tor{}", i + 1), r.control, r.udp, 1024, 256);
+            spec.place = Place::Rack {
+                rack: format!("r{}", i + 1),
+                hosts: vec![std::net::IpAddr::V4(Self::host(i))],
+                under: Some("top".into()),
+            };
+            c.add_switch(&spec).unwrap();
+        }
+        TreeCluster {
+            upper,
+            racks,
+            _ctl: ctl,
+            api,
+            dir,
+        }
+    }
+
+    /// Rack `i`'s host (from 0).
+    fn host(i: usize) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::new(127, 0, i as u8 + 1, 1)
+    }
+
+    fn client(&self) -> Client {
+        client(self.api, &self.dir)
+    }
+
+    /// `size` workers of job `name`, rank `r` on rack `r % racks`.
+    fn workers(&self, name: &str, size: usize, elements: usize, iterations: usize) -> Vec<Proc> {
+        let racks = self.racks.len();
+        joining_workers_from(
+            (self.api, &self.dir),
+            name,
+            size,
+            elements,
+            iterations,
+            |r| Self::host(r % racks),
+        )
+    }
+}
+
+impl Drop for TreeCluster {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn twelve_workers_under_three_racks_become_a_tree_by_themselves_and_sum_exactly() {
+    let _serial = serial();
+    let cluster = TreeCluster::start("tree", 3);
+    let c = cluster.client();
+    let mut request = pair_job("tree", 256, None);
+    request.size = Some(12);
+    request.window = 256;
+    let created = c.create_job(&request).unwrap();
+    assert_eq!(
+        created.switch, "",
+        "placed once its workers have joined: {created:?}"
+    );
+    let mut workers = cluster.workers("tree", 12, 200_000, 3);
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(180)));
+    for o in &outcomes {
+        o.assert_verified(3);
+    }
+    // Every worker holds the same sums, which verified against all twelve ranks' data.
+    let first = outcomes[0].fingerprints();
+    assert!(outcomes.iter().all(|o| o.fingerprints() == first));
+    let job = c.job("tree").unwrap();
+    assert_eq!(job.switch, "top", "{job:?}");
+    assert!(job.is_installed(), "{job:?}");
+    let slots = job.slots.unwrap();
+    for (i, r) in job.racks.iter().enumerate() {
+        assert_eq!(r.switch, format!("tor{}", i + 1));
+        // Its workers' ranks, in the order they joined.
+        let mut ranks = r.ranks.clone();
+        ranks.sort();
+        assert_eq!(
+            ranks,
+            (0..4).map(|k| (i + 3 * k) as u16).collect::<Vec<_>>()
+        );
+    }
+    // The upper switch summed the racks' partials; each rack switch holds the job on the
+    // tree's one range, with its uplink to the upper switch's epoch.
+    let upper = cluster.upper.call(&Request::Jobs).jobs.unwrap();
+    assert_eq!(upper.len(), 1);
+    assert_eq!(
+        (upper[0].slot_base, upper[0].slot_count),
+        (slots.base, slots.count)
+    );
+    assert_eq!(
+        upper[0].workers,
+        cluster.racks.iter().map(|r| r.udp).collect::<Vec<_>>()
+    );
+    for r in &cluster.racks {
+        let jobs = r.call(&Request::Jobs).jobs.unwrap();
+        let uplink = jobs[0].uplink.expect("an uplink");
+        assert_eq!(
+            (uplink.addr, uplink.epoch),
+            (cluster.upper.udp, upper[0].epoch.unwrap())
+        );
+        assert_eq!(jobs[0].workers.len(), 4);
+    }
+    let upper = cluster.upper.stats().total.pipeline;
+    assert!(
+        upper.data_first > 0 && upper.data_added >= 2 * upper.data_first,
+        "{upper:?}"
+    );
+    assert_eq!(upper.rejects_sent, 0, "{upper:?}");
 }

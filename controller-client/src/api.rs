@@ -29,8 +29,16 @@ pub const PREFIX: &str = "/v1";
 /// Longest switch or job name.
 pub const MAX_NAME: usize = 64;
 
-/// Most workers in a job (the switch's contributor bitmap).
+/// Most workers of a job on one switch (the switch's contributor bitmap).
 pub const MAX_WORKERS: usize = 32;
+
+/// Most workers in a job aggregated in a tree: 32 racks of 32 (the headroom that
+/// `total_workers` quantizes with, PROTOCOL.md §9).
+pub const MAX_TREE_WORKERS: usize = 1024;
+
+/// A worker's rank in its job (up to [`MAX_TREE_WORKERS`]); on its switch it has a rank of
+/// its own, below [`MAX_WORKERS`].
+pub type Rank = u16;
 
 /// What kind of switch a driver talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -204,9 +212,10 @@ pub struct JobRequest {
     /// (`POST /v1/jobs/{name}/join`), and it is installed once all have.
     #[serde(default)]
     pub workers: Vec<SocketAddr>,
-    /// Workers in the job when `workers` is empty.
+    /// Workers in the job when `workers` is empty (up to [`MAX_TREE_WORKERS`] where the
+    /// topology has racks under an upper switch).
     #[serde(default)]
-    pub size: Option<u8>,
+    pub size: Option<u16>,
     pub elems_per_packet: u16,
     /// Slots it wants: its window, whole blocks of 64.
     pub window: u16,
@@ -252,12 +261,12 @@ pub struct JobStatus {
     /// The epoch its switch installed it under, once installed.
     pub epoch: Option<u16>,
     /// Workers in the job.
-    pub size: u8,
+    pub size: Rank,
     /// The workers' addresses known so far, by rank.
-    pub members: Vec<(u8, SocketAddr)>,
+    pub members: Vec<(Rank, SocketAddr)>,
     /// When it failed: the ranks whose heartbeats stopped.
     #[serde(default)]
-    pub missing: Vec<u8>,
+    pub missing: Vec<Rank>,
     /// Set while the controller moves the job to other slots (a resize, or a preemption):
     /// its workers start no tensor past this count until it clears, and report when they
     /// are parked at it (see `ina_worker::gate`).
@@ -267,6 +276,35 @@ pub struct JobStatus {
     /// network would make it queue).
     #[serde(default)]
     pub placement: String,
+    /// A job aggregated in a tree: its parts on the rack switches (`switch` is then the
+    /// upper switch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub racks: Vec<RackStatus>,
+}
+
+impl JobStatus {
+    /// Whether it runs on every switch it needs: slots given and installed under an epoch,
+    /// on its switch and on every rack switch of its tree.
+    pub fn is_installed(&self) -> bool {
+        self.state == JobState::Running
+            && self.epoch.is_some()
+            && self.racks.iter().all(|r| r.epoch.is_some())
+    }
+}
+
+/// A tree job's part on one rack switch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RackStatus {
+    pub switch: String,
+    /// Its slots there, while placed (as many as on every other switch of the tree).
+    pub slots: Option<Range>,
+    /// The epoch the rack switch installed it under, once installed.
+    pub epoch: Option<u16>,
+    /// The rack switch's rank in the upper switch's job.
+    pub up_rank: u8,
+    /// The job's ranks under this rack switch, in their order there (rank `i` on the rack
+    /// switch is `ranks[i]`).
+    pub ranks: Vec<Rank>,
 }
 
 /// `POST /v1/jobs/{name}/heartbeat`: a worker is alive. Answered with the job (its state says
@@ -274,7 +312,7 @@ pub struct JobStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
-    pub rank: u8,
+    pub rank: Rank,
     /// Tensors this worker started so far (its gate's count), when it can be held.
     #[serde(default)]
     pub started: Option<u64>,
@@ -289,21 +327,36 @@ pub struct Heartbeat {
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
     #[serde(default)]
-    pub rank: Option<u8>,
+    pub rank: Option<Rank>,
     pub addr: SocketAddr,
+    /// The joining worker's instance: a number drawn once per worker process. A rank of a
+    /// tree job that joins again with a new instance once the job was installed starts a new
+    /// run, for which the whole tree is installed afresh (an upper switch keeps the sums of
+    /// the run before, which a rack switch cannot clear). The same instance joining again
+    /// changes nothing.
+    #[serde(default)]
+    pub instance: Option<u64>,
 }
 
 /// What a worker that joined needs to run: everything but the epoch, which it learns from
 /// the switch once the job is installed (see [`JobStatus::epoch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Joined {
-    /// The data plane's job number.
+    /// The data plane's job number (the same on every switch of a tree).
     pub job: JobId,
-    pub rank: u8,
-    /// Workers in the job.
-    pub workers: u8,
-    /// The switch's UDP address.
+    /// The worker's rank in the job (heartbeats name it).
+    pub rank: Rank,
+    /// Workers in the job: in a tree, every worker of every rack, which its results sum.
+    pub workers: Rank,
+    /// Its switch's UDP address (in a tree, its rack switch's).
     pub switch: SocketAddr,
+    /// Its rank on that switch (what its packets carry).
+    pub switch_rank: u8,
+    /// Whether the job is aggregated in a tree: then its switch holds only some of the
+    /// `workers`, and the worker quantizes with the headroom of all of them
+    /// (`total_workers`, PROTOCOL.md §9). Known for certain once the job is installed.
+    #[serde(default)]
+    pub tree: bool,
     pub elems_per_packet: u16,
 }
 

@@ -1,7 +1,7 @@
 //! A typed, blocking client of the controller's API (see [`crate::api`]).
 
 use crate::api::{
-    ErrorBody, Health, JobRequest, JobState, JobStatus, JoinRequest, Joined, SwitchInfo,
+    ErrorBody, Health, JobRequest, JobState, JobStatus, JoinRequest, Joined, Rank, SwitchInfo,
     SwitchSpec, PREFIX,
 };
 use serde::de::DeserializeOwned;
@@ -18,13 +18,13 @@ pub enum ClientError {
     Unreachable { addr: String, message: String },
     /// The job failed: these ranks stopped sending heartbeats.
     #[error("job {job:?} failed: ranks {missing:?} stopped sending heartbeats, and the controller removed it from its switch")]
-    JobFailed { job: String, missing: Vec<u8> },
+    JobFailed { job: String, missing: Vec<Rank> },
     /// The job was not installed in time.
     #[error("job {job:?} not installed after {waited:?}: {joined} of {size} workers joined{}", if *queued { ", and it waits for slots" } else { "" })]
     NotReady {
         job: String,
         joined: usize,
-        size: u8,
+        size: Rank,
         queued: bool,
         waited: Duration,
     },
@@ -82,14 +82,20 @@ impl Client {
         self.call("GET", &format!("/jobs/{}", segment(name)), None)
     }
 
-    /// Joins job `name` from `addr`, as `rank` or the lowest free rank.
+    /// Joins job `name` from `addr`, as `rank` or the lowest free rank; `instance` names
+    /// the worker process (see [`JoinRequest::instance`]).
     pub fn join(
         &self,
         name: &str,
-        rank: Option<u8>,
+        rank: Option<Rank>,
         addr: std::net::SocketAddr,
+        instance: Option<u64>,
     ) -> Result<Joined, ClientError> {
-        let req = JoinRequest { rank, addr };
+        let req = JoinRequest {
+            rank,
+            addr,
+            instance,
+        };
         self.call(
             "POST",
             &format!("/jobs/{}/join", segment(name)),
@@ -103,7 +109,7 @@ impl Client {
         let start = std::time::Instant::now();
         loop {
             let j = self.job(name)?;
-            if j.state == JobState::Running && j.epoch.is_some() {
+            if j.is_installed() {
                 return Ok(j);
             }
             if j.state == JobState::Failed {
@@ -127,7 +133,7 @@ impl Client {
 
     /// Reports rank `rank` of job `name` alive; returns the job, whose state says whether it
     /// failed (and `missing`, which ranks went silent).
-    pub fn heartbeat(&self, name: &str, rank: u8) -> Result<JobStatus, ClientError> {
+    pub fn heartbeat(&self, name: &str, rank: Rank) -> Result<JobStatus, ClientError> {
         self.report(
             name,
             &crate::api::Heartbeat {

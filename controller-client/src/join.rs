@@ -44,11 +44,12 @@ impl JoinedJob {
 }
 
 /// Binds `bind`, joins job `name` as `rank` (or the lowest free rank) and waits up to `timeout`
-/// for the job to be installed.
+/// for the job to be installed. The worker's rank on its switch, and whether the job is a
+/// tree, are final only then: they are asked again once it is.
 pub fn join(
     client: &Client,
     name: &str,
-    rank: Option<u8>,
+    rank: Option<crate::api::Rank>,
     bind: SocketAddr,
     udp: &UdpConfig,
     timeout: Duration,
@@ -60,7 +61,23 @@ pub fn join(
         addr: bind,
         message: e.to_string(),
     })?;
-    let joined = client.join(name, rank, port.local_addr())?;
+    let instance = Some(instance());
+    let joined = client.join(name, rank, port.local_addr(), instance)?;
     let job = client.wait_installed(name, timeout)?;
+    // The same address and instance again: changes nothing, tells what is final now.
+    let joined = client.join(name, Some(joined.rank), port.local_addr(), instance)?;
     Ok(JoinedJob { port, joined, job })
+}
+
+/// A number for this joining, different from any other worker process's with near
+/// certainty: the process id and the clock, through a randomly keyed hash.
+fn instance() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    h.finish()
 }

@@ -36,10 +36,10 @@ impl Member {
     pub fn spawn(
         client: Client,
         name: String,
-        rank: u8,
+        rank: crate::api::Rank,
         period: Duration,
         gate: Arc<Gate>,
-        on_failed: impl FnOnce(Vec<u8>) + Send + 'static,
+        on_failed: impl FnOnce(Vec<crate::api::Rank>) + Send + 'static,
     ) -> std::io::Result<Member> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();

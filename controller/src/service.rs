@@ -228,10 +228,8 @@ impl Controller {
 
     /// A worker joins a job; once all have, the job is installed.
     pub fn join(&self, name: &str, req: JoinRequest) -> Result<Joined, ControllerError> {
-        let (rank, switch, changed) = self.lock().join(name, &req)?;
-        if changed {
-            self.bring(&switch)?;
-        }
+        let (rank, switches) = self.lock().join(name, &req)?;
+        self.bring_all(switches)?;
         self.lock().joined(name, rank)
     }
 
@@ -249,14 +247,14 @@ impl Controller {
     /// first seen installed here), up to now, after every heartbeat received so far. Returns
     /// the failed jobs and their missing ranks; the next [`resync`](Self::resync) (or
     /// [`bring`](Self::bring)) takes them off their switches.
-    pub fn check_members(&self) -> Vec<(String, Vec<u8>)> {
+    pub fn check_members(&self) -> Vec<(String, Vec<crate::api::Rank>)> {
         self.lock().check_members()
     }
 
     /// Deletes a job, frees its slots and gives them to the others on its switch.
     pub fn delete_job(&self, name: &str) -> Result<(), ControllerError> {
-        let switch = self.lock().delete_job(name)?;
-        self.bring(&switch)
+        let switches = self.lock().delete_job(name)?;
+        self.bring_all(switches)
     }
 
     /// Brings every switch from what it holds to what the state wants; returns the switches
@@ -303,6 +301,8 @@ impl Controller {
             }
         };
         self.lock().reached(switch, error.as_ref(), now, period);
+        drop(_turn);
+        self.bring_follow();
         error
     }
 
@@ -328,12 +328,49 @@ impl Controller {
     /// Brings a switch from what it holds (as last seen) to what the state wants, in its
     /// turn: one change at a time, every change ordered so that no slot is ever given to two
     /// jobs; a switch not seen yet is asked first.
+    /// The switches whose changes waited on it (a tree's rack switches, after its upper
+    /// switch) are brought after it.
     pub fn bring(&self, switch: &str) -> Result<(), ControllerError> {
+        let result = self.bring_one(switch);
+        self.bring_follow();
+        result
+    }
+
+    /// [`bring`](Self::bring) each of `switches`, in order; the first error, after trying
+    /// them all.
+    pub fn bring_all(&self, switches: Vec<String>) -> Result<(), ControllerError> {
+        let mut first = None;
+        for switch in switches {
+            if let Err(e) = self.bring_one(&switch) {
+                first.get_or_insert(e);
+            }
+        }
+        self.bring_follow();
+        first.map_or(Ok(()), Err)
+    }
+
+    fn bring_one(&self, switch: &str) -> Result<(), ControllerError> {
         let Some(link) = self.lock().link(switch) else {
             return Ok(());
         };
         let _turn = link.turn.lock().unwrap_or_else(PoisonError::into_inner);
         self.bring_with(switch, &link)
+    }
+
+    /// Brings the switches that wait on changes just made; one that fails is tried again at
+    /// its next resync.
+    fn bring_follow(&self) {
+        loop {
+            let follow = self.lock().take_follow();
+            if follow.is_empty() {
+                return;
+            }
+            for switch in follow {
+                if let Err(e) = self.bring_one(&switch) {
+                    tracing::warn!(%switch, error = %e, "bringing a switch after the one it waits on");
+                }
+            }
+        }
     }
 
     /// [`bring`](Self::bring), in the switch's turn already.

@@ -167,9 +167,9 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
                 .unwrap();
                 let me = ina_io::Port::local_addr(&port);
                 // Rank 2 asks for its rank; the others take the lowest free one.
-                let joined = c.join("joined", (i == 2).then_some(2), me).unwrap();
+                let joined = c.join("joined", (i == 2).then_some(2), me, None).unwrap();
                 c.wait_installed("joined", Duration::from_secs(20)).unwrap();
-                let cfg = WorkerConfig::new(joined.switch, me, joined.job, joined.rank);
+                let cfg = WorkerConfig::new(joined.switch, me, joined.job, joined.switch_rank);
                 let mut comm = Communicator::with_port(port, cfg).unwrap();
                 let mut t = tensor(9, usize::from(joined.rank), len);
                 comm.allreduce_i32(&mut t).unwrap();
@@ -198,7 +198,7 @@ fn workers_join_by_job_name_and_the_job_runs_once_all_have() {
         (Some(0), "0.0.0.0:5"),
         (Some(7), "127.0.0.1:10"),
     ] {
-        match c.join("joined", rank, addr.parse().unwrap()) {
+        match c.join("joined", rank, addr.parse().unwrap(), None) {
             Err(ClientError::Api { status: 400, .. }) => {}
             other => panic!("{other:?}"),
         }
@@ -554,7 +554,7 @@ fn a_report_of_a_worker_parked_for_the_last_move_does_not_make_the_next_one() {
         c.report(
             "a",
             &Heartbeat {
-                rank,
+                rank: rank.into(),
                 started: Some(started),
                 parked,
             },

@@ -150,11 +150,11 @@ struct NativeCommunicator {
     /// Heartbeats to the controller, for a job joined by name that asked for them.
     member: Mutex<Option<Member>>,
     /// The ranks the controller reported gone, if it declared the job failed.
-    failed: Arc<Mutex<Option<Vec<u8>>>>,
+    failed: Arc<Mutex<Option<Vec<u16>>>>,
     #[pyo3(get)]
-    rank: u8,
+    rank: u16,
     #[pyo3(get)]
-    world_size: u8,
+    world_size: u16,
     #[pyo3(get)]
     job: u16,
     #[pyo3(get)]
@@ -170,12 +170,12 @@ impl NativeCommunicator {
     fn start(
         py: Python<'_>,
         comm: Communicator,
-        rank: u8,
+        rank: u16,
         job_id: u16,
-        world_size: u8,
+        world_size: u16,
         switch: SocketAddr,
         member: Option<Member>,
-        failed: Arc<Mutex<Option<Vec<u8>>>>,
+        failed: Arc<Mutex<Option<Vec<u16>>>>,
     ) -> PyResult<NativeCommunicator> {
         let job = comm.job();
         let local_addr = comm.local_addr();
@@ -233,9 +233,9 @@ impl NativeCommunicator {
         Self::start(
             py,
             comm,
-            rank,
+            u16::from(rank),
             job,
-            world_size,
+            u16::from(world_size),
             switch,
             None,
             Arc::default(),
@@ -254,7 +254,7 @@ impl NativeCommunicator {
         controller: &str,
         job_name: &str,
         bind: &str,
-        rank: Option<u8>,
+        rank: Option<u16>,
         token: Option<String>,
         timeout: f64,
         lanes: u16,
@@ -284,9 +284,14 @@ impl NativeCommunicator {
             .map_err(config_err)?;
         let heartbeat = joined.heartbeat();
         let ina_controller_client::join::JoinedJob { port, joined, .. } = joined;
-        let mut cfg = WorkerConfig::new(joined.switch, bind, joined.job, joined.rank);
-        tuning.apply(&mut cfg, joined.workers);
-        let failed: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+        let mut cfg = WorkerConfig::new(joined.switch, bind, joined.job, joined.switch_rank);
+        // A tree's worker quantizes for every worker of the tree; a switch holds at most 32.
+        let mut tuning = tuning;
+        if joined.tree {
+            tuning.total_workers = Some(joined.workers);
+        }
+        tuning.apply(&mut cfg, u8::try_from(joined.workers).unwrap_or(u8::MAX));
+        let failed: Arc<Mutex<Option<Vec<u16>>>> = Arc::default();
         let gate = Arc::new(Gate::new());
         let member = match heartbeat {
             Some(period) => {
@@ -404,7 +409,7 @@ enum HandleState {
 #[pyclass(module = "ina._native")]
 struct Handle {
     state: Mutex<HandleState>,
-    failed: Arc<Mutex<Option<Vec<u8>>>>,
+    failed: Arc<Mutex<Option<Vec<u16>>>>,
 }
 
 impl Handle {

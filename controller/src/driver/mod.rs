@@ -17,8 +17,8 @@ pub use p4::check_spec;
 pub mod tofino;
 
 use crate::alloc::{JobId, Range};
-use ina_switch_api::JobSpec;
 use ina_switch_api::{ControlClient, Request};
+use ina_switch_api::{JobSpec, UplinkSpec};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -34,8 +34,10 @@ pub struct Install {
     pub job: JobId,
     pub slots: Range,
     pub elems_per_packet: u16,
-    /// The workers' addresses, in rank order.
+    /// The workers' addresses, in rank order (on a tree's upper switch, its rack switches').
     pub workers: Vec<SocketAddr>,
+    /// On a tree's rack switch: the upper switch, and the job there (PROTOCOL.md §9).
+    pub uplink: Option<UplinkSpec>,
 }
 
 /// Why a switch did not take a change.
@@ -132,7 +134,7 @@ impl SwitchDriver for SoftwareSwitch {
             elems_per_packet: job.elems_per_packet,
             workers: job.workers.clone(),
             group: None,
-            uplink: None,
+            uplink: job.uplink,
         };
         let r = self.call(&Request::AddJob { job: spec })?;
         r.job

@@ -104,6 +104,12 @@ pub(crate) fn job_desc(
     job: &Install,
     epoch: u16,
 ) -> Result<P4Job, String> {
+    if job.uplink.is_some() {
+        return Err(format!(
+            "job {}: the controller installs uplinks on software rack switches only (a P4 rack switch takes its uplink by hand, PROTOCOL.md §9)",
+            job.job
+        ));
+    }
     if job.job == p4.switch.flood_mgrp {
         return Err(format!(
             "job {}: its multicast group would be the switch's flood group {}",
@@ -226,6 +232,7 @@ mod tests {
                 "198.18.1.2:9000".parse().unwrap(),
                 "198.18.1.1:9001".parse().unwrap(),
             ],
+            uplink: None,
         };
         let d = job_desc(&runtime::V1MODEL, p4, &install, 7).unwrap();
         assert_eq!(

@@ -9,12 +9,12 @@
 
 use super::{ControllerError, Counters, DriverFactory, MOVE_TIMEOUT};
 use crate::alloc::{self, JobId, Policy, Range, Step};
-use crate::api::{Health, Heartbeat, JobRequest, JobState, JobStatus, JoinRequest, Joined};
+use crate::api::{Health, Heartbeat, JobRequest, JobState, JobStatus, JoinRequest, Joined, Rank};
 use crate::api::{SwitchInfo, SwitchSpec};
 use crate::driver::{DriverError, Install, SwitchDriver};
 use crate::state::{State, StateError};
 use crate::store::Store;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,7 @@ pub(super) struct Inner {
     factory: DriverFactory,
     /// The latest heartbeat of each job's ranks (in memory: a restarted controller starts
     /// every clock afresh).
-    heartbeats: BTreeMap<(String, u8), Instant>,
+    heartbeats: BTreeMap<(String, Rank), Instant>,
     /// Switches that could not be reached: when to try each again, and the wait after that.
     retry: BTreeMap<String, (Instant, Duration)>,
     /// What each switch holds, as last seen (its resync) or changed (a change it took), with
@@ -87,7 +87,10 @@ pub(super) struct Inner {
     moving: BTreeMap<String, Moving>,
     /// The latest report of each job's ranks: tensors started (if the worker can be held)
     /// and whether it is parked.
-    reports: BTreeMap<(String, u8), (Option<u64>, bool)>,
+    reports: BTreeMap<(String, Rank), (Option<u64>, bool)>,
+    /// Switches whose changes wait on one just made elsewhere (a tree's rack switches, once
+    /// its upper switch installed it under a new epoch): to be brought to the state next.
+    follow: BTreeSet<String>,
     counters: Counters,
 }
 
@@ -122,6 +125,7 @@ impl Inner {
             holding: BTreeMap::new(),
             moving: BTreeMap::new(),
             reports: BTreeMap::new(),
+            follow: BTreeSet::new(),
             counters: Counters::default(),
         };
         let switches: Vec<(SwitchSpec, Option<String>)> = inner
@@ -256,59 +260,105 @@ impl Inner {
             .find_map(|a| link.driver.check_worker(*a).err())
     }
 
-    /// A worker joins job `name`; returns its rank, its job's switch, and whether that switch
-    /// has changes to take (the job's membership is complete).
+    /// A worker joins job `name`; returns its rank and the switches that have changes to
+    /// take (the job's membership is complete, or it is installed afresh), in the order to
+    /// bring them (a tree's upper switch first).
     pub(super) fn join(
         &mut self,
         name: &str,
         req: &JoinRequest,
-    ) -> Result<(u8, String, bool), ControllerError> {
-        let switch = self.job(name)?.switch;
-        if let Some(why) = self.refusal(&switch, &[req.addr]) {
-            return Err(StateError::BadRequest(format!(
-                "job {name:?}: switch {switch:?} refuses {why}"
-            ))
-            .into());
+    ) -> Result<(Rank, Vec<String>), ControllerError> {
+        if let Some(switch) = self.state.worker_switch(name, req.rank, req.addr) {
+            if let Some(why) = self.refusal(&switch, &[req.addr]) {
+                return Err(StateError::BadRequest(format!(
+                    "job {name:?}: switch {switch:?} refuses {why}"
+                ))
+                .into());
+            }
         }
-        let (rank, changes) = self.state.join(name, req.rank, req.addr)?;
+        let (rank, changes) = self.state.join(name, req.rank, req.addr, req.instance)?;
+        // The installations the state no longer stands by are taken off and made again.
+        for c in &changes {
+            if let Step::Set(id, _) = c.step {
+                self.forget_epoch(&c.switch, id);
+            }
+        }
         self.counters.joins += 1;
         self.save()?;
         tracing::info!(job = %name, rank, addr = %req.addr, "worker joined");
-        Ok((rank, switch, !changes.is_empty()))
+        Ok((rank, self.switches_of(&changes)))
+    }
+
+    /// The switches `changes` touch, each once, in their order.
+    fn switches_of(&self, changes: &[crate::state::Change]) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        changes
+            .iter()
+            .filter(|c| seen.insert(c.switch.clone()))
+            .map(|c| c.switch.clone())
+            .collect()
+    }
+
+    /// Marks job `id` on `switch` as held under an epoch nobody keeps: the next plan takes
+    /// it off and installs it again.
+    fn forget_epoch(&mut self, switch: &str, id: JobId) {
+        if let Some((_, epoch)) = self.holding.get_mut(switch).and_then(|h| h.get_mut(&id)) {
+            *epoch = None;
+        }
+    }
+
+    /// Records that job `id` runs on `switch` under `epoch`. The rack switches of a tree whose
+    /// upper switch this is and whose uplinks name another epoch are brought next.
+    fn learn_epoch(&mut self, switch: &str, id: JobId, epoch: u16) {
+        for rack in self.state.installed(switch, id, epoch) {
+            self.forget_epoch(&rack, id);
+            self.follow.insert(rack);
+        }
+    }
+
+    /// The switches to bring to the state after the ones just brought.
+    pub(super) fn take_follow(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.follow).into_iter().collect()
     }
 
     /// What a worker that joined job `name` as `rank` is told.
-    pub(super) fn joined(&self, name: &str, rank: u8) -> Result<Joined, ControllerError> {
+    pub(super) fn joined(&self, name: &str, rank: Rank) -> Result<Joined, ControllerError> {
         let j = self
             .state
             .jobs
             .get(name)
             .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
+        let (switch, switch_rank) = match j.seats.get(&rank) {
+            Some(seat) => (seat.switch.clone(), seat.rank),
+            None => (j.switch.clone(), rank as u8),
+        };
         let switch = self
             .state
             .switches
-            .get(&j.switch)
-            .ok_or_else(|| StateError::NoSuchSwitch(j.switch.clone()))?;
+            .get(&switch)
+            .ok_or_else(|| StateError::NoSuchSwitch(switch.clone()))?;
         Ok(Joined {
             job: j.id,
             rank,
             workers: j.size(),
             switch: switch.spec.data,
+            switch_rank,
+            tree: j.is_tree(),
             elems_per_packet: j.request.elems_per_packet,
         })
     }
 
-    /// Deletes a job from the state; returns its switch.
-    pub(super) fn delete_job(&mut self, name: &str) -> Result<String, ControllerError> {
-        let switch = self.job(name)?.switch;
-        self.state.delete_job(name)?;
+    /// Deletes a job from the state; returns the switches that change.
+    pub(super) fn delete_job(&mut self, name: &str) -> Result<Vec<String>, ControllerError> {
+        let changes = self.state.delete_job(name)?;
+        let switches = self.switches_of(&changes);
         self.counters.jobs_deleted += 1;
         self.heartbeats.retain(|(job, _), _| job != name);
         self.reports.retain(|(job, _), _| job != name);
         self.moving.remove(name);
         self.save()?;
         tracing::info!(job = %name, "job deleted");
-        Ok(switch)
+        Ok(switches)
     }
 
     /// Records a heartbeat, now; returns the job, and its switch if this report completed
@@ -345,7 +395,7 @@ impl Inner {
     }
 
     /// Whether every rank of a moving job reported itself parked at the move's count.
-    fn parked(&self, name: &str, size: u8) -> bool {
+    fn parked(&self, name: &str, size: Rank) -> bool {
         let Some(m) = self.moving.get(name) else {
             return false;
         };
@@ -356,7 +406,7 @@ impl Inner {
     /// Whether a change of a running job's slots can be made now: every worker is parked,
     /// or some worker cannot be held, or the wait ran out (the last two are counted as forced
     /// moves). If it cannot, the job is marked moving (its workers are told to park).
-    fn may_move(&mut self, name: &str, size: u8, heartbeat_ms: u32) -> bool {
+    fn may_move(&mut self, name: &str, size: Rank, heartbeat_ms: u32) -> bool {
         let now = Instant::now();
         let unholdable =
             (0..size).any(|r| matches!(self.reports.get(&(name.to_string(), r)), Some((None, _))));
@@ -396,7 +446,7 @@ impl Inner {
     /// three heartbeat periods, counted to now: after every heartbeat that took the lock
     /// before (a heartbeat never waits for a switch, so none is held back). Returns the
     /// failed jobs and their missing ranks; their switches are brought to the state apart.
-    pub(super) fn check_members(&mut self) -> Vec<(String, Vec<u8>)> {
+    pub(super) fn check_members(&mut self) -> Vec<(String, Vec<Rank>)> {
         let now = Instant::now();
         let mut failing = Vec::new();
         for (name, j) in &self.state.jobs {
@@ -476,7 +526,7 @@ impl Inner {
                 .map(|j| (j.slots, j.epoch));
             match (wants, epoch) {
                 (Some((Some(w), None)), Some(e)) if w == *r => {
-                    self.state.installed(switch, *id, *e);
+                    self.learn_epoch(switch, *id, *e);
                     from.insert(*id, *r);
                 }
                 (Some((Some(w), None)), None) if w == *r => steps.push(Step::Remove(*id)),
@@ -512,17 +562,30 @@ impl Inner {
     }
 
     /// What installing job `id` on `switch` takes, as the state wants it now (`None` while
-    /// it waits for slots or workers, or failed).
+    /// it waits for slots or workers, or failed; a tree's rack switch also waits for the
+    /// upper switch's epoch, which its uplink names).
     fn wanted_install(&self, switch: &str, id: JobId) -> Option<Install> {
         let job = self.state.job_by_id(switch, id)?;
         if job.failed.is_some() {
             return None;
         }
+        let data = |name: &str| self.state.switches.get(name).map(|s| s.spec.data);
+        let uplink = match job.racks.get(switch) {
+            Some(part) => Some(ina_switch_api::UplinkSpec {
+                addr: data(&job.switch)?,
+                job: None,
+                rank: part.up_rank,
+                epoch: job.epoch?,
+                slot_base: None,
+            }),
+            None => None,
+        };
         Some(Install {
             job: id,
             slots: job.slots?,
             elems_per_packet: job.request.elems_per_packet,
-            workers: job.addresses()?,
+            workers: job.ranks_on(switch, data)?,
+            uplink,
         })
     }
 
@@ -582,7 +645,7 @@ impl Inner {
         if !current {
             return;
         }
-        self.state.installed(switch, install.job, epoch);
+        self.learn_epoch(switch, install.job, epoch);
         let name = self
             .state
             .job_by_id(switch, install.job)

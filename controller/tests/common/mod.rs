@@ -306,7 +306,7 @@ impl HeldJob {
                     let _member = ina_controller::member::Member::spawn(
                         client,
                         name.into(),
-                        rank as u8,
+                        rank as u16,
                         Duration::from_millis(100),
                         gate,
                         move |missing| panic!("job {name} failed: missing {missing:?}"),

@@ -5,11 +5,13 @@
 
 use crate::alloc::{self, Demand, JobId, Policy, Range, Step};
 use crate::api::{
-    valid_name, JobRequest, JobState, JobStatus, Place, SwitchInfo, SwitchSpec, SwitchState,
-    MAX_NAME, MAX_WORKERS,
+    valid_name, JobRequest, JobState, JobStatus, Place, RackStatus, Rank, SwitchInfo, SwitchSpec,
+    SwitchState, MAX_NAME, MAX_TREE_WORKERS, MAX_WORKERS,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
+
+mod tree;
 use std::net::SocketAddr;
 
 /// Why an operation was refused. Nothing changed.
@@ -56,22 +58,60 @@ pub struct JobRecord {
     /// The workers' addresses by rank (all of them from the start when the request listed
     /// them; else as they join).
     #[serde(default)]
-    pub members: BTreeMap<u8, SocketAddr>,
+    pub members: BTreeMap<Rank, SocketAddr>,
     /// Set when the job failed: the ranks whose heartbeats stopped.
     #[serde(default)]
-    pub failed: Option<Vec<u8>>,
+    pub failed: Option<Vec<Rank>>,
     /// Why it went to its switch.
     #[serde(default)]
     pub placement: String,
+    /// Placed by the topology: each worker sits on the rack switch of its host, with a rank
+    /// there ([`Seat`]), and the job is placed once all have joined (on their one rack
+    /// switch, or as a tree over theirs). Until then `switch` is empty.
+    #[serde(default)]
+    pub by_topology: bool,
+    /// Where each worker sits, for a job placed by the topology.
+    #[serde(default)]
+    pub seats: BTreeMap<Rank, Seat>,
+    /// A tree job's parts on its rack switches, by switch name; `switch` is the upper switch,
+    /// and `slots` the same range on every switch of the tree.
+    #[serde(default)]
+    pub racks: BTreeMap<String, RackPart>,
+    /// Each worker's instance ([`crate::api::JoinRequest::instance`]), and whether the job has
+    /// been installed since it joined.
+    #[serde(default)]
+    pub instances: BTreeMap<Rank, (u64, bool)>,
+}
+
+/// A worker's place in a job placed by the topology.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seat {
+    /// Its switch (its host's rack switch).
+    pub switch: String,
+    /// Its rank on that switch.
+    pub rank: u8,
+}
+
+/// A tree job on one of its rack switches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RackPart {
+    /// The epoch the rack switch installed it under (`None` until installed, and again once
+    /// the upper switch's epoch changes).
+    pub epoch: Option<u16>,
+    /// The upper switch's epoch its uplink names, once installed.
+    #[serde(default)]
+    pub under: Option<u16>,
+    /// The rack switch's rank in the upper switch's job.
+    pub up_rank: u8,
 }
 
 impl JobRecord {
     /// Workers in the job.
-    pub fn size(&self) -> u8 {
+    pub fn size(&self) -> Rank {
         if self.request.workers.is_empty() {
             self.request.size.unwrap_or(0)
         } else {
-            self.request.workers.len() as u8
+            self.request.workers.len() as Rank
         }
     }
 
@@ -80,6 +120,75 @@ impl JobRecord {
         (0..self.size())
             .map(|r| self.members.get(&r).copied())
             .collect()
+    }
+
+    /// Whether it is aggregated in a tree.
+    pub fn is_tree(&self) -> bool {
+        !self.racks.is_empty()
+    }
+
+    /// Whether it has a part on `switch`.
+    pub fn is_on(&self, switch: &str) -> bool {
+        self.switch == switch || self.racks.contains_key(switch)
+    }
+
+    /// Its switches: its one switch, or a tree's upper switch then its rack switches.
+    pub fn switches(&self) -> Vec<String> {
+        let mut all = Vec::with_capacity(1 + self.racks.len());
+        if !self.switch.is_empty() {
+            all.push(self.switch.clone());
+        }
+        all.extend(self.racks.keys().cloned());
+        all
+    }
+
+    /// The epoch of its part on `switch`, as installed.
+    pub fn epoch_on(&self, switch: &str) -> Option<u16> {
+        match self.racks.get(switch) {
+            Some(part) => part.epoch,
+            None if self.switch == switch => self.epoch,
+            None => None,
+        }
+    }
+
+    /// The addresses a switch takes as the job's ranks there, in rank order, once all are
+    /// known: its workers'; on a rack switch of a tree, the workers seated there; on a tree's
+    /// upper switch, the rack switches' (`rack_data` gives a switch's data address).
+    pub fn ranks_on(
+        &self,
+        switch: &str,
+        rack_data: impl Fn(&str) -> Option<SocketAddr>,
+    ) -> Option<Vec<SocketAddr>> {
+        if self.is_tree() && self.switch == switch {
+            let mut racks: Vec<(&String, &RackPart)> = self.racks.iter().collect();
+            racks.sort_by_key(|(_, p)| p.up_rank);
+            return racks.into_iter().map(|(name, _)| rack_data(name)).collect();
+        }
+        if !self.by_topology {
+            return self.addresses();
+        }
+        let mut seated: Vec<(u8, SocketAddr)> = Vec::new();
+        for (rank, seat) in &self.seats {
+            if seat.switch == switch {
+                seated.push((seat.rank, *self.members.get(rank)?));
+            }
+        }
+        seated.sort_by_key(|(r, _)| *r);
+        if seated.is_empty() || self.addresses().is_none() {
+            return None;
+        }
+        Some(seated.into_iter().map(|(_, a)| a).collect())
+    }
+
+    /// The demand its one switch's policy weighs (a tree's range is set apart from them).
+    fn demand(&self) -> Demand {
+        Demand {
+            job: self.id,
+            want: self.request.window,
+            min: self.request.min_window.unwrap_or(self.request.window),
+            priority: self.request.priority,
+            arrival: self.arrival,
+        }
     }
 }
 
@@ -168,10 +277,12 @@ impl State {
 
     /// Creates a job: places it (or queues it) on its switch, and returns the changes to that
     /// switch (the new job's installation, and under fair share or priority the other jobs'
-    /// new ranges).
+    /// new ranges). A job whose workers join by name, in a cluster with rack switches and no
+    /// switch named, waits for them: it is placed by the topology once all have joined.
     pub fn create_job(&mut self, request: JobRequest) -> Result<Vec<Change>, StateError> {
         self.check_request(&request)?;
-        let switch = match &request.switch {
+        let by_topology = self.places_by_topology(&request);
+        let (switch, placement) = match &request.switch {
             Some(name) => {
                 let s = self
                     .switches
@@ -186,9 +297,13 @@ impl State {
                 self.check_fits(&request, s)?;
                 (name.clone(), "the switch the request named".to_string())
             }
+            None if by_topology => (
+                String::new(),
+                "waiting for its workers: placed on their rack switches once all have joined"
+                    .to_string(),
+            ),
             None => self.choose_switch(&request)?,
         };
-        let (switch, placement) = switch;
         let id = self.free_job_id()?;
         let arrival = self.arrivals;
         self.arrivals += 1;
@@ -196,7 +311,7 @@ impl State {
             .workers
             .iter()
             .enumerate()
-            .map(|(r, a)| (r as u8, *a))
+            .map(|(r, a)| (r as Rank, *a))
             .collect();
         self.jobs.insert(
             request.name.clone(),
@@ -210,35 +325,79 @@ impl State {
                 members,
                 failed: None,
                 placement,
+                by_topology,
+                seats: BTreeMap::new(),
+                racks: BTreeMap::new(),
+                instances: BTreeMap::new(),
             },
         );
+        if switch.is_empty() {
+            return Ok(Vec::new());
+        }
         Ok(self.relayout(&switch))
     }
 
-    /// Deletes a job and returns the changes to its switch (its removal, and the other jobs'
-    /// new ranges).
+    /// Deletes a job and returns the changes to its switches (its removal, and the other
+    /// jobs' new ranges, and the trees that now find room).
     pub fn delete_job(&mut self, name: &str) -> Result<Vec<Change>, StateError> {
-        let switch = self
+        let switches = self
             .jobs
             .get(name)
-            .map(|j| j.switch.clone())
+            .map(JobRecord::switches)
             .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
-        let before = self.wanted(&switch);
+        let before: Vec<_> = switches.iter().map(|s| self.wanted(s)).collect();
         self.jobs.remove(name);
-        Ok(self.relayout_from(&switch, before))
+        Ok(self.relayout_all(switches, before))
     }
 
-    /// A worker joins job `name` at `addr`, as `rank` or the lowest free rank. Returns its
-    /// rank and, if that made the job's membership complete, the job's installation.
+    /// Relayouts `switches` from their layouts `before`, then places the trees that waited
+    /// for room.
+    fn relayout_all(
+        &mut self,
+        switches: Vec<String>,
+        before: Vec<BTreeMap<JobId, Range>>,
+    ) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (switch, before) in switches.iter().zip(before) {
+            changes.extend(self.relayout_from(switch, before));
+        }
+        changes.extend(self.place_waiting_trees());
+        changes
+    }
+
+    /// A worker joins job `name` at `addr`, as `rank` or the lowest free rank, as worker
+    /// process `instance`. Returns its rank and the changes it implies: the job's
+    /// installation if that made its membership complete (for a job placed by the topology,
+    /// its placement first), or its installation afresh (a changed address; a new run of a
+    /// tree job).
     pub fn join(
         &mut self,
         name: &str,
-        rank: Option<u8>,
+        rank: Option<Rank>,
         addr: SocketAddr,
-    ) -> Result<(u8, Vec<Change>), StateError> {
+        instance: Option<u64>,
+    ) -> Result<(Rank, Vec<Change>), StateError> {
+        let before = self.jobs.get(name).cloned();
+        let result = self.join_inner(name, rank, addr, instance);
+        if result.is_err() {
+            // Nothing changed: a refused join (a bad topology found at placement included).
+            if let Some(j) = before {
+                self.jobs.insert(name.to_string(), j);
+            }
+        }
+        result
+    }
+
+    fn join_inner(
+        &mut self,
+        name: &str,
+        rank: Option<Rank>,
+        addr: SocketAddr,
+        instance: Option<u64>,
+    ) -> Result<(Rank, Vec<Change>), StateError> {
         let j = self
             .jobs
-            .get_mut(name)
+            .get(name)
             .ok_or_else(|| StateError::NoSuchJob(name.to_string()))?;
         let size = j.size();
         let bad = |m: String| Err(StateError::BadRequest(format!("job {name:?}: {m}")));
@@ -279,7 +438,20 @@ impl State {
                 ))
             };
         }
-        if j.members.get(&rank) == Some(&addr) {
+        let new_run = match (instance, j.instances.get(&rank)) {
+            (Some(i), Some((known, installed))) => i != *known && *installed,
+            _ => false,
+        };
+        if j.members.get(&rank) == Some(&addr) && !new_run {
+            if let Some(i) = instance {
+                let installed = j
+                    .instances
+                    .get(&rank)
+                    .is_some_and(|(k, inst)| *k == i && *inst);
+                if let Some(j) = self.jobs.get_mut(name) {
+                    j.instances.insert(rank, (i, installed));
+                }
+            }
             return Ok((rank, Vec::new()));
         }
         if j.failed.is_some() {
@@ -288,24 +460,78 @@ impl State {
                     .into(),
             );
         }
-        j.members.insert(rank, addr);
-        // The last address missing, or one changed: (re)install once complete.
-        let changes = match (j.addresses(), j.slots) {
-            (Some(_), Some(slots)) => {
-                j.epoch = None;
-                vec![Change {
-                    switch: j.switch.clone(),
-                    step: Step::Set(j.id, slots),
-                }]
-            }
-            _ => Vec::new(),
+        let seat = if j.by_topology {
+            Some(self.seat(name, rank, addr)?)
+        } else {
+            None
         };
-        Ok((rank, changes))
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Err(StateError::NoSuchJob(name.to_string()));
+        };
+        j.members.insert(rank, addr);
+        if let Some(i) = instance {
+            j.instances.insert(rank, (i, false));
+        }
+        if new_run {
+            // A new run: every worker's instance is of this run from now on, whichever
+            // joins next.
+            for (_, installed) in j.instances.values_mut() {
+                *installed = false;
+            }
+        }
+        let moved_rack = match seat {
+            Some(seat) => {
+                let moved = j.seats.get(&rank).is_some_and(|s| s.switch != seat.switch);
+                j.seats.insert(rank, seat);
+                moved
+            }
+            None => false,
+        };
+        if j.addresses().is_none() {
+            return Ok((rank, Vec::new()));
+        }
+        if j.by_topology && (j.switch.is_empty() || moved_rack) {
+            // Complete: place it where its workers are (again, if one moved to another rack).
+            let changes = self.place_by_topology(name)?;
+            return Ok((rank, changes));
+        }
+        // The last address missing, or one changed, or a new run: (re)install once complete.
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Err(StateError::NoSuchJob(name.to_string()));
+        };
+        let Some(slots) = j.slots else {
+            return Ok((rank, Vec::new()));
+        };
+        let parts: Vec<String> = if j.is_tree() && !new_run {
+            // A worker's address changed: its rack switch installs it afresh.
+            let on = j.seats.get(&rank).map(|s| s.switch.clone());
+            on.into_iter().collect()
+        } else {
+            j.switches()
+        };
+        for part in &parts {
+            if let Some(p) = j.racks.get_mut(part) {
+                p.epoch = None;
+            } else if *part == j.switch {
+                j.epoch = None;
+            }
+        }
+        let id = j.id;
+        Ok((
+            rank,
+            parts
+                .into_iter()
+                .map(|switch| Change {
+                    switch,
+                    step: Step::Set(id, slots),
+                })
+                .collect(),
+        ))
     }
 
-    /// Fails job `name` because `missing` went silent: it leaves its switch (its slots go to
-    /// the others) and stays listed, failed, until deleted. Returns the switch's changes.
-    pub fn fail_job(&mut self, name: &str, missing: Vec<u8>) -> Result<Vec<Change>, StateError> {
+    /// Fails job `name` because `missing` went silent: it leaves its switches (its slots go
+    /// to the others) and stays listed, failed, until deleted. Returns the switches' changes.
+    pub fn fail_job(&mut self, name: &str, missing: Vec<Rank>) -> Result<Vec<Change>, StateError> {
         let j = self
             .jobs
             .get_mut(name)
@@ -313,39 +539,59 @@ impl State {
         if j.failed.is_some() {
             return Ok(Vec::new());
         }
-        let switch = j.switch.clone();
-        let before = self.wanted(&switch);
+        let switches = j.switches();
+        let before: Vec<_> = switches.iter().map(|s| self.wanted(s)).collect();
         if let Some(j) = self.jobs.get_mut(name) {
             j.failed = Some(missing);
         }
-        Ok(self.relayout_from(&switch, before))
+        Ok(self.relayout_all(switches, before))
     }
 
-    /// Records the epoch a switch installed a job under.
-    pub fn installed(&mut self, switch: &str, id: JobId, epoch: u16) {
-        if let Some(j) = self
+    /// Records the epoch a switch installed a job under. A tree's upper switch installing it
+    /// under a new epoch takes its rack switches' parts out of date (their uplinks name the
+    /// upper switch's epoch): those switches are returned, to be installed afresh.
+    pub fn installed(&mut self, switch: &str, id: JobId, epoch: u16) -> Vec<String> {
+        let Some(j) = self
             .jobs
             .values_mut()
-            .find(|j| j.switch == switch && j.id == id)
-        {
+            .find(|j| j.id == id && j.is_on(switch))
+        else {
+            return Vec::new();
+        };
+        let mut stale = Vec::new();
+        let upper = j.epoch;
+        if let Some(part) = j.racks.get_mut(switch) {
+            part.epoch = Some(epoch);
+            part.under = upper;
+        } else {
             j.epoch = Some(epoch);
+            for (name, part) in j.racks.iter_mut() {
+                if part.under != Some(epoch) || part.epoch.is_none() {
+                    part.epoch = None;
+                    stale.push(name.clone());
+                }
+            }
         }
+        if j.epoch.is_some() && j.racks.values().all(|p| p.epoch.is_some()) {
+            for (_, installed) in j.instances.values_mut() {
+                *installed = true;
+            }
+        }
+        stale
     }
 
     /// The layout the controller wants on a switch: every placed job's range.
     pub fn wanted(&self, switch: &str) -> BTreeMap<JobId, Range> {
         self.jobs
             .values()
-            .filter(|j| j.switch == switch && j.failed.is_none())
+            .filter(|j| j.is_on(switch) && j.failed.is_none())
             .filter_map(|j| Some((j.id, j.slots?)))
             .collect()
     }
 
     /// The record of job number `id` on `switch`.
     pub fn job_by_id(&self, switch: &str, id: JobId) -> Option<&JobRecord> {
-        self.jobs
-            .values()
-            .find(|j| j.switch == switch && j.id == id)
+        self.jobs.values().find(|j| j.id == id && j.is_on(switch))
     }
 
     pub fn switch_info(&self, name: &str) -> Option<SwitchInfo> {
@@ -362,7 +608,7 @@ impl State {
             jobs: self
                 .jobs
                 .values()
-                .filter(|j| j.switch == name)
+                .filter(|j| j.is_on(name))
                 .map(|j| j.request.name.clone())
                 .collect(),
         })
@@ -370,6 +616,26 @@ impl State {
 
     pub fn job_info(&self, name: &str) -> Option<JobStatus> {
         let j = self.jobs.get(name)?;
+        let racks = j
+            .racks
+            .iter()
+            .map(|(switch, part)| RackStatus {
+                switch: switch.clone(),
+                slots: j.slots,
+                epoch: part.epoch,
+                up_rank: part.up_rank,
+                ranks: {
+                    let mut seated: Vec<(u8, Rank)> = j
+                        .seats
+                        .iter()
+                        .filter(|(_, s)| s.switch == *switch)
+                        .map(|(r, s)| (s.rank, *r))
+                        .collect();
+                    seated.sort();
+                    seated.into_iter().map(|(_, r)| r).collect()
+                },
+            })
+            .collect();
         Some(JobStatus {
             request: j.request.clone(),
             id: j.id,
@@ -388,6 +654,7 @@ impl State {
             missing: j.failed.clone().unwrap_or_default(),
             park_at: None,
             placement: j.placement.clone(),
+            racks,
         })
     }
 
@@ -399,36 +666,35 @@ impl State {
     }
 
     /// [`relayout`](Self::relayout) from the layout `before` (which may hold a job just
-    /// deleted).
+    /// deleted). The policy shares the pool below the trees' ranges, which stay where they
+    /// were placed.
     fn relayout_from(&mut self, switch: &str, before: BTreeMap<JobId, Range>) -> Vec<Change> {
         let Some(s) = self.switches.get(switch) else {
             return Vec::new();
         };
-        let capacity = s.spec.slots;
+        let capacity = self.below_trees(switch, s.spec.slots);
+        let runs = |j: &JobRecord| j.switch == switch && j.failed.is_none() && !j.is_tree();
         let demands: Vec<Demand> = self
             .jobs
             .values()
-            .filter(|j| j.switch == switch && j.failed.is_none())
-            .map(|j| Demand {
-                job: j.id,
-                want: j.request.window,
-                min: j.request.min_window.unwrap_or(j.request.window),
-                priority: j.request.priority,
-                arrival: j.arrival,
-            })
+            .filter(|j| runs(j))
+            .map(JobRecord::demand)
             .collect();
-        let layout = alloc::layout(self.policy, capacity, &demands, &before);
-        for j in self
+        let trees: BTreeMap<JobId, Range> = self
             .jobs
-            .values_mut()
-            .filter(|j| j.switch == switch && j.failed.is_none())
-        {
+            .values()
+            .filter(|j| j.is_on(switch) && j.is_tree() && j.failed.is_none())
+            .filter_map(|j| Some((j.id, j.slots?)))
+            .collect();
+        let mut layout = alloc::layout(self.policy, capacity, &demands, &before);
+        for j in self.jobs.values_mut().filter(|j| runs(j)) {
             let new = layout.placed.get(&j.id).copied();
             if new != j.slots {
                 j.slots = new;
                 j.epoch = None;
             }
         }
+        layout.placed.extend(trees);
         alloc::plan(&before, &layout.placed)
             .into_iter()
             .map(|step| Change {
@@ -436,6 +702,15 @@ impl State {
                 step,
             })
             .collect()
+    }
+
+    /// The pool of `switch` below every tree's range on it: what its policy shares out.
+    fn below_trees(&self, switch: &str, slots: u16) -> u16 {
+        self.jobs
+            .values()
+            .filter(|j| j.is_on(switch) && j.is_tree() && j.failed.is_none())
+            .filter_map(|j| j.slots.map(|r| r.base))
+            .fold(alloc::usable(slots), u16::min)
     }
 
     fn check_request(&self, r: &JobRequest) -> Result<(), StateError> {
@@ -459,8 +734,25 @@ impl State {
             }
             (n, _) => n,
         };
-        if size == 0 || size > MAX_WORKERS {
-            return bad(format!("{size} workers: a job has 1 to {MAX_WORKERS}"));
+        let most = if self.places_by_topology(r) {
+            MAX_TREE_WORKERS
+        } else {
+            MAX_WORKERS
+        };
+        if size == 0 || size > most {
+            return bad(if most == MAX_TREE_WORKERS {
+                format!("{size} workers: a job has 1 to {MAX_TREE_WORKERS} (32 racks of 32)")
+            } else if size > MAX_WORKERS && r.workers.is_empty() && r.switch.is_none() {
+                format!(
+                    "{size} workers: a job on one switch has 1 to {MAX_WORKERS}, and one of up to {MAX_TREE_WORKERS} is aggregated in a tree, which needs rack switches (`ina switch add ... --rack NAME --hosts ...`) under an upper switch (`--upper`)"
+                )
+            } else if size > MAX_WORKERS {
+                format!(
+                    "{size} workers: a job on one switch has 1 to {MAX_WORKERS} (a larger one joins by name, without naming a switch, and is aggregated in a tree over its workers' racks)"
+                )
+            } else {
+                format!("{size} workers: a job has 1 to {most}")
+            });
         }
         if let Some(a) = r
             .workers
@@ -642,16 +934,8 @@ mod tests {
     fn a_job_spills_to_a_host_aggregator_only_where_it_would_queue() {
         let mut s = State::new(Policy::FirstFit);
         let full = alloc::usable(1024);
-        s.add_switch(switch(
-            "tor",
-            1,
-            Place::Rack {
-                rack: "a".into(),
-                hosts: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 1, 1))],
-                under: None,
-            },
-        ))
-        .unwrap();
+        // (A switch without a rack: jobs are placed as they are created.)
+        s.add_switch(switch("tor", 1, Place::Unplaced)).unwrap();
         // Without an aggregator, a job that finds no room queues on the switch.
         s.create_job(job("a", full)).unwrap();
         s.create_job(job("b", full)).unwrap();
