@@ -115,7 +115,7 @@ fn joining_workers(
     elements: usize,
     iterations: usize,
 ) -> Vec<Proc> {
-    joining_workers_from(at, name, size, elements, iterations, |_| {
+    joining_workers_from(at, name, size, elements, iterations, 60_000, |_| {
         std::net::Ipv4Addr::LOCALHOST
     })
 }
@@ -127,6 +127,7 @@ fn joining_workers_from(
     size: usize,
     elements: usize,
     iterations: usize,
+    give_up_ms: u64,
     host: impl Fn(usize) -> std::net::Ipv4Addr,
 ) -> Vec<Proc> {
     (0..size)
@@ -142,7 +143,7 @@ fn joining_workers_from(
                 format!("--iterations={iterations}"),
                 "--warmup=0".into(),
                 "--seed=7".into(),
-                "--give-up-ms=60000".into(),
+                format!("--give-up-ms={give_up_ms}"),
             ];
             Proc::spawn(&format!("worker {r}"), &args)
         })
@@ -523,7 +524,7 @@ fn a_job_window_is_sized_from_the_link_and_round_trip() {
 struct TreeCluster {
     upper: SwitchProc,
     racks: Vec<SwitchProc>,
-    _ctl: Proc,
+    ctl: Proc,
     api: SocketAddr,
     dir: PathBuf,
 }
@@ -554,7 +555,7 @@ impl TreeCluster {
         TreeCluster {
             upper,
             racks,
-            _ctl: ctl,
+            ctl,
             api,
             dir,
         }
@@ -569,8 +570,15 @@ impl TreeCluster {
         client(self.api, &self.dir)
     }
 
-    /// `size` workers of job `name`, rank `r` on rack `r % racks`.
-    fn workers(&self, name: &str, size: usize, elements: usize, iterations: usize) -> Vec<Proc> {
+    /// `size` workers of job `name`, rank `r` on rack `r % racks`, giving up after
+    /// `give_up_ms` without progress.
+    fn workers(
+        &self,
+        name: &str,
+        size: usize,
+        (elements, iterations): (usize, usize),
+        give_up_ms: u64,
+    ) -> Vec<Proc> {
         let racks = self.racks.len();
         joining_workers_from(
             (self.api, &self.dir),
@@ -578,8 +586,29 @@ impl TreeCluster {
             size,
             elements,
             iterations,
+            give_up_ms,
             |r| Self::host(r % racks),
         )
+    }
+
+    /// The switch named `name` (`top` or `torN`).
+    fn switch_mut(&mut self, name: &str) -> &mut SwitchProc {
+        match name.strip_prefix("tor") {
+            Some(i) => &mut self.racks[i.parse::<usize>().unwrap() - 1],
+            None => &mut self.upper,
+        }
+    }
+
+    /// SIGKILLs switch `name`, and starts it again on the same addresses.
+    fn kill_9_and_restart(&mut self, name: &str) {
+        let sw = self.switch_mut(name);
+        let (udp, control) = (sw.udp, sw.control);
+        sw.proc.kill();
+        *sw = SwitchProc::start(&[
+            "--pool-slots=1024",
+            &format!("--listen={udp}"),
+            &format!("--control={control}"),
+        ]);
     }
 }
 
@@ -602,7 +631,7 @@ fn twelve_workers_under_three_racks_become_a_tree_by_themselves_and_sum_exactly(
         created.switch, "",
         "placed once its workers have joined: {created:?}"
     );
-    let mut workers = cluster.workers("tree", 12, 200_000, 3);
+    let mut workers = cluster.workers("tree", 12, (200_000, 3), 60_000);
     let outcomes = collect_all(&mut workers, after(Duration::from_secs(180)));
     for o in &outcomes {
         o.assert_verified(3);
@@ -651,4 +680,122 @@ fn twelve_workers_under_three_racks_become_a_tree_by_themselves_and_sum_exactly(
         "{upper:?}"
     );
     assert_eq!(upper.rejects_sent, 0, "{upper:?}");
+}
+
+/// A tree job runs; switch `which` of its tree is killed with SIGKILL mid-run and started
+/// again on its addresses. Every worker ends with exact sums or a typed error, never a wrong
+/// sum; the controller installs what the restart took (the upper switch's new epoch reaches
+/// every rack switch's uplink); and a new run of the job sums exactly.
+fn a_tree_survives_a_kill_9_of(which: &str) {
+    let _serial = serial();
+    let mut cluster = TreeCluster::start(&format!("tree-kill-{which}"), 3);
+    let c = cluster.client();
+    let mut request = pair_job("tree", 256, None);
+    request.size = Some(6);
+    request.window = 256;
+    c.create_job(&request).unwrap();
+    // Far more iterations than the test waits for.
+    let mut workers = cluster.workers("tree", 6, (100_000, 1_000_000), 3_000);
+    for w in &mut workers {
+        w.expect("iteration", after(Duration::from_secs(60)));
+        w.expect("iteration", after(Duration::from_secs(60)));
+    }
+    let before = c.job("tree").unwrap();
+    cluster.kill_9_and_restart(which);
+    for o in collect_all(&mut workers, after(Duration::from_secs(60))) {
+        assert!(
+            o.violations().iter().all(|&v| v == 0),
+            "{}: a wrong sum: {:?}",
+            o.name,
+            o.violations()
+        );
+        let kind = o.error_kind().map(str::to_string);
+        assert!(
+            matches!(
+                kind.as_deref(),
+                Some("timeout" | "switch_restarted" | "rejected")
+            ),
+            "{}: {:?}; stderr:\n{}",
+            o.name,
+            o.end,
+            o.stderr
+        );
+    }
+    // The controller brings the restarted switch back, and what depends on it.
+    let restarted = wait_until(
+        "the tree installed again",
+        after(Duration::from_secs(60)),
+        || {
+            let j = c.job("tree").ok()?;
+            let held = cluster.switch_mut(which).call(&Request::Jobs).jobs?;
+            (j.is_installed() && !held.is_empty()).then_some(j)
+        },
+    );
+    if which == "top" {
+        assert_ne!(restarted.epoch, before.epoch);
+    }
+    let upper = cluster.upper.call(&Request::Jobs).jobs.unwrap();
+    for r in &cluster.racks {
+        let jobs = r.call(&Request::Jobs).jobs.unwrap();
+        assert_eq!(jobs[0].uplink.map(|u| u.epoch), upper[0].epoch, "{which}");
+    }
+    // A new run of the job: its workers join again, and the tree is installed afresh.
+    let mut again = cluster.workers("tree", 6, (100_000, 5), 60_000);
+    let outcomes = collect_all(&mut again, after(Duration::from_secs(120)));
+    for o in &outcomes {
+        o.assert_verified(5);
+    }
+    let after_run = c.job("tree").unwrap();
+    assert_ne!(
+        after_run.epoch, restarted.epoch,
+        "a new run gets a new epoch"
+    );
+}
+
+#[test]
+fn a_tree_survives_a_kill_9_of_a_rack_switch() {
+    a_tree_survives_a_kill_9_of("tor2");
+}
+
+#[test]
+fn a_tree_survives_a_kill_9_of_its_upper_switch() {
+    a_tree_survives_a_kill_9_of("top");
+}
+
+#[test]
+fn a_tree_runs_on_across_a_kill_9_of_the_controller() {
+    let _serial = serial();
+    let mut cluster = TreeCluster::start("tree-controller", 3);
+    let c = cluster.client();
+    let mut request = pair_job("tree", 256, None);
+    request.size = Some(6);
+    c.create_job(&request).unwrap();
+    let iterations = 60;
+    let mut workers = cluster.workers("tree", 6, (100_000, iterations), 60_000);
+    for w in &mut workers {
+        w.expect("joined", after(Duration::from_secs(60)));
+    }
+    let before = c.job("tree").unwrap();
+    let epochs = |sw: &SwitchProc| epochs(sw);
+    let held: Vec<_> = std::iter::once(&cluster.upper)
+        .chain(&cluster.racks)
+        .map(epochs)
+        .collect();
+    // SIGKILL mid-run, then a new controller on the same state: it finds the tree as it
+    // left it, and changes nothing on its switches.
+    cluster.ctl.kill();
+    let (ctl, api) = controller(&cluster.dir);
+    cluster.ctl = ctl;
+    cluster.api = api;
+    let c = cluster.client();
+    assert_eq!(c.job("tree").unwrap(), before);
+    for o in collect_all(&mut workers, after(Duration::from_secs(120))) {
+        o.assert_verified(iterations);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let now: Vec<_> = std::iter::once(&cluster.upper)
+        .chain(&cluster.racks)
+        .map(epochs)
+        .collect();
+    assert_eq!(now, held);
 }

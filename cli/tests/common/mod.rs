@@ -283,8 +283,9 @@ pub struct SwitchProc {
 }
 
 impl SwitchProc {
-    /// Starts `ina switch --control 127.0.0.1:0 ARGS...` (plus `--listen 127.0.0.1:0` unless
-    /// ARGS has a `--listen` or a `--config`) and waits for its ready line.
+    /// Starts `ina switch ARGS...` (plus `--control 127.0.0.1:0` unless ARGS has a
+    /// `--control` or a `--config`, and `--listen 127.0.0.1:0` unless it has a `--listen` or
+    /// a `--config`) and waits for its ready line.
     pub fn start(args: &[&str]) -> SwitchProc {
         let mut all = vec!["switch".to_string()];
         if !args
@@ -293,7 +294,10 @@ impl SwitchProc {
         {
             all.push("--listen=127.0.0.1:0".into());
         }
-        if !args.iter().any(|a| a.starts_with("--config")) {
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--config") || a.starts_with("--control"))
+        {
             all.push("--control=127.0.0.1:0".into());
         }
         all.extend(args.iter().map(|a| a.to_string()));

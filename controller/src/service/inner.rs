@@ -523,7 +523,7 @@ impl Inner {
             let wants = self
                 .state
                 .job_by_id(switch, *id)
-                .map(|j| (j.slots, j.epoch));
+                .map(|j| (j.slots, j.epoch_on(switch)));
             match (wants, epoch) {
                 (Some((Some(w), None)), Some(e)) if w == *r => {
                     self.learn_epoch(switch, *id, *e);
