@@ -279,6 +279,10 @@ pub enum SwitchCommand {
         /// The upper switch this rack or upper switch is under.
         #[arg(long, value_name = "SWITCH", conflicts_with = "aggregator_on")]
         under: Option<String>,
+        /// A rack switch's UDP address as its upper switch sees it, where that is not --data
+        /// (one address toward its hosts, another toward its upper switch).
+        #[arg(long, value_name = "ADDR", requires = "rack")]
+        up_data: Option<SocketAddr>,
         /// Its place: a software switch on the host with address ADDR, an aggregator for jobs
         /// the switches have no room for.
         #[arg(long, value_name = "ADDR")]
@@ -456,12 +460,18 @@ pub fn run_switch(cmd: SwitchCommand) -> anyhow::Result<()> {
             hosts,
             upper,
             under,
+            up_data,
             aggregator_on,
             connect,
         } => {
             let kind = SwitchKind::from(kind);
             let place = match (rack, upper, aggregator_on) {
-                (Some(rack), _, _) => Place::Rack { rack, hosts, under },
+                (Some(rack), _, _) => Place::Rack {
+                    rack,
+                    hosts,
+                    under,
+                    up_data,
+                },
                 (None, true, _) => Place::Upper { under },
                 (None, false, Some(host)) => Place::Aggregator { host },
                 (None, false, None) => {

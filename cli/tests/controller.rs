@@ -344,6 +344,7 @@ fn a_job_that_would_queue_spills_to_a_host_aggregator_and_sums_exactly() {
         rack: "a".into(),
         hosts: vec![localhost],
         under: None,
+        up_data: None,
     };
     c.add_switch(&rack).unwrap();
     let mut host = SwitchSpec::software("agg", agg.control, agg.udp, 512, 256);
@@ -549,6 +550,7 @@ impl TreeCluster {
                 rack: format!("r{}", i + 1),
                 hosts: vec![std::net::IpAddr::V4(Self::host(i))],
                 under: Some("top".into()),
+                up_data: None,
             };
             c.add_switch(&spec).unwrap();
         }

@@ -103,6 +103,10 @@ pub enum Place {
         hosts: Vec<IpAddr>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         under: Option<String>,
+        /// The UDP address its upper switch sees it at, where that is not `data` (a switch
+        /// with one address toward its hosts and another toward its upper switch).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        up_data: Option<SocketAddr>,
     },
     /// An upper switch: the rack switches (or upper switches) that name it are under it; it
     /// may itself be under another.
@@ -145,9 +149,9 @@ pub struct SwitchSpec {
     pub slots: u16,
     /// Elements per slot (the software switch's `--max-elems`).
     pub elems_per_slot: u16,
-    /// The control endpoint's access token, if it has one. Kept by the controller, never
-    /// sent back.
-    #[serde(default, skip_serializing)]
+    /// The control endpoint's access token, if it has one: sent with the switch when it is
+    /// added, then kept by the controller apart from the spec, and never sent back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// The data plane of a bmv2 or Tofino switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]

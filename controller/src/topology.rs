@@ -133,6 +133,7 @@ mod tests {
             rack: name.to_string(),
             hosts: hosts.iter().map(|&i| host(i)).collect(),
             under: under.map(str::to_string),
+            up_data: None,
         }
     }
 

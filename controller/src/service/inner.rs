@@ -584,7 +584,15 @@ impl Inner {
             job: id,
             slots: job.slots?,
             elems_per_packet: job.request.elems_per_packet,
-            workers: job.ranks_on(switch, data)?,
+            workers: job.ranks_on(switch, |name| {
+                let s = self.state.switches.get(name)?;
+                match s.spec.place {
+                    crate::api::Place::Rack {
+                        up_data: Some(a), ..
+                    } => Some(a),
+                    _ => Some(s.spec.data),
+                }
+            })?,
             uplink,
         })
     }

@@ -240,11 +240,14 @@ impl State {
                 spec.name
             )));
         }
-        if let Some(other) = self
-            .switches
-            .values()
-            .find(|s| s.spec.control == spec.control || s.spec.data == spec.data)
-        {
+        // Two rack switches may share a data address: each is reached only by its own
+        // rack's hosts (racks on private networks that repeat each other's addresses).
+        let racks = |a: &SwitchSpec, b: &SwitchSpec| {
+            matches!(a.place, Place::Rack { .. }) && matches!(b.place, Place::Rack { .. })
+        };
+        if let Some(other) = self.switches.values().find(|s| {
+            s.spec.control == spec.control || (s.spec.data == spec.data && !racks(&s.spec, &spec))
+        }) {
             return Err(StateError::BadRequest(format!(
                 "switch {:?} already has the control endpoint {} or the data address {}",
                 other.spec.name, spec.control, spec.data
@@ -928,6 +931,25 @@ mod tests {
             switch: None,
             heartbeat_ms: None,
         }
+    }
+
+    #[test]
+    fn a_switchs_token_goes_to_the_controller_and_never_comes_back() {
+        let mut spec = switch("sw", 1, Place::Unplaced);
+        spec.token = Some("switch-token-0123456789".into());
+        // Over the API the request carries it...
+        let sent = serde_json::to_string(&spec).unwrap();
+        assert!(sent.contains("switch-token-0123456789"), "{sent}");
+        let received: SwitchSpec = serde_json::from_str(&sent).unwrap();
+        let mut s = State::new(Policy::FirstFit);
+        s.add_switch(received).unwrap();
+        // ...the controller keeps it apart, and what it answers with holds none.
+        assert_eq!(
+            s.switches["sw"].token.as_deref(),
+            Some("switch-token-0123456789")
+        );
+        let answer = serde_json::to_string(&s.switch_info("sw").unwrap()).unwrap();
+        assert!(!answer.contains("switch-token"), "{answer}");
     }
 
     #[test]

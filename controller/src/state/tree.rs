@@ -414,6 +414,7 @@ mod tests {
                 rack: format!("r{i}"),
                 hosts: (1..=4).map(|n| host(i, n)).collect(),
                 under: under.map(str::to_string),
+                up_data: None,
             },
         )
     }
