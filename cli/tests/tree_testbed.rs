@@ -309,7 +309,7 @@ fn twelve_workers_across_three_racks_become_a_tree_and_sum_exactly() {
     let bound = (ELEMENTS * 4 * 8) as f64 / RATE_BPS as f64;
     println!(
         "all-reduce of {} MiB, 12 workers, {} Mbit/s links: tree of 3 racks {tree:.3} s, one switch {flat:.3} s (tree / one switch {:.3}); payload at line rate {bound:.3} s",
-        ELEMENTS * 4 >> 20,
+        (ELEMENTS * 4) >> 20,
         RATE_BPS / 1_000_000,
         tree / flat
     );
