@@ -3,7 +3,7 @@
 
 use super::Install;
 use crate::api::{P4Spec, SwitchKind, SwitchSpec};
-use ina_switch_p4::runtime::{self, P4Job, RankDesc, TargetLimits};
+use ina_switch_p4::runtime::{self, P4Job, RankDesc, TargetLimits, UplinkDesc};
 use std::net::SocketAddr;
 
 /// The target limits of a P4 switch kind.
@@ -104,12 +104,6 @@ pub(crate) fn job_desc(
     job: &Install,
     epoch: u16,
 ) -> Result<P4Job, String> {
-    if job.uplink.is_some() {
-        return Err(format!(
-            "job {}: the controller installs uplinks on software rack switches only (a P4 rack switch takes its uplink by hand, PROTOCOL.md §9)",
-            job.job
-        ));
-    }
     if job.job == p4.switch.flood_mgrp {
         return Err(format!(
             "job {}: its multicast group would be the switch's flood group {}",
@@ -128,7 +122,23 @@ pub(crate) fn job_desc(
             .iter()
             .map(|a| rank_of(p4, *a))
             .collect::<Result<_, _>>()?,
-        uplink: None,
+        uplink: job
+            .uplink
+            .map(|u| {
+                // The upper switch is reached as a host is: by the hosts and L2 tables.
+                let at = rank_of(p4, u.addr).map_err(|e| format!("upper switch: {e}"))?;
+                Ok::<_, String>(UplinkDesc {
+                    port: at.port,
+                    mac: at.mac,
+                    ip: at.ip,
+                    udp_port: at.udp_port,
+                    job: u.job.unwrap_or(job.job),
+                    epoch: u.epoch,
+                    slot_base: u.slot_base.unwrap_or(job.slots.base),
+                    rank: u.rank,
+                })
+            })
+            .transpose()?,
     };
     runtime::validate_job_for(limits, &p4.switch, &desc).map_err(|e| e.to_string())?;
     Ok(desc)
@@ -255,6 +265,55 @@ mod tests {
         assert!(job_desc(&runtime::V1MODEL, p4, &flood, 7)
             .unwrap_err()
             .contains("flood group"));
+    }
+
+    #[test]
+    fn a_rack_switchs_uplink_is_described_from_the_upper_switchs_host() {
+        let s = spec(SwitchKind::Bmv2);
+        let p4 = s.p4.as_ref().unwrap();
+        let mut install = Install {
+            job: 3,
+            slots: Range {
+                base: 128,
+                count: 64,
+            },
+            elems_per_packet: 64,
+            workers: vec!["198.18.1.1:9000".parse().unwrap()],
+            uplink: Some(ina_switch_api::UplinkSpec {
+                addr: "198.18.1.2:18000".parse().unwrap(),
+                job: None,
+                rank: 2,
+                epoch: 77,
+                slot_base: None,
+            }),
+        };
+        let up = job_desc(&runtime::V1MODEL, p4, &install, 7)
+            .unwrap()
+            .uplink
+            .unwrap();
+        assert_eq!(
+            (
+                up.port,
+                up.udp_port,
+                up.job,
+                up.epoch,
+                up.slot_base,
+                up.rank
+            ),
+            (1, 18000, 3, 77, 128, 2)
+        );
+        // Not a host of the switch; a rank's endpoint; a Tofino (no tree yet).
+        let mut stranger = install.clone();
+        stranger.uplink.as_mut().unwrap().addr = "198.18.7.7:18000".parse().unwrap();
+        assert!(job_desc(&runtime::V1MODEL, p4, &stranger, 7)
+            .unwrap_err()
+            .contains("upper switch: worker 198.18.7.7:18000"));
+        install.workers = vec!["198.18.1.2:18000".parse().unwrap()];
+        assert!(job_desc(&runtime::V1MODEL, p4, &install, 7)
+            .unwrap_err()
+            .contains("endpoint"));
+        install.workers = vec!["198.18.1.1:9000".parse().unwrap()];
+        assert!(job_desc(&runtime::TOFINO, p4, &install, 7).is_err());
     }
 
     #[test]

@@ -249,10 +249,9 @@ impl State {
                 });
             }
             self.check_fits(&j.request, s)?;
-            if racks.contains(switch) && s.spec.kind != crate::api::SwitchKind::Software {
+            if racks.contains(switch) && s.spec.kind == crate::api::SwitchKind::Tofino {
                 return Err(bad(format!(
-                    "rack switch {switch:?} is a {:?} switch: the controller installs uplinks on software rack switches (a P4 rack switch takes its uplink by hand, PROTOCOL.md §9)",
-                    s.spec.kind
+                    "rack switch {switch:?} is a Tofino: its program has no uplink yet (PROTOCOL.md §9, \"On a P4 switch\")"
                 )));
             }
         }
