@@ -517,6 +517,153 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The controller builds a tree by itself with bmv2 as the upper switch: two software rack
+/// switches, each in its own namespace behind one of bmv2's ports with two workers on that
+/// namespace's loopback addresses, declared with their places, and a job of four workers that
+/// join by name. The controller installs bmv2's job (its ranks the rack switches), then each
+/// rack switch's uplink to bmv2's epoch; every sum is exact.
+fn the_controller_builds_a_tree_under_bmv2() {
+    let _guard = serial();
+    const RACKS: usize = 2;
+    const PER_RACK: usize = 2;
+    const TOKEN: &str = "bmv2-tree-t0ken-0123456789";
+    // bmv2's hosts: the two rack switches' namespaces, and the controller's.
+    let rack = Rack::new("bct", RACKS + 1).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("ina-bmv2-tree-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let sw = start_bmv2(&rack, &program, &dir, 9094);
+    let spec = P4Spec {
+        switch: rack_descriptions(RACKS + 1, 64).0,
+        hosts: (0..=RACKS)
+            .map(|r| P4Host {
+                ip: Rack::worker_ip(r),
+                mac: MacAddr(Rack::worker_mac_bytes(r)),
+            })
+            .collect(),
+    };
+    let spec_file = dir.join("bmv2.json");
+    std::fs::write(&spec_file, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+    let ctl_ns = rack.worker_ns(RACKS);
+    let api = SocketAddr::from((Rack::worker_ip(RACKS), 7070));
+    let connect = [format!("--controller={api}"), format!("--token={TOKEN}")];
+    let mut ctl = Proc::spawn_in(
+        Some(&ctl_ns),
+        "controller",
+        &[
+            "controller".to_string(),
+            format!("--listen={api}"),
+            format!("--token={TOKEN}"),
+            format!("--state-dir={}", dir.join("state").display()),
+            "--resync-ms=200".into(),
+            format!("--bmv2-netns=top={}", rack.hub()),
+        ],
+    );
+    ctl.expect("ready", after(Duration::from_secs(30)));
+    let with = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .cloned()
+            .chain(connect.iter().cloned())
+            .collect()
+    };
+    ina_ok(
+        &ctl_ns,
+        &with(&[
+            "switch".into(),
+            "add".into(),
+            "top".into(),
+            "--kind=bmv2".into(),
+            "--control=127.0.0.1:9094".into(),
+            format!("--p4={}", spec_file.display()),
+            "--upper".into(),
+        ]),
+    );
+    // Rack switch `i` in its namespace: its workers send to it on loopback, bmv2 sees it at
+    // the namespace's address.
+    let host = |i: usize| std::net::Ipv4Addr::new(127, 0, i as u8 + 1, 1);
+    let mut rack_sw = Vec::new();
+    for i in 0..RACKS {
+        let ns = rack.worker_ns(i);
+        let control = SocketAddr::from((Rack::worker_ip(i), 18001));
+        let mut p = Proc::spawn_in(
+            Some(&ns),
+            "rack switch",
+            &[
+                "switch".to_string(),
+                "--listen=0.0.0.0:18766".into(),
+                format!("--control={control}"),
+                format!("--control-token={TOKEN}"),
+                "--pool-slots=1024".into(),
+            ],
+        );
+        p.expect("ready", after(START));
+        rack_sw.push(p);
+        ina_ok(
+            &ctl_ns,
+            &with(&[
+                "switch".into(),
+                "add".into(),
+                format!("tor{i}"),
+                format!("--control={control}"),
+                format!("--control-token={TOKEN}"),
+                "--data=127.0.0.1:18766".into(),
+                format!("--up-data={}:18766", Rack::worker_ip(i)),
+                "--slots=1024".into(),
+                format!("--rack=r{i}"),
+                format!("--hosts={}", host(i)),
+                "--under=top".into(),
+            ]),
+        );
+    }
+    ina_ok(
+        &ctl_ns,
+        &with(&[
+            "job".into(),
+            "create".into(),
+            "tree".into(),
+            format!("--size={}", RACKS * PER_RACK),
+            "--window=64".into(),
+            "--elems=64".into(),
+        ]),
+    );
+    let run = Run::new(RACKS * PER_RACK, 65_536, 2);
+    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
+        .map(|g| {
+            let i = g % RACKS;
+            let mut args = with(&["worker".into(), "--job-name=tree".into()]);
+            args.extend([
+                format!("--bind={}:{}", host(i), 19000 + g),
+                format!("--rank={g}"),
+                format!("--elements={}", run.elements),
+                format!("--iterations={}", run.iterations),
+                format!("--warmup={}", run.warmup),
+                "--give-up-ms=20000".into(),
+                format!("--seed={}", run.seed),
+            ]);
+            Proc::spawn_in(Some(&rack.worker_ns(i)), &format!("worker {g}"), &args)
+        })
+        .collect();
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
+    let c = sw.counters().unwrap();
+    assert_all_exact(&outcomes, run.total(), &format!("bmv2: {c:?}"));
+    assert!(c.multicast > 0, "{c:?}");
+    assert_refused_nothing(&c.events);
+    let shown = ina_ok(
+        &ctl_ns,
+        &with(&["job".into(), "show".into(), "tree".into()]),
+    );
+    assert!(
+        shown.contains("\"switch\": \"top\"") && shown.contains("tor1"),
+        "{shown}"
+    );
+    for p in &mut rack_sw {
+        p.kill();
+    }
+    drop(ctl);
+    drop(sw);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
@@ -538,6 +685,11 @@ fn main() -> std::process::ExitCode {
             "bmv2_is_the_upper_switch_of_two_udp_rack_switches",
             ina_testkit::BMV2_RACK,
             bmv2_is_the_upper_switch_of_two_udp_rack_switches,
+        )
+        .test(
+            "the_controller_builds_a_tree_under_bmv2",
+            ina_testkit::BMV2_RACK,
+            the_controller_builds_a_tree_under_bmv2,
         )
         .test(
             "a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link",
