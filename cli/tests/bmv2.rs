@@ -180,9 +180,6 @@ fn bmv2_tree(per_mille: u32) {
     let upper_stats = upper_sw
         .expect("stopped", after(Duration::from_secs(10)))
         .value;
-    for o in &outcomes {
-        eprintln!("DEBUG {}: {:?}", o.name, o.end);
-    }
     assert_all_exact(&outcomes, run.total(), &format!("racks: {counters:?}"));
     if per_mille > 0 {
         // The loss rules of the racks' links and of the uplinks' rack ends dropped frames.
@@ -664,6 +661,250 @@ fn the_controller_builds_a_tree_under_bmv2() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The controller builds a tree by itself with bmv2 as the rack switches: two racks, each a
+/// bmv2 on the raw ports of its hub with two workers and an uplink port, under a software
+/// upper switch in a namespace whose bridge links both uplinks (one address, 198.19.0.1, for
+/// both racks), which also runs the controller. The workers' hosts are 198.18.{10+i}.{r+1}
+/// (their racks' own addresses, which the topology tells apart), and they reach the controller
+/// through their bmv2's L2 forwarding. The controller installs the upper switch's job, then
+/// each bmv2's job with its uplink to the upper switch's epoch; every sum is exact.
+fn the_controller_builds_a_tree_of_bmv2_rack_switches() {
+    let _guard = serial();
+    const RACKS: usize = 2;
+    const PER_RACK: usize = 2;
+    const TOKEN: &str = "bmv2-racks-t0ken-0123456789";
+    const UPPER: &str = "bcrt-up";
+    let upper_ip = std::net::Ipv4Addr::new(198, 19, 0, 1);
+    let upper_mac: MacAddr = "02:00:00:00:19:aa".parse().unwrap();
+    let host = |i: usize, r: usize| std::net::Ipv4Addr::new(198, 18, 10 + i as u8, r as u8 + 1);
+    let racks: Vec<Rack> = (0..RACKS)
+        .map(|i| {
+            Rack::build(RackConfig::new(&format!("bcrt{i}"), PER_RACK))
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    let sh = |ns: &str, cmd: &str| {
+        let ok = ina_io::netns::command_in(Some(ns), "sh")
+            .args(["-c", cmd])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "in {ns}: {cmd}");
+    };
+    let _ = ina_io::netns::command_in(None, "ip")
+        .args(["netns", "del", UPPER])
+        .stderr(std::process::Stdio::null())
+        .status();
+    ip_in(None, &["netns", "add", UPPER]);
+    let _upper_ns = UpperNs {
+        name: UPPER.to_string(),
+    };
+    sh(
+        UPPER,
+        &format!(
+            "ip link set lo up && ip link add br0 type bridge && ip link set br0 address {} && \
+             ip addr add {upper_ip}/16 dev br0 && ip link set br0 up && \
+             ip route add 198.18.0.0/16 dev br0",
+            upper_mac
+        ),
+    );
+    for (i, rack) in racks.iter().enumerate() {
+        let up = format!("up{i}");
+        ip_in(
+            None,
+            &[
+                "link",
+                "add",
+                &up,
+                "netns",
+                UPPER,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "uplink",
+                "netns",
+                &rack.hub(),
+            ],
+        );
+        sh(
+            UPPER,
+            &format!("ip link set {up} master br0 && ip link set {up} up"),
+        );
+        sh(&rack.hub(), "ip link set uplink up");
+        for (ns, dev) in [(UPPER, up.as_str()), (rack.hub().as_str(), "uplink")] {
+            ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
+                .and_then(|r| r)
+                .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
+        }
+        for r in 0..PER_RACK {
+            sh(
+                &rack.worker_ns(r),
+                &format!(
+                    "ip addr add {}/16 dev eth0 && ip route add 198.19.0.0/16 dev eth0 src {}",
+                    host(i, r),
+                    host(i, r)
+                ),
+            );
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("ina-bmv2-racks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let program = bmv2::compile_v1model(&dir).unwrap();
+    let mut bmv2s = Vec::new();
+    let mut specs = Vec::new();
+    for (i, rack) in racks.iter().enumerate() {
+        let rack_dir = dir.join(format!("rack{i}"));
+        std::fs::create_dir_all(&rack_dir).unwrap();
+        let mut ports: Vec<(u16, String)> =
+            (0..PER_RACK).map(|r| (r as u16, Rack::port(r))).collect();
+        ports.push((PER_RACK as u16, "uplink".to_string()));
+        bmv2s.push(
+            Bmv2::start(Bmv2Config {
+                program: program.clone(),
+                ports,
+                thrift_port: 9096 + i as u16,
+                netns: Some(rack.hub()),
+                log_file: rack_dir.join("simple_switch.log"),
+                packet_log: None,
+            })
+            .expect("starting simple_switch"),
+        );
+        // Its hosts: its workers, and the upper switch behind the uplink port.
+        let (mut desc, _) = rack_descriptions(PER_RACK, 64);
+        desc.ip = std::net::Ipv4Addr::new(198, 18, 0, 100 + i as u8);
+        desc.ports.push(PER_RACK as u16);
+        desc.l2.push(ina_switch_p4::runtime::L2Entry {
+            mac: upper_mac,
+            port: PER_RACK as u16,
+        });
+        let mut hosts: Vec<P4Host> = (0..PER_RACK)
+            .map(|r| P4Host {
+                ip: host(i, r),
+                mac: MacAddr(Rack::worker_mac_bytes(r)),
+            })
+            .collect();
+        hosts.push(P4Host {
+            ip: upper_ip,
+            mac: upper_mac,
+        });
+        let file = rack_dir.join("bmv2.json");
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(&P4Spec {
+                switch: desc,
+                hosts,
+            })
+            .unwrap(),
+        )
+        .unwrap();
+        specs.push(file);
+    }
+    let api = SocketAddr::from((upper_ip, 7070));
+    let connect = [format!("--controller={api}"), format!("--token={TOKEN}")];
+    let mut args = vec![
+        "controller".to_string(),
+        format!("--listen={api}"),
+        format!("--token={TOKEN}"),
+        format!("--state-dir={}", dir.join("state").display()),
+        "--resync-ms=200".into(),
+    ];
+    args.extend((0..RACKS).map(|i| format!("--bmv2-netns=tor{i}={}", racks[i].hub())));
+    let mut ctl = Proc::spawn_in(Some(UPPER), "controller", &args);
+    ctl.expect("ready", after(Duration::from_secs(30)));
+    let mut upper_sw = Proc::spawn_in(
+        Some(UPPER),
+        "upper switch",
+        &[
+            "switch",
+            "--listen=0.0.0.0:18000",
+            "--control=127.0.0.1:18001",
+            "--pool-slots=1024",
+        ],
+    );
+    upper_sw.expect("ready", after(START));
+    let with = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .cloned()
+            .chain(connect.iter().cloned())
+            .collect()
+    };
+    ina_ok(
+        UPPER,
+        &with(&[
+            "switch".into(),
+            "add".into(),
+            "top".into(),
+            "--upper".into(),
+            "--control=127.0.0.1:18001".into(),
+            format!("--data={upper_ip}:18000"),
+            "--slots=1024".into(),
+        ]),
+    );
+    for (i, spec) in specs.iter().enumerate() {
+        let hosts: Vec<String> = (0..PER_RACK).map(|r| host(i, r).to_string()).collect();
+        ina_ok(
+            UPPER,
+            &with(&[
+                "switch".into(),
+                "add".into(),
+                format!("tor{i}"),
+                "--kind=bmv2".into(),
+                format!("--control=127.0.0.1:{}", 9096 + i),
+                format!("--p4={}", spec.display()),
+                format!("--rack=r{i}"),
+                format!("--hosts={}", hosts.join(",")),
+                "--under=top".into(),
+            ]),
+        );
+    }
+    ina_ok(
+        UPPER,
+        &with(&[
+            "job".into(),
+            "create".into(),
+            "tree".into(),
+            format!("--size={}", RACKS * PER_RACK),
+            "--window=64".into(),
+            "--elems=64".into(),
+        ]),
+    );
+    let run = Run::new(RACKS * PER_RACK, 65_536, 2);
+    let mut workers: Vec<Proc> = (0..RACKS * PER_RACK)
+        .map(|g| {
+            let (i, r) = (g % RACKS, g / RACKS);
+            let mut args = with(&["worker".into(), "--job-name=tree".into()]);
+            args.extend([
+                format!("--bind={}:9000", host(i, r)),
+                format!("--rank={g}"),
+                format!("--elements={}", run.elements),
+                format!("--iterations={}", run.iterations),
+                format!("--warmup={}", run.warmup),
+                "--give-up-ms=20000".into(),
+                format!("--seed={}", run.seed),
+            ]);
+            Proc::spawn_in(Some(&racks[i].worker_ns(r)), &format!("worker {g}"), &args)
+        })
+        .collect();
+    let outcomes = collect_all(&mut workers, after(Duration::from_secs(300)));
+    let counters: Vec<_> = bmv2s.iter().map(|s| s.counters().unwrap()).collect();
+    assert_all_exact(&outcomes, run.total(), &format!("racks: {counters:?}"));
+    upper_sw.signal(libc::SIGINT);
+    let upper_stats = upper_sw
+        .expect("stopped", after(Duration::from_secs(10)))
+        .value;
+    let finished = upper_stats["stats"]["total"]["pipeline"]["results_multicast"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{upper_stats}"));
+    assert!(finished > 0, "{upper_stats}");
+    for c in &counters {
+        assert_eq!(c.events[Event::TotalReceived.index()], finished, "{c:?}");
+        assert_refused_nothing(&c.events);
+    }
+    drop(ctl);
+    drop(bmv2s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() -> std::process::ExitCode {
     ina_testkit::Suite::new()
         .test(
@@ -690,6 +931,11 @@ fn main() -> std::process::ExitCode {
             "the_controller_builds_a_tree_under_bmv2",
             ina_testkit::BMV2_RACK,
             the_controller_builds_a_tree_under_bmv2,
+        )
+        .test(
+            "the_controller_builds_a_tree_of_bmv2_rack_switches",
+            ina_testkit::BMV2_RACK,
+            the_controller_builds_a_tree_of_bmv2_rack_switches,
         )
         .test(
             "a_tree_of_bmv2_rack_switches_repairs_loss_on_every_link",
