@@ -95,6 +95,12 @@ pub(crate) struct Shard {
 /// A probe's source address is its only credential (PROTOCOL.md §3), so anyone who can send
 /// from a worker's address can also ask for a reinstall: a job is reinstalled at most once per
 /// [`MIN_REINSTALL_INTERVAL`], which bounds what spoofed probes can cost a job.
+///
+/// A rack switch's job of a tree (one with an uplink) is not reinstalled here: its upper
+/// switch would keep the previous run's sums, which the new run's partials would meet (the
+/// same positions) and be answered with. A new worker on such a job is held, unanswered, until
+/// the tree is installed afresh from the top (the controller does so when a new run's workers
+/// join), and the switch says so once.
 #[derive(Debug)]
 pub(crate) struct Joins {
     nonces: HashMap<(u16, u8), u32>,
@@ -104,6 +110,10 @@ pub(crate) struct Joins {
     pending: std::collections::HashSet<u16>,
     /// Where reinstall requests go (the switch's control plane).
     requests: mpsc::Sender<u16>,
+    /// Jobs with an uplink (rack switches' jobs of a tree).
+    trees: std::collections::HashSet<u16>,
+    /// Tree jobs whose new workers were held, said once until the job is installed again.
+    told: std::collections::HashSet<u16>,
 }
 
 impl Joins {
@@ -113,6 +123,8 @@ impl Joins {
             reinstalled: HashMap::new(),
             pending: std::collections::HashSet::new(),
             requests,
+            trees: std::collections::HashSet::new(),
+            told: std::collections::HashSet::new(),
         }
     }
 
@@ -127,6 +139,16 @@ impl Joins {
                 Admit::Answer
             }
             std::collections::hash_map::Entry::Occupied(o) if *o.get() == nonce => Admit::Answer,
+            std::collections::hash_map::Entry::Occupied(_) if self.trees.contains(&job) => {
+                if self.told.insert(job) {
+                    tracing::warn!(
+                        job,
+                        rank,
+                        "a new worker took a rank of a tree job: its probes go unanswered until the whole tree is installed afresh, from the upper switch down (the controller does so when the new run's workers join; by hand, install the upper switch's job under a new epoch, then this switch's with that uplink_epoch)"
+                    );
+                }
+                Admit::Held
+            }
             std::collections::hash_map::Entry::Occupied(_) => {
                 let recent = self
                     .reinstalled
@@ -148,10 +170,17 @@ impl Joins {
         }
     }
 
-    /// The job was installed or removed: every rank is free again.
-    fn reset(&mut self, job: u16) {
+    /// The job was installed (as a tree's rack switch's job if `tree`) or removed: every
+    /// rank is free again.
+    fn reset(&mut self, job: u16, tree: bool) {
         self.nonces.retain(|(j, _), _| *j != job);
         self.pending.remove(&job);
+        self.told.remove(&job);
+        if tree {
+            self.trees.insert(job);
+        } else {
+            self.trees.remove(&job);
+        }
     }
 }
 
@@ -506,9 +535,9 @@ impl Shard {
                 group,
                 reply,
             } => {
-                let job = cfg.job;
+                let (job, tree) = (cfg.job, cfg.uplink.is_some());
                 let result = self.pipe.add_job(cfg).map_err(|e| e.to_string());
-                self.joins.reset(job);
+                self.joins.reset(job, tree && result.is_ok());
                 if result.is_ok() {
                     for (p, a) in addrs {
                         self.by_addr.insert(a, p);
@@ -533,7 +562,7 @@ impl Shard {
                 let _ = reply.send(result);
             }
             Command::RemoveJob { job, forget, reply } => {
-                self.joins.reset(job);
+                self.joins.reset(job, false);
                 self.groups.retain(|(j, _)| *j != job);
                 let result = self
                     .pipe
@@ -707,7 +736,7 @@ mod tests {
         assert_eq!(joins.admit(1, 0, 200, t0), Admit::Held);
         assert_eq!(joins.admit(1, 1, 300, t0), Admit::Held);
         assert_eq!(rx.try_recv(), Ok(1));
-        joins.reset(1);
+        joins.reset(1, false);
         assert_eq!(joins.admit(1, 0, 200, t0), Admit::Answer);
         // Another new nonce right after: deferred, no second reinstall asked for.
         for k in 0..100 {
@@ -720,6 +749,30 @@ mod tests {
         // Once the interval has passed, a new worker is taken again.
         let later = t0 + MIN_REINSTALL_INTERVAL;
         assert_eq!(joins.admit(1, 0, 7, later), Admit::Held);
+        assert_eq!(rx.try_recv(), Ok(1));
+    }
+
+    /// A tree job's new worker is held without a reinstall (its upper switch would keep the
+    /// run before's sums) until the job is installed again.
+    #[test]
+    fn a_new_worker_on_a_tree_job_is_held_until_it_is_installed_again() {
+        let (tx, rx) = mpsc::channel();
+        let mut joins = Joins::new(tx);
+        let t0 = std::time::Instant::now();
+        joins.reset(1, true);
+        assert_eq!(joins.admit(1, 0, 100, t0), Admit::Answer);
+        let later = t0 + 2 * MIN_REINSTALL_INTERVAL;
+        for k in 0..3 {
+            assert_eq!(joins.admit(1, 0, 200 + k, later), Admit::Held);
+        }
+        assert!(rx.try_recv().is_err(), "no reinstall asked for");
+        // Installed afresh (the tree from the top): the new worker is answered.
+        joins.reset(1, true);
+        assert_eq!(joins.admit(1, 0, 200, later), Admit::Answer);
+        // The same job without an uplink is reinstalled for a new worker as any job.
+        joins.reset(1, false);
+        assert_eq!(joins.admit(1, 0, 300, later), Admit::Answer);
+        assert_eq!(joins.admit(1, 0, 400, later), Admit::Held);
         assert_eq!(rx.try_recv(), Ok(1));
     }
 
