@@ -617,6 +617,52 @@ mod tests {
     }
 
     #[test]
+    fn a_thousand_and_twenty_four_workers_make_a_tree_of_32_racks_of_32() {
+        let mut s = State::new(Policy::FairShare);
+        s.add_switch(switch("top", 0, Place::Upper { under: None }))
+            .unwrap();
+        let ip =
+            |rack: u16, n: u16| IpAddr::V4(Ipv4Addr::new(198, 18, 100 + rack as u8, n as u8 + 1));
+        for rack in 0..32u16 {
+            s.add_switch(switch(
+                &format!("tor{rack:02}"),
+                rack + 1,
+                Place::Rack {
+                    rack: format!("r{rack}"),
+                    hosts: (0..32).map(|n| ip(rack, n)).collect(),
+                    under: Some("top".into()),
+                    up_data: None,
+                },
+            ))
+            .unwrap();
+        }
+        s.create_job(job("big", 1024, 64)).unwrap();
+        for g in 0..1024u16 {
+            let (rack, n) = (g % 32, g / 32);
+            s.join(
+                "big",
+                None,
+                SocketAddr::new(ip(rack, n), 9000),
+                Some(u64::from(g)),
+            )
+            .unwrap();
+        }
+        let j = s.job_info("big").unwrap();
+        assert_eq!((j.switch.as_str(), j.state), ("top", JobState::Running));
+        assert_eq!(j.racks.len(), 32);
+        assert!(j.racks.iter().all(|r| r.ranks.len() == 32));
+        // Every switch of the tree holds it on one range.
+        let slots = j.slots.unwrap();
+        assert!((0..32).all(|r| s.wanted(&format!("tor{r:02}")).get(&j.id) == Some(&slots)));
+        // A 33rd worker on a rack: no rank is left (1024 joined).
+        let e = s
+            .join("big", None, SocketAddr::new(ip(0, 31), 9001), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("all 1024 ranks have joined"), "{e}");
+    }
+
+    #[test]
     fn a_tree_without_room_waits_and_is_placed_when_room_frees() {
         let mut s = cluster(Policy::FirstFit);
         s.create_job(JobRequest {
