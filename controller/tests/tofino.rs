@@ -215,3 +215,86 @@ fn a_tofino_switch_without_its_description_or_a_stranger_worker_is_refused() {
     assert!(c.jobs().is_empty());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A software rack switch under the Tofino `tofino`, its hosts 198.18.{20+i}.1, seen from
+/// above at `up`; its control endpoint answers nothing (the test needs only the Tofino's
+/// document).
+fn rack(i: u8, up: SocketAddr) -> SwitchSpec {
+    let mut s = SwitchSpec::software(
+        &format!("tor{i}"),
+        SocketAddr::from(([127, 0, 0, 1], 1 + u16::from(i))),
+        SocketAddr::from(([127, 0, 0, 1], 18766)),
+        1024,
+        256,
+    );
+    s.place = ina_controller::api::Place::Rack {
+        rack: format!("r{i}"),
+        hosts: vec![std::net::IpAddr::V4(Ipv4Addr::new(198, 18, 20 + i, 1))],
+        under: Some("tofino".into()),
+        up_data: Some(up),
+    };
+    s
+}
+
+#[test]
+fn a_tree_under_a_p4_switch_that_would_refuse_a_rack_is_not_placed() {
+    let d = dir("tree");
+    let bfrt = d.join("tofino.json");
+    let c = Controller::open(Policy::FirstFit, None, local(&d)).unwrap();
+    let mut upper = spec();
+    upper.place = ina_controller::api::Place::Upper { under: None };
+    c.add_switch(upper).unwrap();
+    // tor1 is seen from above at an address that is not one of the Tofino's hosts.
+    let ups = [
+        SocketAddr::from((host(1).0, 18766)),
+        "198.19.9.9:18766".parse().unwrap(),
+        SocketAddr::from((host(2).0, 18766)),
+    ];
+    for (i, up) in ups.iter().enumerate() {
+        // (Added, but unreachable: the controller says so and keeps it.)
+        let _ = c.add_switch(rack(i as u8, *up));
+    }
+    let worker = |i: u8, port: u16| SocketAddr::from((Ipv4Addr::new(198, 18, 20 + i, 1), port));
+    let join = |name: &str, addr: SocketAddr| {
+        c.join(
+            name,
+            ina_controller::api::JoinRequest {
+                rank: None,
+                addr,
+                instance: Some(1),
+            },
+        )
+    };
+    let tree = |name: &str| JobRequest {
+        workers: Vec::new(),
+        size: Some(2),
+        ..job(name, 0..0, 64)
+    };
+    c.create_job(tree("t")).unwrap();
+    join("t", worker(0, 9000)).unwrap();
+    let e = join("t", worker(1, 9000)).unwrap_err().to_string();
+    assert!(
+        e.contains("upper switch \"tofino\" refuses a rack switch")
+            && e.contains("198.19.9.9 is not one of the switch's hosts"),
+        "{e}"
+    );
+    let t = c.job("t").unwrap();
+    assert_eq!((t.switch.as_str(), t.members.len()), ("", 1), "{t:?}");
+    // Racks whose addresses the Tofino knows: the tree is placed, and the Tofino's document
+    // holds the upper job, its ranks the two rack switches.
+    c.create_job(tree("u")).unwrap();
+    join("u", worker(0, 9001)).unwrap();
+    // (The rack switches are unreachable: the join reports it, the tree is placed.)
+    let _ = join("u", worker(2, 9001));
+    let u = c.job("u").unwrap();
+    assert_eq!((u.switch.as_str(), u.racks.len()), ("tofino", 2), "{u:?}");
+    let doc = document(&bfrt);
+    assert!(
+        job_entries(&doc).iter().any(|e| e.0 == u64::from(u.id)),
+        "{:?}",
+        job_entries(&doc)
+    );
+    let held = doc.jobs.iter().find(|j| j.id == u.id).unwrap();
+    let ports: Vec<u16> = held.ranks.iter().map(|r| r.port).collect();
+    assert_eq!(ports, [1, 2]);
+}

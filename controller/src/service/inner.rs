@@ -276,7 +276,13 @@ impl Inner {
                 .into());
             }
         }
+        let before = self.state.clone();
         let (rank, changes) = self.state.join(name, req.rank, req.addr, req.instance)?;
+        // A tree the switches would refuse (a P4 switch knows its hosts) is not placed.
+        if let Some(why) = self.tree_refusal(name) {
+            self.state = before;
+            return Err(StateError::BadRequest(format!("job {name:?}: {why}")).into());
+        }
         // The installations the state no longer stands by are taken off and made again.
         for c in &changes {
             if let Step::Set(id, _) = c.step {
@@ -287,6 +293,29 @@ impl Inner {
         self.save()?;
         tracing::info!(job = %name, rank, addr = %req.addr, "worker joined");
         Ok((rank, self.switches_of(&changes)))
+    }
+
+    /// Why a switch of job `name`'s tree would refuse it, if one would (no I/O): its upper
+    /// switch the rack switches' addresses, or a rack switch its upper switch's.
+    fn tree_refusal(&self, name: &str) -> Option<String> {
+        let j = self.state.jobs.get(name).filter(|j| j.is_tree())?;
+        let racks: Vec<std::net::SocketAddr> = j
+            .racks
+            .keys()
+            .filter_map(|r| self.state.seen_from_above(r))
+            .collect();
+        if let Some(why) = self.refusal(&j.switch, &racks) {
+            return Some(format!(
+                "its upper switch {:?} refuses a rack switch: {why}",
+                j.switch
+            ));
+        }
+        let upper = self.state.switches.get(&j.switch)?.spec.data;
+        j.racks.keys().find_map(|rack| {
+            self.refusal(rack, &[upper]).map(|why| {
+                format!("rack switch {rack:?} refuses its upper switch's address: {why}")
+            })
+        })
     }
 
     /// The switches `changes` touch, each once, in their order.
@@ -584,15 +613,7 @@ impl Inner {
             job: id,
             slots: job.slots?,
             elems_per_packet: job.request.elems_per_packet,
-            workers: job.ranks_on(switch, |name| {
-                let s = self.state.switches.get(name)?;
-                match s.spec.place {
-                    crate::api::Place::Rack {
-                        up_data: Some(a), ..
-                    } => Some(a),
-                    _ => Some(s.spec.data),
-                }
-            })?,
+            workers: job.ranks_on(switch, |name| self.state.seen_from_above(name))?,
             uplink,
         })
     }

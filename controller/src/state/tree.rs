@@ -44,6 +44,18 @@ impl State {
         self.seat(name, rank, addr).ok().map(|s| s.switch)
     }
 
+    /// The UDP address an upper switch sees switch `name` at: a rack switch's `up_data` if
+    /// declared, else its data address.
+    pub fn seen_from_above(&self, name: &str) -> Option<SocketAddr> {
+        let s = self.switches.get(name)?;
+        match s.spec.place {
+            Place::Rack {
+                up_data: Some(a), ..
+            } => Some(a),
+            _ => Some(s.spec.data),
+        }
+    }
+
     /// The rack switch a worker at `addr` sits on in job `name` as `rank`, and its rank there:
     /// the one it has if it sat there before, else the lowest free one.
     pub(super) fn seat(
