@@ -326,6 +326,47 @@ fn held(sw: &Bmv2) -> (Vec<DumpedEntry>, usize, usize, Vec<u16>) {
     )
 }
 
+/// `ina controller` in namespace `ns`, listening at `api` (beyond loopback, so with `token`),
+/// its state in `dir/state`, running bmv2 switch NAME's CLI in namespace NETNS for each
+/// `NAME=NETNS` of `bmv2_netns`; ready. Its [`Connect`] adds `--controller` and `--token` to
+/// an `ina` command line.
+fn controller_in(
+    ns: &str,
+    api: SocketAddr,
+    token: &str,
+    dir: &std::path::Path,
+    bmv2_netns: &[String],
+) -> (Proc, Connect) {
+    let mut args = vec![
+        "controller".to_string(),
+        format!("--listen={api}"),
+        format!("--token={token}"),
+        format!("--state-dir={}", dir.join("state").display()),
+        "--resync-ms=200".into(),
+    ];
+    args.extend(bmv2_netns.iter().map(|n| format!("--bmv2-netns={n}")));
+    let mut ctl = Proc::spawn_in(Some(ns), "controller", &args);
+    ctl.expect("ready", after(Duration::from_secs(30)));
+    let connect = Connect(vec![
+        format!("--controller={api}"),
+        format!("--token={token}"),
+    ]);
+    (ctl, connect)
+}
+
+/// The flags that reach a controller.
+struct Connect(Vec<String>);
+
+impl Connect {
+    /// `args` and the flags.
+    fn with<S: AsRef<str>>(&self, args: &[S]) -> Vec<String> {
+        args.iter()
+            .map(|a| a.as_ref().to_string())
+            .chain(self.0.iter().cloned())
+            .collect()
+    }
+}
+
 fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     let _guard = serial();
     const WORKERS: usize = 3;
@@ -354,29 +395,14 @@ fn the_controller_provisions_bmv2_and_provisions_a_restarted_one_again() {
     // every worker reaches it through the bmv2's L2 forwarding.
     let ns0 = rack.worker_ns(0);
     let api = SocketAddr::from((Rack::worker_ip(0), 7070));
-    let connect = [
-        format!("--controller={api}"),
-        "--token=bmv2-controller-t0ken".to_string(),
-    ];
-    let mut ctl = Proc::spawn_in(
-        Some(&ns0),
-        "controller",
-        &[
-            "controller".to_string(),
-            format!("--listen={api}"),
-            "--token=bmv2-controller-t0ken".into(),
-            format!("--state-dir={}", dir.join("state").display()),
-            "--resync-ms=200".into(),
-            format!("--bmv2-netns=bm={}", rack.hub()),
-        ],
+    let (ctl, connect) = controller_in(
+        &ns0,
+        api,
+        "bmv2-controller-t0ken",
+        &dir,
+        &[format!("bm={}", rack.hub())],
     );
-    ctl.expect("ready", after(Duration::from_secs(30)));
-    let with = |args: &[&str]| -> Vec<String> {
-        args.iter()
-            .map(|a| a.to_string())
-            .chain(connect.iter().cloned())
-            .collect()
-    };
+    let with = |args: &[&str]| connect.with(args);
     let added = ina_ok(
         &ns0,
         &with(&[
@@ -543,26 +569,8 @@ fn the_controller_builds_a_tree_under_bmv2() {
     std::fs::write(&spec_file, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
     let ctl_ns = rack.worker_ns(RACKS);
     let api = SocketAddr::from((Rack::worker_ip(RACKS), 7070));
-    let connect = [format!("--controller={api}"), format!("--token={TOKEN}")];
-    let mut ctl = Proc::spawn_in(
-        Some(&ctl_ns),
-        "controller",
-        &[
-            "controller".to_string(),
-            format!("--listen={api}"),
-            format!("--token={TOKEN}"),
-            format!("--state-dir={}", dir.join("state").display()),
-            "--resync-ms=200".into(),
-            format!("--bmv2-netns=top={}", rack.hub()),
-        ],
-    );
-    ctl.expect("ready", after(Duration::from_secs(30)));
-    let with = |args: &[String]| -> Vec<String> {
-        args.iter()
-            .cloned()
-            .chain(connect.iter().cloned())
-            .collect()
-    };
+    let (ctl, connect) = controller_in(&ctl_ns, api, TOKEN, &dir, &[format!("top={}", rack.hub())]);
+    let with = |args: &[String]| connect.with(args);
     ina_ok(
         &ctl_ns,
         &with(&[
@@ -709,33 +717,12 @@ fn the_controller_builds_a_tree_of_bmv2_rack_switches() {
     );
     for (i, rack) in racks.iter().enumerate() {
         let up = format!("up{i}");
-        ip_in(
-            None,
-            &[
-                "link",
-                "add",
-                &up,
-                "netns",
-                UPPER,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "uplink",
-                "netns",
-                &rack.hub(),
-            ],
-        );
+        uplink_veth(UPPER, &up, &rack.hub());
         sh(
             UPPER,
             &format!("ip link set {up} master br0 && ip link set {up} up"),
         );
         sh(&rack.hub(), "ip link set uplink up");
-        for (ns, dev) in [(UPPER, up.as_str()), (rack.hub().as_str(), "uplink")] {
-            ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
-                .and_then(|r| r)
-                .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
-        }
         for r in 0..PER_RACK {
             sh(
                 &rack.worker_ns(r),
@@ -800,17 +787,10 @@ fn the_controller_builds_a_tree_of_bmv2_rack_switches() {
         specs.push(file);
     }
     let api = SocketAddr::from((upper_ip, 7070));
-    let connect = [format!("--controller={api}"), format!("--token={TOKEN}")];
-    let mut args = vec![
-        "controller".to_string(),
-        format!("--listen={api}"),
-        format!("--token={TOKEN}"),
-        format!("--state-dir={}", dir.join("state").display()),
-        "--resync-ms=200".into(),
-    ];
-    args.extend((0..RACKS).map(|i| format!("--bmv2-netns=tor{i}={}", racks[i].hub())));
-    let mut ctl = Proc::spawn_in(Some(UPPER), "controller", &args);
-    ctl.expect("ready", after(Duration::from_secs(30)));
+    let netns: Vec<String> = (0..RACKS)
+        .map(|i| format!("tor{i}={}", racks[i].hub()))
+        .collect();
+    let (ctl, connect) = controller_in(UPPER, api, TOKEN, &dir, &netns);
     let mut upper_sw = Proc::spawn_in(
         Some(UPPER),
         "upper switch",
@@ -822,12 +802,7 @@ fn the_controller_builds_a_tree_of_bmv2_rack_switches() {
         ],
     );
     upper_sw.expect("ready", after(START));
-    let with = |args: &[String]| -> Vec<String> {
-        args.iter()
-            .cloned()
-            .chain(connect.iter().cloned())
-            .collect()
-    };
+    let with = |args: &[String]| connect.with(args);
     ina_ok(
         UPPER,
         &with(&[

@@ -248,28 +248,12 @@ impl Tree {
         for (i, rack) in tree.racks.iter().enumerate() {
             let hub = rack.hub();
             let up = format!("up{i}");
-            ip(&[
-                "link",
-                "add",
-                &up,
-                "netns",
-                &tree.upper,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "uplink",
-                "netns",
-                &hub,
-            ]);
+            common::uplink_veth(&tree.upper, &up, &hub);
             let queue = uplink_queue.map_or("latency 100ms".to_string(), |b| format!("limit {b}"));
             for (ns, dev, addr) in [
                 (tree.upper.as_str(), up.as_str(), format!("198.19.{i}.1/24")),
                 (hub.as_str(), "uplink", format!("198.19.{i}.2/24")),
             ] {
-                ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
-                    .and_then(|r| r)
-                    .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
                 sh(
                     ns,
                     &format!(

@@ -75,19 +75,8 @@ impl Cluster {
         for (i, rack) in racks.iter().enumerate() {
             let hub = rack.hub();
             let up = format!("up{i}");
-            let ok = Command::new("ip")
-                .args([
-                    "link", "add", &up, "netns", UPPER_NS, "type", "veth", "peer", "name",
-                    "uplink", "netns", &hub,
-                ])
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "the veth of rack {i}'s uplink");
+            uplink_veth(UPPER_NS, &up, &hub);
             for (ns, dev) in [(UPPER_NS, up.as_str()), (hub.as_str(), "uplink")] {
-                ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
-                    .and_then(|r| r)
-                    .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
                 sh(
                     ns,
                     &format!(

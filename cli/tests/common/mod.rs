@@ -798,6 +798,24 @@ pub fn tree_workers(
         .collect()
 }
 
+/// Links interface `up` of namespace `upper` to interface `uplink` of namespace `hub` by a
+/// veth pair, with checksum offload and GRO off on both ends (raw-port switches compute no
+/// checksums); both ends are left down and without addresses.
+pub fn uplink_veth(upper: &str, up: &str, hub: &str) {
+    ip_in(
+        None,
+        &[
+            "link", "add", up, "netns", upper, "type", "veth", "peer", "name", "uplink", "netns",
+            hub,
+        ],
+    );
+    for (ns, dev) in [(upper, up), (hub, "uplink")] {
+        ina_io::netns::in_netns(ns, || ina_io::netns::checksum_and_gro_off(dev))
+            .and_then(|r| r)
+            .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
+    }
+}
+
 /// Runs `ip ARGS` (in `ns` if given) and fails the test if it fails.
 pub fn ip_in(ns: Option<&str>, args: &[&str]) {
     let ok = ina_io::netns::command_in(ns, "ip")
@@ -837,13 +855,7 @@ impl UpperNs {
         for (i, rack) in racks.iter().enumerate() {
             let up = format!("up{i}");
             let hub = rack.hub();
-            ip_in(
-                None,
-                &[
-                    "link", "add", &up, "netns", name, "type", "veth", "peer", "name", "uplink",
-                    "netns", &hub,
-                ],
-            );
+            uplink_veth(name, &up, &hub);
             let addr = format!("{}/24", UpperNs::ip(i));
             let route = format!("{}/32", UpperNs::rack_switch_ip(i));
             ip_in(
@@ -855,9 +867,6 @@ impl UpperNs {
             ip_in(Some(name), &["route", "add", &route, "dev", &up]);
             ip_in(Some(&hub), &["link", "set", "uplink", "up"]);
             for (ns, dev) in [(name, up.as_str()), (hub.as_str(), "uplink")] {
-                netns::in_netns(ns, || netns::checksum_and_gro_off(dev))
-                    .and_then(|r| r)
-                    .unwrap_or_else(|e| panic!("offloads off on {dev} in {ns}: {e}"));
                 if per_mille > 0 {
                     let rules = format!(
                         "table netdev inaloss_{dev} {{\n chain ingress {{ type filter hook ingress \

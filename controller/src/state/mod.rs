@@ -287,17 +287,7 @@ impl State {
         let by_topology = self.places_by_topology(&request);
         let (switch, placement) = match &request.switch {
             Some(name) => {
-                let s = self
-                    .switches
-                    .get(name)
-                    .ok_or_else(|| StateError::NoSuchSwitch(name.clone()))?;
-                if s.draining {
-                    return Err(StateError::Unplaceable {
-                        job: request.name.clone(),
-                        why: format!("switch {name:?} is draining"),
-                    });
-                }
-                self.check_fits(&request, s)?;
+                self.open_for(&request, name, "switch")?;
                 (name.clone(), "the switch the request named".to_string())
             }
             None if by_topology => (
@@ -790,6 +780,28 @@ impl State {
             ))
         })?;
         Ok(())
+    }
+
+    /// Switch `name`, if it takes new jobs and `r` can ever run on it; the error calls it
+    /// `what` ("switch", "its workers' rack switch", ...).
+    fn open_for(
+        &self,
+        r: &JobRequest,
+        name: &str,
+        what: &str,
+    ) -> Result<&SwitchRecord, StateError> {
+        let s = self
+            .switches
+            .get(name)
+            .ok_or_else(|| StateError::NoSuchSwitch(name.to_string()))?;
+        if s.draining {
+            return Err(StateError::Unplaceable {
+                job: r.name.clone(),
+                why: format!("{what} {name:?} is draining"),
+            });
+        }
+        self.check_fits(r, s)?;
+        Ok(s)
     }
 
     /// Whether `r` can ever run on `s`: its minimum fits the pool, its packets the slots.

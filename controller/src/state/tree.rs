@@ -161,17 +161,7 @@ impl State {
     /// has room for the job's minimum, else a host aggregator that has, else the rack switch,
     /// where it queues.
     fn single(&self, j: &JobRecord, rack: &str) -> Result<(String, String), StateError> {
-        let s = self
-            .switches
-            .get(rack)
-            .ok_or_else(|| StateError::NoSuchSwitch(rack.to_string()))?;
-        if s.draining {
-            return Err(StateError::Unplaceable {
-                job: j.request.name.clone(),
-                why: format!("its workers' rack switch {rack:?} is draining"),
-            });
-        }
-        self.check_fits(&j.request, s)?;
+        self.open_for(&j.request, rack, "its workers' rack switch")?;
         let min = j.request.min_window.unwrap_or(j.request.window);
         let room = self.room(rack, Some(j.id));
         if room >= min {
@@ -250,17 +240,7 @@ impl State {
             }
         };
         for switch in std::iter::once(&upper).chain(racks) {
-            let s = self
-                .switches
-                .get(switch)
-                .ok_or_else(|| StateError::NoSuchSwitch(switch.clone()))?;
-            if s.draining {
-                return Err(StateError::Unplaceable {
-                    job: name.clone(),
-                    why: format!("switch {switch:?} of its tree is draining"),
-                });
-            }
-            self.check_fits(&j.request, s)?;
+            let s = self.open_for(&j.request, switch, "the switch of its tree")?;
             if racks.contains(switch) && s.spec.kind == crate::api::SwitchKind::Tofino {
                 return Err(bad(format!(
                     "rack switch {switch:?} is a Tofino: its program has no uplink yet (PROTOCOL.md §9, \"On a P4 switch\")"
