@@ -116,6 +116,7 @@ import ina, ina.torch
 sys.path.insert(0, {tests!r})
 import torch_ranks
 dist.init_process_group("gloo")
+{bind}
 comm = ina.Communicator.join()
 ddp = torch.nn.parallel.DistributedDataParallel(torch_ranks.model())
 ddp.register_comm_hook(ina.torch.HookState(comm), ina.torch.allreduce_hook)
@@ -164,7 +165,7 @@ def test_torchrun_finds_its_switch_through_the_controller():
             ):
                 subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
             script = Path(tmp) / "train.py"
-            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp))
+            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp, bind=""))
             start = time.monotonic()
             run = subprocess.run(
                 [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -177,6 +178,64 @@ def test_torchrun_finds_its_switch_through_the_controller():
                 assert out["world"] == 2 and out["rank"] == out["env_rank"] == r, out
             assert ranks[0]["params"] == ranks[1]["params"]
             assert time.monotonic() - start < 170
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+def test_torchrun_across_two_racks_runs_on_the_tree_the_controller_builds():
+    """Four torchrun ranks, two on each of two racks' hosts (127.0.1.1, 127.0.2.1): the
+    controller builds the tree (two rack switches under an upper switch) by itself, and every
+    rank trains to the same parameters, knowing its rank and a world of four."""
+    binary = ina_binary()
+    if binary is None:
+        pytest.skip("no ina binary: build it (cargo build --release) or set INA_BIN")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        try:
+            switches = []
+            for _ in range(3):
+                p = subprocess.Popen(
+                    [binary, "switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--pool-slots", "1024"],
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                )
+                procs.append(p)
+                switches.append(_ready(p))
+            ctl = subprocess.Popen(
+                [binary, "controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )
+            procs.append(ctl)
+            c = _ready(ctl)
+            env = {**os.environ, "INA_CONTROLLER": c["api"], "INA_CONTROLLER_TOKEN_FILE": c["token_file"]}
+            top, *racks = switches
+            adds = [["switch", "add", "top", "--upper", "--control", top["control"], "--data", top["udp"], "--slots", "1024"]]
+            for i, s in enumerate(racks, start=1):
+                adds.append(
+                    ["switch", "add", f"tor{i}", "--control", s["control"], "--data", s["udp"], "--slots", "1024",
+                     "--rack", f"r{i}", "--hosts", f"127.0.{i}.1", "--under", "top"]
+                )
+            for args in (*adds, ["job", "create", "train", "--size", "4"]):
+                subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
+            script = Path(tmp) / "train.py"
+            bind = 'os.environ["INA_BIND"] = f"127.0.{1 + int(os.environ[\'RANK\']) % 2}.1:0"'
+            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp, bind=bind))
+            run = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+                 "--master-port", str(free_tcp_port()), str(script)],
+                env={**env, "INA_JOB": "train"}, capture_output=True, text=True, timeout=300,
+            )
+            assert run.returncode == 0, run.stderr[-3000:]
+            ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(4)]
+            for r, out in enumerate(ranks):
+                assert out["world"] == 4 and out["rank"] == out["env_rank"] == r, out
+                assert out["params"] == ranks[0]["params"], f"rank {r}"
+            job = json.loads(
+                subprocess.run([binary, "job", "show", "train"], env=env, check=True, capture_output=True,
+                               text=True, timeout=30).stdout
+            )
+            assert job["switch"] == "top" and [r["switch"] for r in job["racks"]] == ["tor1", "tor2"], job
         finally:
             for p in procs:
                 p.kill()
