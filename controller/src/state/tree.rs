@@ -379,6 +379,7 @@ enum Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::Step;
     use crate::api::{JobRequest, JobState, SwitchSpec};
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -652,6 +653,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("all 1024 ranks have joined"), "{e}");
+    }
+
+    #[test]
+    fn a_worker_that_joins_again_from_another_rack_moves_the_tree_and_a_failed_tree_frees_every_switch(
+    ) {
+        let mut s = cluster(Policy::FirstFit);
+        s.create_job(JobRequest {
+            heartbeat_ms: Some(100),
+            ..job("t", 2, 128)
+        })
+        .unwrap();
+        s.join("t", Some(0), worker(1, 1), Some(1)).unwrap();
+        s.join("t", Some(1), worker(2, 1), Some(2)).unwrap();
+        let racks = |s: &State| -> Vec<String> {
+            s.job_info("t")
+                .unwrap()
+                .racks
+                .into_iter()
+                .map(|r| r.switch)
+                .collect()
+        };
+        assert_eq!(racks(&s), ["tor1", "tor2"]);
+        // Rank 1's new process on a host of rack 3: the tree is placed again over racks 1 and
+        // 3, and rack 2 holds nothing of it any more.
+        let (_, changes) = s.join("t", Some(1), worker(3, 1), Some(3)).unwrap();
+        assert_eq!(racks(&s), ["tor1", "tor3"]);
+        assert!(s.wanted("tor2").is_empty());
+        assert!(changes
+            .iter()
+            .any(|c| c.switch == "tor2" && matches!(c.step, Step::Remove(_))));
+        assert!(changes.iter().any(|c| c.switch == "tor3"));
+        // A silent rank fails it: it leaves every switch of its tree, and stays listed.
+        s.fail_job("t", vec![1]).unwrap();
+        for sw in ["top", "tor1", "tor3"] {
+            assert!(s.wanted(sw).is_empty(), "{sw}");
+        }
+        assert_eq!(s.job_info("t").unwrap().state, JobState::Failed);
     }
 
     #[test]
