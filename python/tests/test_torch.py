@@ -139,6 +139,22 @@ def _ready(proc: subprocess.Popen) -> dict:
     return event
 
 
+SWITCH = ["switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--pool-slots", "1024"]
+
+
+def _started(procs: list, binary: str, args: list) -> dict:
+    """Starts `ina ARGS`, kept in `procs` to be killed, and returns its ready line."""
+    p = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    procs.append(p)
+    return _ready(p)
+
+
+def _controller_env(procs: list, binary: str, tmp: str) -> dict:
+    """Starts a controller with its state in `tmp`; the environment that reaches it."""
+    c = _started(procs, binary, ["controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"])
+    return {**os.environ, "INA_CONTROLLER": c["api"], "INA_CONTROLLER_TOKEN_FILE": c["token_file"]}
+
+
 def test_torchrun_finds_its_switch_through_the_controller():
     binary = ina_binary()
     if binary is None:
@@ -146,19 +162,8 @@ def test_torchrun_finds_its_switch_through_the_controller():
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         try:
-            sw = subprocess.Popen(
-                [binary, "switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--pool-slots", "1024"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            )
-            procs.append(sw)
-            s = _ready(sw)
-            ctl = subprocess.Popen(
-                [binary, "controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            )
-            procs.append(ctl)
-            c = _ready(ctl)
-            env = {**os.environ, "INA_CONTROLLER": c["api"], "INA_CONTROLLER_TOKEN_FILE": c["token_file"]}
+            s = _started(procs, binary, SWITCH)
+            env = _controller_env(procs, binary, tmp)
             for args in (
                 ["switch", "add", "tor", "--control", s["control"], "--data", s["udp"], "--slots", "1024", "--elems", "256"],
                 ["job", "create", "train", "--size", "2"],
@@ -194,21 +199,8 @@ def test_torchrun_across_two_racks_runs_on_the_tree_the_controller_builds():
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         try:
-            switches = []
-            for _ in range(3):
-                p = subprocess.Popen(
-                    [binary, "switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--pool-slots", "1024"],
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                )
-                procs.append(p)
-                switches.append(_ready(p))
-            ctl = subprocess.Popen(
-                [binary, "controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            )
-            procs.append(ctl)
-            c = _ready(ctl)
-            env = {**os.environ, "INA_CONTROLLER": c["api"], "INA_CONTROLLER_TOKEN_FILE": c["token_file"]}
+            switches = [_started(procs, binary, SWITCH) for _ in range(3)]
+            env = _controller_env(procs, binary, tmp)
             top, *racks = switches
             adds = [["switch", "add", "top", "--upper", "--control", top["control"], "--data", top["udp"], "--slots", "1024"]]
             for i, s in enumerate(racks, start=1):
