@@ -100,10 +100,12 @@ fn dpdk_workers_all_reduce_through_the_dpdk_switch_over_memif() {
         "{total}"
     );
     assert_eq!(total["pipeline"]["malformed"].as_u64(), Some(0), "{total}");
-    // The switch learns no MAC from datagrams: its first answer to each worker (the probe's)
-    // waits for its own ARP request and is dropped; nothing else is.
+    // The switch learns no MAC from datagrams: its answers to a worker's probes wait for its
+    // own ARP request and are dropped until the answer comes (a worker probes again meanwhile
+    // if the machine is slow to answer); nothing else is.
     let tx_errors = total["io"]["tx_errors"].as_u64().unwrap();
-    assert!(tx_errors <= 3, "{total}");
+    let probes = total["pipeline"]["probes_answered"].as_u64().unwrap();
+    assert!(tx_errors <= probes, "{total}");
     for s in socks {
         let _ = std::fs::remove_file(s);
     }
