@@ -149,6 +149,23 @@ def _started(procs: list, binary: str, args: list) -> dict:
     return _ready(p)
 
 
+def _torchrun(tmp: str, env: dict, nproc: int, bind: str, timeout: float) -> list:
+    """Runs SCRIPT (with the line `bind` before it joins) as `nproc` torchrun ranks of job
+    "train"; asserts each ended well and knows its rank and the world; returns their outputs."""
+    script = Path(tmp) / "train.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp, bind=bind))
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+         "--master-port", str(free_tcp_port()), str(script)],
+        env={**env, "INA_JOB": "train"}, capture_output=True, text=True, timeout=timeout,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(nproc)]
+    for r, out in enumerate(ranks):
+        assert out["world"] == nproc and out["rank"] == out["env_rank"] == r, out
+    return ranks
+
+
 def _controller_env(procs: list, binary: str, tmp: str) -> dict:
     """Starts a controller with its state in `tmp`; the environment that reaches it."""
     c = _started(procs, binary, ["controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"])
@@ -169,18 +186,8 @@ def test_torchrun_finds_its_switch_through_the_controller():
                 ["job", "create", "train", "--size", "2"],
             ):
                 subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
-            script = Path(tmp) / "train.py"
-            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp, bind=""))
             start = time.monotonic()
-            run = subprocess.run(
-                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                 "--master-port", str(free_tcp_port()), str(script)],
-                env={**env, "INA_JOB": "train"}, capture_output=True, text=True, timeout=180,
-            )
-            assert run.returncode == 0, run.stderr[-3000:]
-            ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(2)]
-            for r, out in enumerate(ranks):
-                assert out["world"] == 2 and out["rank"] == out["env_rank"] == r, out
+            ranks = _torchrun(tmp, env, 2, bind="", timeout=180)
             assert ranks[0]["params"] == ranks[1]["params"]
             assert time.monotonic() - start < 170
         finally:
@@ -210,18 +217,9 @@ def test_torchrun_across_two_racks_runs_on_the_tree_the_controller_builds():
                 )
             for args in (*adds, ["job", "create", "train", "--size", "4"]):
                 subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
-            script = Path(tmp) / "train.py"
             bind = 'os.environ["INA_BIND"] = f"127.0.{1 + int(os.environ[\'RANK\']) % 2}.1:0"'
-            script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), out=tmp, bind=bind))
-            run = subprocess.run(
-                [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-                 "--master-port", str(free_tcp_port()), str(script)],
-                env={**env, "INA_JOB": "train"}, capture_output=True, text=True, timeout=300,
-            )
-            assert run.returncode == 0, run.stderr[-3000:]
-            ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(4)]
+            ranks = _torchrun(tmp, env, 4, bind=bind, timeout=300)
             for r, out in enumerate(ranks):
-                assert out["world"] == 4 and out["rank"] == out["env_rank"] == r, out
                 assert out["params"] == ranks[0]["params"], f"rank {r}"
             job = json.loads(
                 subprocess.run([binary, "job", "show", "train"], env=env, check=True, capture_output=True,
