@@ -867,3 +867,40 @@ fn report_of(p: &mut Pipeline) -> Option<(u8, u8)> {
     assert_eq!(h.kind, MessageType::Missing);
     Some((h.gap?, h.exponent))
 }
+
+#[test]
+fn an_arrival_of_the_other_kind_is_refused_but_its_rank_has_moved_on() {
+    let mut p = pipe(2);
+    // Use 5 of slot 8 in set 0, complete.
+    assert_eq!(
+        send(&mut p, 10, &data(0, 8, 0, 5, 0, &[1; 4])),
+        Out::Absorbed
+    );
+    assert!(matches!(
+        send(&mut p, 11, &data(1, 8, 0, 5, 0, &[2; 4])),
+        Out::Multicast(..)
+    ));
+    // Use 6 begins in set 1 with a header; rank 1 sends it a payload.
+    assert_eq!(send(&mut p, 10, &data(0, 8, 1, 6, 0, &[])), Out::Absorbed);
+    let refused = send(&mut p, 11, &data(1, 8, 1, 6, 0, &[3; 4]));
+    let Out::Unicast(PortId(11), h, _) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(h.reject_reason(), Some(RejectReason::BadCount));
+    let regs = p.registers().slots()[8];
+    // Set 1 is unchanged: rank 0 alone, one arrival still missing, begun by a header.
+    assert_eq!(regs.bitmap[1], 0b01);
+    assert_eq!(regs.count[1], 1 | ina_proto::pipeline::HEADER_USE);
+    // Rank 1 left set 0 all the same, as rank 0 did with its header: a late copy of its
+    // use 5 is a duplicate now.
+    assert_eq!(regs.bitmap[0], 0);
+    assert_eq!(
+        send(&mut p, 11, &data(1, 8, 0, 5, 0, &[2; 4])),
+        Out::Drop(DropReason::Duplicate)
+    );
+    // The header rank 1 owes completes use 6.
+    assert!(matches!(
+        send(&mut p, 11, &data(1, 8, 1, 6, 0, &[])),
+        Out::Multicast(..)
+    ));
+}

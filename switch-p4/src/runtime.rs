@@ -198,7 +198,6 @@ pub struct TargetLimits {
     pub name: &'static str,
     pub pool_slots: u32,
     pub elems: &'static [u16],
-    pub control_registers: &'static [&'static str],
     /// The elements per packet of a job that names an upper switch (PROTOCOL.md §9); none: the
     /// target has no aggregation tree.
     pub tree_elems: &'static [u16],
@@ -209,7 +208,6 @@ pub const V1MODEL: TargetLimits = TargetLimits {
     name: "the v1model program",
     pool_slots: v1model::POOL_SLOTS as u32,
     elems: &v1model::SUPPORTED_ELEMS,
-    control_registers: &CONTROL_REGISTERS,
     // bmv2 grows a frame by 512 bytes at most: a 16-byte answer of the upper switch cannot
     // become a partial of 256 elements.
     tree_elems: &[64],
@@ -230,7 +228,6 @@ pub const TOFINO: TargetLimits = TargetLimits {
     name: "the Tofino program",
     pool_slots: tna::POOL_SLOTS,
     elems: &[tna::ELEMS],
-    control_registers: &tna::CONTROL_REGISTERS,
     tree_elems: &[],
 };
 
@@ -886,15 +883,21 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
             next_node += 1;
         }
         e.push(mgid_entry(job.mgrp, &nodes));
-        for reg in TOFINO.control_registers {
-            for slot in job.slot_base..job.slot_base + job.slot_count {
+        for reg in &tna::CONTROL_REGISTERS {
+            let per_slot = reg.cells_per_slot;
+            let cells = u32::from(job.slot_base) * per_slot
+                ..(u32::from(job.slot_base) + u32::from(job.slot_count)) * per_slot;
+            let name = reg.name;
+            let data = if reg.pair {
+                json!({format!("InaIngress.{name}.lo"): 0, format!("InaIngress.{name}.hi"): 0})
+            } else {
+                json!({format!("InaIngress.{name}.f1"): 0})
+            };
+            for cell in cells {
                 e.push(json!({
-                    "table": format!("pipe.InaIngress.{reg}"),
-                    "key": {"$REGISTER_INDEX": slot},
-                    "data": {
-                        format!("InaIngress.{reg}.lo"): 0,
-                        format!("InaIngress.{reg}.hi"): 0,
-                    },
+                    "table": format!("pipe.InaIngress.{name}"),
+                    "key": {"$REGISTER_INDEX": cell},
+                    "data": data,
                 }));
             }
         }

@@ -1224,8 +1224,16 @@ fn data_table(p: &mut P4) {
         drop_event(EV_DUPLICATE);
         } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
         || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
-        // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+        // A payload to a use begun by a header, or the reverse: refused, and the set's
+        // registers stay as they are. Its rank has moved on to this use all the same and
+        // leaves the other set, unless that set holds a newer use (as on Tofino).
         reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+        if ((int<32>)(seq_o - hdr.ina.seq) <= 0) {
+        bitmap_o = bitmap_o & ~rank_bit;",
+    );
+    write_slot(p);
+    p.lines(
+        "}
         } else {
         // A later arrival.
         bitmap_x = bitmap_x | rank_bit;

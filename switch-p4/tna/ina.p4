@@ -15,10 +15,13 @@
 //  - Control registers, in the order the hardware needs them:
 //      stage 2: reg_seq (sequence of each set; new use, same use or stale) and reg_seq_order
 //               (the same sequence numbers; says whether the other set holds a newer use);
-//      stage 3: reg_bitmap (contributors of each set) and reg_exp (max exponent of each set);
-//               bit 31 of both marks a use begun by a header (no payload), whose later
-//               arrivals must carry none either: one of the other kind changes neither and is
-//               refused with BadCount (the Rust model's HEADER_USE). A job has at most 31 ranks;
+//      stage 3: reg_bitmap_0 and reg_bitmap_1 (contributors of each set) and reg_exp (max
+//               exponent of each set); bit 31 of both marks a use begun by a header (no
+//               payload), whose later arrivals must carry none either: one of the other kind
+//               changes neither and is refused with BadCount (the Rust model's HEADER_USE),
+//               but takes its rank out of the other set, as any arrival to the current use
+//               does. A stateful ALU runs at most four RegisterActions. A job has at most 31
+//               ranks;
 //      stage 4 on: the value registers, which add only when the bitmap says the rank is new.
 //    The arrivals still missing in a use (the Rust model's count register) are not stored:
 //    a stage's four ALUs and twelve stages hold seq, its order copy, bitmap, exp and 32 value
@@ -307,6 +310,7 @@ struct ingress_md_t {
     bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
+    bit<32> kind;
     bit<1> reports;
     bit<1> gap_block;
     bit<1> stamp;
@@ -332,6 +336,7 @@ struct egress_md_t {
 parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     out ingress_intrinsic_metadata_t ig_intr_md) {
     state start {
+        md.kind = 0;
         md.pass2 = 0;
         md.arp_req = 0;
         md.ina_expected = 0;
@@ -431,8 +436,16 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count, hdr.udp.length) {
             (INA_VERSION, INA_DATA, INA_ELEMS, 280) : parse_payload;
             (INA_VERSION, INA_RESULT, INA_ELEMS, 280) : parse_payload;
+            (_, _, 0, _) : header_kind;
             default : accept;
         }
+    }
+
+    // A packet without elements: a Data packet of this kind begins a use of its kind
+    // (KIND_BIT in md.kind, which the set's registers compare).
+    state header_kind {
+        md.kind = 32w0x80000000;
+        transition accept;
     }
 
     state parse_payload {
@@ -460,10 +473,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Twin: SlotRegisters::seq as well: the same sequence numbers, written by the same packets.
     // One ALU gives two conditions; the decision needs three (newer, same, other set newer).
     Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq_order;
-    // Twin: SlotRegisters::bitmap.
-    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_bitmap;
-    // Twin: SlotRegisters::exp.
-    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_exp;
+    // Twin: SlotRegisters::bitmap, set 0 and set 1, indexed by slot: an update of one set
+    // takes the rank out of the other, so both are in the stage.
+    Register<bit<32>, slot_index_t>(POOL_SLOTS) reg_bitmap_0;
+    Register<bit<32>, slot_index_t>(POOL_SLOTS) reg_bitmap_1;
+    // Twin: SlotRegisters::exp, indexed by 2 * slot + set.
+    Register<bit<32>, cell_index_t>(POOL_CELLS) reg_exp;
     // SlotRegisters::count has no register here (see the header comment).
 
 
@@ -700,7 +715,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = 32w0x80000000 | (bit<32>)hdr.ina.exponent;
+        md.exp_h = md.kind | (bit<32>)hdr.ina.exponent;
         md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }
@@ -1157,185 +1172,109 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // ---- stage 3: bitmap and exponent of the set; what the values do ----
 
-    // Set 0: a new use starts with the rank alone, and KIND_BIT if the packet carries no
-    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
-    // rank already there), one of the other kind changes nothing; both updates take the rank
-    // out of the other set. Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
-            v.lo = md.rbit;
-            v.hi = v.hi & ~md.rbit;
+    // Set 0: a new use starts with the rank alone and the packet's kind (md.kind:
+    // KIND_BIT if it carries no payload); an arrival to the current use of the use's kind
+    // adds the rank (a no-op for a rank already there), one of the other kind changes
+    // nothing; an update of the other set takes the rank out. Returns the bitmap before the
+    // update.
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_new_0 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = md.rbit | md.kind;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
-            v.lo = md.rbit | 32w0x80000000;
-            v.hi = v.hi & ~md.rbit;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
-            if ((int<32>)v.lo >= 0) {
-                v.lo = v.lo | md.rbit;
-                v.hi = v.hi & ~md.rbit;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_add_0 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if ((int<32>)(v - md.kind) >= 0) {
+                v = v | md.rbit;
             }
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
-            if ((int<32>)v.lo < 0) {
-                v.lo = v.lo | md.rbit;
-                v.hi = v.hi & ~md.rbit;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_take_out_0 = {
+        void apply(inout bit<32> v) {
+            v = v & ~md.rbit;
+        }
+    };
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_read_0 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+        }
+    };
+
+    // Set 1: a new use starts with the rank alone and the packet's kind (md.kind:
+    // KIND_BIT if it carries no payload); an arrival to the current use of the use's kind
+    // adds the rank (a no-op for a rank already there), one of the other kind changes
+    // nothing; an update of the other set takes the rank out. Returns the bitmap before the
+    // update.
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_new_1 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = md.rbit | md.kind;
+        }
+    };
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_add_1 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            if ((int<32>)(v - md.kind) >= 0) {
+                v = v | md.rbit;
             }
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_take_out_1 = {
+        void apply(inout bit<32> v) {
+            v = v & ~md.rbit;
         }
     };
-    action do_bitmap_new_payload_0() { md.bm_old = bitmap_new_payload_0.execute(md.cell[13:1]); }
-    action do_bitmap_new_header_0() { md.bm_old = bitmap_new_header_0.execute(md.cell[13:1]); }
-    action do_bitmap_add_payload_0() { md.bm_old = bitmap_add_payload_0.execute(md.cell[13:1]); }
-    action do_bitmap_add_header_0() { md.bm_old = bitmap_add_header_0.execute(md.cell[13:1]); }
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_read_1 = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+        }
+    };
+    action do_bitmap_new_0() {
+        md.bm_old = bitmap_new_0.execute(md.cell[13:1]);
+        bitmap_take_out_1.execute(md.cell[13:1]);
+    }
+    action do_bitmap_add_0() {
+        md.bm_old = bitmap_add_0.execute(md.cell[13:1]);
+        bitmap_take_out_1.execute(md.cell[13:1]);
+    }
     action do_bitmap_read_0() { md.bm_old = bitmap_read_0.execute(md.cell[13:1]); }
-
-    // Set 0: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
-    // no payload; an arrival to the current use of the use's kind the larger of the two
-    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
-    // update (the exponent in its low byte).
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            v.lo = (bit<32>)hdr.ina.exponent;
-            rv = v.lo;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            v.lo = md.exp_h;
-            rv = v.lo;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            if ((int<32>)v.lo >= 0 && (bit<32>)hdr.ina.exponent > v.lo) {
-                v.lo = (bit<32>)hdr.ina.exponent;
-            }
-            rv = v.lo;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            if ((int<32>)v.lo < 0 && md.exp_h > v.lo) {
-                v.lo = md.exp_h;
-            }
-            rv = v.lo;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_read_0 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.lo;
-        }
-    };
-    action do_exp_write_payload_0() { md.exp_x = exp_write_payload_0.execute(md.cell[13:1]); }
-    action do_exp_write_header_0() { md.exp_x = exp_write_header_0.execute(md.cell[13:1]); }
-    action do_exp_max_payload_0() { md.exp_x = exp_max_payload_0.execute(md.cell[13:1]); }
-    action do_exp_max_header_0() { md.exp_x = exp_max_header_0.execute(md.cell[13:1]); }
-    action do_exp_read_0() { md.exp_x = exp_read_0.execute(md.cell[13:1]); }
-
-    // Set 1: a new use starts with the rank alone, and KIND_BIT if the packet carries no
-    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
-    // rank already there), one of the other kind changes nothing; both updates take the rank
-    // out of the other set. Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-            v.hi = md.rbit;
-            v.lo = v.lo & ~md.rbit;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-            v.hi = md.rbit | 32w0x80000000;
-            v.lo = v.lo & ~md.rbit;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-            if ((int<32>)v.hi >= 0) {
-                v.hi = v.hi | md.rbit;
-                v.lo = v.lo & ~md.rbit;
-            }
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-            if ((int<32>)v.hi < 0) {
-                v.hi = v.hi | md.rbit;
-                v.lo = v.lo & ~md.rbit;
-            }
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-        }
-    };
-    action do_bitmap_new_payload_1() { md.bm_old = bitmap_new_payload_1.execute(md.cell[13:1]); }
-    action do_bitmap_new_header_1() { md.bm_old = bitmap_new_header_1.execute(md.cell[13:1]); }
-    action do_bitmap_add_payload_1() { md.bm_old = bitmap_add_payload_1.execute(md.cell[13:1]); }
-    action do_bitmap_add_header_1() { md.bm_old = bitmap_add_header_1.execute(md.cell[13:1]); }
+    action do_bitmap_new_1() {
+        md.bm_old = bitmap_new_1.execute(md.cell[13:1]);
+        bitmap_take_out_0.execute(md.cell[13:1]);
+    }
+    action do_bitmap_add_1() {
+        md.bm_old = bitmap_add_1.execute(md.cell[13:1]);
+        bitmap_take_out_0.execute(md.cell[13:1]);
+    }
     action do_bitmap_read_1() { md.bm_old = bitmap_read_1.execute(md.cell[13:1]); }
 
-    // Set 1: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
-    // no payload; an arrival to the current use of the use's kind the larger of the two
-    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
-    // update (the exponent in its low byte).
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            v.hi = (bit<32>)hdr.ina.exponent;
-            rv = v.hi;
+    // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
+    // current use of the use's kind the larger of the two (unsigned), one of the other kind
+    // changes nothing. Returns the cell after the update (the exponent in its low byte).
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            v = md.exp_h;
+            rv = v;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            v.hi = md.exp_h;
-            rv = v.hi;
-        }
-    };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            if ((int<32>)v.hi >= 0 && (bit<32>)hdr.ina.exponent > v.hi) {
-                v.hi = (bit<32>)hdr.ina.exponent;
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
+                v = md.exp_h;
             }
-            rv = v.hi;
+            rv = v;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            if ((int<32>)v.hi < 0 && md.exp_h > v.hi) {
-                v.hi = md.exp_h;
-            }
-            rv = v.hi;
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
         }
     };
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_read_1 = {
-        void apply(inout pair_t v, out bit<32> rv) {
-            rv = v.hi;
-        }
-    };
-    action do_exp_write_payload_1() { md.exp_x = exp_write_payload_1.execute(md.cell[13:1]); }
-    action do_exp_write_header_1() { md.exp_x = exp_write_header_1.execute(md.cell[13:1]); }
-    action do_exp_max_payload_1() { md.exp_x = exp_max_payload_1.execute(md.cell[13:1]); }
-    action do_exp_max_header_1() { md.exp_x = exp_max_header_1.execute(md.cell[13:1]); }
-    action do_exp_read_1() { md.exp_x = exp_read_1.execute(md.cell[13:1]); }
+    action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
+    action do_exp_max() { md.exp_x = exp_max.execute(md.cell); }
+    action do_exp_read() { md.exp_x = exp_read.execute(md.cell); }
     @stage(3)
     table bitmap_access {
         key = {
@@ -1346,33 +1285,25 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.count : ternary;
         }
         actions = {
-            do_bitmap_new_payload_0;
-            do_bitmap_new_header_0;
-            do_bitmap_add_payload_0;
-            do_bitmap_add_header_0;
+            do_bitmap_new_0;
+            do_bitmap_add_0;
             do_bitmap_read_0;
-            do_bitmap_new_payload_1;
-            do_bitmap_new_header_1;
-            do_bitmap_add_payload_1;
-            do_bitmap_add_header_1;
+            do_bitmap_new_1;
+            do_bitmap_add_1;
             do_bitmap_read_1;
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _, 0) : do_bitmap_new_header_0();
-            (6, 0, 4w0b0100, 4w0b0001, 0) : do_bitmap_add_header_0();
-            (6, 0, 4w0b0010, _, 64) : do_bitmap_new_payload_0();
-            (6, 0, 4w0b0100, 4w0b0001, 64) : do_bitmap_add_payload_0();
+            (6, 0, 4w0b0010, _, _) : do_bitmap_new_0();
+            (6, 0, 4w0b0100, 4w0b0001, _) : do_bitmap_add_0();
             (6, 0, 4w0b0100, _, _) : do_bitmap_read_0();
             (7, 0, 4w0b0100, _, _) : do_bitmap_read_0();
-            (6, 1, 4w0b0010, _, 0) : do_bitmap_new_header_1();
-            (6, 1, 4w0b0100, 4w0b0001, 0) : do_bitmap_add_header_1();
-            (6, 1, 4w0b0010, _, 64) : do_bitmap_new_payload_1();
-            (6, 1, 4w0b0100, 4w0b0001, 64) : do_bitmap_add_payload_1();
+            (6, 1, 4w0b0010, _, _) : do_bitmap_new_1();
+            (6, 1, 4w0b0100, 4w0b0001, _) : do_bitmap_add_1();
             (6, 1, 4w0b0100, _, _) : do_bitmap_read_1();
             (7, 1, 4w0b0100, _, _) : do_bitmap_read_1();
         }
-        size = 12;
+        size = 8;
         const default_action = NoAction();
     }
     @stage(3)
@@ -1385,33 +1316,18 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.count : ternary;
         }
         actions = {
-            do_exp_write_payload_0;
-            do_exp_write_header_0;
-            do_exp_max_payload_0;
-            do_exp_max_header_0;
-            do_exp_read_0;
-            do_exp_write_payload_1;
-            do_exp_write_header_1;
-            do_exp_max_payload_1;
-            do_exp_max_header_1;
-            do_exp_read_1;
+            do_exp_write;
+            do_exp_max;
+            do_exp_read;
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _, 0) : do_exp_write_header_0();
-            (6, 0, 4w0b0100, 4w0b0001, 0) : do_exp_max_header_0();
-            (6, 0, 4w0b0010, _, 64) : do_exp_write_payload_0();
-            (6, 0, 4w0b0100, 4w0b0001, 64) : do_exp_max_payload_0();
-            (6, 0, 4w0b0100, _, _) : do_exp_read_0();
-            (7, 0, 4w0b0100, _, _) : do_exp_read_0();
-            (6, 1, 4w0b0010, _, 0) : do_exp_write_header_1();
-            (6, 1, 4w0b0100, 4w0b0001, 0) : do_exp_max_header_1();
-            (6, 1, 4w0b0010, _, 64) : do_exp_write_payload_1();
-            (6, 1, 4w0b0100, 4w0b0001, 64) : do_exp_max_payload_1();
-            (6, 1, 4w0b0100, _, _) : do_exp_read_1();
-            (7, 1, 4w0b0100, _, _) : do_exp_read_1();
+            (6, _, 4w0b0010, _, _) : do_exp_write();
+            (6, _, 4w0b0100, 4w0b0001, _) : do_exp_max();
+            (6, _, 4w0b0100, _, _) : do_exp_read();
+            (7, _, 4w0b0100, _, _) : do_exp_read();
         }
-        size = 12;
+        size = 4;
         const default_action = NoAction();
     }
 

@@ -2456,8 +2456,24 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                     drop_event(EV_DUPLICATE);
                                 } else if ((count_x[31:31] == 1 && hdr.ina.count != 0)
                                     || (count_x[31:31] == 0 && hdr.ina.count == 0)) {
-                                    // A payload to a use begun by a header, or the reverse: the registers stay as they are.
+                                    // A payload to a use begun by a header, or the reverse: refused, and the set's
+                                    // registers stay as they are. Its rank has moved on to this use all the same and
+                                    // leaves the other set, unless that set holds a newer use (as on Tofino).
                                     reject(REJECT_BAD_COUNT, EV_BAD_COUNT);
+                                    if ((int<32>)(seq_o - hdr.ina.seq) <= 0) {
+                                        bitmap_o = bitmap_o & ~rank_bit;
+                                        if (x == 1) {
+                                            reg_seq.write(meta.slot_index, seq_x ++ seq_o);
+                                            reg_bitmap.write(meta.slot_index, bitmap_x ++ bitmap_o);
+                                            reg_count.write(meta.slot_index, count_x ++ count_o);
+                                            reg_exp.write(meta.slot_index, exp_x ++ exp_o);
+                                        } else {
+                                            reg_seq.write(meta.slot_index, seq_o ++ seq_x);
+                                            reg_bitmap.write(meta.slot_index, bitmap_o ++ bitmap_x);
+                                            reg_count.write(meta.slot_index, count_o ++ count_x);
+                                            reg_exp.write(meta.slot_index, exp_o ++ exp_x);
+                                        }
+                                    }
                                 } else {
                                     // A later arrival.
                                     bitmap_x = bitmap_x | rank_bit;

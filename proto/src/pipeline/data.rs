@@ -45,8 +45,12 @@ impl Pipeline {
                 &mut self.report,
             );
         }
-        // Row "count differs from the use's": refused before any slot register changes.
+        // Row "count differs from the use's": refused before the set's registers change. The
+        // rank has moved on to this use all the same, so it leaves the other set's bitmap as
+        // any arrival to the current use makes it (a Tofino switch takes it out of the other
+        // set in the stage that finds the count differs).
         if self.differs_from_its_use(view, payload_bytes.is_empty()) {
+            self.take_out_of_other_set(view);
             return self.reject_header(job_idx, view, RejectReason::BadCount, ingress, out);
         }
         // Borrowed apart, so that stores to one are known not to change the others.
@@ -211,6 +215,20 @@ impl Pipeline {
             && view.seq() == r.seq[x]
             && r.bitmap[x] & (1u32 << (view.rank() % 32)) == 0
             && (pending & HEADER_USE != 0) != headers_only
+    }
+
+    /// Takes the packet's rank out of the other set's bitmap, unless that set holds a newer
+    /// use than the packet's.
+    #[cold]
+    fn take_out_of_other_set(&mut self, view: &AggPacket<&[u8; HEADER_LEN]>) {
+        let x = usize::from(view.set());
+        let Some(r) = self.regs.slots.get_mut(usize::from(view.slot())) else {
+            return;
+        };
+        let other_newer = r.seq[1 - x].wrapping_sub(view.seq()) as i32 > 0;
+        if !other_newer {
+            r.bitmap[1 - x] &= !(1u32 << (view.rank() % 32));
+        }
     }
 }
 

@@ -96,6 +96,7 @@ struct ingress_md_t {
     bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
+    bit<32> kind;
     bit<1> reports;
     bit<1> gap_block;
     bit<1> stamp;

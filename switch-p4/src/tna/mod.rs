@@ -12,7 +12,7 @@
 //! | 0 | `switch_addr`, `l2_forward`, `ina_job`, `ina_rank`, `rank_bit`, `gap_block`, `result_gap_access` | `reg_result_gap` |
 //! | 1 | `prep_compare`, `full_mask`, `result_use_access` | `reg_result_use` |
 //! | 2 | `ina_check`, `seq_access`, `seq_order_access`, `gap_access` | `reg_seq`, `reg_seq_order`, `reg_gap` |
-//! | 3 | `bitmap_access`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap`, `reg_exp` |
+//! | 3 | `bitmap_access`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap_0`, `reg_bitmap_1`, `reg_exp` |
 //! | 4 | `value_0..3`, `seen_check`, `prep_done`, `gap_report` | `reg_value_0..3` |
 //! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7) | `reg_value_4..31` |
 //!
@@ -66,16 +66,52 @@ pub const ALUS_PER_STAGE: usize = 4;
 /// Ranks of a job, at most: a set's 32-bit bitmap holds one bit per rank and, in bit 31, the
 /// kind of its use (`KIND_BIT`), one rank fewer than the wire's 32.
 pub const MAX_WORKERS: u8 = 31;
-/// Bit 31 of a set's `reg_bitmap` and `reg_exp` cells: its use began with a header, no payload
+/// Bit 31 of a set's `reg_bitmap_*` and `reg_exp` cells: its use began with a header, no payload
 /// (the Rust model keeps the same bit, `HEADER_USE`, in its count register, which this program
 /// does not have). An arrival of the other kind to a use that collects changes neither
 /// register and is refused with `BadCount`.
 const KIND_BIT: u32 = HEADER_USE;
 
-/// The control registers of the program, indexed by slot, which the control plane zeroes for
-/// a job's slots when it installs the job. (`reg_seq_order` holds the same sequence numbers as
+/// A register the control plane zeroes for a job's slots when it installs the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlRegister {
+    /// Its name in `InaIngress`.
+    pub name: &'static str,
+    /// Its cells per slot: 1 (indexed by slot) or 2 (by `2 * slot + set`).
+    pub cells_per_slot: u32,
+    /// Whether a cell is a pair (`lo` for set 0, `hi` for set 1) rather than one word.
+    pub pair: bool,
+}
+
+/// The control registers of the program. (`reg_seq_order` holds the same sequence numbers as
 /// `reg_seq`; the program keeps no `reg_count`, see docs/P4-RESOURCES.md.)
-pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_seq_order", "reg_bitmap", "reg_exp"];
+pub const CONTROL_REGISTERS: [ControlRegister; 5] = [
+    ControlRegister {
+        name: "reg_seq",
+        cells_per_slot: 1,
+        pair: true,
+    },
+    ControlRegister {
+        name: "reg_seq_order",
+        cells_per_slot: 1,
+        pair: true,
+    },
+    ControlRegister {
+        name: "reg_bitmap_0",
+        cells_per_slot: 1,
+        pair: false,
+    },
+    ControlRegister {
+        name: "reg_bitmap_1",
+        cells_per_slot: 1,
+        pair: false,
+    },
+    ControlRegister {
+        name: "reg_exp",
+        cells_per_slot: 2,
+        pair: false,
+    },
+];
 
 /// Blocks of [`GAP_BLOCK`] slots in the pool: `reg_result_gap` has a cell per block,
 /// `reg_gap` one per block and rank, `reg_result_use` one per block and gap counter.
@@ -320,10 +356,13 @@ fn header_comment(p: &mut P4) {
 //  - Control registers, in the order the hardware needs them:
 //      stage 2: reg_seq (sequence of each set; new use, same use or stale) and reg_seq_order
 //               (the same sequence numbers; says whether the other set holds a newer use);
-//      stage 3: reg_bitmap (contributors of each set) and reg_exp (max exponent of each set);
-//               bit 31 of both marks a use begun by a header (no payload), whose later
-//               arrivals must carry none either: one of the other kind changes neither and is
-//               refused with BadCount (the Rust model's HEADER_USE). A job has at most 31 ranks;
+//      stage 3: reg_bitmap_0 and reg_bitmap_1 (contributors of each set) and reg_exp (max
+//               exponent of each set); bit 31 of both marks a use begun by a header (no
+//               payload), whose later arrivals must carry none either: one of the other kind
+//               changes neither and is refused with BadCount (the Rust model's HEADER_USE),
+//               but takes its rank out of the other set, as any arrival to the current use
+//               does. A stateful ALU runs at most four RegisterActions. A job has at most 31
+//               ranks;
 //      stage 4 on: the value registers, which add only when the bitmap says the rank is new.
 //    The arrivals still missing in a use (the Rust model's count register) are not stored:
 //    a stage's four ALUs and twelve stages hold seq, its order copy, bitmap, exp and 32 value

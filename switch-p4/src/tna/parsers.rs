@@ -68,8 +68,16 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count, hdr.udp.length) {{
             (INA_VERSION, INA_DATA, INA_ELEMS, {full_len}) : parse_payload;
             (INA_VERSION, INA_RESULT, INA_ELEMS, {full_len}) : parse_payload;
+            (_, _, 0, _) : header_kind;
             default : accept;
         }}
+    }}
+
+    // A packet without elements: a Data packet of this kind begins a use of its kind
+    // (KIND_BIT in md.kind, which the set's registers compare).
+    state header_kind {{
+        md.kind = {kind};
+        transition accept;
     }}
 
     state parse_payload {{
@@ -79,11 +87,13 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }}
 ",
         full_len = 8 + HEADER_LEN + 4 * usize::from(ELEMS),
+        kind = kind_bit(),
     );
 }
 
 /// The metadata fields some path reads before it writes them, zeroed by the parser.
-pub(super) const INIT_ZERO: [&str; 24] = [
+pub(super) const INIT_ZERO: [&str; 25] = [
+    "kind",
     "pass2",
     "arp_req",
     "ina_expected",

@@ -44,10 +44,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Twin: SlotRegisters::seq as well: the same sequence numbers, written by the same packets.
     // One ALU gives two conditions; the decision needs three (newer, same, other set newer).
     Register<pair_t, slot_index_t>(POOL_SLOTS) reg_seq_order;
-    // Twin: SlotRegisters::bitmap.
-    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_bitmap;
-    // Twin: SlotRegisters::exp.
-    Register<pair_t, slot_index_t>(POOL_SLOTS) reg_exp;
+    // Twin: SlotRegisters::bitmap, set 0 and set 1, indexed by slot: an update of one set
+    // takes the rank out of the other, so both are in the stage.
+    Register<bit<32>, slot_index_t>(POOL_SLOTS) reg_bitmap_0;
+    Register<bit<32>, slot_index_t>(POOL_SLOTS) reg_bitmap_1;
+    // Twin: SlotRegisters::exp, indexed by 2 * slot + set.
+    Register<bit<32>, cell_index_t>(POOL_CELLS) reg_exp;
     // SlotRegisters::count has no register here (see the header comment).
 "
     );

@@ -225,7 +225,7 @@ pub(super) fn stage1(p: &mut P4) {
         // Bit 16 set: the slot lies below the end of the job's range.
         md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = {kind} | (bit<32>)hdr.ina.exponent;
+        md.exp_h = md.kind | (bit<32>)hdr.ina.exponent;
         md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }}
@@ -274,7 +274,6 @@ pub(super) fn stage1(p: &mut P4) {
     action set_full_mask(bit<32> mask) {{
         md.full_mask = mask;
     }}",
-        kind = kind_bit(),
         fetch = ina_wire::QueryAsk::Fetch.byte(),
         missing = mt(MessageType::Missing),
     );
@@ -470,65 +469,33 @@ pub(super) fn stage3(p: &mut P4) {
     let mut ex = Vec::new();
     for set in 0..2 {
         let s = set.to_string();
-        // Accepted Data carries 0 or ELEMS elements (check 9).
-        for (kind, count) in [("header", "0"), ("payload", full.as_str())] {
-            bm.push(entry(
-                &[&data, &s, pred::NEW, "_", count],
-                format!("do_bitmap_new_{kind}_{set}()"),
-            ));
-            bm.push(entry(
-                &[&data, &s, pred::SAME, pred::OTHER_OLDER, count],
-                format!("do_bitmap_add_{kind}_{set}()"),
-            ));
-            ex.push(entry(
-                &[&data, &s, pred::NEW, "_", count],
-                format!("do_exp_write_{kind}_{set}()"),
-            ));
-            ex.push(entry(
-                &[&data, &s, pred::SAME, pred::OTHER_OLDER, count],
-                format!("do_exp_max_{kind}_{set}()"),
-            ));
-        }
+        bm.push(entry(
+            &[&data, &s, pred::NEW, "_", "_"],
+            format!("do_bitmap_new_{set}()"),
+        ));
+        bm.push(entry(
+            &[&data, &s, pred::SAME, pred::OTHER_OLDER, "_"],
+            format!("do_bitmap_add_{set}()"),
+        ));
         for t in [&data, &query] {
             bm.push(entry(
                 &[t, &s, pred::SAME, "_", "_"],
                 format!("do_bitmap_read_{set}()"),
             ));
-            ex.push(entry(
-                &[t, &s, pred::SAME, "_", "_"],
-                format!("do_exp_read_{set}()"),
-            ));
         }
     }
-    let actions = |register: &str, ops: &[&str]| -> Vec<String> {
-        (0..2)
-            .flat_map(|set| {
-                ops.iter()
-                    .map(move |op| format!("do_{register}_{op}_{set}"))
-            })
-            .chain(["NoAction".to_string()])
-            .collect()
-    };
-    let bm_actions = actions(
-        "bitmap",
-        &[
-            "new_payload",
-            "new_header",
-            "add_payload",
-            "add_header",
-            "read",
-        ],
-    );
-    let ex_actions = actions(
-        "exp",
-        &[
-            "write_payload",
-            "write_header",
-            "max_payload",
-            "max_header",
-            "read",
-        ],
-    );
+    ex.push(entry(&[&data, "_", pred::NEW, "_", "_"], "do_exp_write()"));
+    ex.push(entry(
+        &[&data, "_", pred::SAME, pred::OTHER_OLDER, "_"],
+        "do_exp_max()",
+    ));
+    for t in [&data, &query] {
+        ex.push(entry(&[t, "_", pred::SAME, "_", "_"], "do_exp_read()"));
+    }
+    let bm_actions: Vec<String> = (0..2)
+        .flat_map(|set| ["new", "add", "read"].map(|op| format!("do_bitmap_{op}_{set}")))
+        .chain(["NoAction".to_string()])
+        .collect();
     table(
         p,
         "bitmap_access",
@@ -543,7 +510,7 @@ pub(super) fn stage3(p: &mut P4) {
         "exp_access",
         Some(3),
         &set_keys,
-        &ex_actions.iter().map(String::as_str).collect::<Vec<_>>(),
+        &["do_exp_write", "do_exp_max", "do_exp_read", "NoAction"],
         &ex,
         "NoAction()",
     );
@@ -735,105 +702,90 @@ pub(super) fn sequence_registers(p: &mut P4) {
     }
 }
 
-/// Stage 3's stateful ALUs: `reg_bitmap` and `reg_exp`, per set.
+/// Stage 3's stateful ALUs: `reg_bitmap_0`, `reg_bitmap_1` and `reg_exp`. A stateful ALU
+/// runs at most four `RegisterAction`s: a bitmap per set keeps each register at four (new,
+/// add, take out, read), and the use's kind comes in as `md.kind` instead of one action per
+/// kind.
 pub(super) fn set_registers(p: &mut P4) {
     for set in 0..2 {
-        let (x, o) = if set == 0 { ("lo", "hi") } else { ("hi", "lo") };
         let _ = writeln!(
             p,
             "
-    // Set {set}: a new use starts with the rank alone, and KIND_BIT if the packet carries no
-    // payload; an arrival to the current use of the use's kind adds the rank (a no-op for a
-    // rank already there), one of the other kind changes nothing; both updates take the rank
-    // out of the other set. Returns the set's bitmap before the update.
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_payload_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
-            v.{x} = md.rbit;
-            v.{o} = v.{o} & ~md.rbit;
+    // Set {set}: a new use starts with the rank alone and the packet's kind (md.kind:
+    // KIND_BIT if it carries no payload); an arrival to the current use of the use's kind
+    // adds the rank (a no-op for a rank already there), one of the other kind changes
+    // nothing; an update of the other set takes the rank out. Returns the bitmap before the
+    // update.
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_new_{set} = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = md.rbit | md.kind;
         }}
     }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_new_header_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
-            v.{x} = md.rbit | {kind};
-            v.{o} = v.{o} & ~md.rbit;
-        }}
-    }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_payload_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
-            if ((int<32>)v.{x} >= 0) {{
-                v.{x} = v.{x} | md.rbit;
-                v.{o} = v.{o} & ~md.rbit;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_add_{set} = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            if ((int<32>)(v - md.kind) >= 0) {{
+                v = v | md.rbit;
             }}
         }}
     }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_add_header_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
-            if ((int<32>)v.{x} < 0) {{
-                v.{x} = v.{x} | md.rbit;
-                v.{o} = v.{o} & ~md.rbit;
-            }}
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_take_out_{set} = {{
+        void apply(inout bit<32> v) {{
+            v = v & ~md.rbit;
         }}
     }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_bitmap) bitmap_read_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_read_{set} = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
         }}
-    }};
-    action do_bitmap_new_payload_{set}() {{ md.bm_old = bitmap_new_payload_{set}.execute(md.cell[13:1]); }}
-    action do_bitmap_new_header_{set}() {{ md.bm_old = bitmap_new_header_{set}.execute(md.cell[13:1]); }}
-    action do_bitmap_add_payload_{set}() {{ md.bm_old = bitmap_add_payload_{set}.execute(md.cell[13:1]); }}
-    action do_bitmap_add_header_{set}() {{ md.bm_old = bitmap_add_header_{set}.execute(md.cell[13:1]); }}
-    action do_bitmap_read_{set}() {{ md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]); }}
-
-    // Set {set}: a new use takes the packet's exponent byte, and KIND_BIT if the packet carries
-    // no payload; an arrival to the current use of the use's kind the larger of the two
-    // (unsigned), one of the other kind changes nothing. Returns the set's cell after the
-    // update (the exponent in its low byte).
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_payload_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            v.{x} = (bit<32>)hdr.ina.exponent;
-            rv = v.{x};
-        }}
-    }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_write_header_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            v.{x} = md.exp_h;
-            rv = v.{x};
-        }}
-    }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_payload_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            if ((int<32>)v.{x} >= 0 && (bit<32>)hdr.ina.exponent > v.{x}) {{
-                v.{x} = (bit<32>)hdr.ina.exponent;
-            }}
-            rv = v.{x};
-        }}
-    }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_max_header_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            if ((int<32>)v.{x} < 0 && md.exp_h > v.{x}) {{
-                v.{x} = md.exp_h;
-            }}
-            rv = v.{x};
-        }}
-    }};
-    RegisterAction<pair_t, slot_index_t, bit<32>>(reg_exp) exp_read_{set} = {{
-        void apply(inout pair_t v, out bit<32> rv) {{
-            rv = v.{x};
-        }}
-    }};
-    action do_exp_write_payload_{set}() {{ md.exp_x = exp_write_payload_{set}.execute(md.cell[13:1]); }}
-    action do_exp_write_header_{set}() {{ md.exp_x = exp_write_header_{set}.execute(md.cell[13:1]); }}
-    action do_exp_max_payload_{set}() {{ md.exp_x = exp_max_payload_{set}.execute(md.cell[13:1]); }}
-    action do_exp_max_header_{set}() {{ md.exp_x = exp_max_header_{set}.execute(md.cell[13:1]); }}
-    action do_exp_read_{set}() {{ md.exp_x = exp_read_{set}.execute(md.cell[13:1]); }}",
-            kind = kind_bit(),
+    }};"
         );
     }
+    for set in 0..2 {
+        let o = 1 - set;
+        let _ = writeln!(
+            p,
+            "    action do_bitmap_new_{set}() {{
+        md.bm_old = bitmap_new_{set}.execute(md.cell[13:1]);
+        bitmap_take_out_{o}.execute(md.cell[13:1]);
+    }}
+    action do_bitmap_add_{set}() {{
+        md.bm_old = bitmap_add_{set}.execute(md.cell[13:1]);
+        bitmap_take_out_{o}.execute(md.cell[13:1]);
+    }}
+    action do_bitmap_read_{set}() {{ md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]); }}"
+        );
+    }
+    p.push_str(
+        "
+    // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
+    // current use of the use's kind the larger of the two (unsigned), one of the other kind
+    // changes nothing. Returns the cell after the update (the exponent in its low byte).
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            v = md.exp_h;
+            rv = v;
+        }
+    };
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
+                v = md.exp_h;
+            }
+            rv = v;
+        }
+    };
+    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+        }
+    };
+    action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
+    action do_exp_max() { md.exp_x = exp_max.execute(md.cell); }
+    action do_exp_read() { md.exp_x = exp_read.execute(md.cell); }
+",
+    );
 }
 
 /// Stage 4: a Data packet whose counter skipped 1 to 7 past its cell's (a cell that held one,
