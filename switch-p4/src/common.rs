@@ -102,12 +102,18 @@ pub(crate) fn wire_headers(p: &mut P4) {
         bit<32> seq;
         }
 
-        // ProbeReply payload: workers, elements per packet, first slot, slot count.
+        // ProbeReply payload: workers, elements per packet, first slot, slot count, each a
+        // 32-bit number on the wire, declared in the widths the switch's values have (Tofino
+        // moves a field only into a container of its own size).
         header ina_probe_h {
-        bit<32> workers;
-        bit<32> elems;
-        bit<32> slot_base;
-        bit<32> slot_count;
+        bit<24> workers_hi;
+        bit<8> workers;
+        bit<16> elems_hi;
+        bit<16> elems;
+        bit<16> slot_base_hi;
+        bit<16> slot_base;
+        bit<16> slot_count_hi;
+        bit<16> slot_count;
         }
 
         // Pending payload: the contributor bitmap.

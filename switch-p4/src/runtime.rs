@@ -842,7 +842,8 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
             "key": {"hdr.ina.job": job.id},
             "action": "InaIngress.set_job",
             "data": {
-                "epoch": job.epoch, "slot_base": job.slot_base, "slot_count": job.slot_count,
+                "epoch": job.epoch, "slot_base": job.slot_base,
+                "slot_base_neg": job.slot_base.wrapping_neg(), "slot_count": job.slot_count,
                 "elems": job.elems, "workers": job.ranks.len(), "mgrp": job.mgrp,
             },
         }));

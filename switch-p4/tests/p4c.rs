@@ -1,7 +1,7 @@
 //! The committed P4 programs through the P4 tools: the v1model program compiles with
 //! `p4c-bm2-ss`; the TNA program passes p4c's front and mid end against TNA and T2NA
 //! (`p4tools-tna-check`) and, where the Tofino back end is installed, builds for Tofino 1 and 2
-//! (`p4tools-tna-build`). No package registry has these tools (README.md says where to get
+//! with it (`p4c-barefoot`, then `bfas`). No package registry has these tools (README.md says where to get
 //! them): each test is skipped with the reason where its tool is absent, and required under
 //! `INA_REQUIRE_P4=1` (p4c) or `INA_REQUIRE_TOFINO=1` (the TNA tools).
 #![allow(clippy::unwrap_used)]
@@ -14,7 +14,8 @@ use std::time::Instant;
 const TNA_CHECK: Need = Need::TofinoTool("p4tools-tna-check");
 /// The p4c front and mid end that `p4tools-tna-check` runs: a wrapper without it is no tool.
 const P4TEST: Need = Need::TofinoTool("p4test");
-const TNA_BUILD: Need = Need::TofinoTool("p4tools-tna-build");
+/// The Tofino back end (p4c's `backends/tofino`), which places the program on the chip.
+const TNA_BUILD: Need = Need::TofinoTool("p4c-barefoot");
 
 fn tna_program() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tna/ina.p4")
@@ -68,20 +69,75 @@ fn tna_passes_the_front_and_mid_end() {
     }
 }
 
+/// The Tofino back end's verdict on the program for Tofino 1 and 2: it must compile, place
+/// and assemble. The errors it gives are in the failure message.
 fn tna_builds_with_the_tofino_back_end() {
-    let tool = p4_tool("p4tools-tna-build").unwrap();
-    for target in ["tofino", "tofino2"] {
+    let compiler = p4_tool("p4c-barefoot").unwrap();
+    let version = Command::new(&compiler).arg("--version").output().unwrap();
+    eprintln!(
+        "{} {}",
+        compiler.display(),
+        String::from_utf8_lossy(&[version.stdout, version.stderr].concat()).trim()
+    );
+    for (target, arch) in [("tofino", "tna"), ("tofino2", "t2na")] {
         let dir =
             std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
-        let out = Command::new(&tool)
-            .arg(tna_program())
+        let started = Instant::now();
+        let out = Command::new(&compiler)
+            .args(["--target", target, "--arch", arch, "-g", "-o"])
             .arg(&dir)
-            .arg(target)
+            .arg(tna_program())
             .output()
             .unwrap();
+        eprintln!(
+            "p4c-barefoot {target} took {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+        let assembled = out.status.success() && assemble(target, &dir);
         let _ = std::fs::remove_dir_all(&dir);
-        assert_ran(&format!("p4tools-tna-build {target}"), &out);
+        assert!(
+            out.status.success(),
+            "p4c-barefoot {target}:\n{}",
+            errors.join("\n")
+        );
+        assert!(assembled, "bfas {target} failed");
     }
+}
+
+/// Runs the Tofino assembler on the `.bfa` files under `dir`, where it is installed.
+fn assemble(target: &str, dir: &Path) -> bool {
+    let Some(bfas) = p4_tool("bfas") else {
+        eprintln!("bfas is not installed: the program was compiled, not assembled");
+        return true;
+    };
+    let mut bfa = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "bfa") {
+                bfa.push(p);
+            }
+        }
+    }
+    !bfa.is_empty()
+        && bfa.iter().all(|f| {
+            let out_dir = f.parent().unwrap_or(dir);
+            Command::new(&bfas)
+                .args(["--no-warn", "--target", target, "-o"])
+                .arg(out_dir)
+                .arg(f)
+                .status()
+                .is_ok_and(|s| s.success())
+        })
 }
 
 fn main() -> std::process::ExitCode {

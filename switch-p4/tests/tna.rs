@@ -51,19 +51,31 @@ fn register_actions(p: &str) -> BTreeMap<String, String> {
 fn tables(p: &str) -> Vec<(String, Option<usize>, Vec<String>)> {
     // Action name -> the register actions it executes.
     let mut actions: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in p.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("action ") {
-            let name = rest.split('(').next().unwrap_or_default().to_string();
-            let execs = rest
-                .split(".execute(")
-                .filter_map(|s| s.rsplit([' ', '=']).next())
-                .map(str::to_string)
-                .collect::<Vec<_>>();
-            // Every split piece but the last ends with a register action's name.
-            let n = execs.len().saturating_sub(1);
-            actions.insert(name, execs.into_iter().take(n).collect());
+    let lines: Vec<&str> = p.lines().map(str::trim).collect();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(rest) = line.strip_prefix("action ") else {
+            continue;
+        };
+        let name = rest.split('(').next().unwrap_or_default().to_string();
+        // The action's text, to the line that closes its braces.
+        let mut body = String::new();
+        let mut depth = 0i32;
+        for l in &lines[i..] {
+            body.push_str(l);
+            body.push(' ');
+            depth += l.matches('{').count() as i32 - l.matches('}').count() as i32;
+            if depth <= 0 && l.contains('}') {
+                break;
+            }
         }
+        let execs = body
+            .split(".execute(")
+            .filter_map(|s| s.rsplit([' ', '=']).next())
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        // Every split piece but the last ends with a register action's name.
+        let n = execs.len().saturating_sub(1);
+        actions.insert(name, execs.into_iter().take(n).collect());
     }
     let mut out = Vec::new();
     let mut stage = None;
@@ -149,9 +161,15 @@ fn registers_keep_tofino_limits() {
         assert!(stage_of(bitmap) < stage_of("reg_value_0"));
     }
     assert!(stage_of("reg_seq") < stage_of("reg_exp"));
+    // The ingress registers: control, values and the Missing reports' (`reg_result_gap` is
+    // egress's).
+    let gap_ingress = ["reg_gap", "reg_result_use", "reg_result_seq"];
+    for r in gap_ingress {
+        assert!(reg_tables.contains_key(r), "{r}");
+    }
     assert_eq!(
         reg_tables.len(),
-        tna::CONTROL_REGISTERS.len() + tna::VALUE_REGISTERS
+        tna::CONTROL_REGISTERS.len() + tna::VALUE_REGISTERS + gap_ingress.len()
     );
 }
 
@@ -209,7 +227,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "action l2_to_port(PortId_t port)",
         "action l2_flood(bit<16> mgrp)",
         "table ina_job",
-        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
+        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
         "table ina_rank",
         "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session)",
         "table ina_rank_addr",
@@ -485,6 +503,7 @@ const OP_DATA: u64 = 6;
 /// Bit 31 of a set's bitmap and exponent in the program: its use began with a header.
 const KIND_BIT: u32 = ina_proto::pipeline::HEADER_USE;
 const OP_QUERY: u64 = 7;
+const OP_PROBE: u64 = 4;
 const E: usize = 64;
 
 #[derive(Debug, Clone, Default)]
@@ -540,7 +559,7 @@ struct Last {
 /// The key of `ina_check`'s columns (`CHECK_KEYS`) for an accepted Data packet of `count`
 /// elements and exponent byte `exponent` from a rank on port `ingress` to the switch's MAC.
 fn accepted_data_key(count: u64, exponent: u64, ingress: u64, reports: u64) -> Vec<u64> {
-    let mut key = vec![0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1];
+    let mut key = vec![0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0];
     key.extend([count, count ^ E as u64, 0, ingress, exponent, reports]);
     key
 }
@@ -1431,8 +1450,8 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
             slot = be16(f, 50);
             count = be16(f, 52);
             let udp_len = be16(f, 38);
-            let ulen = (udp_len as u32).wrapping_sub(24);
-            len_x = u64::from(ulen ^ ((count as u32) << 2));
+            let ulen = (udp_len as u16).wrapping_sub(24);
+            len_x = u64::from(ulen ^ ((count as u16) << 2));
             let payload = version == 1 && (kind == 1 || kind == 2) && count == 64 && udp_len == 280;
             if payload && f.len() < 58 + 256 {
                 perr = 1;
@@ -1447,7 +1466,10 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
     let udp_x = be16(f, 34) ^ u64::from(ep.udp_port);
     let epoch_x = epoch ^ u64::from(EPOCH);
     let slot_off = (slot as u16).wrapping_sub(BASE);
-    let room = (u32::from(slot_off).wrapping_sub(3) >> 16) & 1;
+    // 16-bit arithmetic, as stage 1's: the sign of slot_off - slot_count, and slot_off's top
+    // three bits.
+    let room = u64::from(slot_off.wrapping_sub(3) >> 15);
+    let off_top = u64::from(slot_off >> 13);
     let count_x = count ^ 64;
     let dst_mac: [u8; 6] = f[..6].try_into().expect("six bytes");
     let (l2_kind, l2_port) = if dst_mac == [0xff; 6] {
@@ -1478,7 +1500,8 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
         if rank_hit { ip_x } else { 0 },
         if rank_hit { udp_x } else { 0 },
         if job_hit { epoch_x } else { 0 },
-        if job_hit { u64::from(room) } else { 0 },
+        if job_hit { room } else { 0 },
+        if job_hit { off_top } else { 0 },
         count,
         if job_hit { count_x } else { 0 },
         l2_kind,
@@ -1762,6 +1785,7 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
     let mut tm = Tm::default();
     let consts: BTreeMap<&str, u64> = [
         ("IP_PROTO_UDP", 17),
+        ("INA_VERSION", u64::from(ina_wire::PROTOCOL_VERSION)),
         ("INA_UDP_PORT", u64::from(UDP_PORT_INA)),
         ("INA_RESULT", 2),
         ("INA_REJECT", 3),
@@ -1791,6 +1815,12 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         let (lhs, rhs) = stmt
             .split_once(" = ")
             .unwrap_or_else(|| panic!("statement {stmt}"));
+        // An identity hash of one field is that field.
+        let rhs = rhs
+            .split_once(".get({")
+            .and_then(|(_, r)| r.strip_suffix("})"))
+            .filter(|r| !r.contains(','))
+            .unwrap_or(rhs);
         // A cast to a width changes no value here: widths are the fields'.
         let rhs = rhs
             .strip_prefix("(bit<")
@@ -1910,6 +1940,10 @@ proptest! {
             let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0), 0])
                 .map_or("drop_frame".to_string(), |e| e.action.clone());
             let tm = run_action(&program, &name, &mut pkt, &md, u64::from(ingress));
+            if op == OP_PROBE {
+                // Stage 8: the ProbeReply's gap flag.
+                run_action(&program, "probe_gap_flag", &mut pkt, &md, u64::from(ingress));
+            }
             // Egress: the copies, the flood's pruning, the checksum of the switch's replies.
             let ports: Vec<u64> = if tm.drop {
                 Vec::new()
@@ -2087,6 +2121,7 @@ fn check_frames(
         .into_iter()
         .collect();
         run_action(program, "report_missing", &mut copy, &params, 0);
+        run_action(program, "mark_gap_on", &mut copy, &params, 0);
         ipv4_checksum(&mut copy);
         let frame = copy.deparse();
         for _ in 0..ina_proto::pipeline::DATA_REPORT_COPIES {
@@ -2108,6 +2143,7 @@ fn check_frames(
         ) {
             // Egress on the way to the second pass stamps the block's counter.
             run_action(program, "stamp_result_gap", &mut pkt, &md, 0);
+            run_action(program, "mark_gap_on", &mut pkt, &md, 0);
         }
         let bridge: Vec<(String, u64)> = pkt
             .fields

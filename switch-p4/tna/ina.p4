@@ -80,6 +80,7 @@ const bit<32> MISSING_COUNTERS = 2;
 const bit<32> MISSING_SENT = 0;
 const bit<32> MISSING_RECEIVED = 1;
 const bit<8> OP_QUERY = 7;
+const bit<8> OP_PROBE = 4;
 const MirrorType_t MIRROR_TYPE_REPORT = 1;
 const bit<8> REPORT_OP = 0x80;
 
@@ -166,12 +167,18 @@ header ina_h {
     bit<32> seq;
 }
 
-// ProbeReply payload: workers, elements per packet, first slot, slot count.
+// ProbeReply payload: workers, elements per packet, first slot, slot count, each a
+// 32-bit number on the wire, declared in the widths the switch's values have (Tofino
+// moves a field only into a container of its own size).
 header ina_probe_h {
-    bit<32> workers;
-    bit<32> elems;
-    bit<32> slot_base;
-    bit<32> slot_count;
+    bit<24> workers_hi;
+    bit<8> workers;
+    bit<16> elems_hi;
+    bit<16> elems;
+    bit<16> slot_base_hi;
+    bit<16> slot_base;
+    bit<16> slot_count_hi;
+    bit<16> slot_count;
 }
 
 // Pending payload: the contributor bitmap.
@@ -266,8 +273,8 @@ struct ingress_md_t {
     bit<1> ina_expected;
     bit<48> sm;
     bit<32> sip;
-    bit<32> cnt4;
-    bit<32> ulen;
+    bit<16> cnt4;
+    bit<16> ulen;
     cell_index_t cell;
     bit<1> job_hit;
     bit<16> job_epoch;
@@ -289,8 +296,8 @@ struct ingress_md_t {
     bit<16> l2_mgrp;
     bit<32> dst_x;
     bit<32> arp_x;
-    bit<32> len_x;
-    bit<17> room;
+    bit<16> len_x;
+    bit<16> room;
     bit<9> l2_port_x;
     bit<32> full_mask;
     bit<8> op;
@@ -302,7 +309,7 @@ struct ingress_md_t {
     bit<32> bm_new;
     bit<32> old_x;
     bit<32> new_x;
-    bit<32> exp_x;
+    bit<8> exp_x;
     bit<1> seen;
     bit<8> vop_c;
     bit<8> vop;
@@ -319,6 +326,8 @@ struct ingress_md_t {
     bit<32> gap_in1;
     bit<32> gap_old;
     bit<32> gap_ahead;
+    // The report header's fields: the mirror's field list takes no constant but 0.
+    bit<8> rep_op;
     bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;
@@ -455,6 +464,10 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }
 
 
+// The ina header's job and epoch each in a 16-bit container of its own, apart from the flags
+// byte: replies write the flags from constants and the epoch from the job table's.
+@pa_container_size("ingress", "hdr.ina.epoch", 16)
+@pa_container_size("ingress", "hdr.ina.job", 16)
 control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     in ingress_intrinsic_metadata_t ig_intr_md,
     in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
@@ -484,17 +497,25 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // ---- stage 0: the control plane's tables ----
 
+    // Indices and records composed of header fields go through identity hashes: an action
+    // on Tofino combines fields only within containers of one size.
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) cell_of;
+    Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) gap_in_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
+    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
+
     // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
     action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {
         md.sm = mac;
         md.sip = ip;
         md.reports = reports;
-        md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
-        md.ulen = ((bit<32>)hdr.udp.length) - 24;
-        md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
-        md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
-        md.gap_in = hdr.ina.gap ++ 26w1;
-        md.use_rec = 2w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.cnt4 = hdr.ina.count << 2;
+        md.ulen = hdr.udp.length - 24;
+        md.cell = cell_of.get({hdr.ina.slot[12:0], hdr.ina.set});
+        md.gap_cell = gap_cell_of.get({hdr.ina.slot[12:6], hdr.ina.rank[4:0]});
+        md.gap_in = gap_in_of.get({hdr.ina.gap, 25w0, 1w1});
+        md.use_rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
     }
     @stage(0)
     table switch_addr {
@@ -551,12 +572,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
     };
     action do_result_use_write() {
-        result_use_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
-        result_seq_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        result_use_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     action do_result_use_read() {
-        md.rec = result_use_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
-        md.rec_seq = result_seq_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        md.rec = result_use_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        md.rec_seq = result_seq_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     @stage(0)
     table result_use_access {
@@ -605,13 +626,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 4096;
     }
 
-    action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-        bit<8> workers, bit<16> mgrp) {
+    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data.
+    action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg,
+        bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp) {
         md.job_hit = 1;
         md.job_epoch = epoch;
         md.epoch_x = hdr.ina.epoch ^ epoch;
         md.slot_base = slot_base;
-        md.slot_off = hdr.ina.slot - slot_base;
+        md.slot_off = hdr.ina.slot + slot_base_neg;
         md.slot_count = slot_count;
         md.elems = elems;
         md.count_x = hdr.ina.count ^ elems;
@@ -708,14 +730,16 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // ---- stage 1: the comparisons, as differences the check table matches against 0 ----
 
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) exp_h_of;
     action compare() {
         md.dst_x = hdr.ipv4.dst_addr ^ md.sip;
         md.arp_x = hdr.arp.tpa ^ md.sip;
         md.len_x = md.ulen ^ md.cnt4;
-        // Bit 16 set: the slot lies below the end of the job's range.
-        md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
+        // Bit 15 set (and slot_off below 2^13, a pool's size): the slot lies below the end
+        // of the job's range.
+        md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = md.kind | (bit<32>)hdr.ina.exponent;
+        md.exp_h = exp_h_of.get({md.kind[31:31], 23w0, hdr.ina.exponent});
         md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }
@@ -730,12 +754,16 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // A rank's Missing of a result it lacks (PROTOCOL.md section 5, "Lost results"), of its own
     // job's epoch, for a block of its job whose record names a use: from here on it is the
     // rank's fetching Query of that use.
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) rec_cell_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) rec_slot_of;
+    Hash<bit<1>>(HashAlgorithm_t.IDENTITY) rec_set_of;
     action requery() {
-        md.cell = md.rec[13:0];
+        md.cell = rec_cell_of.get({md.rec[13:0]});
         md.from_missing = 1;
+        hdr.ina.version = INA_VERSION;
         hdr.ina.msg_type = INA_QUERY;
-        hdr.ina.slot = (bit<16>)md.rec[13:1];
-        hdr.ina.set = md.rec[0:0];
+        hdr.ina.slot = rec_slot_of.get({md.rec[13:1]});
+        hdr.ina.set = rec_set_of.get({md.rec[0:0]});
         hdr.ina.seq = md.rec_seq;
         hdr.ina.exponent = 1;
         hdr.ina.gap = 0;
@@ -866,7 +894,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.ip_x : ternary;
             md.udp_x : ternary;
             md.epoch_x : ternary;
-            md.room[16:16] : ternary;
+            md.room[15:15] : ternary;
+            md.slot_off[15:13] : ternary;
             hdr.ina.count : ternary;
             md.count_x : ternary;
             md.l2_kind : ternary;
@@ -886,43 +915,43 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             check_query;
         }
         const entries = {
-            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
-            (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _) : check_query();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, _, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, _) : check_probe();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, 0, 0, 0, _, _, _, _, _, _, _, 1) : check_drop(19);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, _, _, _, _, 1) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 1, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 2, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, _, _, _, 3, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
-            (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
+            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
+            (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _) : check_data();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _) : check_query();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_probe();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(19);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(8);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(7);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(6);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _) : check_drop(5);
+            (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
+            (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
         }
         size = 37;
         const default_action = check_drop(1);
@@ -1036,7 +1065,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.ip_x : ternary;
             md.udp_x : ternary;
             md.epoch_x : ternary;
-            md.room[16:16] : ternary;
+            md.room[15:15] : ternary;
+            md.slot_off[15:13] : ternary;
             hdr.ina.count : ternary;
             md.count_x : ternary;
             md.l2_kind : ternary;
@@ -1053,12 +1083,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_seq_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_seq_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_query_1();
         }
         size = 6;
         const default_action = NoAction();
@@ -1084,7 +1114,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.ip_x : ternary;
             md.udp_x : ternary;
             md.epoch_x : ternary;
-            md.room[16:16] : ternary;
+            md.room[15:15] : ternary;
+            md.slot_off[15:13] : ternary;
             hdr.ina.count : ternary;
             md.count_x : ternary;
             md.l2_kind : ternary;
@@ -1101,12 +1132,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 0) : do_order_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, _, 1) : do_order_query_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_query_0();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_query_1();
         }
         size = 6;
         const default_action = NoAction();
@@ -1148,7 +1179,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.ip_x : ternary;
             md.udp_x : ternary;
             md.epoch_x : ternary;
-            md.room[16:16] : ternary;
+            md.room[15:15] : ternary;
+            md.slot_off[15:13] : ternary;
             hdr.ina.count : ternary;
             md.count_x : ternary;
             md.l2_kind : ternary;
@@ -1163,8 +1195,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
         }
         size = 2;
         const default_action = NoAction();
@@ -1239,7 +1271,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.bm_old = bitmap_add_0.execute(md.cell[13:1]);
         bitmap_take_out_1.execute(md.cell[13:1]);
     }
-    action do_bitmap_read_0() { md.bm_old = bitmap_read_0.execute(md.cell[13:1]); }
+    // (Tofino addresses the registers of a table from every action that uses one: the
+    // other set's is read too.)
+    action do_bitmap_read_0() {
+        md.bm_old = bitmap_read_0.execute(md.cell[13:1]);
+        bitmap_read_1.execute(md.cell[13:1]);
+    }
     action do_bitmap_new_1() {
         md.bm_old = bitmap_new_1.execute(md.cell[13:1]);
         bitmap_take_out_0.execute(md.cell[13:1]);
@@ -1248,28 +1285,33 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.bm_old = bitmap_add_1.execute(md.cell[13:1]);
         bitmap_take_out_0.execute(md.cell[13:1]);
     }
-    action do_bitmap_read_1() { md.bm_old = bitmap_read_1.execute(md.cell[13:1]); }
+    // (Tofino addresses the registers of a table from every action that uses one: the
+    // other set's is read too.)
+    action do_bitmap_read_1() {
+        md.bm_old = bitmap_read_1.execute(md.cell[13:1]);
+        bitmap_read_0.execute(md.cell[13:1]);
+    }
 
     // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
     // current use of the use's kind the larger of the two (unsigned), one of the other kind
-    // changes nothing. Returns the cell after the update (the exponent in its low byte).
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_write = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    // changes nothing. Returns the exponent byte after the update.
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<8> rv) {
             v = md.exp_h;
-            rv = v;
+            rv = (bit<8>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_max = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<8> rv) {
             if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
                 v = md.exp_h;
             }
-            rv = v;
+            rv = (bit<8>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_read = {
-        void apply(inout bit<32> v, out bit<32> rv) {
-            rv = v;
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<8> rv) {
+            rv = (bit<8>)v;
         }
     };
     action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
@@ -1379,6 +1421,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
 
     action report_gap(bit<8> skipped) {
+        md.rep_op = REPORT_OP;
         md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
@@ -3412,6 +3455,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.arp.spa = md.sip;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
     }
+    action probe_gap_flag() {
+        hdr.ina.gap_on = md.reports;
+    }
     action answer_probe() {
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
@@ -3444,13 +3490,16 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = md.job_epoch;
-        // The gap flag: this switch sends Missing reports (PROTOCOL.md section 5).
-        hdr.ina.gap_on = md.reports;
+        // (The gap flag is probe_gap_flag's.)
         hdr.probe.setValid();
-        hdr.probe.workers = (bit<32>)md.workers;
-        hdr.probe.elems = (bit<32>)md.elems;
-        hdr.probe.slot_base = (bit<32>)md.slot_base;
-        hdr.probe.slot_count = (bit<32>)md.slot_count;
+        hdr.probe.workers_hi = 0;
+        hdr.probe.workers = md.workers;
+        hdr.probe.elems_hi = 0;
+        hdr.probe.elems = md.elems;
+        hdr.probe.slot_base_hi = 0;
+        hdr.probe.slot_base = md.slot_base;
+        hdr.probe.slot_count_hi = 0;
+        hdr.probe.slot_count = md.slot_count;
         hdr.payload.setInvalid();
     }
     action answer_reject() {
@@ -3557,7 +3606,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.count = 0;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.payload.setInvalid();
     }
     // A Result with payload, to the sender: the high halves are in; the second pass
@@ -3586,7 +3635,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.count = 64;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.bridge.setValid();
         hdr.bridge.op = 5;
         hdr.bridge.stamp = 0;
@@ -3625,7 +3674,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         ig_tm_md.mcast_grp_a = md.mgrp;
     }
     // A Result to every rank of the job (addresses per rank in egress), count 64.
@@ -3656,7 +3705,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         ig_tm_md.mcast_grp_a = md.mgrp;
     }
     // The last arrival of a use with payload: the high halves are in; the second pass
@@ -3683,7 +3732,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 0;
@@ -3714,7 +3763,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 1;
@@ -3745,7 +3794,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 1;
@@ -3870,6 +3919,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         value_14.apply();
         value_15.apply();
         // Stage 8.
+        if (md.op == OP_PROBE) {
+            probe_gap_flag();
+        }
         value_16.apply();
         value_17.apply();
         value_18.apply();
@@ -3909,7 +3961,7 @@ control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t 
     apply {
         // A Missing report: a copy of the packet, with the counters skipped ahead of it.
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
-            mirror.emit<report_h>(md.mirror_session, {REPORT_OP, 0, md.rep_first, md.rep_skipped});
+            mirror.emit<report_h>(md.mirror_session, {md.rep_op, 0, md.rep_first, md.rep_skipped});
         }
         pkt.emit(hdr);
     }
@@ -4001,8 +4053,8 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         hdr.udp.length = 24;
         hdr.udp.checksum = 0;
         hdr.ina.msg_type = INA_MISSING;
+        // (gap_on is set by mark_gap_on, apart.)
         hdr.ina.gap = hdr.report.first;
-        hdr.ina.gap_on = 1;
         hdr.ina.exponent = hdr.report.skipped;
         hdr.ina.count = 0;
         md.fix_checksum = 1;
@@ -4036,17 +4088,23 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
     }
     action stamp_result_gap() {
         hdr.ina.gap = md.res_gap[5:0];
+    }
+    // Apart from the counter: an action writes a container from one field and itself, or
+    // from a constant and itself.
+    action mark_gap_on() {
         hdr.ina.gap_on = 1;
     }
 
     apply {
         if (hdr.report.isValid()) {
             ina_report_addr.apply();
+            mark_gap_on();
             hdr.bridge.setInvalid();
         } else if (hdr.bridge.op == 6) {
             // On its way to the second pass, which reads the bridged header.
             take_result_gap();
             stamp_result_gap();
+            mark_gap_on();
         } else {
             if (hdr.bridge.op == 2 && eg_intr_md.egress_port == hdr.bridge.port) {
                 drop_copy();

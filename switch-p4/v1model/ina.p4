@@ -132,12 +132,18 @@ header ina_h {
     bit<32> seq;
 }
 
-// ProbeReply payload: workers, elements per packet, first slot, slot count.
+// ProbeReply payload: workers, elements per packet, first slot, slot count, each a
+// 32-bit number on the wire, declared in the widths the switch's values have (Tofino
+// moves a field only into a container of its own size).
 header ina_probe_h {
-    bit<32> workers;
-    bit<32> elems;
-    bit<32> slot_base;
-    bit<32> slot_count;
+    bit<24> workers_hi;
+    bit<8> workers;
+    bit<16> elems_hi;
+    bit<16> elems;
+    bit<16> slot_base_hi;
+    bit<16> slot_base;
+    bit<16> slot_count_hi;
+    bit<16> slot_count;
 }
 
 // Pending payload: the contributor bitmap.
@@ -1915,10 +1921,14 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     action probe_reply() {
         no_payload();
         hdr.ina_probe.setValid();
-        hdr.ina_probe.workers = (bit<32>)meta.job_workers;
-        hdr.ina_probe.elems = (bit<32>)meta.job_elems;
-        hdr.ina_probe.slot_base = (bit<32>)meta.job_slot_base;
-        hdr.ina_probe.slot_count = (bit<32>)meta.job_slot_count;
+        hdr.ina_probe.workers_hi = 0;
+        hdr.ina_probe.workers = meta.job_workers;
+        hdr.ina_probe.elems_hi = 0;
+        hdr.ina_probe.elems = meta.job_elems;
+        hdr.ina_probe.slot_base_hi = 0;
+        hdr.ina_probe.slot_base = meta.job_slot_base;
+        hdr.ina_probe.slot_count_hi = 0;
+        hdr.ina_probe.slot_count = meta.job_slot_count;
         hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;

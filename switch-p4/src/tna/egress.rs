@@ -96,17 +96,23 @@ pub(super) fn egress(p: &mut P4) {
     }}
     action stamp_result_gap() {{
         hdr.ina.gap = md.res_gap[5:0];
+    }}
+    // Apart from the counter: an action writes a container from one field and itself, or
+    // from a constant and itself.
+    action mark_gap_on() {{
         hdr.ina.gap_on = 1;
     }}
 
     apply {{
         if (hdr.report.isValid()) {{
             ina_report_addr.apply();
+            mark_gap_on();
             hdr.bridge.setInvalid();
         }} else if (hdr.bridge.op == {harvest_mcast}) {{
             // On its way to the second pass, which reads the bridged header.
             take_result_gap();
             stamp_result_gap();
+            mark_gap_on();
         }} else {{
             if (hdr.bridge.op == {flood} && eg_intr_md.egress_port == hdr.bridge.port) {{
                 drop_copy();
@@ -150,8 +156,8 @@ fn report_rewrite() -> String {
     common::reply_headers(&mut p, "sip", &total, &udp);
     p.push_str(
         "        hdr.ina.msg_type = INA_MISSING;
+        // (gap_on is set by mark_gap_on, apart.)
         hdr.ina.gap = hdr.report.first;
-        hdr.ina.gap_on = 1;
         hdr.ina.exponent = hdr.report.skipped;
         hdr.ina.count = 0;
         md.fix_checksum = 1;

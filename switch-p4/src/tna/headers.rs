@@ -52,8 +52,8 @@ struct ingress_md_t {
     bit<1> ina_expected;
     bit<48> sm;
     bit<32> sip;
-    bit<32> cnt4;
-    bit<32> ulen;
+    bit<16> cnt4;
+    bit<16> ulen;
     cell_index_t cell;
     bit<1> job_hit;
     bit<16> job_epoch;
@@ -75,8 +75,8 @@ struct ingress_md_t {
     bit<16> l2_mgrp;
     bit<32> dst_x;
     bit<32> arp_x;
-    bit<32> len_x;
-    bit<17> room;
+    bit<16> len_x;
+    bit<16> room;
     bit<9> l2_port_x;
     bit<32> full_mask;
     bit<8> op;
@@ -88,7 +88,7 @@ struct ingress_md_t {
     bit<32> bm_new;
     bit<32> old_x;
     bit<32> new_x;
-    bit<32> exp_x;
+    bit<8> exp_x;
     bit<1> seen;
     bit<8> vop_c;
     bit<8> vop;
@@ -105,6 +105,8 @@ struct ingress_md_t {
     bit<32> gap_in1;
     bit<32> gap_old;
     bit<32> gap_ahead;
+    // The report header's fields: the mirror's field list takes no constant but 0.
+    bit<8> rep_op;
     bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;

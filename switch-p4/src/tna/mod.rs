@@ -423,6 +423,7 @@ const bit<32> MISSING_COUNTERS = {missing_counters};
 const bit<32> MISSING_SENT = {missing_sent};
 const bit<32> MISSING_RECEIVED = {missing_received};
 const bit<8> OP_QUERY = {op_query};
+const bit<8> OP_PROBE = {op_probe};
 const MirrorType_t MIRROR_TYPE_REPORT = {mirror_type_report};
 const bit<8> REPORT_OP = 0x{report_op:02x};
 
@@ -442,6 +443,7 @@ struct pair_t {{
         missing_sent = MISSING_SENT,
         missing_received = MISSING_RECEIVED,
         op_query = op::QUERY,
+        op_probe = op::PROBE,
         mirror_type_report = MIRROR_TYPE_REPORT,
         report_op = REPORT_OP,
     );

@@ -128,7 +128,7 @@ pub(super) fn ingress_deparser(p: &mut P4) {
     apply {
         // A Missing report: a copy of the packet, with the counters skipped ahead of it.
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
-            mirror.emit<report_h>(md.mirror_session, {REPORT_OP, 0, md.rep_first, md.rep_skipped});
+            mirror.emit<report_h>(md.mirror_session, {md.rep_op, 0, md.rep_first, md.rep_skipped});
         }
         pkt.emit(hdr);
     }

@@ -50,7 +50,7 @@ pub(super) fn table(
 }
 
 /// The key of `ina_check`, `seq_access` and `seq_order_access` (stage 2).
-pub(super) const CHECK_KEYS: [(&str, &str); 25] = [
+pub(super) const CHECK_KEYS: [(&str, &str); 26] = [
     ("md.pass2", "ternary"),
     ("md.arp_req", "ternary"),
     ("hdr.arp.isValid()", "ternary"),
@@ -69,7 +69,8 @@ pub(super) const CHECK_KEYS: [(&str, &str); 25] = [
     ("md.ip_x", "ternary"),
     ("md.udp_x", "ternary"),
     ("md.epoch_x", "ternary"),
-    ("md.room[16:16]", "ternary"),
+    ("md.room[15:15]", "ternary"),
+    ("md.slot_off[15:13]", "ternary"),
     ("hdr.ina.count", "ternary"),
     ("md.count_x", "ternary"),
     ("md.l2_kind", "ternary"),
@@ -83,8 +84,9 @@ pub(super) fn check_pattern(set: &[(&str, String)]) -> Vec<String> {
     CHECK_KEYS
         .iter()
         .map(|(k, _)| {
+            // A later pattern of a key refines an earlier one.
             set.iter()
-                .find(|(name, _)| name == k)
+                .rfind(|(name, _)| name == k)
                 .map_or_else(|| "_".to_string(), |(_, v)| v.clone())
         })
         .collect()
@@ -106,6 +108,9 @@ pub(super) fn parsed_ina() -> Vec<(&'static str, String)> {
         kv("hdr.ina.isValid()", "true"),
         kv("hdr.ina.version", PROTOCOL_VERSION),
         kv("md.len_x", 0),
+        // The length compare is 16 bits wide (`cnt4 = count << 2`): exact for counts below
+        // 2^13, which no frame can carry anyway (4 * 2^13 bytes).
+        kv("hdr.ina.count", "0 &&& 0xe000"),
     ]
 }
 
@@ -126,7 +131,11 @@ pub(super) fn authenticated(t: MessageType) -> Vec<(&'static str, String)> {
 /// Checks 1 to 8 passed with message type `t` (epoch and slot range).
 pub(super) fn in_range(t: MessageType) -> Vec<(&'static str, String)> {
     let mut v = authenticated(t);
-    v.extend([kv("md.epoch_x", 0), kv("md.room[16:16]", 1)]);
+    v.extend([
+        kv("md.epoch_x", 0),
+        kv("md.room[15:15]", 1),
+        kv("md.slot_off[15:13]", 0),
+    ]);
     v
 }
 

@@ -26,6 +26,10 @@ fn control_head(p: &mut P4) {
     let _ = writeln!(
         p,
         "
+// The ina header's job and epoch each in a 16-bit container of its own, apart from the flags
+// byte: replies write the flags from constants and the epoch from the job table's.
+@pa_container_size(\"ingress\", \"hdr.ina.epoch\", 16)
+@pa_container_size(\"ingress\", \"hdr.ina.job\", 16)
 control InaIngress(inout headers_t hdr, inout ingress_md_t md,
                    in ingress_intrinsic_metadata_t ig_intr_md,
                    in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
@@ -100,6 +104,11 @@ fn apply(p: &mut P4) {
             }
             if stage == 7 {
                 p.push_str("        ina_reply.apply();\n");
+            }
+            if stage == 8 {
+                p.push_str(
+                    "        if (md.op == OP_PROBE) {\n            probe_gap_flag();\n        }\n",
+                );
             }
         }
         let _ = writeln!(p, "        value_{j}.apply();");

@@ -52,6 +52,15 @@ fn forwarding_actions(p: &mut P4) {
 
 /// The answers to one sender: ProbeReply, Reject, Pending, and a stored Result.
 fn answer_actions(p: &mut P4) {
+    // The ProbeReply's gap flag says whether this switch sends Missing reports (PROTOCOL.md
+    // section 5). Apart from answer_probe: on Tofino an action writes a container from a
+    // constant or one field, and itself.
+    p.push_str(
+        "    action probe_gap_flag() {
+        hdr.ina.gap_on = md.reports;
+    }
+",
+    );
     p.push_str("    action answer_probe() {\n");
     to_egress(p, bridge::REPLY);
     unicast_addressing(p, ProbeInfo::COUNT);
@@ -59,13 +68,16 @@ fn answer_actions(p: &mut P4) {
         p,
         "        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = md.job_epoch;
-        // The gap flag: this switch sends Missing reports (PROTOCOL.md section 5).
-        hdr.ina.gap_on = md.reports;
+        // (The gap flag is probe_gap_flag's.)
         hdr.probe.setValid();
-        hdr.probe.workers = (bit<32>)md.workers;
-        hdr.probe.elems = (bit<32>)md.elems;
-        hdr.probe.slot_base = (bit<32>)md.slot_base;
-        hdr.probe.slot_count = (bit<32>)md.slot_count;
+        hdr.probe.workers_hi = 0;
+        hdr.probe.workers = md.workers;
+        hdr.probe.elems_hi = 0;
+        hdr.probe.elems = md.elems;
+        hdr.probe.slot_base_hi = 0;
+        hdr.probe.slot_base = md.slot_base;
+        hdr.probe.slot_count_hi = 0;
+        hdr.probe.slot_count = md.slot_count;
         hdr.payload.setInvalid();
     }}"
     );
@@ -102,7 +114,7 @@ fn answer_actions(p: &mut P4) {
     unicast_addressing(p, 0);
     p.push_str(
         "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         hdr.payload.setInvalid();
     }
 ",
@@ -115,7 +127,7 @@ fn answer_actions(p: &mut P4) {
     unicast_addressing(p, ELEMS);
     p.push_str(
         "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
 ",
     );
     recirculate(p, bridge::HARVEST_UNICAST, false);
@@ -135,7 +147,7 @@ fn multicast_actions(p: &mut P4) {
         reply_headers(p, elems);
         p.push_str(
             "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
         ig_tm_md.mcast_grp_a = md.mgrp;
     }
 ",
@@ -158,7 +170,7 @@ fn multicast_actions(p: &mut P4) {
         reply_headers(p, elems);
         p.push_str(
             "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.ina.exponent = md.exp_x;
 ",
         );
         recirculate(p, bridge::HARVEST_MCAST, stamp);

@@ -10,17 +10,25 @@ pub(super) fn stage0(p: &mut P4) {
         "
     // ---- stage 0: the control plane's tables ----
 
+    // Indices and records composed of header fields go through identity hashes: an action
+    // on Tofino combines fields only within containers of one size.
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) cell_of;
+    Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) gap_in_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
+    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
+
     // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
     action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {{
         md.sm = mac;
         md.sip = ip;
         md.reports = reports;
-        md.cnt4 = ((bit<32>)hdr.ina.count) << 2;
-        md.ulen = ((bit<32>)hdr.udp.length) - {hdr_udp};
-        md.cell = hdr.ina.slot[12:0] ++ hdr.ina.set;
-        md.gap_cell = hdr.ina.slot[12:6] ++ hdr.ina.rank[4:0];
-        md.gap_in = hdr.ina.gap ++ 26w1;
-        md.use_rec = 2w1 ++ hdr.ina.slot[12:0] ++ hdr.ina.set;
+        md.cnt4 = hdr.ina.count << 2;
+        md.ulen = hdr.udp.length - {hdr_udp};
+        md.cell = cell_of.get({{hdr.ina.slot[12:0], hdr.ina.set}});
+        md.gap_cell = gap_cell_of.get({{hdr.ina.slot[12:6], hdr.ina.rank[4:0]}});
+        md.gap_in = gap_in_of.get({{hdr.ina.gap, 25w0, 1w1}});
+        md.use_rec = use_rec_of.get({{2w1, hdr.ina.slot[12:0], hdr.ina.set}});
     }}
     @stage(0)
     table switch_addr {{
@@ -77,12 +85,12 @@ pub(super) fn stage0(p: &mut P4) {
         }}
     }};
     action do_result_use_write() {{
-        result_use_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
-        result_seq_write.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        result_use_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
+        result_seq_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
     }}
     action do_result_use_read() {{
-        md.rec = result_use_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
-        md.rec_seq = result_seq_read.execute(hdr.ina.slot[12:6] ++ hdr.ina.gap);
+        md.rec = result_use_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
+        md.rec_seq = result_seq_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
     }}
     @stage(0)
     table result_use_access {{
@@ -131,13 +139,14 @@ pub(super) fn stage0(p: &mut P4) {
         size = 4096;
     }}
 
-    action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_count, bit<16> elems,
-                   bit<8> workers, bit<16> mgrp) {{
+    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data.
+    action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg,
+                   bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp) {{
         md.job_hit = 1;
         md.job_epoch = epoch;
         md.epoch_x = hdr.ina.epoch ^ epoch;
         md.slot_base = slot_base;
-        md.slot_off = hdr.ina.slot - slot_base;
+        md.slot_off = hdr.ina.slot + slot_base_neg;
         md.slot_count = slot_count;
         md.elems = elems;
         md.count_x = hdr.ina.count ^ elems;
@@ -218,14 +227,16 @@ pub(super) fn stage1(p: &mut P4) {
         "
     // ---- stage 1: the comparisons, as differences the check table matches against 0 ----
 
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) exp_h_of;
     action compare() {{
         md.dst_x = hdr.ipv4.dst_addr ^ md.sip;
         md.arp_x = hdr.arp.tpa ^ md.sip;
         md.len_x = md.ulen ^ md.cnt4;
-        // Bit 16 set: the slot lies below the end of the job's range.
-        md.room = ((bit<17>)md.slot_off) - ((bit<17>)md.slot_count);
+        // Bit 15 set (and slot_off below 2^13, a pool's size): the slot lies below the end
+        // of the job's range.
+        md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = md.kind | (bit<32>)hdr.ina.exponent;
+        md.exp_h = exp_h_of.get({{md.kind[31:31], 23w0, hdr.ina.exponent}});
         md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }}
@@ -240,12 +251,16 @@ pub(super) fn stage1(p: &mut P4) {
     // A rank's Missing of a result it lacks (PROTOCOL.md section 5, \"Lost results\"), of its own
     // job's epoch, for a block of its job whose record names a use: from here on it is the
     // rank's fetching Query of that use.
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) rec_cell_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) rec_slot_of;
+    Hash<bit<1>>(HashAlgorithm_t.IDENTITY) rec_set_of;
     action requery() {{
-        md.cell = md.rec[13:0];
+        md.cell = rec_cell_of.get({{md.rec[13:0]}});
         md.from_missing = 1;
+        hdr.ina.version = INA_VERSION;
         hdr.ina.msg_type = INA_QUERY;
-        hdr.ina.slot = (bit<16>)md.rec[13:1];
-        hdr.ina.set = md.rec[0:0];
+        hdr.ina.slot = rec_slot_of.get({{md.rec[13:1]}});
+        hdr.ina.set = rec_set_of.get({{md.rec[0:0]}});
         hdr.ina.seq = md.rec_seq;
         hdr.ina.exponent = {fetch};
         hdr.ina.gap = 0;
@@ -754,31 +769,36 @@ pub(super) fn set_registers(p: &mut P4) {
         md.bm_old = bitmap_add_{set}.execute(md.cell[13:1]);
         bitmap_take_out_{o}.execute(md.cell[13:1]);
     }}
-    action do_bitmap_read_{set}() {{ md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]); }}"
+    // (Tofino addresses the registers of a table from every action that uses one: the
+    // other set's is read too.)
+    action do_bitmap_read_{set}() {{
+        md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]);
+        bitmap_read_{o}.execute(md.cell[13:1]);
+    }}"
         );
     }
     p.push_str(
         "
     // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
     // current use of the use's kind the larger of the two (unsigned), one of the other kind
-    // changes nothing. Returns the cell after the update (the exponent in its low byte).
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_write = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    // changes nothing. Returns the exponent byte after the update.
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<8> rv) {
             v = md.exp_h;
-            rv = v;
+            rv = (bit<8>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_max = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<8> rv) {
             if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
                 v = md.exp_h;
             }
-            rv = v;
+            rv = (bit<8>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<32>>(reg_exp) exp_read = {
-        void apply(inout bit<32> v, out bit<32> rv) {
-            rv = v;
+    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<8> rv) {
+            rv = (bit<8>)v;
         }
     };
     action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
@@ -795,6 +815,7 @@ fn gap_report(p: &mut P4) {
     p.push_str(
         "
     action report_gap(bit<8> skipped) {
+        md.rep_op = REPORT_OP;
         md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
