@@ -206,3 +206,14 @@ pub(crate) fn reply_headers(p: &mut P4, src_ip: &str, total_len: &str, udp_len: 
         hdr.udp.checksum = 0;"
     ));
 }
+
+/// The ProbeReply's payload of header `hdr` (an `ina_probe_h`) from the job's `workers`,
+/// `elems`, `slot_base` and `slot_count`: each a 32-bit number on the wire, written as its
+/// high part (0) and the value.
+pub(crate) fn probe_fields(p: &mut P4, hdr: &str, values: [&str; 4]) {
+    let fields = ["workers", "elems", "slot_base", "slot_count"];
+    for (field, value) in fields.iter().zip(values) {
+        let _ = writeln!(p, "{hdr}.{field}_hi = 0;");
+        let _ = writeln!(p, "{hdr}.{field} = {value};");
+    }
+}

@@ -619,16 +619,20 @@ fn ingress(p: &mut P4) {
 
         action probe_reply() {
         no_payload();
-        hdr.ina_probe.setValid();
-        hdr.ina_probe.workers_hi = 0;
-        hdr.ina_probe.workers = meta.job_workers;
-        hdr.ina_probe.elems_hi = 0;
-        hdr.ina_probe.elems = meta.job_elems;
-        hdr.ina_probe.slot_base_hi = 0;
-        hdr.ina_probe.slot_base = meta.job_slot_base;
-        hdr.ina_probe.slot_count_hi = 0;
-        hdr.ina_probe.slot_count = meta.job_slot_count;
-        hdr.ina.msg_type = INA_PROBE_REPLY;
+        hdr.ina_probe.setValid();",
+    );
+    common::probe_fields(
+        p,
+        "hdr.ina_probe",
+        [
+            "meta.job_workers",
+            "meta.job_elems",
+            "meta.job_slot_base",
+            "meta.job_slot_count",
+        ],
+    );
+    p.lines(
+        "        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = meta.job_epoch;
         hdr.ina.count = 4;
         reply_headers(INA_HEADER_LEN + 16);

@@ -69,17 +69,17 @@ fn answer_actions(p: &mut P4) {
         "        hdr.ina.msg_type = INA_PROBE_REPLY;
         hdr.ina.epoch = md.job_epoch;
         // (The gap flag is probe_gap_flag's.)
-        hdr.probe.setValid();
-        hdr.probe.workers_hi = 0;
-        hdr.probe.workers = md.workers;
-        hdr.probe.elems_hi = 0;
-        hdr.probe.elems = md.elems;
-        hdr.probe.slot_base_hi = 0;
-        hdr.probe.slot_base = md.slot_base;
-        hdr.probe.slot_count_hi = 0;
-        hdr.probe.slot_count = md.slot_count;
-        hdr.payload.setInvalid();
-    }}"
+        hdr.probe.setValid();"
+    );
+    common::probe_fields(
+        p,
+        "hdr.probe",
+        ["md.workers", "md.elems", "md.slot_base", "md.slot_count"],
+    );
+    p.push_str(
+        "        hdr.payload.setInvalid();
+    }
+",
     );
 
     p.push_str("    action answer_reject() {\n");
