@@ -70,7 +70,9 @@ fn tna_passes_the_front_and_mid_end() {
 }
 
 /// The Tofino back end's verdict on the program for Tofino 1 and 2: it must compile, place
-/// and assemble. The errors it gives are in the failure message.
+/// and assemble. Its PHV summary and, once it places the program, its resources per stage are
+/// printed; its errors are in the failure message. `INA_TNA_PROGRAM` names another program to
+/// compile the same way (SwitchML's, to compare).
 fn tna_builds_with_the_tofino_back_end() {
     let compiler = p4_tool("p4c-barefoot").unwrap();
     let version = Command::new(&compiler).arg("--version").output().unwrap();
@@ -79,20 +81,32 @@ fn tna_builds_with_the_tofino_back_end() {
         compiler.display(),
         String::from_utf8_lossy(&[version.stdout, version.stderr].concat()).trim()
     );
+    let program = std::env::var_os("INA_TNA_PROGRAM").map_or_else(tna_program, PathBuf::from);
     for (target, arch) in [("tofino", "tna"), ("tofino2", "t2na")] {
         let dir =
             std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
         let started = Instant::now();
         let out = Command::new(&compiler)
-            .args(["--target", target, "--arch", arch, "-g", "-o"])
+            .args([
+                "--target",
+                target,
+                "--arch",
+                arch,
+                "-g",
+                "-Tallocate_phv:1",
+                "-o",
+            ])
             .arg(&dir)
-            .arg(tna_program())
+            .arg(&program)
             .output()
             .unwrap();
         eprintln!(
             "p4c-barefoot {target} took {:.1} s",
             started.elapsed().as_secs_f64()
         );
+        let logs = dir.join("pipe/logs");
+        eprint!("{}", phv_summary(&logs));
+        eprint!("{}", stage_summary(&logs));
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -108,6 +122,79 @@ fn tna_builds_with_the_tofino_back_end() {
         );
         assert!(assembled, "bfas {target} failed");
     }
+}
+
+/// The PHV allocation's overall line and, where it failed, the bits left without a container,
+/// from `phv_allocation_summary_*.log`.
+fn phv_summary(logs: &Path) -> String {
+    let text = std::fs::read_dir(logs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("phv_allocation_summary")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .next()
+        .unwrap_or_default();
+    let mut out = String::new();
+    for prefix in ["| Overall PHV Usage", "..........Unallocated bits"] {
+        if let Some(l) = text.lines().find(|l| l.starts_with(prefix)) {
+            out.push_str(l.trim());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Per stage of the placed program (`resources.json`): logical tables, SRAM and TCAM blocks,
+/// stateful ALUs, hash distribution units and gateways, and their totals.
+fn stage_summary(logs: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(logs.join("resources.json")) else {
+        return String::new();
+    };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return String::new();
+    };
+    let stages = json["resources"]["mau"]["mau_stages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if stages.is_empty() {
+        return String::new();
+    }
+    let count = |s: &serde_json::Value, a: &str, b: &str| s[a][b].as_array().map_or(0, Vec::len);
+    let columns = [
+        ("tables", "logical_tables", "ids"),
+        ("SRAM", "rams", "srams"),
+        ("TCAM", "tcams", "tcams"),
+        ("SALU", "meter_alus", "meters"),
+        ("hash", "hash_distribution_units", "units"),
+        ("gateways", "gateways", "gateways"),
+    ];
+    let mut out = String::from("stage");
+    for (name, _, _) in columns {
+        out.push_str(&format!(" {name:>8}"));
+    }
+    out.push('\n');
+    let mut totals = [0; 6];
+    for s in &stages {
+        out.push_str(&format!("{:>5}", s["stage_number"].as_i64().unwrap_or(-1)));
+        for (i, (_, a, b)) in columns.iter().enumerate() {
+            let n = count(s, a, b);
+            totals[i] += n;
+            out.push_str(&format!(" {n:>8}"));
+        }
+        out.push('\n');
+    }
+    out.push_str("  all");
+    for t in totals {
+        out.push_str(&format!(" {t:>8}"));
+    }
+    out.push('\n');
+    out
 }
 
 /// Runs the Tofino assembler on the `.bfa` files under `dir`, where it is installed.
