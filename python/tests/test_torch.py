@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,24 @@ def _torchrun(tmp: str, env: dict, nproc: int, bind: str, timeout: float) -> lis
     return ranks
 
 
+@contextmanager
+def _controller_cluster():
+    """The ina binary, a controller with its state in a temporary directory, the environment
+    that reaches it, and a list of processes that are killed at the end; skips without ina."""
+    binary = ina_binary()
+    if binary is None:
+        pytest.skip("no ina binary: build it (cargo build --release) or set INA_BIN")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        try:
+            env = _controller_env(procs, binary, tmp)
+            yield binary, tmp, env, procs
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
 def _controller_env(procs: list, binary: str, tmp: str) -> dict:
     """Starts a controller with its state in `tmp`; the environment that reaches it."""
     c = _started(procs, binary, ["controller", "--listen", "127.0.0.1:0", "--state-dir", f"{tmp}/state"])
@@ -173,60 +192,40 @@ def _controller_env(procs: list, binary: str, tmp: str) -> dict:
 
 
 def test_torchrun_finds_its_switch_through_the_controller():
-    binary = ina_binary()
-    if binary is None:
-        pytest.skip("no ina binary: build it (cargo build --release) or set INA_BIN")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        try:
-            s = _started(procs, binary, SWITCH)
-            env = _controller_env(procs, binary, tmp)
-            for args in (
-                ["switch", "add", "tor", "--control", s["control"], "--data", s["udp"], "--slots", "1024", "--elems", "256"],
-                ["job", "create", "train", "--size", "2"],
-            ):
-                subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
-            start = time.monotonic()
-            ranks = _torchrun(tmp, env, 2, bind="", timeout=180)
-            assert ranks[0]["params"] == ranks[1]["params"]
-            assert time.monotonic() - start < 170
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+    with _controller_cluster() as (binary, tmp, env, procs):
+        s = _started(procs, binary, SWITCH)
+        for args in (
+            ["switch", "add", "tor", "--control", s["control"], "--data", s["udp"], "--slots", "1024", "--elems", "256"],
+            ["job", "create", "train", "--size", "2"],
+        ):
+            subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
+        start = time.monotonic()
+        ranks = _torchrun(tmp, env, 2, bind="", timeout=180)
+        assert ranks[0]["params"] == ranks[1]["params"]
+        assert time.monotonic() - start < 170
 
 
 def test_torchrun_across_two_racks_runs_on_the_tree_the_controller_builds():
     """Four torchrun ranks, two on each of two racks' hosts (127.0.1.1, 127.0.2.1): the
     controller builds the tree (two rack switches under an upper switch) by itself, and every
     rank trains to the same parameters, knowing its rank and a world of four."""
-    binary = ina_binary()
-    if binary is None:
-        pytest.skip("no ina binary: build it (cargo build --release) or set INA_BIN")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        try:
-            switches = [_started(procs, binary, SWITCH) for _ in range(3)]
-            env = _controller_env(procs, binary, tmp)
-            top, *racks = switches
-            adds = [["switch", "add", "top", "--upper", "--control", top["control"], "--data", top["udp"], "--slots", "1024"]]
-            for i, s in enumerate(racks, start=1):
-                adds.append(
-                    ["switch", "add", f"tor{i}", "--control", s["control"], "--data", s["udp"], "--slots", "1024",
-                     "--rack", f"r{i}", "--hosts", f"127.0.{i}.1", "--under", "top"]
-                )
-            for args in (*adds, ["job", "create", "train", "--size", "4"]):
-                subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
-            bind = 'os.environ["INA_BIND"] = f"127.0.{1 + int(os.environ[\'RANK\']) % 2}.1:0"'
-            ranks = _torchrun(tmp, env, 4, bind=bind, timeout=300)
-            for r, out in enumerate(ranks):
-                assert out["params"] == ranks[0]["params"], f"rank {r}"
-            job = json.loads(
-                subprocess.run([binary, "job", "show", "train"], env=env, check=True, capture_output=True,
-                               text=True, timeout=30).stdout
+    with _controller_cluster() as (binary, tmp, env, procs):
+        switches = [_started(procs, binary, SWITCH) for _ in range(3)]
+        top, *racks = switches
+        adds = [["switch", "add", "top", "--upper", "--control", top["control"], "--data", top["udp"], "--slots", "1024"]]
+        for i, s in enumerate(racks, start=1):
+            adds.append(
+                ["switch", "add", f"tor{i}", "--control", s["control"], "--data", s["udp"], "--slots", "1024",
+                 "--rack", f"r{i}", "--hosts", f"127.0.{i}.1", "--under", "top"]
             )
-            assert job["switch"] == "top" and [r["switch"] for r in job["racks"]] == ["tor1", "tor2"], job
-        finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+        for args in (*adds, ["job", "create", "train", "--size", "4"]):
+            subprocess.run([binary, *args], env=env, check=True, capture_output=True, timeout=30)
+        bind = 'os.environ["INA_BIND"] = f"127.0.{1 + int(os.environ[\'RANK\']) % 2}.1:0"'
+        ranks = _torchrun(tmp, env, 4, bind=bind, timeout=300)
+        for r, out in enumerate(ranks):
+            assert out["params"] == ranks[0]["params"], f"rank {r}"
+        job = json.loads(
+            subprocess.run([binary, "job", "show", "train"], env=env, check=True, capture_output=True,
+                           text=True, timeout=30).stdout
+        )
+        assert job["switch"] == "top" and [r["switch"] for r in job["racks"]] == ["tor1", "tor2"], job
