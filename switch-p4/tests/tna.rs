@@ -636,7 +636,7 @@ impl TnaModel<'_> {
             s.seq_order[x] = seq;
         }
         // Stage 3. Bit 31 of a set's bitmap and exponent: its use began with a header.
-        let key = [op, x as u64, seq_pred, order_pred, count];
+        let key = [op, x as u64, seq_pred, order_pred];
         let kind = if count == 0 { KIND_BIT } else { 0 };
         let mut bm_old = 0u32;
         if let Some(e) = lookup(&t.bitmap, &key) {

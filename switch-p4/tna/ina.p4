@@ -1324,7 +1324,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.set : exact;
             md.seq_pred : ternary;
             md.order_pred : ternary;
-            hdr.ina.count : ternary;
         }
         actions = {
             do_bitmap_new_0;
@@ -1336,14 +1335,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _, _) : do_bitmap_new_0();
-            (6, 0, 4w0b0100, 4w0b0001, _) : do_bitmap_add_0();
-            (6, 0, 4w0b0100, _, _) : do_bitmap_read_0();
-            (7, 0, 4w0b0100, _, _) : do_bitmap_read_0();
-            (6, 1, 4w0b0010, _, _) : do_bitmap_new_1();
-            (6, 1, 4w0b0100, 4w0b0001, _) : do_bitmap_add_1();
-            (6, 1, 4w0b0100, _, _) : do_bitmap_read_1();
-            (7, 1, 4w0b0100, _, _) : do_bitmap_read_1();
+            (6, 0, 4w0b0010, _) : do_bitmap_new_0();
+            (6, 0, 4w0b0100, 4w0b0001) : do_bitmap_add_0();
+            (6, 0, 4w0b0100, _) : do_bitmap_read_0();
+            (7, 0, 4w0b0100, _) : do_bitmap_read_0();
+            (6, 1, 4w0b0010, _) : do_bitmap_new_1();
+            (6, 1, 4w0b0100, 4w0b0001) : do_bitmap_add_1();
+            (6, 1, 4w0b0100, _) : do_bitmap_read_1();
+            (7, 1, 4w0b0100, _) : do_bitmap_read_1();
         }
         size = 8;
         const default_action = NoAction();
@@ -1355,7 +1354,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             hdr.ina.set : exact;
             md.seq_pred : ternary;
             md.order_pred : ternary;
-            hdr.ina.count : ternary;
         }
         actions = {
             do_exp_write;
@@ -1364,10 +1362,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             NoAction;
         }
         const entries = {
-            (6, _, 4w0b0010, _, _) : do_exp_write();
-            (6, _, 4w0b0100, 4w0b0001, _) : do_exp_max();
-            (6, _, 4w0b0100, _, _) : do_exp_read();
-            (7, _, 4w0b0100, _, _) : do_exp_read();
+            (6, _, 4w0b0010, _) : do_exp_write();
+            (6, _, 4w0b0100, 4w0b0001) : do_exp_max();
+            (6, _, 4w0b0100, _) : do_exp_read();
+            (7, _, 4w0b0100, _) : do_exp_read();
         }
         size = 4;
         const default_action = NoAction();

@@ -475,7 +475,6 @@ pub(super) fn stage3(p: &mut P4) {
         ("hdr.ina.set", "exact"),
         ("md.seq_pred", "ternary"),
         ("md.order_pred", "ternary"),
-        ("hdr.ina.count", "ternary"),
     ];
     let data = op::DATA.to_string();
     let query = op::QUERY.to_string();
@@ -485,27 +484,27 @@ pub(super) fn stage3(p: &mut P4) {
     for set in 0..2 {
         let s = set.to_string();
         bm.push(entry(
-            &[&data, &s, pred::NEW, "_", "_"],
+            &[&data, &s, pred::NEW, "_"],
             format!("do_bitmap_new_{set}()"),
         ));
         bm.push(entry(
-            &[&data, &s, pred::SAME, pred::OTHER_OLDER, "_"],
+            &[&data, &s, pred::SAME, pred::OTHER_OLDER],
             format!("do_bitmap_add_{set}()"),
         ));
         for t in [&data, &query] {
             bm.push(entry(
-                &[t, &s, pred::SAME, "_", "_"],
+                &[t, &s, pred::SAME, "_"],
                 format!("do_bitmap_read_{set}()"),
             ));
         }
     }
-    ex.push(entry(&[&data, "_", pred::NEW, "_", "_"], "do_exp_write()"));
+    ex.push(entry(&[&data, "_", pred::NEW, "_"], "do_exp_write()"));
     ex.push(entry(
-        &[&data, "_", pred::SAME, pred::OTHER_OLDER, "_"],
+        &[&data, "_", pred::SAME, pred::OTHER_OLDER],
         "do_exp_max()",
     ));
     for t in [&data, &query] {
-        ex.push(entry(&[t, "_", pred::SAME, "_", "_"], "do_exp_read()"));
+        ex.push(entry(&[t, "_", pred::SAME, "_"], "do_exp_read()"));
     }
     let bm_actions: Vec<String> = (0..2)
         .flat_map(|set| ["new", "add", "read"].map(|op| format!("do_bitmap_{op}_{set}")))
