@@ -140,6 +140,21 @@ pub(crate) fn payload_header(p: &mut P4, name: &str, first: u16, end: u16) {
 /// (IHL 5, neither MF nor a fragment offset, UDP) and `parse_udp` (to the `ina` port), which
 /// go on to `parse_arp` and `parse_ina`, each program's own.
 pub(crate) fn frame_parser_states(p: &mut P4) {
+    l3_parser_states(p);
+    p.lines(
+        "
+        state parse_udp {
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+        INA_UDP_PORT : parse_ina;
+        default : accept;
+        }
+        }",
+    );
+}
+
+/// The parser states of Ethernet and IPv4, up to `parse_udp` (the caller's).
+pub(crate) fn l3_parser_states(p: &mut P4) {
     p.lines(
         "state parse_ethernet {
         pkt.extract(hdr.ethernet);
@@ -154,14 +169,6 @@ pub(crate) fn frame_parser_states(p: &mut P4) {
         pkt.extract(hdr.ipv4);
         transition select(hdr.ipv4.ihl, hdr.ipv4.flags[0:0], hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
         (5, 0, 0, IP_PROTO_UDP) : parse_udp;
-        default : accept;
-        }
-        }
-
-        state parse_udp {
-        pkt.extract(hdr.udp);
-        transition select(hdr.udp.dst_port) {
-        INA_UDP_PORT : parse_ina;
         default : accept;
         }
         }",

@@ -770,10 +770,27 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
         "table": "pipe.InaIngress.switch_addr",
         "default": true,
         "action": "InaIngress.set_switch_addr",
-        "data": {
-            "mac": sw.mac.to_string(), "ip": sw.ip.to_string(),
-            "reports": u8::from(sw.gap_reports),
-        },
+        "data": {"reports": u8::from(sw.gap_reports)},
+    }));
+    // The switch's addresses: frames to its IPv4 address, ARP requests for it (answered in
+    // stage 1), and the source of every reply (written in egress).
+    e.push(json!({
+        "table": "pipe.InaIngress.ip_target",
+        "key": {"hdr.ipv4.dst_addr": sw.ip.to_string()},
+        "action": "InaIngress.to_switch",
+        "data": {},
+    }));
+    e.push(json!({
+        "table": "pipe.InaIngress.arp_target",
+        "key": {"md.arp_req": 1, "hdr.arp.tpa": sw.ip.to_string()},
+        "action": "InaIngress.arp_for_switch",
+        "data": {"mac": sw.mac.to_string(), "ip": sw.ip.to_string()},
+    }));
+    e.push(json!({
+        "table": "pipe.InaEgress.switch_source",
+        "default": true,
+        "action": "InaEgress.reply_source",
+        "data": {"mac": sw.mac.to_string(), "ip": sw.ip.to_string()},
     }));
     for l in &sw.l2 {
         e.push(json!({
@@ -853,10 +870,17 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                 "table": "pipe.InaIngress.ina_rank",
                 "key": {"hdr.ina.job": job.id, "hdr.ina.rank": rank},
                 "action": "InaIngress.set_rank",
-                "data": {
-                    "port": r.port, "ip": r.ip.to_string(), "udp_port": r.udp_port,
-                    "report_session": report_session(r.port),
+                "data": {"report_session": report_session(r.port)},
+            }));
+            e.push(json!({
+                "table": "pipe.InaIngress.rank_source",
+                "key": {
+                    "hdr.ina.job": job.id, "hdr.ina.rank": rank,
+                    "ig_intr_md.ingress_port": r.port, "hdr.ipv4.src_addr": r.ip.to_string(),
+                    "hdr.udp.src_port": r.udp_port,
                 },
+                "action": "InaIngress.rank_source_ok",
+                "data": {},
             }));
             e.push(json!({
                 "table": "pipe.InaEgress.ina_rank_addr",
@@ -870,7 +894,6 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                     "key": {"hdr.ina.job": job.id, "hdr.ina.rank": rank},
                     "action": "InaEgress.report_missing",
                     "data": {
-                        "sm": sw.mac.to_string(), "sip": sw.ip.to_string(),
                         "mac": r.mac.to_string(), "ip": r.ip.to_string(), "udp_port": r.udp_port,
                     },
                 }));

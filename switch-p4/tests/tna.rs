@@ -134,8 +134,30 @@ fn registers_keep_tofino_limits() {
     }
     let mut per_stage: BTreeMap<usize, usize> = BTreeMap::new();
     for (reg, ts) in &reg_tables {
-        // One table per register: one access per pass.
-        assert_eq!(ts.len(), 1, "register {reg} is accessed from {ts:?}");
+        // One table per register (one access per pass), but for a set's bitmap: its own
+        // set's table and the other set's, in one stage, which the apply block runs under
+        // opposite conditions on the packet's set.
+        if ts.len() > 1 {
+            let k = reg.strip_prefix("reg_bitmap_").unwrap_or_else(|| {
+                panic!("register {reg} is accessed from {ts:?}");
+            });
+            let mut names: Vec<&str> = ts.iter().map(|(t, _)| t.as_str()).collect();
+            names.sort();
+            assert_eq!(
+                names,
+                [format!("bitmap_other_{k}"), format!("bitmap_own_{k}")]
+            );
+            assert_eq!(ts[0].1, ts[1].1, "{reg}: tables in two stages");
+        }
+        assert!(p.contains(
+            "if (hdr.ina.set == 0) {
+            bitmap_own_0.apply();
+            bitmap_other_1.apply();
+        } else {
+            bitmap_own_1.apply();
+            bitmap_other_0.apply();
+        }"
+        ));
         let stage = ts[0]
             .1
             .unwrap_or_else(|| panic!("register {reg}: its table has no stage"));
@@ -221,7 +243,14 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "control InaIngress(",
         "control InaEgress(",
         "table switch_addr",
-        "action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports)",
+        "action set_switch_addr(bit<1> reports)",
+        "table ip_target",
+        "hdr.ipv4.dst_addr : exact;",
+        "table arp_target",
+        "action arp_for_switch(bit<48> mac, bit<32> ip)",
+        "table rank_source",
+        "table switch_source",
+        "action reply_source(bit<48> mac, bit<32> ip)",
         "table l2_forward",
         "hdr.ethernet.dst_addr : exact;",
         "action l2_to_port(PortId_t port)",
@@ -229,7 +258,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "table ina_job",
         "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
         "table ina_rank",
-        "action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session)",
+        "action set_rank(MirrorId_t report_session)",
         "table ina_rank_addr",
         "eg_intr_md.egress_rid : exact;",
         "action rewrite_dst(bit<48> mac, bit<32> ip, bit<16> udp_port)",
@@ -465,7 +494,9 @@ fn lookup<'t>(t: &'t [TableEntry], key: &[u64]) -> Option<&'t TableEntry> {
 }
 
 struct Tables {
-    bitmap: Vec<TableEntry>,
+    /// `bitmap_own_k` and `bitmap_other_k` for the sets `k`.
+    bitmap_own: [Vec<TableEntry>; 2],
+    bitmap_other: [Vec<TableEntry>; 2],
     exp: Vec<TableEntry>,
     select: Vec<TableEntry>,
     /// `value_j` for every value register `j`.
@@ -477,12 +508,14 @@ struct Tables {
     gap_report: Vec<TableEntry>,
     requery: Vec<TableEntry>,
     result_use: Vec<TableEntry>,
+    result_seq: Vec<TableEntry>,
 }
 
 impl Tables {
     fn new(p: &str) -> Tables {
         Tables {
-            bitmap: table_entries(p, "bitmap_access"),
+            bitmap_own: [0, 1].map(|k| table_entries(p, &format!("bitmap_own_{k}"))),
+            bitmap_other: [0, 1].map(|k| table_entries(p, &format!("bitmap_other_{k}"))),
             exp: table_entries(p, "exp_access"),
             select: table_entries(p, "value_select"),
             values: (0..tna::VALUE_REGISTERS)
@@ -495,6 +528,7 @@ impl Tables {
             gap_report: table_entries(p, "gap_report"),
             requery: table_entries(p, "requery_access"),
             result_use: table_entries(p, "result_use_access"),
+            result_seq: table_entries(p, "result_seq_access"),
         }
     }
 }
@@ -542,7 +576,7 @@ struct TnaModel<'t> {
 
 /// What the model's last packet did, for [`check_frames`]: the reply action, `md.exp_x`,
 /// `md.pend`, the values of its set, `md.stamp`, `md.res_gap` and the report mirrored
-/// (first counter skipped, how many).
+/// (the rank's gap cell before the packet, how many counters it skipped).
 #[derive(Debug)]
 struct Last {
     action: String,
@@ -551,7 +585,7 @@ struct Last {
     values: Vec<i32>,
     stamp: u64,
     res_gap: u32,
-    report: Option<(u8, u8)>,
+    report: Option<(u16, u8)>,
     /// A rank's Missing turned into its Query in stage 1: `md.rec`, `md.rec_seq`.
     requery: Option<(u32, u32)>,
 }
@@ -559,7 +593,7 @@ struct Last {
 /// The key of `ina_check`'s columns (`CHECK_KEYS`) for an accepted Data packet of `count`
 /// elements and exponent byte `exponent` from a rank on port `ingress` to the switch's MAC.
 fn accepted_data_key(count: u64, exponent: u64, ingress: u64, reports: u64) -> Vec<u64> {
-    let mut key = vec![0, 0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0];
+    let mut key = vec![0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 0];
     key.extend([count, count ^ E as u64, 0, ingress, exponent, reports]);
     key
 }
@@ -602,19 +636,20 @@ impl TnaModel<'_> {
             if let Some(e) = lookup(&t.gap_access, &key) {
                 assert_eq!(e.action, "do_gap_note");
                 let cell = (slot >> 6) << 5 | rank as usize & 31;
-                let gap_in = ((flags >> 2) as u32) << 26 | 1;
-                let gap_in1 = gap_in.wrapping_sub(1 << 26);
+                // 16-bit cells: the counter in bits 15..10, bit 0 set.
+                let gap_in = ((flags >> 2) as u32) << 10 | 1;
+                let gap_in1 = gap_in.wrapping_sub(1 << 10) & 0xffff;
                 let v = self.reg_gap[cell];
                 let gap_old = v;
-                if v == 0 || gap_in1.wrapping_sub(v) < 8 << 26 {
+                if v == 0 || gap_in1.wrapping_sub(v) & 0xffff < 8 << 10 {
                     self.reg_gap[cell] = gap_in;
                 }
                 // Stages 3 and 4: how far ahead, and the report.
-                let ahead = gap_in.wrapping_sub(gap_old);
-                let rkey = [u64::from(gap_old & 1), u64::from(ahead >> 26)];
+                let ahead = gap_in.wrapping_sub(gap_old) & 0xffff;
+                let rkey = [u64::from(gap_old & 1), u64::from(ahead >> 10), 0, op];
                 if let Some(r) = lookup(&t.gap_report, &rkey) {
                     assert_eq!(r.action, "report_gap");
-                    report = Some((((gap_old >> 26) + 1) as u8 & 63, r.args[0] as u8));
+                    report = Some((gap_old as u16, r.args[0] as u8));
                 }
             } else {
                 assert!(
@@ -636,27 +671,30 @@ impl TnaModel<'_> {
             s.seq_order[x] = seq;
         }
         // Stage 3. Bit 31 of a set's bitmap and exponent: its use began with a header.
-        let key = [op, x as u64, seq_pred, order_pred];
+        // The packet's set's bitmap table, and the other set's (the apply block runs the
+        // pair of the packet's set).
+        let set_key = [op, seq_pred, order_pred];
         let kind = if count == 0 { KIND_BIT } else { 0 };
         let mut bm_old = 0u32;
-        if let Some(e) = lookup(&t.bitmap, &key) {
+        if let Some(e) = lookup(&t.bitmap_own[x], &set_key) {
             bm_old = s.bitmap[x];
             match e.action.rsplit_once('_').map(|(a, _)| a) {
-                Some("do_bitmap_new") => {
-                    s.bitmap[x] = bit | kind;
-                    s.bitmap[1 - x] &= !bit;
-                }
-                Some("do_bitmap_add") => {
+                Some("own_new") => s.bitmap[x] = bit | kind,
+                Some("own_add") => {
                     if s.bitmap[x].wrapping_sub(kind) as i32 >= 0 {
                         s.bitmap[x] |= bit;
                     }
-                    s.bitmap[1 - x] &= !bit;
                 }
-                Some("do_bitmap_read") => {}
+                Some("own_read") => {}
                 other => panic!("bitmap action {other:?}"),
             }
             assert!(e.action.ends_with(&format!("_{x}")), "{}", e.action);
         }
+        if let Some(e) = lookup(&t.bitmap_other[1 - x], &set_key) {
+            assert_eq!(e.action, format!("other_take_out_{}", 1 - x));
+            s.bitmap[1 - x] &= !bit;
+        }
+        let key = [op, x as u64, seq_pred, order_pred];
         let mut exp_x = 0u32;
         if let Some(e) = lookup(&t.exp, &key) {
             let exp_h = exponent | kind;
@@ -767,6 +805,8 @@ impl TnaModel<'_> {
             let key = [1, 6, 1, 2, 1];
             let e = lookup(&t.result_use, &key).expect("result_use_access row");
             assert_eq!(e.action, "do_result_use_write");
+            let e = lookup(&t.result_seq, &key).expect("result_seq_access row");
+            assert_eq!(e.action, "do_result_seq_write");
             let cell = (slot >> 6) << 6 | counter as usize;
             self.reg_result_use[cell] = 1 << 14 | (slot as u32) << 1 | x as u32;
             self.reg_result_seq[cell] = seq;
@@ -842,10 +882,14 @@ impl TnaModel<'_> {
         let gap_on = u64::from(pkt[1] >> 1 & 1);
         let slot = usize::from(u16::from_be_bytes([pkt[8], pkt[9]]));
         let (mut rec, mut rec_seq) = (0, 0);
+        let cell = (slot >> 6) << 6 | usize::from(pkt[1] >> 2);
         if let Some(e) = lookup(&t.result_use, &[0, 0, 0, 8, gap_on]) {
             assert_eq!(e.action, "do_result_use_read");
-            let cell = (slot >> 6) << 6 | usize::from(pkt[1] >> 2);
-            (rec, rec_seq) = (self.reg_result_use[cell], self.reg_result_seq[cell]);
+            rec = self.reg_result_use[cell];
+        }
+        if let Some(e) = lookup(&t.result_seq, &[0, 0, 0, 8, gap_on]) {
+            assert_eq!(e.action, "do_result_seq_read");
+            rec_seq = self.reg_result_seq[cell];
         }
         let (reports, block) = (u64::from(self.gaps), u64::from(self.gaps));
         let key = [8, reports, block, 0, u64::from(rec >> 14 & 1)];
@@ -1124,7 +1168,8 @@ fn run_execution(
                 let last = model.last.take().expect("a reply action");
                 // The report: the Data's header as a Missing of the counters skipped.
                 let report = pipe.poll_report();
-                let want = last.report.map(|(first, skipped)| {
+                let want = last.report.map(|(cell, skipped)| {
+                    let first = ((cell >> 10) as u8 + 1) & 63;
                     let mut h = pkt[..16].to_vec();
                     h[0] = 0x18;
                     h[1] = first << 2 | 2 | (pkt[1] & 1);
@@ -1211,7 +1256,7 @@ fn run_execution(
                 }
                 for (cell, &v) in model.reg_gap.iter().enumerate() {
                     // The model's cell: the counter plus 64 (0: none yet).
-                    let want = if v == 0 { 0 } else { 64 + (v >> 26) };
+                    let want = if v == 0 { 0 } else { 64 + (v >> 10) };
                     match regs.gaps().get(cell) {
                         Some(&c) => assert_eq!(c, want, "gap cell {cell}"),
                         None => assert_eq!(v, 0, "gap cell {cell} beyond the pool"),
@@ -1425,9 +1470,10 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
             && f[19] == 4
             && be16(f, 20) == 1,
     );
-    let arp_x = if arp_valid { be32(f, 38) ^ sip } else { 0 };
+    // arp_target's and ip_target's one entry each: the switch's address.
+    let arp_mine = u64::from(arp_req == 1 && be32(f, 38) == sip);
     let ipv4 = ethertype == 0x0800;
-    let dst_x = if ipv4 { be32(f, 30) ^ sip } else { 0 };
+    let ip_mine = u64::from(ipv4 && be32(f, 30) == sip);
     let udp = ipv4
         && f[14] & 0x0f == 5
         && f[20] & 0x20 == 0
@@ -1461,9 +1507,11 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
     let job_hit = ina_valid && job == u64::from(JOB);
     let rank_hit = job_hit && rank < 3;
     let ep = endpoint(rank.min(3) as u8);
-    let port_x = u64::from(ingress ^ ep.port);
-    let ip_x = be32(f, 26) ^ u64::from(u32::from_be_bytes(ep.ip));
-    let udp_x = be16(f, 34) ^ u64::from(ep.udp_port);
+    // rank_source's entry of the rank: its port and source address.
+    let src_ok = rank_hit
+        && ingress == ep.port
+        && be32(f, 26) == u64::from(u32::from_be_bytes(ep.ip))
+        && be16(f, 34) == u64::from(ep.udp_port);
     let epoch_x = epoch ^ u64::from(EPOCH);
     let slot_off = (slot as u16).wrapping_sub(BASE);
     // 16-bit arithmetic, as stage 1's: the sign of slot_off - slot_count, and slot_off's top
@@ -1485,9 +1533,9 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
         0,
         arp_req,
         u64::from(arp_valid),
-        arp_x,
+        arp_mine,
         u64::from(ipv4),
-        dst_x,
+        ip_mine,
         u64::from(ina_expected),
         perr,
         u64::from(ina_valid),
@@ -1496,9 +1544,7 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
         len_x,
         u64::from(job_hit),
         u64::from(rank_hit),
-        if rank_hit { port_x } else { 0 },
-        if rank_hit { ip_x } else { 0 },
-        if rank_hit { udp_x } else { 0 },
+        u64::from(src_ok),
         if job_hit { epoch_x } else { 0 },
         if job_hit { room } else { 0 },
         if job_hit { off_top } else { 0 },
@@ -1793,6 +1839,7 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         ("INA_PENDING", 6),
         ("INA_QUERY", 7),
         ("INA_MISSING", 8),
+        ("GAP_STEP", 1 << 10),
     ]
     .into_iter()
     .collect();
@@ -1826,9 +1873,24 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
             .strip_prefix("(bit<")
             .and_then(|r| r.split_once(">)"))
             .map_or(rhs, |(_, r)| r);
-        let value = if let Some(f) = rhs.strip_prefix("md.") {
+        // The one hash of several fields: the record of a use, 1 << 14 | 2 * slot + set.
+        let rec_hash = "use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set})";
+        let field = |k: &str| pkt.fields.get(k).copied().unwrap_or(0);
+        let value = if rhs == rec_hash {
+            1 << 14 | (field("hdr.ina.slot") & 0x1fff) << 1 | field("hdr.ina.set")
+        } else if let Some((a, c)) = rhs
+            .split_once(" + ")
+            .filter(|(_, c)| consts.contains_key(c))
+        {
+            field(a) + consts[c]
+        } else if let Some(f) = rhs.strip_prefix("md.") {
             let (f, slice) = f.split_once('[').map_or((f, None), |(f, s)| (f, Some(s)));
-            let v = md[f];
+            // An action parameter or a field an earlier action wrote.
+            let v = md
+                .get(f)
+                .copied()
+                .or_else(|| pkt.fields.get(&format!("md.{f}")).copied())
+                .unwrap_or_else(|| panic!("md.{f}"));
             match slice.and_then(|s| s.trim_end_matches(']').split_once(':')) {
                 Some((hi, lo)) => {
                     let (hi, lo): (u32, u32) = (hi.parse().expect("hi"), lo.parse().expect("lo"));
@@ -1894,6 +1956,20 @@ fn ipv4_checksum(pkt: &mut Pkt) {
 
 const FLOOD_MGRP: u64 = 100;
 
+/// The action data of the entries with the switch's addresses (`arp_target`'s,
+/// `switch_source`'s default).
+fn source_params() -> BTreeMap<&'static str, u64> {
+    [
+        (
+            "mac",
+            u64::from_be_bytes([0, 0, SM[0], SM[1], SM[2], SM[3], SM[4], SM[5]]),
+        ),
+        ("ip", u64::from(u32::from_be_bytes(SIP))),
+    ]
+    .into_iter()
+    .collect()
+}
+
 proptest! {
     #[test]
     fn replies_are_the_frame_models(choices in proptest::collection::vec(any::<[u8; 26]>(), 1..30)) {
@@ -1923,8 +1999,6 @@ proptest! {
             let dst: [u8; 6] = f[..6].try_into().expect("mac");
             let l2_port = L2.iter().find(|(m, _)| *m == dst).map_or(0, |(_, p)| u64::from(*p));
             let md: BTreeMap<&str, u64> = [
-                ("sm", u64::from_be_bytes([0, 0, SM[0], SM[1], SM[2], SM[3], SM[4], SM[5]])),
-                ("sip", u64::from(u32::from_be_bytes(SIP))),
                 ("job_epoch", u64::from(EPOCH)),
                 ("workers", 3),
                 ("elems", E as u64),
@@ -1939,6 +2013,10 @@ proptest! {
             .collect();
             let name = lookup(&reply, &[op, 0, 0, pkt.fields.get("hdr.ina.count").copied().unwrap_or(0), 0])
                 .map_or("drop_frame".to_string(), |e| e.action.clone());
+            if op == 3 {
+                // Stage 1: arp_target's entry wrote the reply.
+                run_action(&program, "arp_for_switch", &mut pkt, &source_params(), u64::from(ingress));
+            }
             let tm = run_action(&program, &name, &mut pkt, &md, u64::from(ingress));
             if op == OP_PROBE {
                 // Stage 8: the ProbeReply's gap flag.
@@ -1955,6 +2033,8 @@ proptest! {
                 tm.ucast.into_iter().collect()
             };
             if tm.bridge_op == 3 {
+                // Egress: the switch's source and the fixed header fields of a reply.
+                run_action(&program, "reply_source", &mut pkt, &source_params(), 0);
                 ipv4_checksum(&mut pkt);
             }
             let sent = pkt.deparse();
@@ -2056,8 +2136,6 @@ fn check_frames(
     let mut pkt = Pkt::parse(program, &f);
     let mac = |m: [u8; 6]| u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
     let md: BTreeMap<&str, u64> = [
-        ("sm", mac(SM)),
-        ("sip", u64::from(u32::from_be_bytes(SIP))),
         ("job_epoch", u64::from(EPOCH)),
         ("mgrp", JOB_MGRP),
         ("exp_x", u64::from(last.exp_x)),
@@ -2065,10 +2143,6 @@ fn check_frames(
         ("stamp", last.stamp),
         ("reports", 1),
         ("res_gap", u64::from(last.res_gap)),
-        (
-            "use_rec",
-            1 << 14 | be16(ina, 8) << 1 | u64::from(ina[1] & 1),
-        ),
         ("rec", u64::from(last.requery.map_or(0, |r| r.0))),
         ("rec_seq", u64::from(last.requery.map_or(0, |r| r.1))),
         // The only reason the decision tables refuse with (checks refuse before them).
@@ -2093,7 +2167,7 @@ fn check_frames(
     }
     let mut tm = run_action(program, action, &mut pkt, &md, u64::from(ingress));
     let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
-    if let Some((first, skipped)) = last.report {
+    if let Some((cell, skipped)) = last.report {
         // The mirrored copy, as ingress left the packet, through the report session's two
         // copies and egress's rewrite into the Missing to the rank.
         let ep = endpoint(rank);
@@ -2104,7 +2178,7 @@ fn check_frames(
             rest: pkt.rest.clone(),
         };
         copy.fields
-            .insert("hdr.report.first".into(), u64::from(first));
+            .insert("hdr.report.cell".into(), u64::from(cell));
         copy.fields
             .insert("hdr.report.skipped".into(), u64::from(skipped));
         // Egress parses the headers up to `ina`; what follows stays behind it, truncated.
@@ -2112,16 +2186,16 @@ fn check_frames(
         copy.valid.insert("probe".into(), false);
         copy.valid.insert("payload".into(), false);
         let params: BTreeMap<&str, u64> = [
-            ("sm", mac(SM)),
-            ("sip", u64::from(u32::from_be_bytes(SIP))),
             ("mac", mac(ep.mac.octets())),
             ("ip", u64::from(u32::from_be_bytes(ep.ip))),
             ("udp_port", u64::from(ep.udp_port)),
         ]
         .into_iter()
         .collect();
+        run_action(program, "report_next_counter", &mut copy, &params, 0);
         run_action(program, "report_missing", &mut copy, &params, 0);
         run_action(program, "mark_gap_on", &mut copy, &params, 0);
+        run_action(program, "reply_source", &mut copy, &source_params(), 0);
         ipv4_checksum(&mut copy);
         let frame = copy.deparse();
         for _ in 0..ina_proto::pipeline::DATA_REPORT_COPIES {
@@ -2188,10 +2262,12 @@ fn check_frames(
                 .into_iter()
                 .collect();
                 run_action(program, "rewrite_dst", &mut copy, &params, 0);
+                run_action(program, "reply_source", &mut copy, &source_params(), 0);
                 ipv4_checksum(&mut copy);
                 sent.push((ep.port, copy.deparse()));
             }
         } else {
+            run_action(program, "reply_source", &mut pkt, &source_params(), 0);
             ipv4_checksum(&mut pkt);
             sent.push((tm.ucast.expect("unicast port") as u16, pkt.deparse()));
         }

@@ -74,8 +74,8 @@ const bit<32> GAP_CELLS = 4096;
 const bit<32> RESULT_USE_CELLS = 8192;
 // A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
 // is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
-const bit<32> GAP_STEP = 0x04000000;
-const bit<32> GAP_AHEAD = 0x20000000;
+const bit<16> GAP_STEP = 0x0400;
+const bit<16> GAP_AHEAD = 0x2000;
 const bit<32> MISSING_COUNTERS = 2;
 const bit<32> MISSING_SENT = 0;
 const bit<32> MISSING_RECEIVED = 1;
@@ -102,11 +102,11 @@ header bridge_h {
 }
 
 // Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
-// first gap counter skipped and how many were.
+// rank's gap cell as it was (its counter, in the top six bits, is the one before the first
+// skipped) and how many counters were skipped.
 header report_h {
     bit<8> op;
-    bit<2> _pad;
-    bit<6> first;
+    bit<16> cell;
     bit<8> skipped;
 }
 
@@ -271,8 +271,6 @@ struct ingress_md_t {
     bit<1> pass2;
     bit<1> arp_req;
     bit<1> ina_expected;
-    bit<48> sm;
-    bit<32> sip;
     bit<16> cnt4;
     bit<16> ulen;
     cell_index_t cell;
@@ -287,15 +285,15 @@ struct ingress_md_t {
     bit<8> workers;
     bit<16> mgrp;
     bit<1> rank_hit;
-    bit<9> port_x;
-    bit<32> ip_x;
-    bit<16> udp_x;
+    // The frame comes from its rank's port and address.
+    bit<1> src_ok;
     bit<32> rbit;
     bit<2> l2_kind;
     PortId_t l2_port;
     bit<16> l2_mgrp;
-    bit<32> dst_x;
-    bit<32> arp_x;
+    // To the switch's IPv4 address; an ARP request for it.
+    bit<1> ip_mine;
+    bit<1> arp_mine;
     bit<16> len_x;
     bit<16> room;
     bit<9> l2_port_x;
@@ -322,16 +320,14 @@ struct ingress_md_t {
     bit<1> gap_block;
     bit<1> stamp;
     gap_index_t gap_cell;
-    bit<32> gap_in;
-    bit<32> gap_in1;
-    bit<32> gap_old;
-    bit<32> gap_ahead;
+    bit<16> gap_in;
+    bit<16> gap_in1;
+    bit<16> gap_old;
+    bit<16> gap_ahead;
     // The report header's fields: the mirror's field list takes no constant but 0.
     bit<8> rep_op;
-    bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;
-    bit<16> use_rec;
     bit<32> rec;
     bit<32> rec_seq;
     bit<1> from_missing;
@@ -340,6 +336,8 @@ struct ingress_md_t {
 struct egress_md_t {
     bit<1> fix_checksum;
     bit<32> res_gap;
+    // A report's cell, one counter on: the first counter skipped.
+    bit<16> report_next;
 }
 
 parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
@@ -349,27 +347,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         md.pass2 = 0;
         md.arp_req = 0;
         md.ina_expected = 0;
-        md.job_hit = 0;
-        md.rank_hit = 0;
-        md.l2_kind = 0;
-        md.seq_pred = 0;
-        md.order_pred = 0;
-        md.bm_old = 0;
-        md.exp_x = 0;
-        md.seen = 0;
-        md.vop_c = 0;
         md.vop = 0;
-        md.outcome = 0;
-        md.pend = 0;
-        md.mcast_count = 0;
-        md.event = 0;
         md.reason = 0;
-        md.op = 0;
-        md.rbit = 0;
-        md.gap_block = 0;
-        md.gap_old = 0;
-        md.rec = 0;
-        md.from_missing = 0;
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         transition select(ig_intr_md.ingress_port[6:0]) {
@@ -398,13 +377,26 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }
 
+    // (A parser state matches at most 32 bits on Tofino: the hardware and protocol types
+    // first, then the lengths and the operation.)
     state parse_arp {
+        transition select(pkt.lookahead<bit<32>>()) {
+            16w1 ++ ETHERTYPE_IPV4 : parse_arp_ipv4;
+            default : parse_arp_other;
+        }
+    }
+
+    state parse_arp_ipv4 {
         pkt.extract(hdr.arp);
-        transition select(hdr.arp.htype, hdr.arp.ptype, hdr.arp.hlen, hdr.arp.plen,
-            hdr.arp.oper) {
-            (1, ETHERTYPE_IPV4, 6, 4, 1) : arp_request;
+        transition select(hdr.arp.hlen, hdr.arp.plen, hdr.arp.oper) {
+            (6, 4, 1) : arp_request;
             default : accept;
         }
+    }
+
+    state parse_arp_other {
+        pkt.extract(hdr.arp);
+        transition accept;
     }
 
     state arp_request {
@@ -429,23 +421,35 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         }
     }
 
+    // The payload is parsed for 64-element Data and Result packets whose UDP length says
+    // so; every other ina packet is a header (anything after it stays behind as payload).
+    // (A parser state matches at most 32 bits on Tofino: the UDP length is matched where
+    // the UDP header is.)
     state parse_udp {
         pkt.extract(hdr.udp);
-        transition select(hdr.udp.dst_port) {
-            INA_UDP_PORT : parse_ina;
+        transition select(hdr.udp.dst_port, hdr.udp.length) {
+            (INA_UDP_PORT, 280) : parse_ina_full;
+            (INA_UDP_PORT, _) : parse_ina;
             default : accept;
         }
     }
 
-    // The payload is parsed for 64-element Data and Result packets whose UDP length says
-    // so; every other ina packet is a header (anything after it stays behind as payload).
+    state parse_ina_full {
+        md.ina_expected = 1;
+        pkt.extract(hdr.ina);
+        transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count) {
+            (INA_VERSION, INA_DATA, INA_ELEMS) : parse_payload;
+            (INA_VERSION, INA_RESULT, INA_ELEMS) : parse_payload;
+            (_, _, 0) : header_kind;
+            default : accept;
+        }
+    }
+
     state parse_ina {
         md.ina_expected = 1;
         pkt.extract(hdr.ina);
-        transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count, hdr.udp.length) {
-            (INA_VERSION, INA_DATA, INA_ELEMS, 280) : parse_payload;
-            (INA_VERSION, INA_RESULT, INA_ELEMS, 280) : parse_payload;
-            (_, _, 0, _) : header_kind;
+        transition select(hdr.ina.count) {
+            0 : header_kind;
             default : accept;
         }
     }
@@ -468,6 +472,9 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 // byte: replies write the flags from constants and the epoch from the job table's.
 @pa_container_size("ingress", "hdr.ina.epoch", 16)
 @pa_container_size("ingress", "hdr.ina.job", 16)
+// A ProbeReply's body and a payload are never in one packet (answer_probe drops the payload;
+// a Probe has none): they may share containers.
+@pa_mutually_exclusive("ingress", "hdr.probe", "hdr.payload")
 control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     in ingress_intrinsic_metadata_t ig_intr_md,
     in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
@@ -501,34 +508,77 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // on Tofino combines fields only within containers of one size.
     Hash<bit<14>>(HashAlgorithm_t.IDENTITY) cell_of;
     Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
-    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) gap_in_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) gap_in_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
     Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
 
-    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
-    action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {
-        md.sm = mac;
-        md.sip = ip;
+    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5). Its addresses are
+    // the keys of ip_target and arp_target; egress writes them into its replies.
+    action set_switch_addr(bit<1> reports) {
         md.reports = reports;
         md.cnt4 = hdr.ina.count << 2;
         md.ulen = hdr.udp.length - 24;
-        md.cell = cell_of.get({hdr.ina.slot[12:0], hdr.ina.set});
-        md.gap_cell = gap_cell_of.get({hdr.ina.slot[12:6], hdr.ina.rank[4:0]});
-        md.gap_in = gap_in_of.get({hdr.ina.gap, 25w0, 1w1});
-        md.use_rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
     }
     @stage(0)
     table switch_addr {
         actions = {
             set_switch_addr;
         }
-        default_action = set_switch_addr(0, 0, 0);
+        default_action = set_switch_addr(0);
+    }
+
+    // The indices the registers take. Keyless tables whose actions take hash outputs have
+    // no action data (the driver programs their miss path only), and a table's actions take
+    // at most 32 bits from the hash units.
+    action cells() {
+        md.cell = cell_of.get({hdr.ina.slot[12:0], hdr.ina.set});
+        md.gap_cell = gap_cell_of.get({hdr.ina.slot[12:6], hdr.ina.rank[4:0]});
+    }
+    @stage(0)
+    table prep_cells {
+        actions = {
+            cells;
+        }
+        const default_action = cells();
+    }
+    action gap_counter() {
+        md.gap_in = gap_in_of.get({hdr.ina.gap, 9w0, 1w1});
+    }
+    @stage(0)
+    table prep_gap_counter {
+        actions = {
+            gap_counter;
+        }
+        const default_action = gap_counter();
+    }
+
+    // Frames to the switch's IPv4 address (one entry: the address).
+    action to_switch() {
+        md.ip_mine = 1;
+    }
+    action not_to_switch() {
+        md.ip_mine = 0;
+    }
+    @stage(1)
+    table ip_target {
+        key = {
+            hdr.ipv4.dst_addr : exact;
+        }
+        actions = {
+            to_switch;
+            not_to_switch;
+        }
+        default_action = not_to_switch();
+        size = 1;
     }
 
     // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
     // partly outside could be another job's too).
     action in_gap_block() {
         md.gap_block = 1;
+    }
+    action not_in_gap_block() {
+        md.gap_block = 0;
     }
     @stage(0)
     table gap_block {
@@ -538,9 +588,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         actions = {
             in_gap_block;
-            NoAction;
+            not_in_gap_block;
         }
-        default_action = NoAction();
+        default_action = not_in_gap_block();
         size = 128;
     }
 
@@ -573,11 +623,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     };
     action do_result_use_write() {
         result_use_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
-        result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     action do_result_use_read() {
         md.rec = result_use_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
-        md.rec_seq = result_seq_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+    }
+    action no_result_use() {
+        md.rec = 0;
     }
     @stage(0)
     table result_use_access {
@@ -591,11 +642,41 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         actions = {
             do_result_use_write;
             do_result_use_read;
-            NoAction;
+            no_result_use;
         }
         const entries = {
             (1, 6, 1, _, _) : do_result_use_write();
             (0, _, _, 8, 1) : do_result_use_read();
+        }
+        size = 2;
+        const default_action = no_result_use();
+    }
+
+    // The use's sequence number, in a table of its own: an action takes at most one stateful
+    // ALU's result.
+    action do_result_seq_write() {
+        result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+    }
+    action do_result_seq_read() {
+        md.rec_seq = result_seq_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+    }
+    @stage(0)
+    table result_seq_access {
+        key = {
+            md.pass2 : exact;
+            hdr.bridge.op : ternary;
+            hdr.bridge.stamp : ternary;
+            hdr.ina.msg_type : ternary;
+            hdr.ina.gap_on : ternary;
+        }
+        actions = {
+            do_result_seq_write;
+            do_result_seq_read;
+            NoAction;
+        }
+        const entries = {
+            (1, 6, 1, _, _) : do_result_seq_write();
+            (0, _, _, 8, 1) : do_result_seq_read();
         }
         size = 2;
         const default_action = NoAction();
@@ -656,12 +737,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 1024;
     }
 
-    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session) {
+    action set_rank(MirrorId_t report_session) {
         md.rank_hit = 1;
         md.mirror_session = report_session;
-        md.port_x = ig_intr_md.ingress_port ^ port;
-        md.ip_x = hdr.ipv4.src_addr ^ ip;
-        md.udp_x = hdr.udp.src_port ^ udp_port;
     }
     action unknown_rank() {
         md.rank_hit = 0;
@@ -680,10 +758,34 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 32768;
     }
 
+    // The rank's port and source address: the frame comes from where the rank is.
+    action rank_source_ok() {
+        md.src_ok = 1;
+    }
+    action rank_source_other() {
+        md.src_ok = 0;
+    }
+    @stage(1)
+    table rank_source {
+        key = {
+            hdr.ina.job : exact;
+            hdr.ina.rank : exact;
+            ig_intr_md.ingress_port : exact;
+            hdr.ipv4.src_addr : exact;
+            hdr.udp.src_port : exact;
+        }
+        actions = {
+            rank_source_ok;
+            rank_source_other;
+        }
+        default_action = rank_source_other();
+        size = 32768;
+    }
+
     action set_bit(bit<32> b) {
         md.rbit = b;
     }
-    @stage(0)
+    @stage(1)
     table rank_bit {
         key = {
             hdr.ina.rank : exact;
@@ -730,17 +832,43 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // ---- stage 1: the comparisons, as differences the check table matches against 0 ----
 
+    // An ARP request for the switch's address (one entry: 1 and the address) becomes its
+    // reply here; stage 7 sends it back out of its port.
+    action arp_for_switch(bit<48> mac, bit<32> ip) {
+        md.arp_mine = 1;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        hdr.arp.oper = 2;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = mac;
+        hdr.arp.spa = ip;
+    }
+    action arp_not_for_switch() {
+        md.arp_mine = 0;
+    }
+    @stage(1)
+    table arp_target {
+        key = {
+            md.arp_req : exact;
+            hdr.arp.tpa : exact;
+        }
+        actions = {
+            arp_for_switch;
+            arp_not_for_switch;
+        }
+        default_action = arp_not_for_switch();
+        size = 1;
+    }
+
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) exp_h_of;
     action compare() {
-        md.dst_x = hdr.ipv4.dst_addr ^ md.sip;
-        md.arp_x = hdr.arp.tpa ^ md.sip;
         md.len_x = md.ulen ^ md.cnt4;
         // Bit 15 set (and slot_off below 2^13, a pool's size): the slot lies below the end
         // of the job's range.
         md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
         md.exp_h = exp_h_of.get({md.kind[31:31], 23w0, hdr.ina.exponent});
-        md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }
     @stage(1)
@@ -749,6 +877,17 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             compare;
         }
         const default_action = compare();
+    }
+    // (Apart from compare: a constant this wide is action data.)
+    action gap_previous() {
+        md.gap_in1 = md.gap_in - GAP_STEP;
+    }
+    @stage(1)
+    table prep_gap_previous {
+        actions = {
+            gap_previous;
+        }
+        const default_action = gap_previous();
     }
 
     // A rank's Missing of a result it lacks (PROTOCOL.md section 5, "Lost results"), of its own
@@ -766,8 +905,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.set = rec_set_of.get({md.rec[0:0]});
         hdr.ina.seq = md.rec_seq;
         hdr.ina.exponent = 1;
-        hdr.ina.gap = 0;
-        hdr.ina.gap_on = 0;
+        // (The flags byte keeps its gap fields, which no table reads for a Query: every
+        // reply writes them. The set, from a hash, cannot share the byte's write with
+        // constants.)
+    }
+    action no_requery() {
+        md.from_missing = 0;
     }
     @stage(1)
     table requery_access {
@@ -780,13 +923,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         actions = {
             requery;
-            NoAction;
+            no_requery;
         }
         const entries = {
             (8, 1, 1, 0, 1) : requery();
         }
         size = 1;
-        const default_action = NoAction();
+        const default_action = no_requery();
     }
 
     action set_full_mask(bit<32> mask) {
@@ -879,9 +1022,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.pass2 : ternary;
             md.arp_req : ternary;
             hdr.arp.isValid() : ternary;
-            md.arp_x : ternary;
+            md.arp_mine : ternary;
             hdr.ipv4.isValid() : ternary;
-            md.dst_x : ternary;
+            md.ip_mine : ternary;
             md.ina_expected : ternary;
             ig_prsr_md.parser_err : ternary;
             hdr.ina.isValid() : ternary;
@@ -890,9 +1033,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.len_x : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
-            md.port_x : ternary;
-            md.ip_x : ternary;
-            md.udp_x : ternary;
+            md.src_ok : ternary;
             md.epoch_x : ternary;
             md.room[15:15] : ternary;
             md.slot_off[15:13] : ternary;
@@ -915,43 +1056,43 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             check_query;
         }
         const entries = {
-            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
-            (0, 1, true, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _) : check_data();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _) : check_query();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_probe();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, 0, 0, 0, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(19);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(8);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(7);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(6);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _) : check_drop(5);
-            (0, _, _, _, true, 0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
-            (0, _, _, _, true, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
+            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
+            (0, 1, true, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _) : check_data();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _) : check_data();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _) : check_query();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_probe();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(19);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
+            (0, _, _, _, true, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
         }
         size = 37;
         const default_action = check_drop(1);
@@ -1044,15 +1185,18 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     };
     action do_order_data_1() { md.order_pred = order_data_1.execute(md.cell[13:1]); }
     action do_order_query_1() { md.order_pred = order_query_1.execute(md.cell[13:1]); }
+    action seq_access_miss() {
+        md.seq_pred = 0;
+    }
     @stage(2)
     table seq_access {
         key = {
             md.pass2 : ternary;
             md.arp_req : ternary;
             hdr.arp.isValid() : ternary;
-            md.arp_x : ternary;
+            md.arp_mine : ternary;
             hdr.ipv4.isValid() : ternary;
-            md.dst_x : ternary;
+            md.ip_mine : ternary;
             md.ina_expected : ternary;
             ig_prsr_md.parser_err : ternary;
             hdr.ina.isValid() : ternary;
@@ -1061,9 +1205,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.len_x : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
-            md.port_x : ternary;
-            md.ip_x : ternary;
-            md.udp_x : ternary;
+            md.src_ok : ternary;
             md.epoch_x : ternary;
             md.room[15:15] : ternary;
             md.slot_off[15:13] : ternary;
@@ -1080,18 +1222,21 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             do_seq_data_1;
             do_seq_query_0;
             do_seq_query_1;
-            NoAction;
+            seq_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_seq_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_seq_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_query_1();
         }
         size = 6;
-        const default_action = NoAction();
+        const default_action = seq_access_miss();
+    }
+    action seq_order_access_miss() {
+        md.order_pred = 0;
     }
     @stage(2)
     table seq_order_access {
@@ -1099,9 +1244,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.pass2 : ternary;
             md.arp_req : ternary;
             hdr.arp.isValid() : ternary;
-            md.arp_x : ternary;
+            md.arp_mine : ternary;
             hdr.ipv4.isValid() : ternary;
-            md.dst_x : ternary;
+            md.ip_mine : ternary;
             md.ina_expected : ternary;
             ig_prsr_md.parser_err : ternary;
             hdr.ina.isValid() : ternary;
@@ -1110,9 +1255,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.len_x : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
-            md.port_x : ternary;
-            md.ip_x : ternary;
-            md.udp_x : ternary;
+            md.src_ok : ternary;
             md.epoch_x : ternary;
             md.room[15:15] : ternary;
             md.slot_off[15:13] : ternary;
@@ -1129,26 +1272,26 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             do_order_data_1;
             do_order_query_0;
             do_order_query_1;
-            NoAction;
+            seq_order_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_query_0();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 7, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_order_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_order_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_query_1();
         }
         size = 6;
-        const default_action = NoAction();
+        const default_action = seq_order_access_miss();
     }
 
     // Twin: Registers::gaps. Per block and rank, the latest gap counter (GAP_STEP * counter,
     // bit 0 set; 0: none yet). A first counter, or one 1 to 8 ahead of the cell's (0 to 7
     // skipped), is taken; any other leaves the cell. Returns the cell before the packet.
-    Register<bit<32>, gap_index_t>(GAP_CELLS) reg_gap;
-    RegisterAction<bit<32>, gap_index_t, bit<32>>(reg_gap) gap_note = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    Register<bit<16>, gap_index_t>(GAP_CELLS) reg_gap;
+    RegisterAction<bit<16>, gap_index_t, bit<16>>(reg_gap) gap_note = {
+        void apply(inout bit<16> v, out bit<16> rv) {
             rv = v;
             if (v == 0 || md.gap_in1 - v < GAP_AHEAD) {
                 v = md.gap_in;
@@ -1158,15 +1301,18 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action do_gap_note() {
         md.gap_old = gap_note.execute(md.gap_cell);
     }
+    action gap_access_miss() {
+        md.gap_old = 0;
+    }
     @stage(2)
     table gap_access {
         key = {
             md.pass2 : ternary;
             md.arp_req : ternary;
             hdr.arp.isValid() : ternary;
-            md.arp_x : ternary;
+            md.arp_mine : ternary;
             hdr.ipv4.isValid() : ternary;
-            md.dst_x : ternary;
+            md.ip_mine : ternary;
             md.ina_expected : ternary;
             ig_prsr_md.parser_err : ternary;
             hdr.ina.isValid() : ternary;
@@ -1175,9 +1321,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.len_x : ternary;
             md.job_hit : ternary;
             md.rank_hit : ternary;
-            md.port_x : ternary;
-            md.ip_x : ternary;
-            md.udp_x : ternary;
+            md.src_ok : ternary;
             md.epoch_x : ternary;
             md.room[15:15] : ternary;
             md.slot_off[15:13] : ternary;
@@ -1192,14 +1336,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         actions = {
             do_gap_note;
-            NoAction;
+            gap_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
-            (0, _, _, _, true, 0, 1, 0, true, 1, 1, 0, 1, 1, 0, 0, 0, 0, 1, 0, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
         }
         size = 2;
-        const default_action = NoAction();
+        const default_action = gap_access_miss();
     }
 
     // ---- stage 3: bitmap and exponent of the set; what the values do ----
@@ -1212,7 +1356,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_new_0 = {
         void apply(inout bit<32> v, out bit<32> rv) {
             rv = v;
-            v = md.rbit | md.kind;
+            // (Not md.rbit | md.kind: a stateful ALU's instruction takes at most one PHV
+            // operand.)
+            if (md.kind == 0) {
+                v = md.rbit;
+            } else {
+                v = md.rbit | 32w0x80000000;
+            }
         }
     };
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_0) bitmap_add_0 = {
@@ -1242,7 +1392,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_new_1 = {
         void apply(inout bit<32> v, out bit<32> rv) {
             rv = v;
-            v = md.rbit | md.kind;
+            // (Not md.rbit | md.kind: a stateful ALU's instruction takes at most one PHV
+            // operand.)
+            if (md.kind == 0) {
+                v = md.rbit;
+            } else {
+                v = md.rbit | 32w0x80000000;
+            }
         }
     };
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_1) bitmap_add_1 = {
@@ -1263,33 +1419,29 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v;
         }
     };
-    action do_bitmap_new_0() {
+    action own_new_0() {
         md.bm_old = bitmap_new_0.execute(md.cell[13:1]);
-        bitmap_take_out_1.execute(md.cell[13:1]);
     }
-    action do_bitmap_add_0() {
+    action own_add_0() {
         md.bm_old = bitmap_add_0.execute(md.cell[13:1]);
-        bitmap_take_out_1.execute(md.cell[13:1]);
     }
-    // (Tofino addresses the registers of a table from every action that uses one: the
-    // other set's is read too.)
-    action do_bitmap_read_0() {
+    action own_read_0() {
         md.bm_old = bitmap_read_0.execute(md.cell[13:1]);
-        bitmap_read_1.execute(md.cell[13:1]);
     }
-    action do_bitmap_new_1() {
+    action other_take_out_0() {
+        bitmap_take_out_0.execute(md.cell[13:1]);
+    }
+    action own_new_1() {
         md.bm_old = bitmap_new_1.execute(md.cell[13:1]);
-        bitmap_take_out_0.execute(md.cell[13:1]);
     }
-    action do_bitmap_add_1() {
+    action own_add_1() {
         md.bm_old = bitmap_add_1.execute(md.cell[13:1]);
-        bitmap_take_out_0.execute(md.cell[13:1]);
     }
-    // (Tofino addresses the registers of a table from every action that uses one: the
-    // other set's is read too.)
-    action do_bitmap_read_1() {
+    action own_read_1() {
         md.bm_old = bitmap_read_1.execute(md.cell[13:1]);
-        bitmap_read_0.execute(md.cell[13:1]);
+    }
+    action other_take_out_1() {
+        bitmap_take_out_1.execute(md.cell[13:1]);
     }
 
     // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
@@ -1317,35 +1469,94 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
     action do_exp_max() { md.exp_x = exp_max.execute(md.cell); }
     action do_exp_read() { md.exp_x = exp_read.execute(md.cell); }
+    action bitmap_own_0_miss() {
+        md.bm_old = 0;
+    }
     @stage(3)
-    table bitmap_access {
+    table bitmap_own_0 {
         key = {
             md.op : exact;
-            hdr.ina.set : exact;
             md.seq_pred : ternary;
             md.order_pred : ternary;
         }
         actions = {
-            do_bitmap_new_0;
-            do_bitmap_add_0;
-            do_bitmap_read_0;
-            do_bitmap_new_1;
-            do_bitmap_add_1;
-            do_bitmap_read_1;
+            own_new_0;
+            own_add_0;
+            own_read_0;
+            bitmap_own_0_miss;
+        }
+        const entries = {
+            (6, 4w0b0010, _) : own_new_0();
+            (6, 4w0b0100, 4w0b0001) : own_add_0();
+            (6, 4w0b0100, _) : own_read_0();
+            (7, 4w0b0100, _) : own_read_0();
+        }
+        size = 4;
+        const default_action = bitmap_own_0_miss();
+    }
+    @stage(3)
+    table bitmap_other_0 {
+        key = {
+            md.op : exact;
+            md.seq_pred : ternary;
+            md.order_pred : ternary;
+        }
+        actions = {
+            other_take_out_0;
             NoAction;
         }
         const entries = {
-            (6, 0, 4w0b0010, _) : do_bitmap_new_0();
-            (6, 0, 4w0b0100, 4w0b0001) : do_bitmap_add_0();
-            (6, 0, 4w0b0100, _) : do_bitmap_read_0();
-            (7, 0, 4w0b0100, _) : do_bitmap_read_0();
-            (6, 1, 4w0b0010, _) : do_bitmap_new_1();
-            (6, 1, 4w0b0100, 4w0b0001) : do_bitmap_add_1();
-            (6, 1, 4w0b0100, _) : do_bitmap_read_1();
-            (7, 1, 4w0b0100, _) : do_bitmap_read_1();
+            (6, 4w0b0010, _) : other_take_out_0();
+            (6, 4w0b0100, 4w0b0001) : other_take_out_0();
         }
-        size = 8;
+        size = 2;
         const default_action = NoAction();
+    }
+    action bitmap_own_1_miss() {
+        md.bm_old = 0;
+    }
+    @stage(3)
+    table bitmap_own_1 {
+        key = {
+            md.op : exact;
+            md.seq_pred : ternary;
+            md.order_pred : ternary;
+        }
+        actions = {
+            own_new_1;
+            own_add_1;
+            own_read_1;
+            bitmap_own_1_miss;
+        }
+        const entries = {
+            (6, 4w0b0010, _) : own_new_1();
+            (6, 4w0b0100, 4w0b0001) : own_add_1();
+            (6, 4w0b0100, _) : own_read_1();
+            (7, 4w0b0100, _) : own_read_1();
+        }
+        size = 4;
+        const default_action = bitmap_own_1_miss();
+    }
+    @stage(3)
+    table bitmap_other_1 {
+        key = {
+            md.op : exact;
+            md.seq_pred : ternary;
+            md.order_pred : ternary;
+        }
+        actions = {
+            other_take_out_1;
+            NoAction;
+        }
+        const entries = {
+            (6, 4w0b0010, _) : other_take_out_1();
+            (6, 4w0b0100, 4w0b0001) : other_take_out_1();
+        }
+        size = 2;
+        const default_action = NoAction();
+    }
+    action exp_access_miss() {
+        md.exp_x = 0;
     }
     @stage(3)
     table exp_access {
@@ -1359,7 +1570,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             do_exp_write;
             do_exp_max;
             do_exp_read;
-            NoAction;
+            exp_access_miss;
         }
         const entries = {
             (6, _, 4w0b0010, _) : do_exp_write();
@@ -1368,7 +1579,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, _, 4w0b0100, _) : do_exp_read();
         }
         size = 4;
-        const default_action = NoAction();
+        const default_action = exp_access_miss();
     }
 
     action select_values(bit<8> v) {
@@ -1420,31 +1631,39 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     action report_gap(bit<8> skipped) {
         md.rep_op = REPORT_OP;
-        md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }
+    // A rank's Missing answered as its fetching Query. (Here, not in the apply block: a
+    // counter is one table's.)
+    action missing_answered() {
+        ina_missing.count((bit<1>)MISSING_RECEIVED);
+    }
     @stage(4)
     table gap_report {
         key = {
-            md.gap_old[0:0] : exact;
-            md.gap_ahead[31:26] : exact;
+            md.gap_old[0:0] : ternary;
+            md.gap_ahead[15:10] : ternary;
+            md.from_missing : ternary;
+            md.op : ternary;
         }
         actions = {
             report_gap;
+            missing_answered;
             NoAction;
         }
         const entries = {
-            (1, 2) : report_gap(1);
-            (1, 3) : report_gap(2);
-            (1, 4) : report_gap(3);
-            (1, 5) : report_gap(4);
-            (1, 6) : report_gap(5);
-            (1, 7) : report_gap(6);
-            (1, 8) : report_gap(7);
+            (1, 2, _, _) : report_gap(1);
+            (1, 3, _, _) : report_gap(2);
+            (1, 4, _, _) : report_gap(3);
+            (1, 5, _, _) : report_gap(4);
+            (1, 6, _, _) : report_gap(5);
+            (1, 7, _, _) : report_gap(6);
+            (1, 8, _, _) : report_gap(7);
+            (_, _, 1, 7) : missing_answered();
         }
-        size = 7;
+        size = 8;
         const default_action = NoAction();
     }
 
@@ -1454,6 +1673,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action set_seen() {
         md.seen = 1;
     }
+    action seen_check_miss() {
+        md.seen = 0;
+    }
     @stage(4)
     table seen_check {
         key = {
@@ -1462,7 +1684,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         actions = {
             set_seen;
-            NoAction;
+            seen_check_miss;
         }
         const entries = {
             (32w0x00000001 &&& 32w0x00000001, 0) : set_seen();
@@ -1498,7 +1720,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (32w0x40000000 &&& 32w0x40000000, 30) : set_seen();
         }
         size = 31;
-        const default_action = NoAction();
+        const default_action = seen_check_miss();
     }
 
     action done_compare() {
@@ -3350,6 +3572,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.reason = reason;
         md.event = event;
     }
+    action ina_outcome_miss() {
+        md.outcome = 0;
+        md.pend = 0;
+        md.mcast_count = 0;
+    }
     @stage(6)
     table ina_outcome {
         key = {
@@ -3369,7 +3596,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             outcome_pending;
             outcome_pending_empty;
             outcome_reject;
-            NoAction;
+            ina_outcome_miss;
         }
         const entries = {
             (6, 4w0b0100, 4w0b0001, 0, 32w0x80000000 &&& 32w0x80000000, _, _, 64, _) : outcome_reject(3, 11);
@@ -3397,7 +3624,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _) : outcome_pending(17);
         }
         size = 23;
-        const default_action = NoAction();
+        const default_action = ina_outcome_miss();
     }
 
     // ---- stage 7: the frame that leaves ----
@@ -3444,13 +3671,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
-        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
-        hdr.arp.oper = 2;
-        hdr.arp.tha = hdr.arp.sha;
-        hdr.arp.tpa = hdr.arp.spa;
-        hdr.arp.sha = md.sm;
-        hdr.arp.spa = md.sip;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
     }
     action probe_gap_flag() {
@@ -3465,23 +3685,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 60;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 40;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 4;
@@ -3509,23 +3716,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 44;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
@@ -3544,23 +3738,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 48;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 28;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 1;
@@ -3582,23 +3763,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 44;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
@@ -3611,23 +3779,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // reads the low halves.
     action answer_result_harvest() {
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 300;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
@@ -3638,7 +3793,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 5;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
-        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
@@ -3653,21 +3808,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
-        hdr.ethernet.src_addr = md.sm;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 44;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
@@ -3684,21 +3826,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
-        hdr.ethernet.src_addr = md.sm;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 300;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
@@ -3711,21 +3840,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // The same through egress, which stamps the block's gap counter on the way to the
     // second pass (with payload, or without: such a result takes the pass for its counter).
     action multicast_result_harvest() {
-        hdr.ethernet.src_addr = md.sm;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 300;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
@@ -3735,28 +3851,15 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 0;
         hdr.bridge._pad = 0;
-        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 1;
     }
     action multicast_result_harvest_stamped() {
-        hdr.ethernet.src_addr = md.sm;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 300;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 280;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 64;
@@ -3766,28 +3869,15 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 1;
         hdr.bridge._pad = 0;
-        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 0;
     }
     action multicast_result_empty_harvest() {
-        hdr.ethernet.src_addr = md.sm;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 44;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = md.sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
-        hdr.udp.checksum = 0;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
         hdr.ina.count = 0;
@@ -3797,7 +3887,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 6;
         hdr.bridge.stamp = 1;
         hdr.bridge._pad = 0;
-        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
@@ -3870,14 +3960,21 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     apply {
         // Stage 0.
         switch_addr.apply();
+        prep_cells.apply();
+        prep_gap_counter.apply();
         l2_forward.apply();
         ina_job.apply();
         ina_rank.apply();
-        rank_bit.apply();
         gap_block.apply();
         result_use_access.apply();
-        // Stage 1.
+        result_seq_access.apply();
+        // Stage 1 (with the tables whose results stage 2 reads first).
+        rank_source.apply();
+        ip_target.apply();
+        rank_bit.apply();
         prep_compare.apply();
+        prep_gap_previous.apply();
+        arp_target.apply();
         full_mask.apply();
         requery_access.apply();
         // Stage 2.
@@ -3886,7 +3983,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         seq_order_access.apply();
         gap_access.apply();
         // Stage 3.
-        bitmap_access.apply();
+        if (hdr.ina.set == 0) {
+            bitmap_own_0.apply();
+            bitmap_other_1.apply();
+        } else {
+            bitmap_own_1.apply();
+            bitmap_other_0.apply();
+        }
         exp_access.apply();
         value_select.apply();
         prep_gap.apply();
@@ -3946,10 +4049,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         if (md.mcast_count == 1) {
             ina_multicast.count(0);
         }
-        // A rank's Missing answered as its fetching Query.
-        if (md.from_missing == 1 && md.op == OP_QUERY) {
-            ina_missing.count((bit<1>)MISSING_RECEIVED);
-        }
     }
 }
 
@@ -3959,7 +4058,7 @@ control InaIngressDeparser(packet_out pkt, inout headers_t hdr, in ingress_md_t 
     apply {
         // A Missing report: a copy of the packet, with the counters skipped ahead of it.
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
-            mirror.emit<report_h>(md.mirror_session, {md.rep_op, 0, md.rep_first, md.rep_skipped});
+            mirror.emit<report_h>(md.mirror_session, {md.rep_op, md.gap_old, md.rep_skipped});
         }
         pkt.emit(hdr);
     }
@@ -4031,33 +4130,21 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         size = 32768;
     }
 
-    action report_missing(bit<48> sm, bit<32> sip, bit<48> mac, bit<32> ip, bit<16> udp_port) {
+    action report_missing(bit<48> mac, bit<32> ip, bit<16> udp_port) {
         hdr.ethernet.dst_addr = mac;
-        hdr.ethernet.src_addr = sm;
         hdr.ipv4.dst_addr = ip;
         hdr.udp.dst_port = udp_port;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
         hdr.ipv4.total_len = 44;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = sip;
-        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.length = 24;
-        hdr.udp.checksum = 0;
         hdr.ina.msg_type = INA_MISSING;
         // (gap_on is set by mark_gap_on, apart.)
-        hdr.ina.gap = hdr.report.first;
+        hdr.ina.gap = md.report_next[15:10];
         hdr.ina.exponent = hdr.report.skipped;
         hdr.ina.count = 0;
         md.fix_checksum = 1;
     }
-    // The report of a rank of a job: keyed as the rank's Data is.
+    // The report of a rank of a job: keyed as the rank's Data is. (reply_source writes the
+    // rest of its IPv4 and UDP headers and its source.)
     table ina_report_addr {
         key = {
             hdr.ina.job : exact;
@@ -4069,6 +4156,29 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         }
         default_action = drop_copy();
         size = 32768;
+    }
+
+    action reply_source(bit<48> mac, bit<32> ip) {
+        hdr.ethernet.src_addr = mac;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = ip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.checksum = 0;
+    }
+    // One default entry: the switch's MAC and IPv4 addresses.
+    table switch_source {
+        actions = {
+            reply_source;
+        }
+        default_action = reply_source(0, 0);
     }
 
     // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
@@ -4092,9 +4202,13 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
     action mark_gap_on() {
         hdr.ina.gap_on = 1;
     }
+    action report_next_counter() {
+        md.report_next = hdr.report.cell + GAP_STEP;
+    }
 
     apply {
         if (hdr.report.isValid()) {
+            report_next_counter();
             ina_report_addr.apply();
             mark_gap_on();
             hdr.bridge.setInvalid();
@@ -4116,6 +4230,10 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             hdr.bridge.setInvalid();
         }
         hdr.report.setInvalid();
+        // Every reply and report: the switch's source and the fixed header fields.
+        if (md.fix_checksum == 1) {
+            switch_source.apply();
+        }
     }
 }
 

@@ -81,6 +81,7 @@ pub(super) fn egress(p: &mut P4) {
     }}
 
 {report}
+{source}
     // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
     // low six bits), stamped on the result on its way to the second pass: the recirculation
     // port's queue keeps the order, so the ranks get a block's results in counter order.
@@ -102,9 +103,13 @@ pub(super) fn egress(p: &mut P4) {
     action mark_gap_on() {{
         hdr.ina.gap_on = 1;
     }}
+    action report_next_counter() {{
+        md.report_next = hdr.report.cell + GAP_STEP;
+    }}
 
     apply {{
         if (hdr.report.isValid()) {{
+            report_next_counter();
             ina_report_addr.apply();
             mark_gap_on();
             hdr.bridge.setInvalid();
@@ -126,6 +131,10 @@ pub(super) fn egress(p: &mut P4) {
             hdr.bridge.setInvalid();
         }}
         hdr.report.setInvalid();
+        // Every reply and report: the switch's source and the fixed header fields.
+        if (md.fix_checksum == 1) {{
+            switch_source.apply();
+        }}
     }}
 }}
 ",
@@ -134,6 +143,7 @@ pub(super) fn egress(p: &mut P4) {
         reply = bridge::REPLY,
         harvest_mcast = bridge::HARVEST_MCAST,
         report = report_rewrite(),
+        source = reply_source(),
     );
 }
 
@@ -144,25 +154,29 @@ pub(super) fn egress(p: &mut P4) {
 fn report_rewrite() -> String {
     let mut p = P4::default();
     p.push_str(
-        "    action report_missing(bit<48> sm, bit<32> sip, bit<48> mac, bit<32> ip, bit<16> udp_port) {
+        "    action report_missing(bit<48> mac, bit<32> ip, bit<16> udp_port) {
         hdr.ethernet.dst_addr = mac;
-        hdr.ethernet.src_addr = sm;
         hdr.ipv4.dst_addr = ip;
         hdr.udp.dst_port = udp_port;
 ",
     );
-    let udp = (8 + HEADER_LEN).to_string();
-    let total = (28 + HEADER_LEN).to_string();
-    common::reply_headers(&mut p, "sip", &total, &udp);
+    let _ = writeln!(
+        p,
+        "        hdr.ipv4.total_len = {total};
+        hdr.udp.length = {udp};",
+        udp = 8 + HEADER_LEN,
+        total = 28 + HEADER_LEN,
+    );
     p.push_str(
         "        hdr.ina.msg_type = INA_MISSING;
         // (gap_on is set by mark_gap_on, apart.)
-        hdr.ina.gap = hdr.report.first;
+        hdr.ina.gap = md.report_next[15:10];
         hdr.ina.exponent = hdr.report.skipped;
         hdr.ina.count = 0;
         md.fix_checksum = 1;
     }
-    // The report of a rank of a job: keyed as the rank's Data is.
+    // The report of a rank of a job: keyed as the rank's Data is. (reply_source writes the
+    // rest of its IPv4 and UDP headers and its source.)
     table ina_report_addr {
         key = {
             hdr.ina.job : exact;
@@ -174,6 +188,39 @@ fn report_rewrite() -> String {
         }
         default_action = drop_copy();
         size = 32768;
+    }
+",
+    );
+    p.finish()
+}
+
+/// The switch's source addresses and the fixed fields of the IPv4 and UDP headers of every
+/// reply (as `wire::frame::emit_headers` writes them): written here, where the egress-only
+/// containers have room, rather than by each reply action of the ingress.
+fn reply_source() -> String {
+    let mut p = P4::default();
+    p.push_str(
+        "    action reply_source(bit<48> mac, bit<32> ip) {
+        hdr.ethernet.src_addr = mac;
+        hdr.ipv4.version = 4;
+        hdr.ipv4.ihl = 5;
+        hdr.ipv4.diffserv = 0;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 0b010;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.protocol = IP_PROTO_UDP;
+        hdr.ipv4.hdr_checksum = 0;
+        hdr.ipv4.src_addr = ip;
+        hdr.udp.src_port = INA_UDP_PORT;
+        hdr.udp.checksum = 0;
+    }
+    // One default entry: the switch's MAC and IPv4 addresses.
+    table switch_source {
+        actions = {
+            reply_source;
+        }
+        default_action = reply_source(0, 0);
     }
 ",
     );

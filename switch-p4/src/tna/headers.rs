@@ -18,11 +18,11 @@ header bridge_h {
 }
 
 // Ahead of a report's mirrored copy (REPORT_OP), which also has its bridged header: the
-// first gap counter skipped and how many were.
+// rank's gap cell as it was (its counter, in the top six bits, is the one before the first
+// skipped) and how many counters were skipped.
 header report_h {
     bit<8> op;
-    bit<2> _pad;
-    bit<6> first;
+    bit<16> cell;
     bit<8> skipped;
 }
 
@@ -50,8 +50,6 @@ struct ingress_md_t {
     bit<1> pass2;
     bit<1> arp_req;
     bit<1> ina_expected;
-    bit<48> sm;
-    bit<32> sip;
     bit<16> cnt4;
     bit<16> ulen;
     cell_index_t cell;
@@ -66,15 +64,15 @@ struct ingress_md_t {
     bit<8> workers;
     bit<16> mgrp;
     bit<1> rank_hit;
-    bit<9> port_x;
-    bit<32> ip_x;
-    bit<16> udp_x;
+    // The frame comes from its rank's port and address.
+    bit<1> src_ok;
     bit<32> rbit;
     bit<2> l2_kind;
     PortId_t l2_port;
     bit<16> l2_mgrp;
-    bit<32> dst_x;
-    bit<32> arp_x;
+    // To the switch's IPv4 address; an ARP request for it.
+    bit<1> ip_mine;
+    bit<1> arp_mine;
     bit<16> len_x;
     bit<16> room;
     bit<9> l2_port_x;
@@ -101,16 +99,14 @@ struct ingress_md_t {
     bit<1> gap_block;
     bit<1> stamp;
     gap_index_t gap_cell;
-    bit<32> gap_in;
-    bit<32> gap_in1;
-    bit<32> gap_old;
-    bit<32> gap_ahead;
+    bit<16> gap_in;
+    bit<16> gap_in1;
+    bit<16> gap_old;
+    bit<16> gap_ahead;
     // The report header's fields: the mirror's field list takes no constant but 0.
     bit<8> rep_op;
-    bit<6> rep_first;
     bit<8> rep_skipped;
     MirrorId_t mirror_session;
-    bit<16> use_rec;
     bit<32> rec;
     bit<32> rec_seq;
     bit<1> from_missing;
@@ -119,6 +115,8 @@ struct ingress_md_t {
 struct egress_md_t {
     bit<1> fix_checksum;
     bit<32> res_gap;
+    // A report's cell, one counter on: the first counter skipped.
+    bit<16> report_next;
 }
 
 ",

@@ -40,8 +40,8 @@ use ina_proto::pipeline::{HEADER_USE, MAX_REPORTED_GAP};
 use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, GAP_BLOCK, GAP_COUNTER, HEADER_LEN};
 use ina_wire::PROTOCOL_VERSION;
 
-/// One gap counter in a `reg_gap` cell, whose top six bits hold the counter.
-const GAP_STEP: u32 = 1 << 26;
+/// One gap counter in a `reg_gap` cell (16 bits), whose top six bits hold the counter.
+const GAP_STEP: u16 = 1 << 10;
 
 /// The exponent byte of a Query that wants a complete use's header alone: bit 0 clear
 /// ([`ina_wire::QueryAsk::wants_sums`]).
@@ -286,7 +286,7 @@ mod pred {
 }
 
 /// [`KIND_BIT`] as a P4 literal.
-fn kind_bit() -> String {
+pub(super) fn kind_bit() -> String {
     format!("32w0x{KIND_BIT:08x}")
 }
 
@@ -417,8 +417,8 @@ const bit<32> GAP_CELLS = {gap_cells};
 const bit<32> RESULT_USE_CELLS = {result_use_cells};
 // A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
 // is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
-const bit<32> GAP_STEP = 0x{gap_step:08x};
-const bit<32> GAP_AHEAD = 0x{gap_ahead:08x};
+const bit<16> GAP_STEP = 0x{gap_step:04x};
+const bit<16> GAP_AHEAD = 0x{gap_ahead:04x};
 const bit<32> MISSING_COUNTERS = {missing_counters};
 const bit<32> MISSING_SENT = {missing_sent};
 const bit<32> MISSING_RECEIVED = {missing_received};
@@ -438,7 +438,7 @@ struct pair_t {{
         gap_cells = GAP_CELLS,
         result_use_cells = RESULT_USE_CELLS,
         gap_step = GAP_STEP,
-        gap_ahead = GAP_STEP * (MAX_REPORTED_GAP + 1),
+        gap_ahead = u32::from(GAP_STEP) * (MAX_REPORTED_GAP + 1),
         missing_counters = MISSING_COUNTERS,
         missing_sent = MISSING_SENT,
         missing_received = MISSING_RECEIVED,

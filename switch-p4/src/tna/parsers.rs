@@ -37,13 +37,26 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }}
 
+    // (A parser state matches at most 32 bits on Tofino: the hardware and protocol types
+    // first, then the lengths and the operation.)
     state parse_arp {{
+        transition select(pkt.lookahead<bit<32>>()) {{
+            16w1 ++ ETHERTYPE_IPV4 : parse_arp_ipv4;
+            default : parse_arp_other;
+        }}
+    }}
+
+    state parse_arp_ipv4 {{
         pkt.extract(hdr.arp);
-        transition select(hdr.arp.htype, hdr.arp.ptype, hdr.arp.hlen, hdr.arp.plen,
-                          hdr.arp.oper) {{
-            (1, ETHERTYPE_IPV4, 6, 4, 1) : arp_request;
+        transition select(hdr.arp.hlen, hdr.arp.plen, hdr.arp.oper) {{
+            (6, 4, 1) : arp_request;
             default : accept;
         }}
+    }}
+
+    state parse_arp_other {{
+        pkt.extract(hdr.arp);
+        transition accept;
     }}
 
     state arp_request {{
@@ -56,19 +69,39 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
             .map(|f| format!("        md.{f} = 0;\n"))
             .collect::<String>(),
     );
-    common::frame_parser_states(p);
+    common::l3_parser_states(p);
     let _ = writeln!(
         p,
         "
     // The payload is parsed for {ELEMS}-element Data and Result packets whose UDP length says
     // so; every other ina packet is a header (anything after it stays behind as payload).
+    // (A parser state matches at most 32 bits on Tofino: the UDP length is matched where
+    // the UDP header is.)
+    state parse_udp {{
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port, hdr.udp.length) {{
+            (INA_UDP_PORT, {full_len}) : parse_ina_full;
+            (INA_UDP_PORT, _) : parse_ina;
+            default : accept;
+        }}
+    }}
+
+    state parse_ina_full {{
+        md.ina_expected = 1;
+        pkt.extract(hdr.ina);
+        transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count) {{
+            (INA_VERSION, INA_DATA, INA_ELEMS) : parse_payload;
+            (INA_VERSION, INA_RESULT, INA_ELEMS) : parse_payload;
+            (_, _, 0) : header_kind;
+            default : accept;
+        }}
+    }}
+
     state parse_ina {{
         md.ina_expected = 1;
         pkt.extract(hdr.ina);
-        transition select(hdr.ina.version, hdr.ina.msg_type, hdr.ina.count, hdr.udp.length) {{
-            (INA_VERSION, INA_DATA, INA_ELEMS, {full_len}) : parse_payload;
-            (INA_VERSION, INA_RESULT, INA_ELEMS, {full_len}) : parse_payload;
-            (_, _, 0, _) : header_kind;
+        transition select(hdr.ina.count) {{
+            0 : header_kind;
             default : accept;
         }}
     }}
@@ -91,34 +124,11 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     );
 }
 
-/// The metadata fields some path reads before it writes them, zeroed by the parser.
-pub(super) const INIT_ZERO: [&str; 25] = [
-    "kind",
-    "pass2",
-    "arp_req",
-    "ina_expected",
-    "job_hit",
-    "rank_hit",
-    "l2_kind",
-    "seq_pred",
-    "order_pred",
-    "bm_old",
-    "exp_x",
-    "seen",
-    "vop_c",
-    "vop",
-    "outcome",
-    "pend",
-    "mcast_count",
-    "event",
-    "reason",
-    "op",
-    "rbit",
-    "gap_block",
-    "gap_old",
-    "rec",
-    "from_missing",
-];
+/// The metadata fields some path reads before a table writes them, zeroed by the parser. The
+/// others are written by their tables' default actions (`tables::MISS_ZERO` and the tables of
+/// stages 0 and 1), so that they take containers only from their own stage on.
+pub(super) const INIT_ZERO: [&str; 6] =
+    ["kind", "pass2", "arp_req", "ina_expected", "vop", "reason"];
 
 pub(super) fn ingress_deparser(p: &mut P4) {
     p.push_str(
@@ -128,7 +138,7 @@ pub(super) fn ingress_deparser(p: &mut P4) {
     apply {
         // A Missing report: a copy of the packet, with the counters skipped ahead of it.
         if (ig_dprsr_md.mirror_type == MIRROR_TYPE_REPORT) {
-            mirror.emit<report_h>(md.mirror_session, {md.rep_op, 0, md.rep_first, md.rep_skipped});
+            mirror.emit<report_h>(md.mirror_session, {md.rep_op, md.gap_old, md.rep_skipped});
         }
         pkt.emit(hdr);
     }

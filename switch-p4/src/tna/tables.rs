@@ -18,6 +18,25 @@ pub(super) fn table(
     entries: &[Entry],
     default: &str,
 ) {
+    // A table that writes fields no path reads before it: where no entry matches, its default
+    // writes them 0 (so the fields live from this stage on, not from the parser).
+    let miss = MISS_ZERO
+        .iter()
+        .find(|(t, _)| *t == name)
+        .map(|(_, fields)| *fields);
+    let miss_action = format!("{name}_miss");
+    let default = match miss {
+        Some(fields) if default == "NoAction()" => {
+            let _ = writeln!(p, "    action {miss_action}() {{");
+            for f in fields {
+                let _ = writeln!(p, "        md.{f} = 0;");
+            }
+            let _ = writeln!(p, "    }}");
+            format!("{miss_action}()")
+        }
+        _ => default.to_string(),
+    };
+    let default = default.as_str();
     if let Some(s) = stage {
         let _ = writeln!(p, "    @stage({s})");
     }
@@ -30,8 +49,14 @@ pub(super) fn table(
         let _ = writeln!(p, "        }}");
     }
     let _ = writeln!(p, "        actions = {{");
-    for a in actions {
+    for a in actions
+        .iter()
+        .filter(|a| **a != "NoAction" || miss.is_none())
+    {
         let _ = writeln!(p, "            {a};");
+    }
+    if miss.is_some() {
+        let _ = writeln!(p, "            {miss_action};");
     }
     if default == "NoAction()" && !actions.contains(&"NoAction") {
         let _ = writeln!(p, "            NoAction;");
@@ -49,14 +74,26 @@ pub(super) fn table(
     let _ = writeln!(p, "    }}");
 }
 
+/// Tables whose default action zeroes the fields they write (see [`table`]).
+const MISS_ZERO: [(&str, &[&str]); 8] = [
+    ("seq_access", &["seq_pred"]),
+    ("seq_order_access", &["order_pred"]),
+    ("gap_access", &["gap_old"]),
+    ("bitmap_own_0", &["bm_old"]),
+    ("bitmap_own_1", &["bm_old"]),
+    ("exp_access", &["exp_x"]),
+    ("seen_check", &["seen"]),
+    ("ina_outcome", &["outcome", "pend", "mcast_count"]),
+];
+
 /// The key of `ina_check`, `seq_access` and `seq_order_access` (stage 2).
-pub(super) const CHECK_KEYS: [(&str, &str); 26] = [
+pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
     ("md.pass2", "ternary"),
     ("md.arp_req", "ternary"),
     ("hdr.arp.isValid()", "ternary"),
-    ("md.arp_x", "ternary"),
+    ("md.arp_mine", "ternary"),
     ("hdr.ipv4.isValid()", "ternary"),
-    ("md.dst_x", "ternary"),
+    ("md.ip_mine", "ternary"),
     ("md.ina_expected", "ternary"),
     ("ig_prsr_md.parser_err", "ternary"),
     ("hdr.ina.isValid()", "ternary"),
@@ -65,9 +102,7 @@ pub(super) const CHECK_KEYS: [(&str, &str); 26] = [
     ("md.len_x", "ternary"),
     ("md.job_hit", "ternary"),
     ("md.rank_hit", "ternary"),
-    ("md.port_x", "ternary"),
-    ("md.ip_x", "ternary"),
-    ("md.udp_x", "ternary"),
+    ("md.src_ok", "ternary"),
     ("md.epoch_x", "ternary"),
     ("md.room[15:15]", "ternary"),
     ("md.slot_off[15:13]", "ternary"),
@@ -102,7 +137,7 @@ pub(super) fn parsed_ina() -> Vec<(&'static str, String)> {
     vec![
         kv("md.pass2", 0),
         kv("hdr.ipv4.isValid()", "true"),
-        kv("md.dst_x", 0),
+        kv("md.ip_mine", 1),
         kv("md.ina_expected", 1),
         kv("ig_prsr_md.parser_err", 0),
         kv("hdr.ina.isValid()", "true"),
@@ -121,9 +156,7 @@ pub(super) fn authenticated(t: MessageType) -> Vec<(&'static str, String)> {
         kv("hdr.ina.msg_type", mt(t)),
         kv("md.job_hit", 1),
         kv("md.rank_hit", 1),
-        kv("md.port_x", 0),
-        kv("md.ip_x", 0),
-        kv("md.udp_x", 0),
+        kv("md.src_ok", 1),
     ]);
     v
 }
@@ -171,7 +204,7 @@ pub(super) fn check_entries() -> Vec<Entry> {
             kv("md.pass2", 0),
             kv("md.arp_req", 1),
             kv("hdr.arp.isValid()", "true"),
-            kv("md.arp_x", 0),
+            kv("md.arp_mine", 1),
         ],
         "check_arp()".into(),
     );
@@ -238,7 +271,7 @@ pub(super) fn check_entries() -> Vec<Entry> {
         vec![
             kv("md.pass2", 0),
             kv("hdr.ipv4.isValid()", "true"),
-            kv("md.dst_x", 0),
+            kv("md.ip_mine", 1),
             extra,
         ]
     };

@@ -30,6 +30,9 @@ fn control_head(p: &mut P4) {
 // byte: replies write the flags from constants and the epoch from the job table's.
 @pa_container_size(\"ingress\", \"hdr.ina.epoch\", 16)
 @pa_container_size(\"ingress\", \"hdr.ina.job\", 16)
+// A ProbeReply's body and a payload are never in one packet (answer_probe drops the payload;
+// a Probe has none): they may share containers.
+@pa_mutually_exclusive(\"ingress\", \"hdr.probe\", \"hdr.payload\")
 control InaIngress(inout headers_t hdr, inout ingress_md_t md,
                    in ingress_intrinsic_metadata_t ig_intr_md,
                    in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
@@ -66,14 +69,21 @@ fn apply(p: &mut P4) {
     apply {
         // Stage 0.
         switch_addr.apply();
+        prep_cells.apply();
+        prep_gap_counter.apply();
         l2_forward.apply();
         ina_job.apply();
         ina_rank.apply();
-        rank_bit.apply();
         gap_block.apply();
         result_use_access.apply();
-        // Stage 1.
+        result_seq_access.apply();
+        // Stage 1 (with the tables whose results stage 2 reads first).
+        rank_source.apply();
+        ip_target.apply();
+        rank_bit.apply();
         prep_compare.apply();
+        prep_gap_previous.apply();
+        arp_target.apply();
         full_mask.apply();
         requery_access.apply();
         // Stage 2.
@@ -82,7 +92,13 @@ fn apply(p: &mut P4) {
         seq_order_access.apply();
         gap_access.apply();
         // Stage 3.
-        bitmap_access.apply();
+        if (hdr.ina.set == 0) {
+            bitmap_own_0.apply();
+            bitmap_other_1.apply();
+        } else {
+            bitmap_own_1.apply();
+            bitmap_other_0.apply();
+        }
         exp_access.apply();
         value_select.apply();
         prep_gap.apply();
@@ -120,10 +136,6 @@ fn apply(p: &mut P4) {
         }
         if (md.mcast_count == 1) {
             ina_multicast.count(0);
-        }
-        // A rank's Missing answered as its fetching Query.
-        if (md.from_missing == 1 && md.op == OP_QUERY) {
-            ina_missing.count((bit<1>)MISSING_RECEIVED);
         }
     }
 }

@@ -34,17 +34,11 @@ fn forwarding_actions(p: &mut P4) {
          ig_tm_md.level2_exclusion_id = ig_intr_md.ingress_port;\n    }\n",
     );
 
+    // (arp_target, stage 1, wrote the reply.)
     p.push_str("    action answer_arp() {\n");
     to_egress(p, bridge::PLAIN);
     p.push_str(
-        "        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
-        hdr.arp.oper = 2;
-        hdr.arp.tha = hdr.arp.sha;
-        hdr.arp.tpa = hdr.arp.spa;
-        hdr.arp.sha = md.sm;
-        hdr.arp.spa = md.sip;
-        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+        "        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
     }
 ",
     );
@@ -143,7 +137,6 @@ fn multicast_actions(p: &mut P4) {
         );
         let _ = writeln!(p, "    action {name}() {{");
         to_egress(p, bridge::MCAST);
-        p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
         reply_headers(p, elems);
         p.push_str(
             "        hdr.ina.msg_type = INA_RESULT;
@@ -166,7 +159,6 @@ fn multicast_actions(p: &mut P4) {
         ("multicast_result_empty_harvest", 0, true),
     ] {
         let _ = writeln!(p, "    action {name}() {{");
-        p.push_str("        hdr.ethernet.src_addr = md.sm;\n");
         reply_headers(p, elems);
         p.push_str(
             "        hdr.ina.msg_type = INA_RESULT;
@@ -313,7 +305,6 @@ fn reply_table(p: &mut P4) {
 pub(super) fn unicast_addressing(p: &mut P4, elems: u16) {
     p.push_str(
         "        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-        hdr.ethernet.src_addr = md.sm;
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;
 ",
@@ -322,17 +313,18 @@ pub(super) fn unicast_addressing(p: &mut P4, elems: u16) {
     p.push_str("        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;\n");
 }
 
-/// The IPv4 and UDP headers of a reply from the switch (as `wire::frame::emit_headers` writes
-/// them), with an `ina` payload of `elems` elements.
+/// The lengths of a reply from the switch with an `ina` payload of `elems` elements. Egress
+/// writes the rest of its IPv4 and UDP headers and its source (`reply_source`).
 pub(super) fn reply_headers(p: &mut P4, elems: u16) {
     let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
-    let (total_len, udp_len) = ((20 + udp).to_string(), udp.to_string());
-    common::reply_headers(p, "md.sip", &total_len, &udp_len);
     let _ = writeln!(
         p,
-        "hdr.ina.gap = 0;
+        "        hdr.ipv4.total_len = {total_len};
+        hdr.udp.length = {udp};
+        hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
-        hdr.ina.count = {elems};"
+        hdr.ina.count = {elems};",
+        total_len = 20 + udp,
     );
 }
 
@@ -347,7 +339,7 @@ pub(super) fn recirculate(p: &mut P4, op: u8, stamp: bool) {
         hdr.bridge.op = {op};
         hdr.bridge.stamp = {stamp};
         hdr.bridge._pad = 0;
-        hdr.bridge.rec = md.use_rec;
+        hdr.bridge.rec = use_rec_of.get({{2w1, hdr.ina.slot[12:0], hdr.ina.set}});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;

@@ -14,34 +14,77 @@ pub(super) fn stage0(p: &mut P4) {
     // on Tofino combines fields only within containers of one size.
     Hash<bit<14>>(HashAlgorithm_t.IDENTITY) cell_of;
     Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
-    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) gap_in_of;
+    Hash<bit<16>>(HashAlgorithm_t.IDENTITY) gap_in_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
     Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
 
-    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5).
-    action set_switch_addr(bit<48> mac, bit<32> ip, bit<1> reports) {{
-        md.sm = mac;
-        md.sip = ip;
+    // `reports`: the switch sends Missing reports (PROTOCOL.md section 5). Its addresses are
+    // the keys of ip_target and arp_target; egress writes them into its replies.
+    action set_switch_addr(bit<1> reports) {{
         md.reports = reports;
         md.cnt4 = hdr.ina.count << 2;
         md.ulen = hdr.udp.length - {hdr_udp};
-        md.cell = cell_of.get({{hdr.ina.slot[12:0], hdr.ina.set}});
-        md.gap_cell = gap_cell_of.get({{hdr.ina.slot[12:6], hdr.ina.rank[4:0]}});
-        md.gap_in = gap_in_of.get({{hdr.ina.gap, 25w0, 1w1}});
-        md.use_rec = use_rec_of.get({{2w1, hdr.ina.slot[12:0], hdr.ina.set}});
     }}
     @stage(0)
     table switch_addr {{
         actions = {{
             set_switch_addr;
         }}
-        default_action = set_switch_addr(0, 0, 0);
+        default_action = set_switch_addr(0);
+    }}
+
+    // The indices the registers take. Keyless tables whose actions take hash outputs have
+    // no action data (the driver programs their miss path only), and a table's actions take
+    // at most 32 bits from the hash units.
+    action cells() {{
+        md.cell = cell_of.get({{hdr.ina.slot[12:0], hdr.ina.set}});
+        md.gap_cell = gap_cell_of.get({{hdr.ina.slot[12:6], hdr.ina.rank[4:0]}});
+    }}
+    @stage(0)
+    table prep_cells {{
+        actions = {{
+            cells;
+        }}
+        const default_action = cells();
+    }}
+    action gap_counter() {{
+        md.gap_in = gap_in_of.get({{hdr.ina.gap, 9w0, 1w1}});
+    }}
+    @stage(0)
+    table prep_gap_counter {{
+        actions = {{
+            gap_counter;
+        }}
+        const default_action = gap_counter();
+    }}
+
+    // Frames to the switch's IPv4 address (one entry: the address).
+    action to_switch() {{
+        md.ip_mine = 1;
+    }}
+    action not_to_switch() {{
+        md.ip_mine = 0;
+    }}
+    @stage(1)
+    table ip_target {{
+        key = {{
+            hdr.ipv4.dst_addr : exact;
+        }}
+        actions = {{
+            to_switch;
+            not_to_switch;
+        }}
+        default_action = not_to_switch();
+        size = 1;
     }}
 
     // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
     // partly outside could be another job's too).
     action in_gap_block() {{
         md.gap_block = 1;
+    }}
+    action not_in_gap_block() {{
+        md.gap_block = 0;
     }}
     @stage(0)
     table gap_block {{
@@ -51,9 +94,9 @@ pub(super) fn stage0(p: &mut P4) {
         }}
         actions = {{
             in_gap_block;
-            NoAction;
+            not_in_gap_block;
         }}
-        default_action = NoAction();
+        default_action = not_in_gap_block();
         size = {gap_blocks};
     }}
 
@@ -86,11 +129,12 @@ pub(super) fn stage0(p: &mut P4) {
     }};
     action do_result_use_write() {{
         result_use_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-        result_seq_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
     }}
     action do_result_use_read() {{
         md.rec = result_use_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-        md.rec_seq = result_seq_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
+    }}
+    action no_result_use() {{
+        md.rec = 0;
     }}
     @stage(0)
     table result_use_access {{
@@ -104,11 +148,41 @@ pub(super) fn stage0(p: &mut P4) {
         actions = {{
             do_result_use_write;
             do_result_use_read;
-            NoAction;
+            no_result_use;
         }}
         const entries = {{
             (1, {harvest_mcast}, 1, _, _) : do_result_use_write();
             (0, _, _, {missing}, 1) : do_result_use_read();
+        }}
+        size = 2;
+        const default_action = no_result_use();
+    }}
+
+    // The use's sequence number, in a table of its own: an action takes at most one stateful
+    // ALU's result.
+    action do_result_seq_write() {{
+        result_seq_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
+    }}
+    action do_result_seq_read() {{
+        md.rec_seq = result_seq_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
+    }}
+    @stage(0)
+    table result_seq_access {{
+        key = {{
+            md.pass2 : exact;
+            hdr.bridge.op : ternary;
+            hdr.bridge.stamp : ternary;
+            hdr.ina.msg_type : ternary;
+            hdr.ina.gap_on : ternary;
+        }}
+        actions = {{
+            do_result_seq_write;
+            do_result_seq_read;
+            NoAction;
+        }}
+        const entries = {{
+            (1, {harvest_mcast}, 1, _, _) : do_result_seq_write();
+            (0, _, _, {missing}, 1) : do_result_seq_read();
         }}
         size = 2;
         const default_action = NoAction();
@@ -169,12 +243,9 @@ pub(super) fn stage0(p: &mut P4) {
         size = 1024;
     }}
 
-    action set_rank(PortId_t port, bit<32> ip, bit<16> udp_port, MirrorId_t report_session) {{
+    action set_rank(MirrorId_t report_session) {{
         md.rank_hit = 1;
         md.mirror_session = report_session;
-        md.port_x = ig_intr_md.ingress_port ^ port;
-        md.ip_x = hdr.ipv4.src_addr ^ ip;
-        md.udp_x = hdr.udp.src_port ^ udp_port;
     }}
     action unknown_rank() {{
         md.rank_hit = 0;
@@ -190,6 +261,30 @@ pub(super) fn stage0(p: &mut P4) {
             unknown_rank;
         }}
         default_action = unknown_rank();
+        size = 32768;
+    }}
+
+    // The rank's port and source address: the frame comes from where the rank is.
+    action rank_source_ok() {{
+        md.src_ok = 1;
+    }}
+    action rank_source_other() {{
+        md.src_ok = 0;
+    }}
+    @stage(1)
+    table rank_source {{
+        key = {{
+            hdr.ina.job : exact;
+            hdr.ina.rank : exact;
+            ig_intr_md.ingress_port : exact;
+            hdr.ipv4.src_addr : exact;
+            hdr.udp.src_port : exact;
+        }}
+        actions = {{
+            rank_source_ok;
+            rank_source_other;
+        }}
+        default_action = rank_source_other();
         size = 32768;
     }}
 
@@ -212,7 +307,7 @@ pub(super) fn stage0(p: &mut P4) {
     table(
         p,
         "rank_bit",
-        Some(0),
+        Some(1),
         &[("hdr.ina.rank", "exact")],
         &["set_bit"],
         &entries,
@@ -227,17 +322,43 @@ pub(super) fn stage1(p: &mut P4) {
         "
     // ---- stage 1: the comparisons, as differences the check table matches against 0 ----
 
+    // An ARP request for the switch's address (one entry: 1 and the address) becomes its
+    // reply here; stage 7 sends it back out of its port.
+    action arp_for_switch(bit<48> mac, bit<32> ip) {{
+        md.arp_mine = 1;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        hdr.arp.oper = 2;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = mac;
+        hdr.arp.spa = ip;
+    }}
+    action arp_not_for_switch() {{
+        md.arp_mine = 0;
+    }}
+    @stage(1)
+    table arp_target {{
+        key = {{
+            md.arp_req : exact;
+            hdr.arp.tpa : exact;
+        }}
+        actions = {{
+            arp_for_switch;
+            arp_not_for_switch;
+        }}
+        default_action = arp_not_for_switch();
+        size = 1;
+    }}
+
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) exp_h_of;
     action compare() {{
-        md.dst_x = hdr.ipv4.dst_addr ^ md.sip;
-        md.arp_x = hdr.arp.tpa ^ md.sip;
         md.len_x = md.ulen ^ md.cnt4;
         // Bit 15 set (and slot_off below 2^13, a pool's size): the slot lies below the end
         // of the job's range.
         md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
         md.exp_h = exp_h_of.get({{md.kind[31:31], 23w0, hdr.ina.exponent}});
-        md.gap_in1 = md.gap_in - GAP_STEP;
         md.stamp = md.reports & md.gap_block;
     }}
     @stage(1)
@@ -246,6 +367,17 @@ pub(super) fn stage1(p: &mut P4) {
             compare;
         }}
         const default_action = compare();
+    }}
+    // (Apart from compare: a constant this wide is action data.)
+    action gap_previous() {{
+        md.gap_in1 = md.gap_in - GAP_STEP;
+    }}
+    @stage(1)
+    table prep_gap_previous {{
+        actions = {{
+            gap_previous;
+        }}
+        const default_action = gap_previous();
     }}
 
     // A rank's Missing of a result it lacks (PROTOCOL.md section 5, \"Lost results\"), of its own
@@ -263,8 +395,12 @@ pub(super) fn stage1(p: &mut P4) {
         hdr.ina.set = rec_set_of.get({{md.rec[0:0]}});
         hdr.ina.seq = md.rec_seq;
         hdr.ina.exponent = {fetch};
-        hdr.ina.gap = 0;
-        hdr.ina.gap_on = 0;
+        // (The flags byte keeps its gap fields, which no table reads for a Query: every
+        // reply writes them. The set, from a hash, cannot share the byte's write with
+        // constants.)
+    }}
+    action no_requery() {{
+        md.from_missing = 0;
     }}
     @stage(1)
     table requery_access {{
@@ -277,13 +413,13 @@ pub(super) fn stage1(p: &mut P4) {
         }}
         actions = {{
             requery;
-            NoAction;
+            no_requery;
         }}
         const entries = {{
             ({missing}, 1, 1, 0, 1) : requery();
         }}
         size = 1;
-        const default_action = NoAction();
+        const default_action = no_requery();
     }}
 
     action set_full_mask(bit<32> mask) {{
@@ -426,9 +562,9 @@ fn gap_register(p: &mut P4) {
     // Twin: Registers::gaps. Per block and rank, the latest gap counter (GAP_STEP * counter,
     // bit 0 set; 0: none yet). A first counter, or one 1 to 8 ahead of the cell's (0 to 7
     // skipped), is taken; any other leaves the cell. Returns the cell before the packet.
-    Register<bit<32>, gap_index_t>(GAP_CELLS) reg_gap;
-    RegisterAction<bit<32>, gap_index_t, bit<32>>(reg_gap) gap_note = {
-        void apply(inout bit<32> v, out bit<32> rv) {
+    Register<bit<16>, gap_index_t>(GAP_CELLS) reg_gap;
+    RegisterAction<bit<16>, gap_index_t, bit<16>>(reg_gap) gap_note = {
+        void apply(inout bit<16> v, out bit<16> rv) {
             rv = v;
             if (v == 0 || md.gap_in1 - v < GAP_AHEAD) {
                 v = md.gap_in;
@@ -470,34 +606,10 @@ fn gap_register(p: &mut P4) {
 pub(super) fn stage3(p: &mut P4) {
     p.push_str("\n    // ---- stage 3: bitmap and exponent of the set; what the values do ----\n");
     set_registers(p);
-    let set_keys = [
-        ("md.op", "exact"),
-        ("hdr.ina.set", "exact"),
-        ("md.seq_pred", "ternary"),
-        ("md.order_pred", "ternary"),
-    ];
     let data = op::DATA.to_string();
     let query = op::QUERY.to_string();
     let full = ELEMS.to_string();
-    let mut bm = Vec::new();
     let mut ex = Vec::new();
-    for set in 0..2 {
-        let s = set.to_string();
-        bm.push(entry(
-            &[&data, &s, pred::NEW, "_"],
-            format!("do_bitmap_new_{set}()"),
-        ));
-        bm.push(entry(
-            &[&data, &s, pred::SAME, pred::OTHER_OLDER],
-            format!("do_bitmap_add_{set}()"),
-        ));
-        for t in [&data, &query] {
-            bm.push(entry(
-                &[t, &s, pred::SAME, "_"],
-                format!("do_bitmap_read_{set}()"),
-            ));
-        }
-    }
     ex.push(entry(&[&data, "_", pred::NEW, "_"], "do_exp_write()"));
     ex.push(entry(
         &[&data, "_", pred::SAME, pred::OTHER_OLDER],
@@ -506,19 +618,61 @@ pub(super) fn stage3(p: &mut P4) {
     for t in [&data, &query] {
         ex.push(entry(&[t, "_", pred::SAME, "_"], "do_exp_read()"));
     }
-    let bm_actions: Vec<String> = (0..2)
-        .flat_map(|set| ["new", "add", "read"].map(|op| format!("do_bitmap_{op}_{set}")))
-        .chain(["NoAction".to_string()])
-        .collect();
-    table(
-        p,
-        "bitmap_access",
-        Some(3),
-        &set_keys,
-        &bm_actions.iter().map(String::as_str).collect::<Vec<_>>(),
-        &bm,
-        "NoAction()",
-    );
+    // The set's bitmap in one table, the other set's in another, for each set; the apply
+    // block runs the pair of the packet's set. (A table whose two stateful ALUs each take 64
+    // bits of input does not fit the input crossbar: one ALU has the table's search bus,
+    // the other the hash bus of 51 bits.)
+    let set_keys = [
+        ("md.op", "exact"),
+        ("md.seq_pred", "ternary"),
+        ("md.order_pred", "ternary"),
+    ];
+    for set in 0..2 {
+        let mut own = vec![
+            entry(&[&data, pred::NEW, "_"], format!("own_new_{set}()")),
+            entry(
+                &[&data, pred::SAME, pred::OTHER_OLDER],
+                format!("own_add_{set}()"),
+            ),
+        ];
+        for t in [&data, &query] {
+            own.push(entry(&[t, pred::SAME, "_"], format!("own_read_{set}()")));
+        }
+        let (new, add, read) = (
+            format!("own_new_{set}"),
+            format!("own_add_{set}"),
+            format!("own_read_{set}"),
+        );
+        table(
+            p,
+            &format!("bitmap_own_{set}"),
+            Some(3),
+            &set_keys,
+            &[&new, &add, &read, "NoAction"],
+            &own,
+            "NoAction()",
+        );
+        let take = format!("other_take_out_{set}");
+        let other = vec![
+            entry(&[&data, pred::NEW, "_"], format!("{take}()")),
+            entry(&[&data, pred::SAME, pred::OTHER_OLDER], format!("{take}()")),
+        ];
+        table(
+            p,
+            &format!("bitmap_other_{set}"),
+            Some(3),
+            &set_keys,
+            &[&take, "NoAction"],
+            &other,
+            "NoAction()",
+        );
+    }
+    let set_keys = [
+        ("md.op", "exact"),
+        ("hdr.ina.set", "exact"),
+        ("md.seq_pred", "ternary"),
+        ("md.order_pred", "ternary"),
+    ];
     table(
         p,
         "exp_access",
@@ -733,7 +887,13 @@ pub(super) fn set_registers(p: &mut P4) {
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_new_{set} = {{
         void apply(inout bit<32> v, out bit<32> rv) {{
             rv = v;
-            v = md.rbit | md.kind;
+            // (Not md.rbit | md.kind: a stateful ALU's instruction takes at most one PHV
+            // operand.)
+            if (md.kind == 0) {{
+                v = md.rbit;
+            }} else {{
+                v = md.rbit | {kind};
+            }}
         }}
     }};
     RegisterAction<bit<32>, slot_index_t, bit<32>>(reg_bitmap_{set}) bitmap_add_{set} = {{
@@ -753,26 +913,24 @@ pub(super) fn set_registers(p: &mut P4) {
         void apply(inout bit<32> v, out bit<32> rv) {{
             rv = v;
         }}
-    }};"
+    }};",
+            kind = kind_bit(),
         );
     }
     for set in 0..2 {
-        let o = 1 - set;
         let _ = writeln!(
             p,
-            "    action do_bitmap_new_{set}() {{
+            "    action own_new_{set}() {{
         md.bm_old = bitmap_new_{set}.execute(md.cell[13:1]);
-        bitmap_take_out_{o}.execute(md.cell[13:1]);
     }}
-    action do_bitmap_add_{set}() {{
+    action own_add_{set}() {{
         md.bm_old = bitmap_add_{set}.execute(md.cell[13:1]);
-        bitmap_take_out_{o}.execute(md.cell[13:1]);
     }}
-    // (Tofino addresses the registers of a table from every action that uses one: the
-    // other set's is read too.)
-    action do_bitmap_read_{set}() {{
+    action own_read_{set}() {{
         md.bm_old = bitmap_read_{set}.execute(md.cell[13:1]);
-        bitmap_read_{o}.execute(md.cell[13:1]);
+    }}
+    action other_take_out_{set}() {{
+        bitmap_take_out_{set}.execute(md.cell[13:1]);
     }}"
         );
     }
@@ -815,30 +973,41 @@ fn gap_report(p: &mut P4) {
         "
     action report_gap(bit<8> skipped) {
         md.rep_op = REPORT_OP;
-        md.rep_first = md.gap_old[31:26] + 1;
         md.rep_skipped = skipped;
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }
+    // A rank's Missing answered as its fetching Query. (Here, not in the apply block: a
+    // counter is one table's.)
+    action missing_answered() {
+        ina_missing.count((bit<1>)MISSING_RECEIVED);
+    }
 ",
     );
-    let entries: Vec<Entry> = (2..=MAX_REPORTED_GAP + 1)
+    let mut entries: Vec<Entry> = (2..=MAX_REPORTED_GAP + 1)
         .map(|ahead| {
             entry(
-                &["1", &ahead.to_string()],
+                &["1", &ahead.to_string(), "_", "_"],
                 format!("report_gap({})", ahead - 1),
             )
         })
         .collect();
+    // Only Data has a gap cell (gap_old is 0 for a Query), so the rows never overlap.
+    entries.push(entry(
+        &["_", "_", "1", &op::QUERY.to_string()],
+        "missing_answered()",
+    ));
     table(
         p,
         "gap_report",
         Some(4),
         &[
-            ("md.gap_old[0:0]", "exact"),
-            ("md.gap_ahead[31:26]", "exact"),
+            ("md.gap_old[0:0]", "ternary"),
+            ("md.gap_ahead[15:10]", "ternary"),
+            ("md.from_missing", "ternary"),
+            ("md.op", "ternary"),
         ],
-        &["report_gap", "NoAction"],
+        &["report_gap", "missing_answered", "NoAction"],
         &entries,
         "NoAction()",
     );
