@@ -82,20 +82,20 @@ fn tna_builds_with_the_tofino_back_end() {
         String::from_utf8_lossy(&[version.stdout, version.stderr].concat()).trim()
     );
     let program = std::env::var_os("INA_TNA_PROGRAM").map_or_else(tna_program, PathBuf::from);
-    for (target, arch) in [("tofino", "tna"), ("tofino2", "t2na")] {
+    // Tofino 2 without CLOTs: bfas 9.13.4 stops on the CLOT section the compiler writes for
+    // this program ("No length for clot 1", then a crash of the assembler); without them the
+    // program still fits Tofino 2's PHV.
+    for (target, arch, extra) in [
+        ("tofino", "tna", None),
+        ("tofino2", "t2na", Some("--no-clot")),
+    ] {
         let dir =
             std::env::temp_dir().join(format!("ina-tna-build-{}-{target}", std::process::id()));
         let started = Instant::now();
         let out = Command::new(&compiler)
-            .args([
-                "--target",
-                target,
-                "--arch",
-                arch,
-                "-g",
-                "-Tallocate_phv:1",
-                "-o",
-            ])
+            .args(["--target", target, "--arch", arch, "-g", "-Tallocate_phv:1"])
+            .args(extra)
+            .arg("-o")
             .arg(&dir)
             .arg(&program)
             .output()
