@@ -149,8 +149,9 @@ pub(super) fn egress(p: &mut P4) {
 
 /// The rewrite of a report's copy into the header-only Missing to the rank whose Data showed
 /// the gap (PROTOCOL.md section 5): the Data's header, type Missing, the first counter skipped in
-/// the gap field, how many in the exponent byte. The addresses are the switch's and the
-/// rank's, as the control plane installed them.
+/// the gap field (the report's cell one counter on), how many in the exponent byte. The
+/// destination is the rank's, as the control plane installed it; `switch_source` writes the
+/// source.
 fn report_rewrite() -> String {
     let mut p = P4::default();
     p.push_str(

@@ -4,17 +4,21 @@
 //!
 //! The program is PROTOCOL.md §6 and §7 written the way Tofino 1 forces it: every register is
 //! read and written at most once per pass by one `RegisterAction`, a stage holds at most four
-//! stateful ALUs, an ALU returns 32 of its 64 bits, and ingress has twelve stages. Its stage plan
-//! (also in docs/P4-RESOURCES.md):
+//! stateful ALUs, an ALU returns 32 of its 64 bits, and ingress has twelve stages. Its stage plan,
+//! which p4c-barefoot keeps (docs/P4-RESOURCES.md has its resource report):
 //!
 //! | stage | tables | stateful ALUs |
 //! |------:|--------|---------------|
-//! | 0 | `switch_addr`, `l2_forward`, `ina_job`, `ina_rank`, `rank_bit`, `gap_block`, `result_gap_access` | `reg_result_gap` |
-//! | 1 | `prep_compare`, `full_mask`, `result_use_access` | `reg_result_use` |
+//! | 0 | `switch_addr`, `prep_cells`, `prep_gap_counter`, `l2_forward`, `ina_job`, `ina_rank`, `gap_block`, `result_use_access`, `result_seq_access` | `reg_result_use`, `reg_result_seq` |
+//! | 1 | `rank_source`, `ip_target`, `rank_bit`, `prep_compare`, `prep_gap_previous`, `arp_target`, `full_mask`, `requery_access` | - |
 //! | 2 | `ina_check`, `seq_access`, `seq_order_access`, `gap_access` | `reg_seq`, `reg_seq_order`, `reg_gap` |
-//! | 3 | `bitmap_access`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap_0`, `reg_bitmap_1`, `reg_exp` |
+//! | 3 | `bitmap_own_0/1`, `bitmap_other_0/1`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap_0`, `reg_bitmap_1`, `reg_exp` |
 //! | 4 | `value_0..3`, `seen_check`, `prep_done`, `gap_report` | `reg_value_0..3` |
 //! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7) | `reg_value_4..31` |
+//!
+//! Egress writes every reply's source addresses and fixed IPv4 and UDP fields
+//! (`switch_source`), addresses multicast copies (`ina_rank_addr`) and reports
+//! (`ina_report_addr`), and stamps results' gap counters (`reg_result_gap`).
 //!
 //! A result with a payload needs both halves of every value cell and an ALU returns one: the
 //! pass that completes a use (or reads a complete one) returns the high halves into the payload
@@ -27,8 +31,8 @@
 //! counter that skips 1 to 7 past the cell's is reported by an ingress mirror of the packet to
 //! a session of its ingress port, whose multicast group sends the copy twice; egress rewrites
 //! each copy into the header-only Missing to the rank (`ina_report_addr`). A multicast result
-//! of such a block takes the block's next counter (`reg_result_gap`) on its second pass, which
-//! records the use under it (`reg_result_use`).
+//! of such a block takes the block's next counter (`reg_result_gap`) on its way to the second
+//! pass, which records the use under it (`reg_result_use`, `reg_result_seq`).
 
 use crate::common;
 use crate::writer::P4;
