@@ -552,7 +552,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const default_action = gap_counter();
     }
 
-    // Frames to the switch's IPv4 address (one entry: the address).
+    // Frames to the switch's IPv4 address (one entry: the address). In stage 1, as are
+    // rank_source and rank_bit: stage 2 is the first to read them, and stage 0's sixteen
+    // logical tables (ingress's and egress's together) are taken.
     action to_switch() {
         md.ip_mine = 1;
     }

@@ -58,7 +58,9 @@ pub(super) fn stage0(p: &mut P4) {
         const default_action = gap_counter();
     }}
 
-    // Frames to the switch's IPv4 address (one entry: the address).
+    // Frames to the switch's IPv4 address (one entry: the address). In stage 1, as are
+    // rank_source and rank_bit: stage 2 is the first to read them, and stage 0's sixteen
+    // logical tables (ingress's and egress's together) are taken.
     action to_switch() {{
         md.ip_mine = 1;
     }}
