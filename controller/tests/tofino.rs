@@ -149,12 +149,12 @@ fn the_bfrt_document_follows_the_jobs_and_survives_a_restart() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["table"] == "pipe.InaIngress.ina_rank" && e["key"]["hdr.ina.job"] == b.id)
+        .filter(|e| e["table"] == "pipe.InaIngress.rank_source" && e["key"]["hdr.ina.job"] == b.id)
         .map(|e| {
             (
                 e["key"]["hdr.ina.rank"].as_u64().unwrap(),
-                e["data"]["port"].as_u64().unwrap(),
-                e["data"]["ip"].as_str().unwrap().to_string(),
+                e["key"]["ig_intr_md.ingress_port"].as_u64().unwrap(),
+                e["key"]["hdr.ipv4.src_addr"].as_str().unwrap().to_string(),
             )
         })
         .collect();
