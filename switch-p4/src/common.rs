@@ -194,13 +194,22 @@ pub(crate) fn rewrite_dst_action(p: &mut P4) {
 
 /// Statements that write the IPv4 and UDP headers of a reply from the switch (as
 /// `wire::frame::emit_headers` writes them) from source address `src_ip`, with lengths
-/// `total_len` (IPv4) and `udp_len` (UDP). The destination addresses are the caller's.
-pub(crate) fn reply_headers(p: &mut P4, src_ip: &str, total_len: &str, udp_len: &str) {
-    p.lines(&format!(
-        "hdr.ipv4.version = 4;
+/// `total_len` (IPv4) and `udp_len` (UDP) when given (the Tofino program's egress writes the
+/// rest of a reply's headers and its ingress the lengths). The destination addresses are the
+/// caller's.
+pub(crate) fn reply_headers(p: &mut P4, src_ip: &str, lengths: Option<(&str, &str)>) {
+    let (total_len, udp_len) = lengths.map_or((String::new(), String::new()), |(t, u)| {
+        (
+            format!("hdr.ipv4.total_len = {t};"),
+            format!("hdr.udp.length = {u};"),
+        )
+    });
+    p.lines(
+        &format!(
+            "hdr.ipv4.version = 4;
         hdr.ipv4.ihl = 5;
         hdr.ipv4.diffserv = 0;
-        hdr.ipv4.total_len = {total_len};
+        {total_len}
         hdr.ipv4.identification = 0;
         hdr.ipv4.flags = 0b010;
         hdr.ipv4.frag_offset = 0;
@@ -209,9 +218,14 @@ pub(crate) fn reply_headers(p: &mut P4, src_ip: &str, total_len: &str, udp_len: 
         hdr.ipv4.hdr_checksum = 0;
         hdr.ipv4.src_addr = {src_ip};
         hdr.udp.src_port = INA_UDP_PORT;
-        hdr.udp.length = {udp_len};
+        {udp_len}
         hdr.udp.checksum = 0;"
-    ));
+        )
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n"),
+    );
 }
 
 /// The ProbeReply's payload of header `hdr` (an `ina_probe_h`) from the job's `workers`,

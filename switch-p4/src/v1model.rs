@@ -573,7 +573,7 @@ fn ingress(p: &mut P4) {
         hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
         hdr.udp.dst_port = hdr.udp.src_port;",
     );
-    common::reply_headers(p, "meta.sw_ip", "28 + ina_len", "8 + ina_len");
+    common::reply_headers(p, "meta.sw_ip", Some(("28 + ina_len", "8 + ina_len")));
     p.lines(
         "hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
@@ -724,7 +724,7 @@ fn uplink_actions(p: &mut P4) {
         hdr.ipv4.dst_addr = meta.up_ip;
         hdr.udp.dst_port = meta.up_udp_port;",
     );
-    common::reply_headers(p, "meta.sw_ip", "28 + ina_len", "8 + ina_len");
+    common::reply_headers(p, "meta.sw_ip", Some(("28 + ina_len", "8 + ina_len")));
     p.lines(
         "hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
@@ -1412,8 +1412,7 @@ fn report_headers() -> String {
     common::reply_headers(
         &mut p,
         "meta.sw_ip",
-        "28 + INA_HEADER_LEN",
-        "8 + INA_HEADER_LEN",
+        Some(("28 + INA_HEADER_LEN", "8 + INA_HEADER_LEN")),
     );
     p.finish()
 }

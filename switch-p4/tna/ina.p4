@@ -653,9 +653,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 2;
         const default_action = no_result_use();
     }
-
-    // The use's sequence number, in a table of its own: an action takes at most one stateful
-    // ALU's result.
     action do_result_seq_write() {
         result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
     }

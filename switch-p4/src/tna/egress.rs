@@ -203,19 +203,11 @@ fn reply_source() -> String {
     p.push_str(
         "    action reply_source(bit<48> mac, bit<32> ip) {
         hdr.ethernet.src_addr = mac;
-        hdr.ipv4.version = 4;
-        hdr.ipv4.ihl = 5;
-        hdr.ipv4.diffserv = 0;
-        hdr.ipv4.identification = 0;
-        hdr.ipv4.flags = 0b010;
-        hdr.ipv4.frag_offset = 0;
-        hdr.ipv4.ttl = 64;
-        hdr.ipv4.protocol = IP_PROTO_UDP;
-        hdr.ipv4.hdr_checksum = 0;
-        hdr.ipv4.src_addr = ip;
-        hdr.udp.src_port = INA_UDP_PORT;
-        hdr.udp.checksum = 0;
-    }
+",
+    );
+    common::reply_headers(&mut p, "ip", None);
+    p.push_str(
+        "    }
     // One default entry: the switch's MAC and IPv4 addresses.
     table switch_source {
         actions = {

@@ -129,67 +129,7 @@ pub(super) fn stage0(p: &mut P4) {
             rv = v;
         }}
     }};
-    action do_result_use_write() {{
-        result_use_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-    }}
-    action do_result_use_read() {{
-        md.rec = result_use_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-    }}
-    action no_result_use() {{
-        md.rec = 0;
-    }}
-    @stage(0)
-    table result_use_access {{
-        key = {{
-            md.pass2 : exact;
-            hdr.bridge.op : ternary;
-            hdr.bridge.stamp : ternary;
-            hdr.ina.msg_type : ternary;
-            hdr.ina.gap_on : ternary;
-        }}
-        actions = {{
-            do_result_use_write;
-            do_result_use_read;
-            no_result_use;
-        }}
-        const entries = {{
-            (1, {harvest_mcast}, 1, _, _) : do_result_use_write();
-            (0, _, _, {missing}, 1) : do_result_use_read();
-        }}
-        size = 2;
-        const default_action = no_result_use();
-    }}
-
-    // The use's sequence number, in a table of its own: an action takes at most one stateful
-    // ALU's result.
-    action do_result_seq_write() {{
-        result_seq_write.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-    }}
-    action do_result_seq_read() {{
-        md.rec_seq = result_seq_read.execute(use_index_of.get({{hdr.ina.slot[12:6], hdr.ina.gap}}));
-    }}
-    @stage(0)
-    table result_seq_access {{
-        key = {{
-            md.pass2 : exact;
-            hdr.bridge.op : ternary;
-            hdr.bridge.stamp : ternary;
-            hdr.ina.msg_type : ternary;
-            hdr.ina.gap_on : ternary;
-        }}
-        actions = {{
-            do_result_seq_write;
-            do_result_seq_read;
-            NoAction;
-        }}
-        const entries = {{
-            (1, {harvest_mcast}, 1, _, _) : do_result_seq_write();
-            (0, _, _, {missing}, 1) : do_result_seq_read();
-        }}
-        size = 2;
-        const default_action = NoAction();
-    }}
-
+{records}
     action l2_to_port(PortId_t port) {{
         md.l2_kind = 1;
         md.l2_port = port;
@@ -295,8 +235,7 @@ pub(super) fn stage0(p: &mut P4) {
     }}",
         hdr_udp = 8 + HEADER_LEN,
         gap_blocks = GAP_BLOCKS,
-        harvest_mcast = bridge::HARVEST_MCAST,
-        missing = mt(MessageType::Missing),
+        records = result_record_tables(),
     );
     let entries: Vec<Entry> = (0..MAX_WORKERS)
         .map(|r| {
@@ -315,6 +254,59 @@ pub(super) fn stage0(p: &mut P4) {
         &entries,
         "set_bit(0)",
     );
+}
+
+/// Stage 0's tables of the two records of a multicast result's use (`reg_result_use`: the use,
+/// `reg_result_seq`: its sequence number), one table each: an action takes at most one stateful
+/// ALU's result. The second pass of a stamped result writes them; a rank's Missing reads them.
+fn result_record_tables() -> String {
+    let mut p = P4::default();
+    let index = "use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap})";
+    for (reg, field, miss) in [("use", "rec", true), ("seq", "rec_seq", false)] {
+        let _ = writeln!(
+            p,
+            "action do_result_{reg}_write() {{
+            result_{reg}_write.execute({index});
+            }}
+            action do_result_{reg}_read() {{
+            md.{field} = result_{reg}_read.execute({index});
+            }}"
+        );
+        // The use's record is read by the next stage's table key: zeroed where no row matches.
+        let default = if miss {
+            let _ = writeln!(p, "action no_result_{reg}() {{\nmd.{field} = 0;\n}}");
+            format!("no_result_{reg}")
+        } else {
+            "NoAction".to_string()
+        };
+        let _ = writeln!(
+            p,
+            "@stage(0)
+            table result_{reg}_access {{
+            key = {{
+            md.pass2 : exact;
+            hdr.bridge.op : ternary;
+            hdr.bridge.stamp : ternary;
+            hdr.ina.msg_type : ternary;
+            hdr.ina.gap_on : ternary;
+            }}
+            actions = {{
+            do_result_{reg}_write;
+            do_result_{reg}_read;
+            {default};
+            }}
+            const entries = {{
+            (1, {harvest}, 1, _, _) : do_result_{reg}_write();
+            (0, _, _, {missing}, 1) : do_result_{reg}_read();
+            }}
+            size = 2;
+            const default_action = {default}();
+            }}",
+            harvest = bridge::HARVEST_MCAST,
+            missing = mt(MessageType::Missing),
+        );
+    }
+    p.finish()
 }
 
 /// Stage 1: the comparisons, as differences the check table matches against 0.
