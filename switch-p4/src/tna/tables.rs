@@ -22,11 +22,11 @@ pub(super) fn table(
     // writes them 0 (so the fields live from this stage on, not from the parser).
     let miss = MISS_ZERO
         .iter()
-        .find(|(t, _)| *t == name)
+        .find(|(t, _)| *t == name && default == "NoAction()")
         .map(|(_, fields)| *fields);
     let miss_action = format!("{name}_miss");
     let default = match miss {
-        Some(fields) if default == "NoAction()" => {
+        Some(fields) => {
             let _ = writeln!(p, "    action {miss_action}() {{");
             for f in fields {
                 let _ = writeln!(p, "        md.{f} = 0;");
