@@ -629,7 +629,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action do_result_use_read() {
         md.rec = result_use_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
     }
-    action no_result_use() {
+    action result_use_access_miss() {
         md.rec = 0;
     }
     @stage(0)
@@ -644,14 +644,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         actions = {
             do_result_use_write;
             do_result_use_read;
-            no_result_use;
+            result_use_access_miss;
         }
         const entries = {
             (1, 6, 1, _, _) : do_result_use_write();
             (0, _, _, 8, 1) : do_result_use_read();
         }
         size = 2;
-        const default_action = no_result_use();
+        const default_action = result_use_access_miss();
     }
     action do_result_seq_write() {
         result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));

@@ -75,7 +75,9 @@ pub(super) fn table(
 }
 
 /// Tables whose default action zeroes the fields they write (see [`table`]).
-const MISS_ZERO: [(&str, &[&str]); 8] = [
+const MISS_ZERO: [(&str, &[&str]); 9] = [
+    // The use's record is read by stage 1's `requery_access` key.
+    ("result_use_access", &["rec"]),
     ("seq_access", &["seq_pred"]),
     ("seq_order_access", &["order_pred"]),
     ("gap_access", &["gap_old"]),

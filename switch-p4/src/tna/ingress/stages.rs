@@ -262,48 +262,41 @@ pub(super) fn stage0(p: &mut P4) {
 fn result_record_tables() -> String {
     let mut p = P4::default();
     let index = "use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap})";
-    for (reg, field, miss) in [("use", "rec", true), ("seq", "rec_seq", false)] {
+    let (harvest, missing) = (
+        bridge::HARVEST_MCAST.to_string(),
+        mt(MessageType::Missing).to_string(),
+    );
+    for (reg, field) in [("use", "rec"), ("seq", "rec_seq")] {
+        let (write, read) = (
+            format!("do_result_{reg}_write"),
+            format!("do_result_{reg}_read"),
+        );
         let _ = writeln!(
             p,
-            "action do_result_{reg}_write() {{
+            "action {write}() {{
             result_{reg}_write.execute({index});
             }}
-            action do_result_{reg}_read() {{
+            action {read}() {{
             md.{field} = result_{reg}_read.execute({index});
             }}"
         );
-        // The use's record is read by the next stage's table key: zeroed where no row matches.
-        let default = if miss {
-            let _ = writeln!(p, "action no_result_{reg}() {{\nmd.{field} = 0;\n}}");
-            format!("no_result_{reg}")
-        } else {
-            "NoAction".to_string()
-        };
-        let _ = writeln!(
-            p,
-            "@stage(0)
-            table result_{reg}_access {{
-            key = {{
-            md.pass2 : exact;
-            hdr.bridge.op : ternary;
-            hdr.bridge.stamp : ternary;
-            hdr.ina.msg_type : ternary;
-            hdr.ina.gap_on : ternary;
-            }}
-            actions = {{
-            do_result_{reg}_write;
-            do_result_{reg}_read;
-            {default};
-            }}
-            const entries = {{
-            (1, {harvest}, 1, _, _) : do_result_{reg}_write();
-            (0, _, _, {missing}, 1) : do_result_{reg}_read();
-            }}
-            size = 2;
-            const default_action = {default}();
-            }}",
-            harvest = bridge::HARVEST_MCAST,
-            missing = mt(MessageType::Missing),
+        table(
+            &mut p,
+            &format!("result_{reg}_access"),
+            Some(0),
+            &[
+                ("md.pass2", "exact"),
+                ("hdr.bridge.op", "ternary"),
+                ("hdr.bridge.stamp", "ternary"),
+                ("hdr.ina.msg_type", "ternary"),
+                ("hdr.ina.gap_on", "ternary"),
+            ],
+            &[&write, &read, "NoAction"],
+            &[
+                entry(&["1", &harvest, "1", "_", "_"], format!("{write}()")),
+                entry(&["0", "_", "_", &missing, "1"], format!("{read}()")),
+            ],
+            "NoAction()",
         );
     }
     p.finish()
