@@ -562,9 +562,11 @@ impl FrameSwitch {
         });
         let after = pipeline.counters();
         let event = if port == UPLINK {
-            // The upper switch's packet: a total, a copy of one, or an answer handled.
+            // The upper switch's packet: a total, a copy of one, or an answer handled; or no
+            // packet of the protocol at all.
             match event_of(&before, after) {
                 e @ (Event::TotalReceived | Event::Duplicate | Event::StaleSeq) => e,
+                _ if after.malformed != before.malformed => Event::Malformed,
                 _ => Event::UpperAnswer,
             }
         } else {

@@ -256,7 +256,11 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "action l2_to_port(PortId_t port)",
         "action l2_flood(bit<16> mgrp)",
         "table ina_job",
-        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp)",
+        "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp, bit<1> up, PortId_t up_port)",
+        "table uplink_frame",
+        "action from_uplink(bit<2> epoch_ok)",
+        "table uplink_addr",
+        "action up_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, bit<16> epoch, bit<8> rank)",
         "table ina_rank",
         "action set_rank(MirrorId_t report_session)",
         "table ina_rank_addr",
@@ -509,6 +513,8 @@ struct Tables {
     requery: Vec<TableEntry>,
     result_use: Vec<TableEntry>,
     result_seq: Vec<TableEntry>,
+    word: Vec<TableEntry>,
+    uplink_reply: Vec<TableEntry>,
 }
 
 impl Tables {
@@ -529,6 +535,8 @@ impl Tables {
             requery: table_entries(p, "requery_access"),
             result_use: table_entries(p, "result_use_access"),
             result_seq: table_entries(p, "result_seq_access"),
+            word: table_entries(p, "word_check"),
+            uplink_reply: table_entries(p, "uplink_reply"),
         }
     }
 }
@@ -554,17 +562,36 @@ struct ModelSlot {
 enum Sent {
     Dropped(Event),
     Absorbed,
-    Unicast(Vec<u8>),
+    Unicast(To, Vec<u8>),
     Multicast(Vec<u8>),
+}
+
+/// Where a unicast goes: back to the sender, up to the upper switch, or to rank 0.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum To {
+    Sender,
+    Up,
+    Rank0,
+}
+
+/// A rack switch's upper switch, as the model needs it: this switch's rank and the upper
+/// job's epoch there (PROTOCOL.md §9; the job's id and slots are the same there).
+#[derive(Debug, Clone, Copy)]
+struct UplinkModel {
+    rank: u8,
+    epoch: u16,
 }
 
 struct TnaModel<'t> {
     tables: &'t Tables,
     slots: Vec<ModelSlot>,
     workers: u32,
-    /// Whether the switch sends Missing reports (`md.reports`); the job's slots are then one
-    /// whole block (`gap_block`).
-    gaps: bool,
+    /// Whether the switch sends Missing reports (`md.reports`), and whether the job's slots
+    /// are one whole block (`gap_block`).
+    reports: bool,
+    block: bool,
+    /// The job's upper switch (PROTOCOL.md §9), if it is a rack switch's.
+    uplink: Option<UplinkModel>,
     /// `reg_gap`, `reg_result_gap`, `reg_result_use`, `reg_result_seq` by index.
     reg_gap: Vec<u32>,
     reg_result_gap: Vec<u32>,
@@ -580,6 +607,8 @@ struct TnaModel<'t> {
 #[derive(Debug)]
 struct Last {
     action: String,
+    /// The action's arguments (its entry's).
+    args: Vec<u64>,
     exp_x: u32,
     pend: u32,
     values: Vec<i32>,
@@ -594,19 +623,27 @@ struct Last {
 /// elements and exponent byte `exponent` from a rank on port `ingress` to the switch's MAC.
 fn accepted_data_key(count: u64, exponent: u64, ingress: u64, reports: u64) -> Vec<u64> {
     let mut key = vec![0, 0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 0];
-    key.extend([count, count ^ E as u64, 0, ingress, exponent, reports]);
+    key.extend([count, count ^ E as u64, 0, ingress, exponent, reports, 0]);
     key
 }
 
 impl TnaModel<'_> {
     /// One accepted Data or Query packet (`pkt`: header and payload).
     fn process(&mut self, pkt: &[u8], ingress: u64) -> Sent {
-        let t = self.tables;
         if pkt[0] & 0x0f == 8 {
             return self.missing(pkt, ingress);
         }
-        let kind = pkt[0] & 0x0f;
-        let op = if kind == 1 { OP_DATA } else { OP_QUERY };
+        let op = if pkt[0] & 0x0f == 1 {
+            OP_DATA
+        } else {
+            OP_QUERY
+        };
+        self.process_op(pkt, ingress, op)
+    }
+
+    /// One accepted packet of the check table's operation `op`.
+    fn process_op(&mut self, pkt: &[u8], ingress: u64, op: u64) -> Sent {
+        let t = self.tables;
         let x = usize::from(pkt[1] & 1);
         let rank = u32::from(pkt[6]);
         let exponent = u32::from(pkt[7]);
@@ -617,7 +654,12 @@ impl TnaModel<'_> {
             .chunks_exact(4)
             .map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let bit = 1u32 << rank;
+        // (An upper switch's total may carry any rank: rank_bit has 31 entries.)
+        let bit = if rank < u32::from(tna::MAX_WORKERS) {
+            1u32 << rank
+        } else {
+            0
+        };
         let mask = if self.workers == 32 {
             u32::MAX
         } else {
@@ -625,8 +667,8 @@ impl TnaModel<'_> {
         };
         let flags = u64::from(pkt[1]);
         let gap_on = flags >> 1 & 1;
-        let block_in_job = self.gaps;
-        let reports = u64::from(self.gaps);
+        let block_in_job = self.block;
+        let reports = u64::from(self.reports);
         let stamp = reports & u64::from(block_in_job);
         // Stage 2: reg_gap, for accepted Data only (this model sees accepted packets).
         let mut report = None;
@@ -694,7 +736,7 @@ impl TnaModel<'_> {
             assert_eq!(e.action, format!("other_take_out_{}", 1 - x));
             s.bitmap[1 - x] &= !bit;
         }
-        let key = [op, x as u64, seq_pred, order_pred];
+        let key = [op, x as u64, seq_pred, order_pred, 0];
         let mut exp_x = 0u32;
         if let Some(e) = lookup(&t.exp, &key) {
             let exp_h = exponent | kind;
@@ -712,7 +754,7 @@ impl TnaModel<'_> {
         }
         let sel = lookup(
             &t.select,
-            &[op, seq_pred, order_pred, count, u64::from(exponent)],
+            &[op, seq_pred, order_pred, count, u64::from(exponent), 0],
         );
         let vop_c = match sel {
             Some(e) if e.action == "select_values" => e.args[0],
@@ -759,9 +801,12 @@ impl TnaModel<'_> {
             }
         }
         let seen = u64::from(lookup(&t.seen, &[u64::from(bm_old), u64::from(rank)]).is_some());
-        let bm_new = bm_old | bit;
+        // Stage 4: an upper switch's Pending word holds this switch's bit (its rank there).
+        let word = payload.first().map_or(0, |w| *w as u32);
+        let word_me = u64::from(lookup(&t.word, &[u64::from(word), u64::from(rank)]).is_some());
         let old_x = bm_old ^ mask;
-        let new_x = bm_new ^ mask;
+        // As stage 5 computes it (the rank's bit flipped: bm_old | bit where it is not in).
+        let new_x = old_x ^ bit;
         // Stage 6.
         let okey = [
             op,
@@ -773,12 +818,17 @@ impl TnaModel<'_> {
             u64::from(self.workers),
             count,
             u64::from(exponent),
+            u64::from(self.uplink.is_some()),
+            u64::from(exp_x >> 8 & 1),
+            u64::from(rank),
+            u64::from(self.reports),
+            word_me,
         ];
         let o = lookup(&t.outcome, &okey)
             .unwrap_or_else(|| panic!("no outcome for the accepted packet's key {okey:?}"));
         let (outcome, event, pend) = match o.action.as_str() {
             "outcome" | "outcome_multicast" => (o.args[0], o.args[1], 0),
-            "outcome_pending" => (5, o.args[0], bm_old & !KIND_BIT),
+            "outcome_pending" => (o.args[0], o.args[1], bm_old & !KIND_BIT),
             "outcome_pending_empty" => (5, o.args[0], 0),
             "outcome_reject" => {
                 assert_eq!(o.args[0], RejectReason::BadCount as u64, "reject reason");
@@ -789,15 +839,32 @@ impl TnaModel<'_> {
         let event = Event::ALL[event as usize];
         // Stage 7.
         let r = lookup(&t.reply, &[op, outcome, 0, count, stamp]);
-        let action = r.map_or("drop_frame", |e| e.action.as_str());
+        let (mut action, mut args) = r.map_or(("drop_frame", Vec::new()), |e| {
+            (e.action.as_str(), e.args.clone())
+        });
+        if action == "NoAction" {
+            // Stage 8: a rack switch's own packets (PROTOCOL.md §9).
+            let e = lookup(&t.uplink_reply, &[op, outcome, stamp])
+                .unwrap_or_else(|| panic!("no uplink_reply row for {op} {outcome}"));
+            (action, args) = (e.action.as_str(), e.args.clone());
+        }
+        if action == "store_total" {
+            // The total's second pass stores its payload and exponent byte (bit 8: stored).
+            if count != 0 {
+                s.values[x].clone_from(&payload);
+            }
+            s.exp[x] = kind | 1 << 8 | exponent;
+        }
         // The second pass of a multicast result: stages 0 and 1 stamp the block's counter
         // if the first pass asked (`hdr.bridge.stamp`) and record the use under it.
         let mut res_gap = 0u32;
         let mut flags_out = x as u8;
-        if matches!(
-            action,
-            "multicast_result_harvest_stamped" | "multicast_result_empty_harvest"
-        ) {
+        let stamped = match action {
+            "multicast_result_harvest" => args[3] == 1,
+            "store_total" => args[0] == 1,
+            _ => false,
+        };
+        if stamped {
             // Egress on the way: the block's next counter; the second pass records the use.
             res_gap = self.reg_result_gap[slot >> 6];
             self.reg_result_gap[slot >> 6] += 1;
@@ -813,7 +880,7 @@ impl TnaModel<'_> {
             flags_out |= (counter as u8) << 2 | 2;
         } else {
             assert!(
-                stamp == 0 || !action.starts_with("multicast"),
+                stamp == 0 || !(action.starts_with("multicast") || action == "store_total"),
                 "{action} not stamped"
             );
         }
@@ -837,8 +904,23 @@ impl TnaModel<'_> {
             h
         };
         let values = s.values[x].clone();
+        // What egress writes into a packet to the upper switch: the upper job's epoch and
+        // this switch's rank there.
+        let up = |mut h: Vec<u8>| {
+            let u = self.uplink.expect("a rack switch's");
+            h[4..6].copy_from_slice(&u.epoch.to_be_bytes());
+            h[6] = u.rank;
+            h
+        };
+        // A packet of this job's own epoch from rank 0's switch.
+        let own = |mut h: Vec<u8>| {
+            h[4..6].copy_from_slice(&EPOCH.to_be_bytes());
+            h[6] = 0;
+            h
+        };
         self.last = Some(Last {
             action: action.to_string(),
+            args: args.clone(),
             exp_x,
             pend,
             values: values.clone(),
@@ -852,21 +934,41 @@ impl TnaModel<'_> {
                 Event::DataFirst | Event::DataAdded => Sent::Absorbed,
                 e => Sent::Dropped(e),
             },
-            "answer_pending" => Sent::Unicast(with_values(header(6, 0, 1), &[pend as i32])),
-            "answer_reject" => Sent::Unicast(header(3, RejectReason::BadCount as u8, 0)),
-            "answer_result" => Sent::Unicast(header(2, exp_x as u8, 0)),
-            "answer_result_harvest" => {
-                Sent::Unicast(with_values(header(2, exp_x as u8, E as u16), &values))
+            "answer_pending" => {
+                Sent::Unicast(To::Sender, with_values(header(6, 0, 1), &[pend as i32]))
             }
-            "multicast_result_empty" | "multicast_result_empty_harvest" => {
-                Sent::Multicast(mcast_header(exp_x as u8, 0))
+            "answer_reject" => {
+                Sent::Unicast(To::Sender, header(3, RejectReason::BadCount as u8, 0))
             }
-            // The one-worker first arrival: the payload is the sum.
+            "answer_result" => Sent::Unicast(To::Sender, header(2, exp_x as u8, 0)),
+            "answer_result_harvest" => Sent::Unicast(
+                To::Sender,
+                with_values(header(2, exp_x as u8, E as u16), &values),
+            ),
+            // Args: the lengths and the count; the one-worker first arrival's payload is the
+            // sum.
+            "multicast_result" if args[2] == 0 => Sent::Multicast(mcast_header(exp_x as u8, 0)),
             "multicast_result" => {
                 Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &payload))
             }
-            "multicast_result_harvest" | "multicast_result_harvest_stamped" => {
+            "multicast_result_harvest" if args[2] == 0 => {
+                Sent::Multicast(mcast_header(exp_x as u8, 0))
+            }
+            "multicast_result_harvest" => {
                 Sent::Multicast(with_values(mcast_header(exp_x as u8, E as u16), &values))
+            }
+            "send_partial_empty" => Sent::Unicast(To::Up, up(header(1, exp_x as u8, 0))),
+            "send_partial_harvest" => Sent::Unicast(
+                To::Up,
+                with_values(up(header(1, exp_x as u8, E as u16)), &values),
+            ),
+            "query_up" => Sent::Unicast(To::Up, up(header(7, args[0] as u8, 0))),
+            "pending_to_rank0" => {
+                Sent::Unicast(To::Rank0, with_values(own(header(6, 0, 1)), &[pend as i32]))
+            }
+            "store_total" => {
+                let h = own(mcast_header(exponent as u8, count as u16));
+                Sent::Multicast(with_values(h, &values[..count as usize]))
             }
             a => panic!("reply action {a}"),
         }
@@ -891,7 +993,7 @@ impl TnaModel<'_> {
             assert_eq!(e.action, "do_result_seq_read");
             rec_seq = self.reg_result_seq[cell];
         }
-        let (reports, block) = (u64::from(self.gaps), u64::from(self.gaps));
+        let (reports, block) = (u64::from(self.reports), u64::from(self.block));
         let key = [8, reports, block, 0, u64::from(rec >> 14 & 1)];
         match lookup(&t.requery, &key) {
             Some(e) => {
@@ -912,6 +1014,7 @@ impl TnaModel<'_> {
             None => {
                 self.last = Some(Last {
                     action: "drop_frame".into(),
+                    args: Vec::new(),
                     exp_x: 0,
                     pend: 0,
                     values: Vec::new(),
@@ -922,6 +1025,24 @@ impl TnaModel<'_> {
                 });
                 Sent::Dropped(Event::MissingUnmatched)
             }
+        }
+    }
+}
+
+impl TnaModel<'_> {
+    /// A packet of the upper switch (`pkt`, PROTOCOL.md §9), in on its port from its address:
+    /// the check table (stage 2) decides its operation, or drops it.
+    fn upper_packet(&mut self, env: &CheckEnv, check: &[TableEntry], pkt: &[u8]) -> Sent {
+        let up = env.uplink.expect("a rack switch's upper switch");
+        let f = wrap_from(&up.at, pkt);
+        let (action, args) = check_action(check, env, up.at.port, &f);
+        match action.as_str() {
+            "check_upper" => self.process_op(pkt, u64::from(up.at.port), args[0]),
+            "check_drop" => {
+                self.last = None;
+                Sent::Dropped(Event::ALL[args[0] as usize])
+            }
+            a => panic!("check action {a} for the upper switch's {:?}", &pkt[..16]),
         }
     }
 }
@@ -1064,7 +1185,9 @@ fn run_execution(
             usize::from(POOL)
         ],
         workers: u32::from(workers),
-        gaps,
+        reports: gaps,
+        block: gaps,
+        uplink: None,
         reg_gap: vec![0; tna::GAP_CELLS as usize],
         reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
         reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
@@ -1160,7 +1283,7 @@ fn run_execution(
                     Verdict::Absorbed => Sent::Absorbed,
                     Verdict::Unicast { port, len } => {
                         assert_eq!(port, PortId(10 + u16::from(rank)));
-                        Sent::Unicast(out[..len].to_vec())
+                        Sent::Unicast(To::Sender, out[..len].to_vec())
                     }
                     Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
                 };
@@ -1206,9 +1329,9 @@ fn run_execution(
                 kinds.insert(match &got {
                     Sent::Dropped(e) => e.name().to_string(),
                     Sent::Absorbed => "absorbed".to_string(),
-                    Sent::Unicast(a) | Sent::Multicast(a) => format!(
+                    Sent::Unicast(_, a) | Sent::Multicast(a) => format!(
                         "{} type {} count {}",
-                        if matches!(got, Sent::Unicast(_)) {
+                        if matches!(got, Sent::Unicast(..)) {
                             "unicast"
                         } else {
                             "multicast"
@@ -1228,7 +1351,7 @@ fn run_execution(
                     }
                 };
                 match &got {
-                    Sent::Unicast(a) if b % 7 != 0 => deliver(&mut sims[usize::from(rank)], a),
+                    Sent::Unicast(_, a) if b % 7 != 0 => deliver(&mut sims[usize::from(rank)], a),
                     Sent::Multicast(a) => {
                         for (i, sim) in sims.iter_mut().enumerate() {
                             if (usize::from(b) + i) % 7 != 0 {
@@ -1266,6 +1389,345 @@ fn run_execution(
         }
     }
     kinds
+}
+
+// ---- A rack switch under an upper switch (PROTOCOL.md §9) ----
+
+/// The upper job's epoch and this switch's rank there; the upper switch's address.
+const UP_EPOCH: u16 = 21;
+const UP_RANK: u8 = 1;
+const UPPER: UpperEnv = UpperEnv {
+    at: Endpoint {
+        port: 40,
+        mac: MacAddr([0x02, 0, 0, 0, 2, 1]),
+        ip: [198, 18, 2, 1],
+        udp_port: 6000,
+    },
+    epoch: UP_EPOCH,
+    rank: UP_RANK,
+};
+/// The pipeline ports of the Rust rack switch's upper switch, and of the upper switch's two
+/// racks: the other one (rank 0 there) and this one.
+const UP_PORT: PortId = PortId(9);
+const OTHER_RACK: PortId = PortId(200);
+const THIS_RACK: PortId = PortId(201);
+
+/// Where a packet in the simulated network goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hop {
+    /// From a rank of this rack to the rack switch.
+    FromRank(u8),
+    /// From the upper switch to the rack switch.
+    FromUpper,
+    /// From the rack switch to the upper switch.
+    ToUpper,
+}
+
+/// A tree's execution: this rack switch (the program's tables, and the Rust pipeline with the
+/// same job under an upper switch) with `workers` ranks, and a Rust upper switch whose job
+/// has two racks, this one and another whose partials it sends itself. Every hop loses,
+/// duplicates and reorders; the rack switch's answers must agree packet for packet, and its
+/// registers after each. Missing reports on if `reports` (the job keeps no whole block, so
+/// only rank 0's asks for the partial depend on it).
+fn run_tree_execution(
+    workers: u8,
+    w: u32,
+    steps: &[(u8, u16, u16)],
+    reports: bool,
+) -> std::collections::BTreeSet<String> {
+    let mut kinds = std::collections::BTreeSet::new();
+    let program = tna::program();
+    let tables = Tables::new(&program);
+    let check = table_entries(&program, "ina_check");
+    let (base, slot_count) = job_slots(w, false);
+    let env = CheckEnv {
+        workers: u64::from(workers),
+        base,
+        slots: slot_count,
+        reports,
+        uplink: Some(UPPER),
+    };
+    let config = PipelineConfig {
+        pool_slots: POOL,
+        max_elems: E as u16,
+    };
+    let mut rack = Pipeline::new(config);
+    rack.set_gap_reports(reports);
+    rack.add_job(JobConfig {
+        job: JOB,
+        epoch: EPOCH,
+        slot_base: base,
+        slot_count,
+        elems_per_packet: E as u16,
+        ranks: (0..workers).map(|r| PortId(10 + u16::from(r))).collect(),
+        uplink: Some(ina_proto::pipeline::Uplink {
+            port: UP_PORT,
+            job: JOB,
+            epoch: UP_EPOCH,
+            rank: UP_RANK,
+            slot_base: base,
+        }),
+    })
+    .expect("rack job");
+    let mut upper = Pipeline::new(config);
+    upper
+        .add_job(JobConfig {
+            job: JOB,
+            epoch: UP_EPOCH,
+            slot_base: base,
+            slot_count,
+            elems_per_packet: E as u16,
+            ranks: vec![OTHER_RACK, THIS_RACK],
+            uplink: None,
+        })
+        .expect("upper job");
+    let mut model = TnaModel {
+        tables: &tables,
+        slots: vec![
+            ModelSlot {
+                values: [vec![0; E], vec![0; E]],
+                ..ModelSlot::default()
+            };
+            usize::from(POOL)
+        ],
+        workers: u32::from(workers),
+        reports,
+        block: false,
+        uplink: Some(UplinkModel {
+            rank: UP_RANK,
+            epoch: UP_EPOCH,
+        }),
+        reg_gap: vec![0; tna::GAP_CELLS as usize],
+        reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
+        reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
+        reg_result_seq: vec![0; tna::RESULT_USE_CELLS as usize],
+        last: None,
+    };
+    let mut sims: Vec<SimWorker> = (0..workers)
+        .map(|_| SimWorker {
+            next: w,
+            ..SimWorker::default()
+        })
+        .collect();
+    // The other rack: the positions it sent, and the totals the upper switch multicast.
+    let (mut other_sent, mut totals) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    let mut bag: Vec<(Hop, Vec<u8>)> = Vec::new();
+    let mut out = vec![0u8; 16 + 4 * E];
+    for &(what, a, b) in steps {
+        let r = (a % u16::from(workers)) as u8;
+        let sim = &mut sims[usize::from(r)];
+        match what % 8 {
+            0 | 1 => {
+                let g = sim.next;
+                if g < 2 * w || sim.done.contains(&(g - w)) {
+                    sim.next += 1;
+                    sim.sent.insert(g);
+                    bag.push((Hop::FromRank(r), packet(r, g, w, base, false, None)));
+                }
+            }
+            2 => {
+                let outstanding: Vec<u32> = sim.sent.difference(&sim.done).copied().collect();
+                if !outstanding.is_empty() {
+                    let g = outstanding[usize::from(b) % outstanding.len()];
+                    bag.push((Hop::FromRank(r), packet(r, g, w, base, b % 2 == 0, None)));
+                }
+            }
+            // The other rack's partial of a position some rank here has begun, once the
+            // upper switch's total of the position before on its set is out.
+            6 => {
+                let begun: Vec<u32> = sims
+                    .iter()
+                    .flat_map(|s| s.sent.iter().copied())
+                    .filter(|g| !other_sent.contains(g))
+                    .filter(|g| *g < 2 * w || totals.contains(&(g - w)))
+                    .collect();
+                if let Some(&g) = begun.get(usize::from(b) % begun.len().max(1)) {
+                    other_sent.insert(g);
+                    let mut p = packet(0, g, w, base, false, None);
+                    p[4..6].copy_from_slice(&UP_EPOCH.to_be_bytes());
+                    let verdict = upper.process(OTHER_RACK, &p, ina_proto::Instant::ZERO, &mut out);
+                    if let Verdict::Multicast { len, .. } = verdict {
+                        totals.insert(g);
+                        bag.push((Hop::FromUpper, out[..len].to_vec()));
+                    }
+                }
+            }
+            3 => {
+                if !bag.is_empty() {
+                    bag.swap_remove(usize::from(b) % bag.len());
+                }
+            }
+            _ => {
+                if bag.is_empty() {
+                    continue;
+                }
+                let i = usize::from(b) % bag.len();
+                let (hop, pkt) = if b % 5 == 0 {
+                    bag[i].clone()
+                } else {
+                    bag.swap_remove(i)
+                };
+                if hop == Hop::ToUpper {
+                    match upper.process(THIS_RACK, &pkt, ina_proto::Instant::ZERO, &mut out) {
+                        Verdict::Unicast { port, len } => {
+                            assert_eq!(port, THIS_RACK);
+                            bag.push((Hop::FromUpper, out[..len].to_vec()));
+                        }
+                        Verdict::Multicast { len, .. } => {
+                            let a = &out[..len];
+                            totals.insert(u32::from_be_bytes([a[12], a[13], a[14], a[15]]));
+                            bag.push((Hop::FromUpper, a.to_vec()));
+                        }
+                        _ => {}
+                    }
+                    continue;
+                }
+                let (expected, port) = match hop {
+                    Hop::FromRank(rank) => (
+                        model.process(&pkt, u64::from(endpoint(rank).port)),
+                        PortId(10 + u16::from(rank)),
+                    ),
+                    _ => (model.upper_packet(&env, &check, &pkt), UP_PORT),
+                };
+                let verdict = rack.process(port, &pkt, ina_proto::Instant::ZERO, &mut out);
+                let got = match verdict {
+                    Verdict::Drop(DropReason::StaleSeq) => Sent::Dropped(Event::StaleSeq),
+                    Verdict::Drop(DropReason::Duplicate) => Sent::Dropped(Event::Duplicate),
+                    // The upper switch's other answers: nothing to do.
+                    Verdict::Drop(_) | Verdict::Absorbed if hop == Hop::FromUpper => {
+                        Sent::Dropped(Event::UpperAnswer)
+                    }
+                    Verdict::Drop(other) => panic!("unexpected drop {other:?}"),
+                    Verdict::Absorbed => Sent::Absorbed,
+                    Verdict::Unicast { port: to, len } => {
+                        let to = if to == UP_PORT {
+                            To::Up
+                        } else if to == port {
+                            To::Sender
+                        } else {
+                            assert_eq!(to, PortId(10), "a unicast to rank 0's port");
+                            To::Rank0
+                        };
+                        Sent::Unicast(to, out[..len].to_vec())
+                    }
+                    Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
+                };
+                assert_eq!(got, expected, "{hop:?} packet {:?}", &pkt[..16]);
+                kinds.insert(match &got {
+                    Sent::Dropped(e) => format!("{hop:?} {}", e.name()),
+                    Sent::Absorbed => "absorbed".to_string(),
+                    Sent::Unicast(to, a) => format!(
+                        "{hop:?} unicast {to:?} type {} count {}",
+                        a[0] & 0x0f,
+                        u16::from_be_bytes([a[10], a[11]])
+                    ),
+                    Sent::Multicast(a) => format!(
+                        "{hop:?} multicast type {} count {}",
+                        a[0] & 0x0f,
+                        u16::from_be_bytes([a[10], a[11]])
+                    ),
+                });
+                let deliver = |sim: &mut SimWorker, answer: &[u8]| {
+                    if answer[0] & 0x0f == 2 {
+                        let g =
+                            u32::from_be_bytes([answer[12], answer[13], answer[14], answer[15]]);
+                        if sim.sent.contains(&g) {
+                            sim.done.insert(g);
+                        }
+                    }
+                };
+                match &got {
+                    Sent::Unicast(To::Up, a) => bag.push((Hop::ToUpper, a.clone())),
+                    Sent::Unicast(To::Sender, a) if b % 7 != 0 => {
+                        if let Hop::FromRank(rank) = hop {
+                            deliver(&mut sims[usize::from(rank)], a);
+                        }
+                    }
+                    Sent::Multicast(a) => {
+                        for (i, sim) in sims.iter_mut().enumerate() {
+                            if (usize::from(b) + i) % 7 != 0 {
+                                deliver(sim, a);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                let regs = rack.registers();
+                for slot in usize::from(base)..usize::from(base) + w as usize {
+                    let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
+                    assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
+                    assert_eq!(
+                        rs.bitmap,
+                        ms.bitmap.map(|b| b & !KIND_BIT),
+                        "bitmap of slot {slot}"
+                    );
+                    assert_eq!(rs.exp, ms.exp.map(|e| e & 0xff), "exp of slot {slot}");
+                    for set in 0..2 {
+                        assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
+                    }
+                }
+            }
+        }
+    }
+    kinds
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn a_rack_switch_agrees_with_the_rust_pipeline(
+        workers in 1u8..=4,
+        w in 1u32..=3,
+        steps in proptest::collection::vec((0u8..8, 0u16..64, 0u16..1000), 0..400),
+    ) {
+        run_tree_execution(workers, w, &steps, false);
+        run_tree_execution(workers, w, &steps, true);
+    }
+}
+
+#[test]
+fn rack_executions_reach_every_decision() {
+    let mut all = std::collections::BTreeSet::new();
+    let mut state = 0x9b05_688c_2b3e_6c1fu64;
+    for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
+        let steps: Vec<(u8, u16, u16)> = (0..4000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (
+                    (state % 8) as u8,
+                    (state >> 8) as u16 % 64,
+                    (state >> 24) as u16 % 1000,
+                )
+            })
+            .collect();
+        all.extend(run_tree_execution(workers, w, &steps, false));
+        all.extend(run_tree_execution(workers, w, &steps, true));
+    }
+    for kind in [
+        // The partial up (with and without payload), a status and a fetching Query up.
+        "FromRank(0) unicast Up type 1 count 64",
+        "FromRank(0) unicast Up type 1 count 0",
+        "FromRank(0) unicast Up type 7 count 0",
+        "FromUpper unicast Up type 7 count 0",
+        // The partial again for the upper switch's Pending without this switch's bit.
+        "FromUpper unicast Up type 1 count 64",
+        // A Pending to rank 0 (another rack is late), and to a waiting rank.
+        "FromUpper unicast Rank0 type 6 count 1",
+        "FromRank(1) unicast Sender type 6 count 1",
+        // The total, stored and multicast; a copy of it; the stored result to a rank.
+        "FromUpper multicast type 2 count 64",
+        "FromUpper multicast type 2 count 0",
+        "FromUpper duplicate",
+        "FromUpper upper_answers",
+        "FromRank(1) unicast Sender type 2 count 64",
+    ] {
+        assert!(all.contains(kind), "no {kind} in {all:?}");
+    }
 }
 
 proptest! {
@@ -1455,9 +1917,53 @@ fn be32(f: &[u8], at: usize) -> u64 {
     u64::from(u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]))
 }
 
+/// The job `check_key` computes the key for: job `JOB` of epoch `EPOCH`, `workers` ranks at
+/// `endpoint(r)`, `slots` slots from `base`, 64 elements, and its upper switch if any.
+struct CheckEnv {
+    workers: u64,
+    base: u16,
+    slots: u16,
+    reports: bool,
+    uplink: Option<UpperEnv>,
+}
+
+/// A job's upper switch: where it is, the upper job's epoch, this switch's rank there.
+#[derive(Clone, Copy)]
+struct UpperEnv {
+    at: Endpoint,
+    epoch: u16,
+    rank: u8,
+}
+
+impl CheckEnv {
+    /// The random frames' job: 3 ranks on slots `BASE..BASE+3`, its upper switch at
+    /// `endpoint(3)` (a frame of rank 3 or 4 comes from there) with epoch `EPOCH + 1`.
+    fn random(reports: bool) -> CheckEnv {
+        CheckEnv {
+            workers: 3,
+            base: BASE,
+            slots: 3,
+            reports,
+            uplink: Some(RANDOM_UPPER),
+        }
+    }
+}
+
+const RANDOM_UPPER: UpperEnv = UpperEnv {
+    at: Endpoint {
+        port: 4,
+        mac: MacAddr([0x02, 0, 0, 0, 1, 4]),
+        ip: [198, 18, 1, 4],
+        udp_port: 5003,
+    },
+    epoch: EPOCH + 1,
+    rank: 3,
+};
+
 /// The key of `ina_check` for `frame` on `ingress`, as the parser and stages 0 and 1 compute
-/// it (a job of 3 ranks at `endpoint(r)`, slots `BASE..BASE+3`, 64 elements).
-fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
+/// it for the job of `env`.
+fn check_key(env: &CheckEnv, ingress: u16, f: &[u8]) -> Vec<u64> {
+    let reports = env.reports;
     let sip = u64::from(u32::from_be_bytes(SIP));
     let mut perr = 0u64;
     let ethertype = be16(f, 12);
@@ -1505,18 +2011,34 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
         }
     }
     let job_hit = ina_valid && job == u64::from(JOB);
-    let rank_hit = job_hit && rank < 3;
-    let ep = endpoint(rank.min(3) as u8);
-    // rank_source's entry of the rank: its port and source address.
-    let src_ok = rank_hit
-        && ingress == ep.port
-        && be32(f, 26) == u64::from(u32::from_be_bytes(ep.ip))
-        && be16(f, 34) == u64::from(ep.udp_port);
+    let rank_hit = job_hit && rank < env.workers;
+    let from = |ep: &Endpoint| {
+        ingress == ep.port
+            && be32(f, 26) == u64::from(u32::from_be_bytes(ep.ip))
+            && be16(f, 34) == u64::from(ep.udp_port)
+    };
+    // rank_source's entries: each rank's port and source address, and the upper switch's
+    // with this switch's rank there.
+    let from_upper = job_hit && env.uplink.is_some_and(|u| from(&u.at));
+    let src_ok = (rank_hit && from(&endpoint(rank as u8)))
+        || (from_upper && env.uplink.is_some_and(|u| rank == u64::from(u.rank)));
+    // uplink_frame's two entries: the upper switch's frames, with the upper job's epoch (3)
+    // or another (1).
+    let from_up = match env.uplink {
+        Some(u) if from_upper => {
+            if epoch == u64::from(u.epoch) {
+                3
+            } else {
+                1
+            }
+        }
+        _ => 0,
+    };
     let epoch_x = epoch ^ u64::from(EPOCH);
-    let slot_off = (slot as u16).wrapping_sub(BASE);
+    let slot_off = (slot as u16).wrapping_sub(env.base);
     // 16-bit arithmetic, as stage 1's: the sign of slot_off - slot_count, and slot_off's top
     // three bits.
-    let room = u64::from(slot_off.wrapping_sub(3) >> 15);
+    let room = u64::from(slot_off.wrapping_sub(env.slots) >> 15);
     let off_top = u64::from(slot_off >> 13);
     let count_x = count ^ 64;
     let dst_mac: [u8; 6] = f[..6].try_into().expect("six bytes");
@@ -1554,21 +2076,27 @@ fn check_key(ingress: u16, f: &[u8], reports: bool) -> Vec<u64> {
         l2_port_x,
         if ina_valid { u64::from(f[49]) } else { 0 },
         u64::from(reports),
+        from_up,
     ]
 }
 
 fn frame_switch() -> FrameSwitch {
-    frame_switch_of(3, 3, false)
+    frame_switch_under(3, (BASE, 3), false, Some(RANDOM_UPPER))
 }
 
 /// [`frame_switch`] with Missing reports on (its job keeps no whole block).
 fn frame_switch_with_reports() -> FrameSwitch {
-    frame_switch_on(3, (BASE, 3), true)
+    frame_switch_under(3, (BASE, 3), true, Some(RANDOM_UPPER))
 }
 
 /// `ina_check`'s answer for a frame: the matched action and its arguments.
-fn check_action(check: &[TableEntry], ingress: u16, f: &[u8], reports: bool) -> (String, Vec<u64>) {
-    lookup(check, &check_key(ingress, f, reports)).map_or(
+fn check_action(
+    check: &[TableEntry],
+    env: &CheckEnv,
+    ingress: u16,
+    f: &[u8],
+) -> (String, Vec<u64>) {
+    lookup(check, &check_key(env, ingress, f)).map_or(
         (
             "check_drop".to_string(),
             vec![Event::L2Unknown.index() as u64],
@@ -1592,7 +2120,7 @@ fn random_frames_reach_every_check_row() {
             *b = (state >> 32) as u8;
         }
         let (ingress, f) = frame(&c);
-        let key = check_key(ingress, &f, c[25] % 2 == 1);
+        let key = check_key(&CheckEnv::random(c[25] % 2 == 1), ingress, &f);
         if let Some(i) = check
             .iter()
             .position(|e| e.keys.iter().zip(&key).all(|((v, m), k)| k & m == v & m))
@@ -1618,7 +2146,7 @@ proptest! {
             let reports = c[25] % 2 == 1;
             let sw = if reports { &mut sw_reports } else { &mut sw };
             let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
-            let (action, args) = check_action(&check, ingress, &f, reports);
+            let (action, args) = check_action(&check, &CheckEnv::random(reports), ingress, &f);
             let decided = [
                 Event::DataFirst,
                 Event::DataAdded,
@@ -1636,6 +2164,12 @@ proptest! {
                 "check_data" | "check_query" => {
                     prop_assert!(decided.contains(&event), "{:?} for an accepted packet", event)
                 }
+                // The upper switch's total, Pending or Reject (PROTOCOL.md §9).
+                "check_upper" => prop_assert!(
+                    [Event::TotalReceived, Event::UpperAnswer, Event::Duplicate, Event::StaleSeq]
+                        .contains(&event),
+                    "{:?} for the upper switch's packet", event
+                ),
                 a => prop_assert!(false, "action {}", a),
             }
         }
@@ -1930,6 +2464,19 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
     tm
 }
 
+/// The names of the parameters of action `name`, in order.
+fn action_params(p: &str, name: &str) -> Vec<&'static str> {
+    let start = p
+        .find(&format!("    action {name}("))
+        .unwrap_or_else(|| panic!("action {name}"));
+    let list = &p[start + name.len() + 12..];
+    let list = &list[..list.find(')').expect("parameters")];
+    list.split(',')
+        .filter_map(|param| param.split_whitespace().last())
+        .map(|n| &*Box::leak(n.to_string().into_boxed_str()))
+        .collect()
+}
+
 fn ipv4_checksum(pkt: &mut Pkt) {
     let mut header = Pkt {
         layouts: pkt
@@ -1984,9 +2531,9 @@ proptest! {
             let reports = c[25] % 2 == 1;
             let sw = if reports { &mut sw_reports } else { &mut sw };
             let event = sw.process(ingress, &f, ina_proto::Instant::ZERO, &mut out);
-            let (action, args) = check_action(&check, ingress, &f, reports);
+            let (action, args) = check_action(&check, &CheckEnv::random(reports), ingress, &f);
             let op = match action.as_str() {
-                "check_data" | "check_query" => continue,
+                "check_data" | "check_query" | "check_upper" => continue,
                 "check_drop" => 0,
                 "check_l2_port" => 1,
                 "check_l2_flood" => 2,
@@ -2065,7 +2612,17 @@ fn frame_switch_of(workers: u8, w: u32, gaps: bool) -> FrameSwitch {
 
 /// The frame switch of a job of `workers` ranks at `endpoint(r)` on `(base, slot_count)`,
 /// with Missing reports if `gaps`.
-fn frame_switch_on(workers: u8, (base, slot_count): (u16, u16), gaps: bool) -> FrameSwitch {
+fn frame_switch_on(workers: u8, slots: (u16, u16), gaps: bool) -> FrameSwitch {
+    frame_switch_under(workers, slots, gaps, None)
+}
+
+/// [`frame_switch_on`] with the job's upper switch, if any (the same job id and slots there).
+fn frame_switch_under(
+    workers: u8,
+    (base, slot_count): (u16, u16),
+    gaps: bool,
+    upper: Option<UpperEnv>,
+) -> FrameSwitch {
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
         mac: MacAddr(SM),
         ip: SIP,
@@ -2085,7 +2642,13 @@ fn frame_switch_on(workers: u8, (base, slot_count): (u16, u16), gaps: bool) -> F
         slot_count,
         elems_per_packet: E as u16,
         ranks: (0..workers).map(endpoint).collect(),
-        uplink: None,
+        uplink: upper.map(|u| ina_proto::l2::FrameUplink {
+            switch: u.at,
+            job: JOB,
+            epoch: u.epoch,
+            slot_base: base,
+            rank: u.rank,
+        }),
     })
     .expect("job");
     sw
@@ -2093,7 +2656,11 @@ fn frame_switch_on(workers: u8, (base, slot_count): (u16, u16), gaps: bool) -> F
 
 /// The frame rank `rank` sends with `ina` as its UDP payload.
 fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
-    let ep = endpoint(rank);
+    wrap_from(&endpoint(rank), ina)
+}
+
+/// The frame `ep` sends with `ina` as its UDP payload.
+fn wrap_from(ep: &Endpoint, ina: &[u8]) -> Vec<u8> {
     let udp_len = 8 + ina.len() as u16;
     let mut f = Vec::new();
     f.extend_from_slice(&SM);
@@ -2154,6 +2721,16 @@ fn check_frames(
         // Stage 1: a rank's Missing becomes its fetching Query.
         run_action(program, "requery", &mut pkt, &md, u64::from(ingress));
     }
+    // The reply action's arguments, by the names of its parameters.
+    let mut md = md;
+    md.extend(
+        action_params(program, action)
+            .into_iter()
+            .zip(last.args.iter().copied()),
+    );
+    // Stage 6 wrote a Pending's word.
+    pkt.fields
+        .insert("hdr.word.bitmap".into(), u64::from(last.pend));
     let query = ina[0] & 0x0f == 7 || last.requery.is_some();
     if query && action == "answer_result_harvest" {
         // Stage 3 gave the Query a payload to fill.
@@ -2211,10 +2788,7 @@ fn check_frames(
             Some(u64::from(ingress) >> 7 << 7 | 68),
             "{action}"
         );
-        if matches!(
-            action,
-            "multicast_result_harvest_stamped" | "multicast_result_empty_harvest"
-        ) {
+        if action == "multicast_result_harvest" && last.args[3] == 1 {
             // Egress on the way to the second pass stamps the block's counter.
             run_action(program, "stamp_result_gap", &mut pkt, &md, 0);
             run_action(program, "mark_gap_on", &mut pkt, &md, 0);
@@ -2238,6 +2812,7 @@ fn check_frames(
                 .insert(format!("hdr.payload.e{k}"), u64::from(*v as u32));
         }
         let second = if tm.bridge_op == 5 {
+            md.insert("op", 3);
             "send_harvest_unicast"
         } else {
             "send_harvest_multicast"

@@ -94,7 +94,9 @@ header bridge_h {
     bit<8> op;
     // A multicast result's second pass stamps its block's gap counter.
     bit<1> stamp;
-    bit<6> _pad;
+    // A total from the upper switch (PROTOCOL.md section 9): its second pass stores it.
+    bit<1> store;
+    bit<5> _pad;
     PortId_t port;
     bit<16> mgrp;
     // A stamped result's use, for reg_result_use: 1 << 14 | 2 * slot + set.
@@ -304,15 +306,15 @@ struct ingress_md_t {
     bit<4> seq_pred;
     bit<4> order_pred;
     bit<32> bm_old;
-    bit<32> bm_new;
     bit<32> old_x;
     bit<32> new_x;
-    bit<8> exp_x;
+    // The set's exp cell's low half: the exponent byte, and in bit 8 the total from the
+    // upper switch is in (PROTOCOL.md section 9).
+    bit<16> exp_x;
     bit<1> seen;
     bit<8> vop_c;
     bit<8> vop;
     bit<8> outcome;
-    bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
     bit<32> kind;
@@ -331,6 +333,13 @@ struct ingress_md_t {
     bit<32> rec;
     bit<32> rec_seq;
     bit<1> from_missing;
+    // The job's upper switch (PROTOCOL.md section 9; has_up = 0: none) and its port.
+    bit<1> has_up;
+    PortId_t up_port;
+    // The frame came in on the job's uplink port: 1, 3 with the upper job's epoch.
+    bit<2> from_up;
+    // An upper switch's Pending holds this switch's bit.
+    bit<1> word_me;
 }
 
 struct egress_md_t {
@@ -368,6 +377,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.ina);
         transition select(hdr.ina.count) {
             INA_ELEMS : parse_bridge_payload;
+            // (A total's header alone: its second pass stores its kind.)
+            0 : header_kind;
             default : accept;
         }
     }
@@ -429,6 +440,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.udp);
         transition select(hdr.udp.dst_port, hdr.udp.length) {
             (INA_UDP_PORT, 280) : parse_ina_full;
+            (INA_UDP_PORT, 28) : parse_ina_word;
             (INA_UDP_PORT, _) : parse_ina;
             default : accept;
         }
@@ -443,6 +455,14 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
             (_, _, 0) : header_kind;
             default : accept;
         }
+    }
+
+    // A packet of one word: an upper switch's Pending (PROTOCOL.md section 9) has its bitmap.
+    state parse_ina_word {
+        md.ina_expected = 1;
+        pkt.extract(hdr.ina);
+        pkt.extract(hdr.word);
+        transition accept;
     }
 
     state parse_ina {
@@ -500,6 +520,29 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Twin: SlotRegisters::exp, indexed by 2 * slot + set.
     Register<bit<32>, cell_index_t>(POOL_CELLS) reg_exp;
     // SlotRegisters::count has no register here (see the header comment).
+
+    // The counters, in the last stage: where they go first, they crowd out the tables that
+    // depend on the decision as they do.
+    action count_the_event() {
+        ina_events.count(md.event);
+    }
+    @stage(11)
+    table count_event {
+        actions = {
+            count_the_event;
+        }
+        const default_action = count_the_event();
+    }
+    action count_the_multicast() {
+        ina_multicast.count(0);
+    }
+    @stage(11)
+    table count_multicast {
+        actions = {
+            count_the_multicast;
+        }
+        const default_action = count_the_multicast();
+    }
 
 
     // ---- stage 0: the control plane's tables ----
@@ -572,6 +615,33 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         default_action = not_to_switch();
         size = 1;
+    }
+
+    // A frame of the upper switch of a job (PROTOCOL.md section 9): of the job's id, from the
+    // upper switch's port, IPv4 address and UDP port. Two entries per such job: with the
+    // upper job's epoch (md.from_up = 3) and with any other (1). Ternary: stage 1's SRAM is
+    // taken.
+    action from_uplink(bit<2> epoch_ok) {
+        md.from_up = epoch_ok;
+    }
+    action not_from_uplink() {
+        md.from_up = 0;
+    }
+    @stage(1)
+    table uplink_frame {
+        key = {
+            hdr.ina.job : ternary;
+            ig_intr_md.ingress_port : ternary;
+            hdr.ipv4.src_addr : ternary;
+            hdr.udp.src_port : ternary;
+            hdr.ina.epoch : ternary;
+        }
+        actions = {
+            from_uplink;
+            not_from_uplink;
+        }
+        default_action = not_from_uplink();
+        size = 1024;
     }
 
     // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
@@ -706,10 +776,15 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 4096;
     }
 
-    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data.
+    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data. A job
+    // under an upper switch (PROTOCOL.md section 9, `up` = 1) has the same id and slots there,
+    // and `up_port` is the port the upper switch is behind.
     action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg,
-        bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp) {
+        bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp,
+        bit<1> up, PortId_t up_port) {
         md.job_hit = 1;
+        md.has_up = up;
+        md.up_port = up_port;
         md.job_epoch = epoch;
         md.epoch_x = hdr.ina.epoch ^ epoch;
         md.slot_base = slot_base;
@@ -722,6 +797,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
     action unknown_job() {
         md.job_hit = 0;
+        md.has_up = 0;
     }
     @stage(0)
     table ina_job {
@@ -867,7 +943,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // of the job's range.
         md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = exp_h_of.get({md.kind[31:31], 23w0, hdr.ina.exponent});
+        // Bit 8 on a second pass: a total stored (PROTOCOL.md section 9).
+        md.exp_h = exp_h_of.get({md.kind[31:31], 22w0, md.pass2, hdr.ina.exponent});
         md.stamp = md.reports & md.gap_block;
     }
     @stage(1)
@@ -1015,6 +1092,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     action check_query() {
         md.op = 7;
     }
+    action check_upper(bit<8> o) {
+        md.op = o;
+    }
     @stage(2)
     table ina_check {
         key = {
@@ -1042,6 +1122,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
             md.reports : ternary;
+            md.from_up : ternary;
         }
         actions = {
             check_drop;
@@ -1053,47 +1134,64 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             check_reject;
             check_data;
             check_query;
+            check_upper;
         }
         const entries = {
-            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
-            (0, 1, true, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _) : check_data();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _) : check_data();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _) : check_query();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _) : check_reject(3, 11);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(2, 10);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_reject(1, 9);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_probe();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(8);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(7);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(6);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(19);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(8);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(7);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1) : check_drop(6);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _) : check_drop(5);
-            (0, _, _, _, true, 1, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
-            (0, _, _, _, true, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _) : check_drop(1);
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _) : check_l2_port();
-            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _) : check_l2_flood();
+            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
+            (0, 1, true, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3) : check_upper(9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, _, 3) : check_upper(9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, 1, _, 1, 0, 1, _, _, _, _, _, 3) : check_upper(10);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1) : check_upper(11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1) : check_upper(11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1) : check_upper(11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 5, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : check_data();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0) : check_data();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : check_query();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(3, 11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(2, 10);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(1, 9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(3, 11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, _, _, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(2, 10);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 0) : check_reject(1, 9);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 0) : check_probe();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 4, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, 1, _, _, _, 0 &&& 0xe000, _, _, _, _, 1, 0) : check_drop(19);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, 1, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1, _) : check_drop(8);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1, _) : check_drop(7);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, 1, _) : check_drop(6);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 5, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 2, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, _, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 3, _, _) : check_drop(5);
+            (0, _, _, _, true, 1, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(4);
+            (0, _, _, _, true, 1, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(3);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 0, _, _, _) : check_drop(1);
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _, _) : check_l2_port();
+            (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _, _) : check_l2_flood();
         }
-        size = 37;
+        size = 53;
         const default_action = check_drop(1);
     }
 
@@ -1214,6 +1312,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
             md.reports : ternary;
+            md.from_up : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -1224,14 +1323,26 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             seq_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_seq_data_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_seq_data_1();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_seq_query_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 0) : do_seq_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 1) : do_seq_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0, 0) : do_seq_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0, 1) : do_seq_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, _, 3, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, _, 3, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, 1, _, 1, 0, 1, _, _, _, _, _, 3, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, 1, _, 1, 0, 1, _, _, _, _, _, 3, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 1) : do_seq_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 0) : do_seq_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 1) : do_seq_query_1();
         }
-        size = 6;
+        size = 18;
         const default_action = seq_access_miss();
     }
     action seq_order_access_miss() {
@@ -1264,6 +1375,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
             md.reports : ternary;
+            md.from_up : ternary;
             hdr.ina.set : ternary;
         }
         actions = {
@@ -1274,14 +1386,26 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             seq_order_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0) : do_order_data_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 1) : do_order_data_1();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0) : do_order_query_0();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 0) : do_order_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 1) : do_order_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0, 0) : do_order_data_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, _, 0, 1) : do_order_data_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, _, 0, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, _, 3, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, _, 3, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, 1, _, 1, 0, 1, _, _, _, _, _, 3, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 6, 0, 1, _, 1, _, 1, 0, 1, _, _, _, _, _, 3, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 1) : do_order_query_1();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 0) : do_order_query_0();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 1) : do_order_query_1();
         }
-        size = 6;
+        size = 18;
         const default_action = seq_order_access_miss();
     }
 
@@ -1330,6 +1454,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.l2_port_x : ternary;
             hdr.ina.exponent : ternary;
             md.reports : ternary;
+            md.from_up : ternary;
             md.gap_block : ternary;
             hdr.ina.gap_on : ternary;
         }
@@ -1338,8 +1463,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             gap_access_miss;
         }
         const entries = {
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, 1, 1, 1) : do_gap_note();
-            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, 1, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, 1, 0, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, 1, 0, 1, 1) : do_gap_note();
         }
         size = 2;
         const default_action = gap_access_miss();
@@ -1445,24 +1570,25 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
 
     // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
     // current use of the use's kind the larger of the two (unsigned), one of the other kind
-    // changes nothing. Returns the exponent byte after the update.
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_write = {
-        void apply(inout bit<32> v, out bit<8> rv) {
+    // changes nothing. Returns the cell's low half after the update: the exponent byte and
+    // bit 8, set by a total stored (PROTOCOL.md section 9; md.exp_h on its second pass).
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<16> rv) {
             v = md.exp_h;
-            rv = (bit<8>)v;
+            rv = (bit<16>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_max = {
-        void apply(inout bit<32> v, out bit<8> rv) {
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<16> rv) {
             if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
                 v = md.exp_h;
             }
-            rv = (bit<8>)v;
+            rv = (bit<16>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_read = {
-        void apply(inout bit<32> v, out bit<8> rv) {
-            rv = (bit<8>)v;
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<16> rv) {
+            rv = (bit<16>)v;
         }
     };
     action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
@@ -1489,8 +1615,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4w0b0100, 4w0b0001) : own_add_0();
             (6, 4w0b0100, _) : own_read_0();
             (7, 4w0b0100, _) : own_read_0();
+            (9, 4w0b0100, _) : own_read_0();
+            (10, 4w0b0100, _) : own_read_0();
+            (11, 4w0b0100, _) : own_read_0();
         }
-        size = 4;
+        size = 7;
         const default_action = bitmap_own_0_miss();
     }
     @stage(3)
@@ -1532,8 +1661,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 4w0b0100, 4w0b0001) : own_add_1();
             (6, 4w0b0100, _) : own_read_1();
             (7, 4w0b0100, _) : own_read_1();
+            (9, 4w0b0100, _) : own_read_1();
+            (10, 4w0b0100, _) : own_read_1();
+            (11, 4w0b0100, _) : own_read_1();
         }
-        size = 4;
+        size = 7;
         const default_action = bitmap_own_1_miss();
     }
     @stage(3)
@@ -1561,9 +1693,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     table exp_access {
         key = {
             md.op : exact;
-            hdr.ina.set : exact;
+            hdr.ina.set : ternary;
             md.seq_pred : ternary;
             md.order_pred : ternary;
+            hdr.bridge.store : ternary;
         }
         actions = {
             do_exp_write;
@@ -1572,12 +1705,16 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             exp_access_miss;
         }
         const entries = {
-            (6, _, 4w0b0010, _) : do_exp_write();
-            (6, _, 4w0b0100, 4w0b0001) : do_exp_max();
-            (6, _, 4w0b0100, _) : do_exp_read();
-            (7, _, 4w0b0100, _) : do_exp_read();
+            (6, _, 4w0b0010, _, _) : do_exp_write();
+            (6, _, 4w0b0100, 4w0b0001, _) : do_exp_max();
+            (6, _, 4w0b0100, _, _) : do_exp_read();
+            (7, _, 4w0b0100, _, _) : do_exp_read();
+            (9, _, 4w0b0100, _, _) : do_exp_read();
+            (10, _, 4w0b0100, _, _) : do_exp_read();
+            (11, _, 4w0b0100, _, _) : do_exp_read();
+            (8, _, _, _, 1) : do_exp_write();
         }
-        size = 4;
+        size = 8;
         const default_action = exp_access_miss();
     }
 
@@ -1610,21 +1747,24 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.order_pred : ternary;
             hdr.ina.count : ternary;
             hdr.ina.exponent : ternary;
+            hdr.bridge.store : ternary;
         }
         actions = {
             select_values;
             select_values_for_query;
         }
         const entries = {
-            (8, _, _, 0, _) : select_values(0);
-            (8, _, _, _, _) : select_values(4);
-            (6, 4w0b0010, _, 64, _) : select_values(1);
-            (6, 4w0b0100, 4w0b0001, 64, _) : select_values(2);
-            (6, 4w0b0100, _, 64, _) : select_values(3);
-            (7, 4w0b0100, _, _, 8w0 &&& 8w1) : select_values(0);
-            (7, 4w0b0100, _, _, _) : select_values_for_query();
+            (8, _, _, 64, _, 1) : select_values(1);
+            (8, _, _, 0, _, _) : select_values(0);
+            (8, _, _, _, _, _) : select_values(4);
+            (6, 4w0b0010, _, 64, _, _) : select_values(1);
+            (6, 4w0b0100, 4w0b0001, 64, _, _) : select_values(2);
+            (6, 4w0b0100, _, 64, _, _) : select_values(3);
+            (7, 4w0b0100, _, _, 0, _) : select_values(0);
+            (7, 4w0b0100, _, _, _, _) : select_values_for_query();
+            (10, 4w0b0100, _, _, _, _) : select_values_for_query();
         }
-        size = 7;
+        size = 9;
         const default_action = select_values(0);
     }
 
@@ -1721,9 +1861,60 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 31;
         const default_action = seen_check_miss();
     }
+    action set_word_me() {
+        md.word_me = 1;
+    }
+    action word_check_miss() {
+        md.word_me = 0;
+    }
+    @stage(4)
+    table word_check {
+        key = {
+            hdr.word.bitmap : ternary;
+            hdr.ina.rank : exact;
+        }
+        actions = {
+            set_word_me;
+            word_check_miss;
+        }
+        const entries = {
+            (32w0x00000001 &&& 32w0x00000001, 0) : set_word_me();
+            (32w0x00000002 &&& 32w0x00000002, 1) : set_word_me();
+            (32w0x00000004 &&& 32w0x00000004, 2) : set_word_me();
+            (32w0x00000008 &&& 32w0x00000008, 3) : set_word_me();
+            (32w0x00000010 &&& 32w0x00000010, 4) : set_word_me();
+            (32w0x00000020 &&& 32w0x00000020, 5) : set_word_me();
+            (32w0x00000040 &&& 32w0x00000040, 6) : set_word_me();
+            (32w0x00000080 &&& 32w0x00000080, 7) : set_word_me();
+            (32w0x00000100 &&& 32w0x00000100, 8) : set_word_me();
+            (32w0x00000200 &&& 32w0x00000200, 9) : set_word_me();
+            (32w0x00000400 &&& 32w0x00000400, 10) : set_word_me();
+            (32w0x00000800 &&& 32w0x00000800, 11) : set_word_me();
+            (32w0x00001000 &&& 32w0x00001000, 12) : set_word_me();
+            (32w0x00002000 &&& 32w0x00002000, 13) : set_word_me();
+            (32w0x00004000 &&& 32w0x00004000, 14) : set_word_me();
+            (32w0x00008000 &&& 32w0x00008000, 15) : set_word_me();
+            (32w0x00010000 &&& 32w0x00010000, 16) : set_word_me();
+            (32w0x00020000 &&& 32w0x00020000, 17) : set_word_me();
+            (32w0x00040000 &&& 32w0x00040000, 18) : set_word_me();
+            (32w0x00080000 &&& 32w0x00080000, 19) : set_word_me();
+            (32w0x00100000 &&& 32w0x00100000, 20) : set_word_me();
+            (32w0x00200000 &&& 32w0x00200000, 21) : set_word_me();
+            (32w0x00400000 &&& 32w0x00400000, 22) : set_word_me();
+            (32w0x00800000 &&& 32w0x00800000, 23) : set_word_me();
+            (32w0x01000000 &&& 32w0x01000000, 24) : set_word_me();
+            (32w0x02000000 &&& 32w0x02000000, 25) : set_word_me();
+            (32w0x04000000 &&& 32w0x04000000, 26) : set_word_me();
+            (32w0x08000000 &&& 32w0x08000000, 27) : set_word_me();
+            (32w0x10000000 &&& 32w0x10000000, 28) : set_word_me();
+            (32w0x20000000 &&& 32w0x20000000, 29) : set_word_me();
+            (32w0x40000000 &&& 32w0x40000000, 30) : set_word_me();
+        }
+        size = 31;
+        const default_action = word_check_miss();
+    }
 
     action done_compare() {
-        md.bm_new = md.bm_old | md.rbit;
         md.old_x = md.bm_old ^ md.full_mask;
     }
     @stage(4)
@@ -1735,7 +1926,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
 
     action last_compare() {
-        md.new_x = md.bm_new ^ md.full_mask;
+        // The bitmap with the rank's bit, against the mask: for a rank not yet in it (the
+        // only rows that read new_x), bm_old | rbit is bm_old ^ rbit.
+        md.new_x = md.old_x ^ md.rbit;
     }
     @stage(5)
     table prep_last {
@@ -3556,15 +3749,16 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         md.event = event;
         md.mcast_count = 1;
     }
-    action outcome_pending(bit<8> event) {
-        md.outcome = 5;
+    action outcome_pending(bit<8> o, bit<8> event) {
+        md.outcome = o;
         md.event = event;
-        md.pend = md.bm_old & 32w0x7fffffff;
+        // The Pending's word, written here (the reply makes the header valid).
+        hdr.word.bitmap = md.bm_old & 32w0x7fffffff;
     }
     action outcome_pending_empty(bit<8> event) {
         md.outcome = 5;
         md.event = event;
-        md.pend = 0;
+        hdr.word.bitmap = 0;
     }
     action outcome_reject(bit<8> reason, bit<8> event) {
         md.outcome = 6;
@@ -3573,7 +3767,6 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     }
     action ina_outcome_miss() {
         md.outcome = 0;
-        md.pend = 0;
         md.mcast_count = 0;
     }
     @stage(6)
@@ -3588,6 +3781,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             md.workers : ternary;
             hdr.ina.count : ternary;
             hdr.ina.exponent : ternary;
+            md.has_up : ternary;
+            md.exp_x[8:8] : ternary;
+            hdr.ina.rank : ternary;
+            md.reports : ternary;
+            md.word_me : ternary;
         }
         actions = {
             outcome;
@@ -3598,31 +3796,54 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             ina_outcome_miss;
         }
         const entries = {
-            (6, 4w0b0100, 4w0b0001, 0, 32w0x80000000 &&& 32w0x80000000, _, _, 64, _) : outcome_reject(3, 11);
-            (6, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x80000000, _, _, 0, _) : outcome_reject(3, 11);
-            (6, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
-            (6, 4w0b0010, _, _, _, _, 1, _, _) : outcome_multicast(1, 14);
-            (6, 4w0b0010, _, _, _, _, _, _, _) : outcome(0, 14);
-            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 0, _) : outcome(3, 16);
-            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 64, _) : outcome(4, 16);
-            (6, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
-            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 0, _) : outcome(3, 16);
-            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 64, _) : outcome(4, 16);
-            (6, 4w0b0100, 4w0b0001, 1, _, _, _, _, _) : outcome_pending(17);
-            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 0, _) : outcome_multicast(1, 15);
-            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 64, _) : outcome_multicast(2, 15);
-            (6, 4w0b0100, 4w0b0001, 0, _, _, _, _, _) : outcome(0, 15);
-            (7, 4w0b0001, _, _, _, _, _, _, _) : outcome(0, 12);
-            (7, 4w0b0010, _, _, _, _, _, _, _) : outcome_pending_empty(17);
-            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
-            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, _) : outcome(4, 16);
-            (7, 4w0b0100, 4w0b0100, 0, _, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, 8w0 &&& 8w1) : outcome(3, 16);
-            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _) : outcome(4, 16);
-            (7, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x7fffffff, _, _, _, _) : outcome(0, 13);
-            (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _) : outcome_pending(17);
+            (6, 4w0b0100, 4w0b0001, 0, 32w0x80000000 &&& 32w0x80000000, _, _, 64, _, _, _, _, _, _) : outcome_reject(3, 11);
+            (6, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x80000000, _, _, 0, _, _, _, _, _, _) : outcome_reject(3, 11);
+            (6, 4w0b0010, _, _, _, _, 1, 0, _, 1, _, _, _, _) : outcome(7, 14);
+            (6, 4w0b0010, _, _, _, _, 1, 64, _, 1, _, _, _, _) : outcome(8, 14);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 0, _, 1, _, _, _, _) : outcome(7, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 64, _, 1, _, _, _, _) : outcome(8, 15);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, 0, _, _) : outcome(9, 22);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, _) : outcome_pending(5, 17);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, 0, 1, 0, 0, _, _) : outcome(9, 22);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0, _, _, _, _, 1, 0, 0, 1, _) : outcome(8, 22);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0x80000000 &&& 32w0xffffffff, _, _, _, _, 1, 0, 0, 1, _) : outcome(7, 22);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, 0, _, _) : outcome(9, 22);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, _) : outcome_pending(5, 17);
+            (9, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 12);
+            (9, 4w0b0010, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 12);
+            (9, 4w0b0100, 4w0b0001, _, 32w0, _, _, 64, _, 1, 0, _, _, _) : outcome_multicast(12, 20);
+            (9, 4w0b0100, 4w0b0001, _, 32w0x80000000 &&& 32w0xffffffff, _, _, 0, _, 1, 0, _, _, _) : outcome_multicast(12, 20);
+            (9, 4w0b0100, 4w0b0001, _, 32w0, _, _, 0, _, 1, 0, _, _, _) : outcome(10, 21);
+            (9, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 13);
+            (10, 4w0b0100, 4w0b0001, _, 32w0, _, _, _, _, 1, 0, _, _, 0) : outcome(8, 21);
+            (10, 4w0b0100, 4w0b0001, _, 32w0x80000000 &&& 32w0xffffffff, _, _, _, _, 1, 0, _, _, 0) : outcome(7, 21);
+            (10, 4w0b0100, 4w0b0001, _, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, 1) : outcome_pending(11, 21);
+            (11, 4w0b0100, 4w0b0001, _, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, _) : outcome_pending(11, 21);
+            (10, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 21);
+            (11, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 21);
+            (6, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 12);
+            (6, 4w0b0010, _, _, _, _, 1, _, _, _, _, _, _, _) : outcome_multicast(1, 14);
+            (6, 4w0b0010, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 14);
+            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 0, _, _, _, _, _, _) : outcome(3, 16);
+            (6, 4w0b0100, 4w0b0100, 1, _, _, _, 64, _, _, _, _, _, _) : outcome(4, 16);
+            (6, 4w0b0100, 4w0b0100, 0, _, _, _, _, _, _, _, _, _, _) : outcome(0, 13);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 0, _, _, _, _, _, _) : outcome(3, 16);
+            (6, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, 64, _, _, _, _, _, _) : outcome(4, 16);
+            (6, 4w0b0100, 4w0b0001, 1, _, _, _, _, _, _, _, _, _, _) : outcome_pending(5, 17);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 0, _, _, _, _, _, _) : outcome_multicast(1, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, 32w0 &&& 32w0x7fffffff, _, 64, _, _, _, _, _, _) : outcome_multicast(2, 15);
+            (6, 4w0b0100, 4w0b0001, 0, _, _, _, _, _, _, _, _, _, _) : outcome(0, 15);
+            (7, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 12);
+            (7, 4w0b0010, _, _, _, _, _, _, _, _, _, _, _, _) : outcome_pending_empty(17);
+            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, 8w0 &&& 8w1, _, _, _, _, _) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0100, 1, _, _, _, _, _, _, _, _, _, _) : outcome(4, 16);
+            (7, 4w0b0100, 4w0b0100, 0, _, _, _, _, _, _, _, _, _, _) : outcome(0, 13);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, 8w0 &&& 8w1, _, _, _, _, _) : outcome(3, 16);
+            (7, 4w0b0100, 4w0b0001, 1, 32w0 &&& 32w0x7fffffff, _, _, _, _, _, _, _, _, _) : outcome(4, 16);
+            (7, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x7fffffff, _, _, _, _, _, _, _, _, _) : outcome(0, 13);
+            (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _) : outcome_pending(5, 17);
         }
-        size = 23;
+        size = 46;
         const default_action = ina_outcome_miss();
     }
 
@@ -3633,6 +3854,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 0;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3642,6 +3864,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 1;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3655,6 +3878,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 2;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3666,6 +3890,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 1;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3679,6 +3904,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3710,6 +3936,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3732,6 +3959,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3749,7 +3977,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.epoch = md.job_epoch;
         hdr.ina.exponent = 0;
         hdr.word.setValid();
-        hdr.word.bitmap = md.pend;
+        // (The word is ina_outcome's.)
         hdr.payload.setInvalid();
     }
     // A Result without payload (count 0), to the sender.
@@ -3757,6 +3985,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.setValid();
         hdr.bridge.op = 3;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3771,7 +4000,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.count = 0;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
         hdr.payload.setInvalid();
     }
     // A Result with payload, to the sender: the high halves are in; the second pass
@@ -3787,10 +4016,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.ina.count = 64;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 5;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
@@ -3798,103 +4028,53 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 1;
     }
-    // A Result to every rank of the job (addresses per rank in egress), count 0.
-    action multicast_result_empty() {
+    // A Result of `count` elements (0 or E; its IPv4 and UDP lengths `total_len` and
+    // `udp_len`) to every rank of the job (addresses per rank in egress).
+    action multicast_result(bit<16> total_len, bit<16> udp_len, bit<16> count) {
         hdr.bridge.setValid();
         hdr.bridge.op = 4;
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = 0;
-        hdr.ipv4.total_len = 44;
-        hdr.udp.length = 24;
+        hdr.ipv4.total_len = total_len;
+        hdr.udp.length = udp_len;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
-        hdr.ina.count = 0;
+        hdr.ina.count = count;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
         ig_tm_md.mcast_grp_a = md.mgrp;
     }
-    // A Result to every rank of the job (addresses per rank in egress), count 64.
-    action multicast_result() {
-        hdr.bridge.setValid();
-        hdr.bridge.op = 4;
-        hdr.bridge.stamp = 0;
-        hdr.bridge._pad = 0;
-        hdr.bridge.rec = 0;
-        hdr.bridge.port = ig_intr_md.ingress_port;
-        hdr.bridge.mgrp = 0;
-        hdr.ipv4.total_len = 300;
-        hdr.udp.length = 280;
+    // The last arrival of a use: the high halves (if any) are in; the second pass reads
+    // the low halves and multicasts. Through egress (`stamp` 1, `bypass` 0), which stamps the
+    // block's gap counter on the way (with payload, or without: such a result takes the pass
+    // for its counter).
+    action multicast_result_harvest(bit<16> total_len, bit<16> udp_len, bit<16> count,
+        bit<1> stamp, bit<1> bypass) {
+        hdr.ipv4.total_len = total_len;
+        hdr.udp.length = udp_len;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
-        hdr.ina.count = 64;
+        hdr.ina.count = count;
         hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
-        ig_tm_md.mcast_grp_a = md.mgrp;
-    }
-    // The last arrival of a use with payload: the high halves are in; the second pass
-    // reads the low halves and multicasts.
-    // The same through egress, which stamps the block's gap counter on the way to the
-    // second pass (with payload, or without: such a result takes the pass for its counter).
-    action multicast_result_harvest() {
-        hdr.ipv4.total_len = 300;
-        hdr.udp.length = 280;
-        hdr.ina.gap = 0;
-        hdr.ina.gap_on = 0;
-        hdr.ina.count = 64;
-        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
         hdr.bridge.setValid();
         hdr.bridge.op = 6;
-        hdr.bridge.stamp = 0;
+        hdr.bridge.stamp = stamp;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
-        ig_tm_md.bypass_egress = 1;
+        ig_tm_md.bypass_egress = bypass;
     }
-    action multicast_result_harvest_stamped() {
-        hdr.ipv4.total_len = 300;
-        hdr.udp.length = 280;
-        hdr.ina.gap = 0;
-        hdr.ina.gap_on = 0;
-        hdr.ina.count = 64;
-        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
-        hdr.bridge.setValid();
-        hdr.bridge.op = 6;
-        hdr.bridge.stamp = 1;
-        hdr.bridge._pad = 0;
-        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
-        hdr.bridge.port = ig_intr_md.ingress_port;
-        hdr.bridge.mgrp = md.mgrp;
-        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
-        ig_tm_md.bypass_egress = 0;
-    }
-    action multicast_result_empty_harvest() {
-        hdr.ipv4.total_len = 44;
-        hdr.udp.length = 24;
-        hdr.ina.gap = 0;
-        hdr.ina.gap_on = 0;
-        hdr.ina.count = 0;
-        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
-        hdr.bridge.setValid();
-        hdr.bridge.op = 6;
-        hdr.bridge.stamp = 1;
-        hdr.bridge._pad = 0;
-        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
-        hdr.bridge.port = ig_intr_md.ingress_port;
-        hdr.bridge.mgrp = md.mgrp;
-        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
-        ig_tm_md.bypass_egress = 0;
-    }
-    // Second pass: the result is complete.
-    action send_harvest_unicast() {
-        hdr.bridge.op = 3;
+    // Second pass: the result is complete; to the port the first pass named, as `op`.
+    action send_harvest_unicast(bit<8> op) {
+        hdr.bridge.op = op;
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }
@@ -3902,6 +4082,112 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.bridge.op = 4;
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
+    }
+    // The partial sum up, without payload.
+    action send_partial_empty() {
+        hdr.bridge.setValid();
+        hdr.bridge.op = 7;
+        hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = 0;
+        hdr.ipv4.total_len = 44;
+        hdr.udp.length = 24;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 0;
+        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.word.setInvalid();
+        hdr.payload.setInvalid();
+        ig_tm_md.ucast_egress_port = md.up_port;
+    }
+    // The partial sum up: the high halves are in; the second pass reads the low halves.
+    action send_partial_harvest() {
+        hdr.ipv4.total_len = 300;
+        hdr.udp.length = 280;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 64;
+        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.word.setInvalid();
+        hdr.bridge.setValid();
+        hdr.bridge.op = 8;
+        hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
+        hdr.bridge.port = md.up_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = 1;
+    }
+    // This switch's Query up, asking `ask`.
+    action query_up(bit<8> ask) {
+        hdr.bridge.setValid();
+        hdr.bridge.op = 7;
+        hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = 0;
+        hdr.ipv4.total_len = 44;
+        hdr.udp.length = 24;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 0;
+        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.exponent = ask;
+        hdr.word.setInvalid();
+        hdr.payload.setInvalid();
+        ig_tm_md.ucast_egress_port = md.up_port;
+    }
+    // A Pending with the set's bitmap to rank 0, whose asking the upper switch answered:
+    // to the job's group, whose egress keeps rank 0's copy (replication id 0) alone.
+    action pending_to_rank0() {
+        hdr.bridge.setValid();
+        hdr.bridge.op = 9;
+        hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = 0;
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = 0;
+        hdr.ipv4.total_len = 48;
+        hdr.udp.length = 28;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = 1;
+        hdr.ina.msg_type = INA_PENDING;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.rank = 0;
+        hdr.ina.exponent = 0;
+        hdr.word.setValid();
+        // (The word is ina_outcome's.)
+        hdr.payload.setInvalid();
+        ig_tm_md.mcast_grp_a = md.mgrp;
+    }
+    // The total (its lengths and count are the upper switch's): the second pass stores it
+    // and multicasts it, through egress if `stamp` (see multicast_result_harvest).
+    action store_total(bit<1> stamp, bit<1> bypass) {
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.rank = 0;
+        hdr.bridge.setValid();
+        hdr.bridge.op = 6;
+        hdr.bridge.stamp = stamp;
+        hdr.bridge.store = 1;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
+        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = bypass;
     }
     @stage(7)
     table ina_reply {
@@ -3922,16 +4208,15 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             answer_pending;
             answer_result;
             answer_result_harvest;
-            multicast_result_empty;
             multicast_result;
             multicast_result_harvest;
-            multicast_result_harvest_stamped;
-            multicast_result_empty_harvest;
             send_harvest_unicast;
             send_harvest_multicast;
+            NoAction;
         }
         const entries = {
-            (8, _, 5, _, _) : send_harvest_unicast();
+            (8, _, 5, _, _) : send_harvest_unicast(3);
+            (8, _, 8, _, _) : send_harvest_unicast(7);
             (8, _, 6, _, _) : send_harvest_multicast();
             (1, _, _, _, _) : forward_port();
             (2, _, _, _, _) : forward_flood();
@@ -3945,15 +4230,61 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, 3, _, _, _) : answer_result();
             (6, 4, _, _, _) : answer_result_harvest();
             (7, 4, _, _, _) : answer_result_harvest();
-            (6, 1, _, 0, 1) : multicast_result_empty_harvest();
-            (6, 1, _, 64, 1) : multicast_result_harvest_stamped();
-            (6, 2, _, _, 1) : multicast_result_harvest_stamped();
-            (6, 1, _, 0, _) : multicast_result_empty();
-            (6, 1, _, 64, _) : multicast_result();
-            (6, 2, _, _, _) : multicast_result_harvest();
+            (6, 1, _, 0, 1) : multicast_result_harvest(44, 24, 0, 1, 0);
+            (6, 1, _, 64, 1) : multicast_result_harvest(300, 280, 64, 1, 0);
+            (6, 2, _, _, 1) : multicast_result_harvest(300, 280, 64, 1, 0);
+            (6, 1, _, 0, _) : multicast_result(44, 24, 0);
+            (6, 1, _, 64, _) : multicast_result(300, 280, 64);
+            (6, 2, _, _, _) : multicast_result_harvest(300, 280, 64, 0, 1);
+            (6, 7, _, _, _) : NoAction();
+            (6, 8, _, _, _) : NoAction();
+            (7, 7, _, _, _) : NoAction();
+            (7, 8, _, _, _) : NoAction();
+            (10, 7, _, _, _) : NoAction();
+            (10, 8, _, _, _) : NoAction();
+            (6, 9, _, _, _) : NoAction();
+            (7, 9, _, _, _) : NoAction();
+            (9, 10, _, _, _) : NoAction();
+            (10, 11, _, _, _) : NoAction();
+            (11, 11, _, _, _) : NoAction();
+            (9, 12, _, _, _) : NoAction();
+            (9, 12, _, _, _) : NoAction();
         }
-        size = 20;
+        size = 34;
         const default_action = drop_frame();
+    }
+    @stage(8)
+    table uplink_reply {
+        key = {
+            md.op : exact;
+            md.outcome : exact;
+            md.stamp : ternary;
+        }
+        actions = {
+            send_partial_empty;
+            send_partial_harvest;
+            query_up;
+            pending_to_rank0;
+            store_total;
+            NoAction;
+        }
+        const entries = {
+            (6, 7, _) : send_partial_empty();
+            (6, 8, _) : send_partial_harvest();
+            (7, 7, _) : send_partial_empty();
+            (7, 8, _) : send_partial_harvest();
+            (10, 7, _) : send_partial_empty();
+            (10, 8, _) : send_partial_harvest();
+            (6, 9, _) : query_up(0);
+            (7, 9, _) : query_up(0);
+            (9, 10, _) : query_up(1);
+            (10, 11, _) : pending_to_rank0();
+            (11, 11, _) : pending_to_rank0();
+            (9, 12, 0) : store_total(0, 1);
+            (9, 12, 1) : store_total(1, 0);
+        }
+        size = 13;
+        const default_action = NoAction();
     }
 
     apply {
@@ -3970,6 +4301,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // Stage 1 (with the tables whose results stage 2 reads first).
         rank_source.apply();
         ip_target.apply();
+        uplink_frame.apply();
         rank_bit.apply();
         prep_compare.apply();
         prep_gap_previous.apply();
@@ -3994,6 +4326,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         prep_gap.apply();
         // Stage 4.
         seen_check.apply();
+        word_check.apply();
         prep_done.apply();
         gap_report.apply();
         value_0.apply();
@@ -4019,6 +4352,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         value_14.apply();
         value_15.apply();
         // Stage 8.
+        uplink_reply.apply();
         if (md.op == OP_PROBE) {
             probe_gap_flag();
         }
@@ -4043,10 +4377,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         value_31.apply();
         // Counted once per frame, on its first pass.
         if (md.pass2 == 0) {
-            ina_events.count(md.event);
+            count_event.apply();
         }
         if (md.mcast_count == 1) {
-            ina_multicast.count(0);
+            count_multicast.apply();
         }
     }
 }
@@ -4087,6 +4421,8 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
             3 : parse_reply;
             4 : parse_reply;
             6 : parse_reply;
+            7 : parse_reply;
+            9 : parse_reply;
             default : accept;
         }
     }
@@ -4127,6 +4463,27 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         }
         default_action = drop_copy();
         size = 32768;
+    }
+
+    // A rack switch's packet to the upper switch of its job (PROTOCOL.md section 9): its
+    // addresses, the upper job's epoch and this switch's rank there.
+    action up_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, bit<16> epoch, bit<8> rank) {
+        hdr.ethernet.dst_addr = mac;
+        hdr.ipv4.dst_addr = ip;
+        hdr.udp.dst_port = udp_port;
+        hdr.ina.epoch = epoch;
+        hdr.ina.rank = rank;
+    }
+    table uplink_addr {
+        key = {
+            hdr.ina.job : exact;
+        }
+        actions = {
+            up_addr;
+            drop_copy;
+        }
+        default_action = drop_copy();
+        size = 1024;
     }
 
     action report_missing(bit<48> mac, bit<32> ip, bit<16> udp_port) {
@@ -4220,10 +4577,17 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             if (hdr.bridge.op == 2 && eg_intr_md.egress_port == hdr.bridge.port) {
                 drop_copy();
             }
-            if (hdr.bridge.op == 4) {
+            // (A Pending to rank 0: its copy alone, addressed as a result's.)
+            if (hdr.bridge.op == 4
+                || (hdr.bridge.op == 9 && eg_intr_md.egress_rid == 0)) {
                 ina_rank_addr.apply();
+            } else if (hdr.bridge.op == 9) {
+                drop_copy();
+            } else if (hdr.bridge.op == 7) {
+                uplink_addr.apply();
             }
-            if (hdr.bridge.op == 3 || hdr.bridge.op == 4) {
+            if (hdr.bridge.op == 3 || hdr.bridge.op == 4 || hdr.bridge.op == 7
+                || hdr.bridge.op == 9) {
                 md.fix_checksum = 1;
             }
             hdr.bridge.setInvalid();

@@ -30,6 +30,8 @@ pub(super) fn egress_parser(p: &mut P4) {
             {reply} : parse_reply;
             {mcast} : parse_reply;
             {harvest_mcast} : parse_reply;
+            {up} : parse_reply;
+            {rank0} : parse_reply;
             default : accept;
         }}
     }}
@@ -47,6 +49,8 @@ pub(super) fn egress_parser(p: &mut P4) {
         reply = bridge::REPLY,
         mcast = bridge::MCAST,
         harvest_mcast = bridge::HARVEST_MCAST,
+        up = bridge::UP,
+        rank0 = bridge::RANK0,
     );
 }
 
@@ -78,6 +82,27 @@ pub(super) fn egress(p: &mut P4) {
         }}
         default_action = drop_copy();
         size = 32768;
+    }}
+
+    // A rack switch's packet to the upper switch of its job (PROTOCOL.md section 9): its
+    // addresses, the upper job's epoch and this switch's rank there.
+    action up_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, bit<16> epoch, bit<8> rank) {{
+        hdr.ethernet.dst_addr = mac;
+        hdr.ipv4.dst_addr = ip;
+        hdr.udp.dst_port = udp_port;
+        hdr.ina.epoch = epoch;
+        hdr.ina.rank = rank;
+    }}
+    table uplink_addr {{
+        key = {{
+            hdr.ina.job : exact;
+        }}
+        actions = {{
+            up_addr;
+            drop_copy;
+        }}
+        default_action = drop_copy();
+        size = 1024;
     }}
 
 {report}
@@ -122,10 +147,17 @@ pub(super) fn egress(p: &mut P4) {
             if (hdr.bridge.op == {flood} && eg_intr_md.egress_port == hdr.bridge.port) {{
                 drop_copy();
             }}
-            if (hdr.bridge.op == {mcast}) {{
+            // (A Pending to rank 0: its copy alone, addressed as a result's.)
+            if (hdr.bridge.op == {mcast}
+                || (hdr.bridge.op == {rank0} && eg_intr_md.egress_rid == 0)) {{
                 ina_rank_addr.apply();
+            }} else if (hdr.bridge.op == {rank0}) {{
+                drop_copy();
+            }} else if (hdr.bridge.op == {up}) {{
+                uplink_addr.apply();
             }}
-            if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast}) {{
+            if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast} || hdr.bridge.op == {up}
+                || hdr.bridge.op == {rank0}) {{
                 md.fix_checksum = 1;
             }}
             hdr.bridge.setInvalid();
@@ -142,6 +174,8 @@ pub(super) fn egress(p: &mut P4) {
         mcast = bridge::MCAST,
         reply = bridge::REPLY,
         harvest_mcast = bridge::HARVEST_MCAST,
+        up = bridge::UP,
+        rank0 = bridge::RANK0,
         report = report_rewrite(),
         source = reply_source(),
     );

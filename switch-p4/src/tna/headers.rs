@@ -10,7 +10,9 @@ header bridge_h {
     bit<8> op;
     // A multicast result's second pass stamps its block's gap counter.
     bit<1> stamp;
-    bit<6> _pad;
+    // A total from the upper switch (PROTOCOL.md section 9): its second pass stores it.
+    bit<1> store;
+    bit<5> _pad;
     PortId_t port;
     bit<16> mgrp;
     // A stamped result's use, for reg_result_use: 1 << 14 | 2 * slot + set.
@@ -83,15 +85,15 @@ struct ingress_md_t {
     bit<4> seq_pred;
     bit<4> order_pred;
     bit<32> bm_old;
-    bit<32> bm_new;
     bit<32> old_x;
     bit<32> new_x;
-    bit<8> exp_x;
+    // The set's exp cell's low half: the exponent byte, and in bit 8 the total from the
+    // upper switch is in (PROTOCOL.md section 9).
+    bit<16> exp_x;
     bit<1> seen;
     bit<8> vop_c;
     bit<8> vop;
     bit<8> outcome;
-    bit<32> pend;
     bit<1> mcast_count;
     bit<32> exp_h;
     bit<32> kind;
@@ -110,6 +112,13 @@ struct ingress_md_t {
     bit<32> rec;
     bit<32> rec_seq;
     bit<1> from_missing;
+    // The job's upper switch (PROTOCOL.md section 9; has_up = 0: none) and its port.
+    bit<1> has_up;
+    PortId_t up_port;
+    // The frame came in on the job's uplink port: 1, 3 with the upper job's epoch.
+    bit<2> from_up;
+    // An upper switch's Pending holds this switch's bit.
+    bit<1> word_me;
 }
 
 struct egress_md_t {

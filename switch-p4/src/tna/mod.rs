@@ -236,6 +236,12 @@ mod op {
     pub const DATA: u8 = 6;
     pub const QUERY: u8 = 7;
     pub const HARVEST: u8 = 8;
+    /// A Result in on the uplink port (PROTOCOL.md §9): a total.
+    pub const TOTAL: u8 = 9;
+    /// The upper switch's Pending to this switch.
+    pub const UP_PENDING: u8 = 10;
+    /// The upper switch's Reject to this switch.
+    pub const UP_REJECT: u8 = 11;
 }
 
 /// What the outcome table decides for an accepted Data or Query (`md.outcome`).
@@ -247,6 +253,19 @@ mod out {
     pub const RESULT_HARVEST: u8 = 4;
     pub const PENDING: u8 = 5;
     pub const REJECT: u8 = 6;
+    /// The partial sum up (PROTOCOL.md §9), in one pass: without payload, or a one-rank use's
+    /// first arrival, whose payload is the sum.
+    pub const PARTIAL: u8 = 7;
+    /// The partial sum up, through the second pass (the high halves are in).
+    pub const PARTIAL_HARVEST: u8 = 8;
+    /// A status Query up.
+    pub const QUERY_UP: u8 = 9;
+    /// A fetching Query up.
+    pub const FETCH_UP: u8 = 10;
+    /// A Pending with every rank's bit to rank 0.
+    pub const PENDING_RANK0: u8 = 11;
+    /// The total, stored on its second pass and multicast to the ranks.
+    pub const MCAST_TOTAL: u8 = 12;
 }
 
 /// The bridged header's instruction to egress or to the second pass (`hdr.bridge.op`).
@@ -257,6 +276,13 @@ mod bridge {
     pub const MCAST: u8 = 4;
     pub const HARVEST_UNICAST: u8 = 5;
     pub const HARVEST_MCAST: u8 = 6;
+    /// To the job's upper switch (egress writes its addresses and the upper job's epoch and
+    /// this switch's rank there).
+    pub const UP: u8 = 7;
+    /// The second pass of a partial with payload, then `UP`.
+    pub const HARVEST_UP: u8 = 8;
+    /// To rank 0 of the job (egress writes its addresses).
+    pub const RANK0: u8 = 9;
     /// A frame dropped in ingress (its bridged header only keeps a report's mirrored copy's
     /// layout the same as every other's).
     pub const NONE: u8 = 0;

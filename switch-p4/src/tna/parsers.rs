@@ -28,6 +28,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.ina);
         transition select(hdr.ina.count) {{
             INA_ELEMS : parse_bridge_payload;
+            // (A total's header alone: its second pass stores its kind.)
+            0 : header_kind;
             default : accept;
         }}
     }}
@@ -81,6 +83,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         pkt.extract(hdr.udp);
         transition select(hdr.udp.dst_port, hdr.udp.length) {{
             (INA_UDP_PORT, {full_len}) : parse_ina_full;
+            (INA_UDP_PORT, {word_len}) : parse_ina_word;
             (INA_UDP_PORT, _) : parse_ina;
             default : accept;
         }}
@@ -95,6 +98,14 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
             (_, _, 0) : header_kind;
             default : accept;
         }}
+    }}
+
+    // A packet of one word: an upper switch's Pending (PROTOCOL.md section 9) has its bitmap.
+    state parse_ina_word {{
+        md.ina_expected = 1;
+        pkt.extract(hdr.ina);
+        pkt.extract(hdr.word);
+        transition accept;
     }}
 
     state parse_ina {{
@@ -120,6 +131,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 }}
 ",
         full_len = 8 + HEADER_LEN + 4 * usize::from(ELEMS),
+        word_len = 8 + HEADER_LEN + 4,
         kind = kind_bit(),
     );
 }

@@ -75,7 +75,7 @@ pub(super) fn table(
 }
 
 /// Tables whose default action zeroes the fields they write (see [`table`]).
-const MISS_ZERO: [(&str, &[&str]); 9] = [
+const MISS_ZERO: [(&str, &[&str]); 10] = [
     // The use's record is read by stage 1's `requery_access` key.
     ("result_use_access", &["rec"]),
     ("seq_access", &["seq_pred"]),
@@ -85,11 +85,12 @@ const MISS_ZERO: [(&str, &[&str]); 9] = [
     ("bitmap_own_1", &["bm_old"]),
     ("exp_access", &["exp_x"]),
     ("seen_check", &["seen"]),
-    ("ina_outcome", &["outcome", "pend", "mcast_count"]),
+    ("word_check", &["word_me"]),
+    ("ina_outcome", &["outcome", "mcast_count"]),
 ];
 
 /// The key of `ina_check`, `seq_access` and `seq_order_access` (stage 2).
-pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
+pub(super) const CHECK_KEYS: [(&str, &str); 25] = [
     ("md.pass2", "ternary"),
     ("md.arp_req", "ternary"),
     ("hdr.arp.isValid()", "ternary"),
@@ -114,6 +115,7 @@ pub(super) const CHECK_KEYS: [(&str, &str); 24] = [
     ("md.l2_port_x", "ternary"),
     ("hdr.ina.exponent", "ternary"),
     ("md.reports", "ternary"),
+    ("md.from_up", "ternary"),
 ];
 
 /// A key pattern of [`CHECK_KEYS`]: every position `_` but those named.
@@ -159,7 +161,56 @@ pub(super) fn authenticated(t: MessageType) -> Vec<(&'static str, String)> {
         kv("md.job_hit", 1),
         kv("md.rank_hit", 1),
         kv("md.src_ok", 1),
+        kv("md.from_up", 0),
     ]);
+    v
+}
+
+/// `md.from_up` of a frame in on a job's uplink port, whatever its epoch.
+const FROM_UPLINK: &str = "1 &&& 1";
+
+/// The patterns of the upper switch's packets this switch takes (PROTOCOL.md §9), in on the
+/// uplink port of their job: a total (of the upper job's epoch, E or no elements), and the
+/// Pending (of that epoch, one word) and Reject (any epoch) addressed to this switch's rank
+/// there (`rank_source` has that rank with the upper switch's endpoint). Each with its `md.op`.
+pub(super) fn from_upper() -> Vec<(u8, Vec<(&'static str, String)>)> {
+    let upper = |t: MessageType| {
+        let mut v = parsed_ina();
+        v.extend([
+            kv("hdr.ina.msg_type", mt(t)),
+            kv("md.job_hit", 1),
+            kv("md.from_up", FROM_UPLINK),
+            kv("md.room[15:15]", 1),
+            kv("md.slot_off[15:13]", 0),
+        ]);
+        v
+    };
+    let upper_epoch = kv("md.from_up", 3);
+    let mut total_empty = upper(MessageType::Result);
+    total_empty.extend([upper_epoch.clone(), kv("hdr.ina.count", 0)]);
+    let mut total_full = upper(MessageType::Result);
+    total_full.extend([
+        upper_epoch.clone(),
+        kv("hdr.ina.count", ELEMS),
+        kv("md.count_x", 0),
+    ]);
+    let mut pending = upper(MessageType::Pending);
+    pending.extend([kv("md.src_ok", 1), upper_epoch, kv("hdr.ina.count", 1)]);
+    let mut v = vec![
+        (op::TOTAL, total_empty),
+        (op::TOTAL, total_full),
+        (op::UP_PENDING, pending),
+    ];
+    // A Reject parses only with a known reason (`wire::AggRepr::parse_header`).
+    for reason in [
+        RejectReason::StaleEpoch,
+        RejectReason::SlotOutOfRange,
+        RejectReason::BadCount,
+    ] {
+        let mut reject = upper(MessageType::Reject);
+        reject.extend([kv("md.src_ok", 1), kv("hdr.ina.exponent", reason as u8)]);
+        v.push((op::UP_REJECT, reject));
+    }
     v
 }
 
@@ -210,6 +261,35 @@ pub(super) fn check_entries() -> Vec<Entry> {
         ],
         "check_arp()".into(),
     );
+    // The upper switch's packets first: a frame in on the uplink port is never a rank's.
+    for (o, pattern) in from_upper() {
+        push(pattern, format!("check_upper({o})"));
+    }
+    // Any other packet of the protocol from the upper switch: nothing to do (a type the
+    // wire does not know is malformed, below).
+    for t in (1..=u8::MAX).map_while(|v| MessageType::try_from(v).ok()) {
+        let reasons: &[Option<u8>] = if t == MessageType::Reject {
+            &[
+                Some(RejectReason::StaleEpoch as u8),
+                Some(RejectReason::SlotOutOfRange as u8),
+                Some(RejectReason::BadCount as u8),
+            ]
+        } else {
+            &[None]
+        };
+        for reason in reasons {
+            let mut upper = parsed_ina();
+            upper.extend([
+                kv("hdr.ina.msg_type", mt(t)),
+                kv("md.job_hit", 1),
+                kv("md.from_up", FROM_UPLINK),
+            ]);
+            if let Some(r) = reason {
+                upper.push(kv("hdr.ina.exponent", r));
+            }
+            push(upper, drop(Event::UpperAnswer));
+        }
+    }
     for (t, pattern) in accepted() {
         let a = if t == MessageType::Data {
             "check_data()"
@@ -321,10 +401,14 @@ fn sender_refused(
         .collect()
 }
 
-/// The accepted patterns of [`CHECK_KEYS`] plus the set, with the register action per set.
+/// The accepted patterns of [`CHECK_KEYS`] plus the set, with the register action per set
+/// (the upper switch's packets read as a Query does).
 pub(super) fn seq_entries(data_action: &str, query_action: &str) -> Vec<Entry> {
     let mut e = Vec::new();
-    for (t, pattern) in accepted() {
+    let upper = from_upper()
+        .into_iter()
+        .map(|(_, pattern)| (MessageType::Query, pattern));
+    for (t, pattern) in accepted().into_iter().chain(upper) {
         for set in 0..2 {
             let mut keys = check_pattern(&pattern);
             keys.push(set.to_string());

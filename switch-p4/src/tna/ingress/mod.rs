@@ -58,6 +58,29 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // Twin: SlotRegisters::exp, indexed by 2 * slot + set.
     Register<bit<32>, cell_index_t>(POOL_CELLS) reg_exp;
     // SlotRegisters::count has no register here (see the header comment).
+
+    // The counters, in the last stage: where they go first, they crowd out the tables that
+    // depend on the decision as they do.
+    action count_the_event() {{
+        ina_events.count(md.event);
+    }}
+    @stage(11)
+    table count_event {{
+        actions = {{
+            count_the_event;
+        }}
+        const default_action = count_the_event();
+    }}
+    action count_the_multicast() {{
+        ina_multicast.count(0);
+    }}
+    @stage(11)
+    table count_multicast {{
+        actions = {{
+            count_the_multicast;
+        }}
+        const default_action = count_the_multicast();
+    }}
 "
     );
 }
@@ -80,6 +103,7 @@ fn apply(p: &mut P4) {
         // Stage 1 (with the tables whose results stage 2 reads first).
         rank_source.apply();
         ip_target.apply();
+        uplink_frame.apply();
         rank_bit.apply();
         prep_compare.apply();
         prep_gap_previous.apply();
@@ -104,6 +128,7 @@ fn apply(p: &mut P4) {
         prep_gap.apply();
         // Stage 4.
         seen_check.apply();
+        word_check.apply();
         prep_done.apply();
         gap_report.apply();
 ",
@@ -123,7 +148,7 @@ fn apply(p: &mut P4) {
             }
             if stage == 8 {
                 p.push_str(
-                    "        if (md.op == OP_PROBE) {\n            probe_gap_flag();\n        }\n",
+                    "        uplink_reply.apply();\n        if (md.op == OP_PROBE) {\n            probe_gap_flag();\n        }\n",
                 );
             }
         }
@@ -132,10 +157,10 @@ fn apply(p: &mut P4) {
     p.push_str(
         "        // Counted once per frame, on its first pass.
         if (md.pass2 == 0) {
-            ina_events.count(md.event);
+            count_event.apply();
         }
         if (md.mcast_count == 1) {
-            ina_multicast.count(0);
+            count_multicast.apply();
         }
     }
 }

@@ -18,15 +18,16 @@ pub(super) fn outcome(p: &mut P4) {
         md.event = event;
         md.mcast_count = 1;
     }}
-    action outcome_pending(bit<8> event) {{
-        md.outcome = {pending};
+    action outcome_pending(bit<8> o, bit<8> event) {{
+        md.outcome = o;
         md.event = event;
-        md.pend = md.bm_old & {ranks};
+        // The Pending's word, written here (the reply makes the header valid).
+        hdr.word.bitmap = md.bm_old & {ranks};
     }}
     action outcome_pending_empty(bit<8> event) {{
         md.outcome = {pending};
         md.event = event;
-        md.pend = 0;
+        hdr.word.bitmap = 0;
     }}
     action outcome_reject(bit<8> reason, bit<8> event) {{
         md.outcome = {reject};
@@ -37,7 +38,11 @@ pub(super) fn outcome(p: &mut P4) {
         reject = out::REJECT,
         ranks = rank_bits(),
     );
-    let rows: Vec<Entry> = data_rows().into_iter().chain(query_rows()).collect();
+    let rows: Vec<Entry> = tree_rows()
+        .into_iter()
+        .chain(data_rows())
+        .chain(query_rows())
+        .collect();
     // old_x and new_x compare a bitmap with the mask of the job's ranks: a complete use is one
     // whose rank bits all match, whatever its KIND_BIT.
     let all_ranks = format!("32w0 &&& {}", rank_bits());
@@ -51,6 +56,10 @@ pub(super) fn outcome(p: &mut P4) {
             }
             e
         }))
+        .map(|mut e| {
+            e.keys.resize(OUTCOME_KEYS, "_".into());
+            e
+        })
         .collect();
     table(
         p,
@@ -66,6 +75,11 @@ pub(super) fn outcome(p: &mut P4) {
             ("md.workers", "ternary"),
             ("hdr.ina.count", "ternary"),
             ("hdr.ina.exponent", "ternary"),
+            ("md.has_up", "ternary"),
+            ("md.exp_x[8:8]", "ternary"),
+            ("hdr.ina.rank", "ternary"),
+            ("md.reports", "ternary"),
+            ("md.word_me", "ternary"),
         ],
         &[
             "outcome",
@@ -78,6 +92,215 @@ pub(super) fn outcome(p: &mut P4) {
         &rows,
         "NoAction()",
     );
+}
+
+/// The keys of `ina_outcome`.
+const OUTCOME_KEYS: usize = 14;
+
+/// `outcome_pending(x, event)`: a Pending with the set's bitmap, to the sender or (`x`
+/// `PENDING_RANK0`) to rank 0.
+fn pending(x: u8, e: Event) -> String {
+    format!("outcome_pending({x}, {})", ev(e))
+}
+
+/// The columns of `ina_outcome`, as [`tree_rows`] names them.
+const OUTCOME_COLUMNS: [&str; OUTCOME_KEYS] = [
+    "op", "seq", "order", "seen", "old_x", "new_x", "workers", "count", "exponent", "has_up",
+    "total_in", "rank", "reports", "word_me",
+];
+
+/// A row of `ina_outcome` with the columns named (the others `_`).
+fn outcome_row(set: &[(&str, &str)], action: String) -> Entry {
+    let keys: Vec<String> = OUTCOME_COLUMNS
+        .iter()
+        .map(|c| {
+            set.iter()
+                .find(|(name, _)| name == c)
+                .map_or("_", |(_, v)| v)
+                .to_string()
+        })
+        .collect();
+    Entry { keys, action }
+}
+
+/// The rows of a job under an upper switch (PROTOCOL.md §9), before §6's: the last local
+/// arrival sends the partial up; a use that waits for its total (every rank's bit, the other
+/// set holds no newer use, `reg_exp`'s bit 8 clear) answers its ranks with a Query up (rank 0)
+/// or a Pending; and the upper switch's total, Pending and Reject. "0" in the `old_x` and
+/// `new_x` columns means every rank's bit, as in §6's rows; a full bitmap of a use that carried
+/// payload is `old_x` 0 exactly, of one begun by headers `KIND_BIT` exactly.
+fn tree_rows() -> Vec<Entry> {
+    let s = |x: u8| x.to_string();
+    let (data, query) = (s(op::DATA), s(op::QUERY));
+    let (total, up_pending, up_reject) = (s(op::TOTAL), s(op::UP_PENDING), s(op::UP_REJECT));
+    let full = ELEMS.to_string();
+    let full_payload = "32w0".to_string();
+    let full_header = format!("{} &&& 32w0xffffffff", kind_bit());
+    let r = outcome_row;
+    // A use waiting for its total, and the packet's columns.
+    let waiting = |o: &str, more: &[(&'static str, &str)], action: String| {
+        let mut set: Vec<(&str, &str)> = vec![
+            ("op", o),
+            ("seq", pred::SAME),
+            ("order", pred::OTHER_OLDER),
+            ("old_x", "0"),
+            ("has_up", "1"),
+            ("total_in", "0"),
+        ];
+        set.extend_from_slice(more);
+        // A later column's value replaces an earlier one's.
+        let set: Vec<(&str, &str)> = OUTCOME_COLUMNS
+            .iter()
+            .filter_map(|c| set.iter().rev().find(|(n, _)| n == c).copied())
+            .collect();
+        outcome_row(&set, action)
+    };
+    fn local<'a>(data: &'a str, more: &[(&'static str, &'a str)]) -> Vec<(&'static str, &'a str)> {
+        let mut set = vec![("op", data), ("has_up", "1")];
+        set.extend_from_slice(more);
+        set
+    }
+    vec![
+        // The last local arrival (a one-rank job's first): the partial up.
+        r(
+            &local(
+                &data,
+                &[("seq", pred::NEW), ("workers", "1"), ("count", "0")],
+            ),
+            o(out::PARTIAL, Event::DataFirst),
+        ),
+        r(
+            &local(
+                &data,
+                &[("seq", pred::NEW), ("workers", "1"), ("count", &full)],
+            ),
+            o(out::PARTIAL_HARVEST, Event::DataFirst),
+        ),
+        r(
+            &local(
+                &data,
+                &[
+                    ("seq", pred::SAME),
+                    ("order", pred::OTHER_OLDER),
+                    ("seen", "0"),
+                    ("new_x", "0"),
+                    ("count", "0"),
+                ],
+            ),
+            o(out::PARTIAL, Event::DataAdded),
+        ),
+        r(
+            &local(
+                &data,
+                &[
+                    ("seq", pred::SAME),
+                    ("order", pred::OTHER_OLDER),
+                    ("seen", "0"),
+                    ("new_x", "0"),
+                    ("count", &full),
+                ],
+            ),
+            o(out::PARTIAL_HARVEST, Event::DataAdded),
+        ),
+        // Waiting for the total: rank 0's retransmission asks up, another's gets a Pending.
+        waiting(
+            &data,
+            &[("seen", "1"), ("rank", "0")],
+            o(out::QUERY_UP, Event::SentUp),
+        ),
+        waiting(
+            &data,
+            &[("seen", "1")],
+            pending(out::PENDING, Event::PendingSent),
+        ),
+        // Rank 0's Query: a status Query asks up; with a nonzero byte and reports on, the
+        // partial goes up again.
+        waiting(
+            &query,
+            &[("seen", "1"), ("rank", "0"), ("exponent", "0")],
+            o(out::QUERY_UP, Event::SentUp),
+        ),
+        waiting(
+            &query,
+            &[
+                ("seen", "1"),
+                ("rank", "0"),
+                ("reports", "1"),
+                ("old_x", &full_payload),
+            ],
+            o(out::PARTIAL_HARVEST, Event::SentUp),
+        ),
+        waiting(
+            &query,
+            &[
+                ("seen", "1"),
+                ("rank", "0"),
+                ("reports", "1"),
+                ("old_x", &full_header),
+            ],
+            o(out::PARTIAL, Event::SentUp),
+        ),
+        waiting(
+            &query,
+            &[("seen", "1"), ("rank", "0")],
+            o(out::QUERY_UP, Event::SentUp),
+        ),
+        waiting(
+            &query,
+            &[("seen", "1")],
+            pending(out::PENDING, Event::PendingSent),
+        ),
+        // The total: of another use, stale; of the waiting use with its element count,
+        // stored and multicast; its header alone for a use with payload, fetched; else a copy.
+        r(
+            &[("op", &total), ("seq", pred::STALE)],
+            o(out::DROP, Event::StaleSeq),
+        ),
+        r(
+            &[("op", &total), ("seq", pred::NEW)],
+            o(out::DROP, Event::StaleSeq),
+        ),
+        waiting(
+            &total,
+            &[("old_x", &full_payload), ("count", &full)],
+            m(out::MCAST_TOTAL, Event::TotalReceived),
+        ),
+        waiting(
+            &total,
+            &[("old_x", &full_header), ("count", "0")],
+            m(out::MCAST_TOTAL, Event::TotalReceived),
+        ),
+        waiting(
+            &total,
+            &[("old_x", &full_payload), ("count", "0")],
+            o(out::FETCH_UP, Event::UpperAnswer),
+        ),
+        r(&[("op", &total)], o(out::DROP, Event::Duplicate)),
+        // The upper switch's Pending: without this switch's bit the partial again, with it
+        // a Pending to rank 0. Its Reject: a Pending to rank 0. Any other: nothing to do.
+        waiting(
+            &up_pending,
+            &[("old_x", &full_payload), ("word_me", "0")],
+            o(out::PARTIAL_HARVEST, Event::UpperAnswer),
+        ),
+        waiting(
+            &up_pending,
+            &[("old_x", &full_header), ("word_me", "0")],
+            o(out::PARTIAL, Event::UpperAnswer),
+        ),
+        waiting(
+            &up_pending,
+            &[("word_me", "1")],
+            pending(out::PENDING_RANK0, Event::UpperAnswer),
+        ),
+        waiting(
+            &up_reject,
+            &[],
+            pending(out::PENDING_RANK0, Event::UpperAnswer),
+        ),
+        r(&[("op", &up_pending)], o(out::DROP, Event::UpperAnswer)),
+        r(&[("op", &up_reject)], o(out::DROP, Event::UpperAnswer)),
+    ]
 }
 
 /// `outcome(x, event)`: the action of a row whose answer leaves one way.
@@ -222,7 +445,7 @@ fn data_rows() -> Vec<Entry> {
                 "_",
                 "_",
             ],
-            format!("outcome_pending({})", ev(Event::PendingSent)),
+            pending(out::PENDING, Event::PendingSent),
         ),
         entry(
             &[
@@ -377,7 +600,7 @@ fn query_rows() -> Vec<Entry> {
                 "_",
                 "_",
             ],
-            format!("outcome_pending({})", ev(Event::PendingSent)),
+            pending(out::PENDING, Event::PendingSent),
         ),
     ]
 }

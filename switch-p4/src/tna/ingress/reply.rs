@@ -8,6 +8,7 @@ pub(super) fn reply(p: &mut P4) {
     forwarding_actions(p);
     answer_actions(p);
     multicast_actions(p);
+    uplink_actions(p);
     reply_table(p);
 }
 
@@ -96,7 +97,7 @@ fn answer_actions(p: &mut P4) {
         hdr.ina.epoch = md.job_epoch;
         hdr.ina.exponent = 0;
         hdr.word.setValid();
-        hdr.word.bitmap = md.pend;
+        // (The word is ina_outcome's.)
         hdr.payload.setInvalid();
     }
 ",
@@ -108,7 +109,7 @@ fn answer_actions(p: &mut P4) {
     unicast_addressing(p, 0);
     p.push_str(
         "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
         hdr.payload.setInvalid();
     }
 ",
@@ -121,7 +122,7 @@ fn answer_actions(p: &mut P4) {
     unicast_addressing(p, ELEMS);
     p.push_str(
         "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        hdr.ina.exponent = md.exp_x[7:0];
 ",
     );
     recirculate(p, bridge::HARVEST_UNICAST, false);
@@ -130,50 +131,49 @@ fn answer_actions(p: &mut P4) {
 
 /// A completed use's Result to every rank, and the second pass of one with a payload.
 fn multicast_actions(p: &mut P4) {
-    for (name, elems) in [("multicast_result_empty", 0), ("multicast_result", ELEMS)] {
-        let _ = writeln!(
-            p,
-            "    // A Result to every rank of the job (addresses per rank in egress), count {elems}."
-        );
-        let _ = writeln!(p, "    action {name}() {{");
-        to_egress(p, bridge::MCAST);
-        reply_headers(p, elems);
-        p.push_str(
-            "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+    p.push_str(
+        "    // A Result of `count` elements (0 or E; its IPv4 and UDP lengths `total_len` and
+    // `udp_len`) to every rank of the job (addresses per rank in egress).
+    action multicast_result(bit<16> total_len, bit<16> udp_len, bit<16> count) {
+",
+    );
+    to_egress(p, bridge::MCAST);
+    reply_lengths(p);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
         ig_tm_md.mcast_grp_a = md.mgrp;
     }
 ",
-        );
-    }
-
-    p.push_str(
-        "    // The last arrival of a use with payload: the high halves are in; the second pass\n    // reads the low halves and multicasts.\n",
     );
     p.push_str(
-        "    // The same through egress, which stamps the block's gap counter on the way to the\n    // second pass (with payload, or without: such a result takes the pass for its counter).\n",
-    );
-    for (name, elems, stamp) in [
-        ("multicast_result_harvest", ELEMS, false),
-        ("multicast_result_harvest_stamped", ELEMS, true),
-        ("multicast_result_empty_harvest", 0, true),
-    ] {
-        let _ = writeln!(p, "    action {name}() {{");
-        reply_headers(p, elems);
-        p.push_str(
-            "        hdr.ina.msg_type = INA_RESULT;
-        hdr.ina.exponent = md.exp_x;
+        "    // The last arrival of a use: the high halves (if any) are in; the second pass reads
+    // the low halves and multicasts. Through egress (`stamp` 1, `bypass` 0), which stamps the
+    // block's gap counter on the way (with payload, or without: such a result takes the pass
+    // for its counter).
+    action multicast_result_harvest(bit<16> total_len, bit<16> udp_len, bit<16> count,
+                                    bit<1> stamp, bit<1> bypass) {
 ",
-        );
-        recirculate(p, bridge::HARVEST_MCAST, stamp);
-        p.push_str("    }\n");
-    }
+    );
+    reply_lengths(p);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_RESULT;
+        hdr.ina.exponent = md.exp_x[7:0];
+",
+    );
+    recirculate_with(
+        p,
+        bridge::HARVEST_MCAST,
+        ("stamp", "bypass", "0"),
+        "ig_intr_md.ingress_port",
+    );
+    p.push_str("    }\n");
 
     let _ = writeln!(
         p,
-        "    // Second pass: the result is complete.
-    action send_harvest_unicast() {{
-        hdr.bridge.op = {reply};
+        "    // Second pass: the result is complete; to the port the first pass named, as `op`.
+    action send_harvest_unicast(bit<8> op) {{
+        hdr.bridge.op = op;
         ig_tm_md.ucast_egress_port = hdr.bridge.port;
         ig_tm_md.bypass_egress = 0;
     }}
@@ -182,18 +182,120 @@ fn multicast_actions(p: &mut P4) {
         ig_tm_md.mcast_grp_a = hdr.bridge.mgrp;
         ig_tm_md.bypass_egress = 0;
     }}",
-        reply = bridge::REPLY,
         mcast = bridge::MCAST,
     );
 }
 
-/// The table that picks the frame's action from the decision (`md.op`, `md.outcome`).
+/// What a rack switch sends (PROTOCOL.md §9): the partial sum and Queries up, a Pending to
+/// rank 0, and the total to the ranks. Egress writes the upper switch's addresses, the upper
+/// job's epoch and this switch's rank there (`uplink_addr`), or rank 0's addresses
+/// (`rank0_addr`).
+fn uplink_actions(p: &mut P4) {
+    p.push_str("    // The partial sum up, without payload.\n    action send_partial_empty() {\n");
+    to_egress(p, bridge::UP);
+    reply_headers(p, 0);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.word.setInvalid();
+        hdr.payload.setInvalid();
+        ig_tm_md.ucast_egress_port = md.up_port;
+    }
+",
+    );
+    p.push_str(
+        "    // The partial sum up: the high halves are in; the second pass reads the low halves.
+    action send_partial_harvest() {
+",
+    );
+    reply_headers(p, ELEMS);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_DATA;
+        hdr.ina.exponent = md.exp_x[7:0];
+        hdr.word.setInvalid();
+",
+    );
+    recirculate_with(p, bridge::HARVEST_UP, ("0", "1", "0"), "md.up_port");
+    p.push_str(
+        "    }
+    // This switch's Query up, asking `ask`.
+    action query_up(bit<8> ask) {
+",
+    );
+    to_egress(p, bridge::UP);
+    reply_headers(p, 0);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_QUERY;
+        hdr.ina.exponent = ask;
+        hdr.word.setInvalid();
+        hdr.payload.setInvalid();
+        ig_tm_md.ucast_egress_port = md.up_port;
+    }
+    // A Pending with the set's bitmap to rank 0, whose asking the upper switch answered:
+    // to the job's group, whose egress keeps rank 0's copy (replication id 0) alone.
+    action pending_to_rank0() {
+",
+    );
+    to_egress(p, bridge::RANK0);
+    reply_headers(p, 1);
+    p.push_str(
+        "        hdr.ina.msg_type = INA_PENDING;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.rank = 0;
+        hdr.ina.exponent = 0;
+        hdr.word.setValid();
+        // (The word is ina_outcome's.)
+        hdr.payload.setInvalid();
+        ig_tm_md.mcast_grp_a = md.mgrp;
+    }
+    // The total (its lengths and count are the upper switch's): the second pass stores it
+    // and multicasts it, through egress if `stamp` (see multicast_result_harvest).
+    action store_total(bit<1> stamp, bit<1> bypass) {
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.epoch = md.job_epoch;
+        hdr.ina.rank = 0;
+",
+    );
+    recirculate_with(
+        p,
+        bridge::HARVEST_MCAST,
+        ("stamp", "bypass", "1"),
+        "ig_intr_md.ingress_port",
+    );
+    p.push_str("    }\n");
+}
+
+/// `multicast_result(total_len, udp_len, count)` or, through the second pass,
+/// `multicast_result_harvest(.., stamp, bypass)`: the multicast of a Result of `elems` elements.
+fn multicast(elems: u16, harvest: Option<bool>) -> String {
+    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
+    let lengths = format!("{}, {udp}, {elems}", 20 + udp);
+    match harvest {
+        None => format!("multicast_result({lengths})"),
+        Some(stamp) => format!(
+            "multicast_result_harvest({lengths}, {}, {})",
+            u8::from(stamp),
+            u8::from(!stamp)
+        ),
+    }
+}
+
+/// The tables that pick the frame's action from the decision (`md.op`, `md.outcome`):
+/// `ina_reply` (stage 7), and for a rack switch's own packets (PROTOCOL.md §9)
+/// `uplink_reply` (stage 8; a stage's instruction memory holds 32 actions, and the value
+/// tables take 16).
 fn reply_table(p: &mut P4) {
     let s = |x: u8| x.to_string();
-    let rows = vec![
+    let full = ELEMS.to_string();
+    let mut rows = vec![
         entry(
             &[&s(op::HARVEST), "_", &s(bridge::HARVEST_UNICAST), "_"],
-            "send_harvest_unicast()",
+            format!("send_harvest_unicast({})", bridge::REPLY),
+        ),
+        entry(
+            &[&s(op::HARVEST), "_", &s(bridge::HARVEST_UP), "_"],
+            format!("send_harvest_unicast({})", bridge::UP),
         ),
         entry(
             &[&s(op::HARVEST), "_", &s(bridge::HARVEST_MCAST), "_"],
@@ -235,29 +337,60 @@ fn reply_table(p: &mut P4) {
         // A multicast result that takes its block's gap counter goes through a second pass.
         entry(
             &[&s(op::DATA), &s(out::MCAST), "_", "0", "1"],
-            "multicast_result_empty_harvest()",
+            multicast(0, Some(true)),
         ),
         entry(
-            &[&s(op::DATA), &s(out::MCAST), "_", &ELEMS.to_string(), "1"],
-            "multicast_result_harvest_stamped()",
+            &[&s(op::DATA), &s(out::MCAST), "_", &full, "1"],
+            multicast(ELEMS, Some(true)),
         ),
         entry(
             &[&s(op::DATA), &s(out::MCAST_HARVEST), "_", "_", "1"],
-            "multicast_result_harvest_stamped()",
+            multicast(ELEMS, Some(true)),
         ),
         entry(
             &[&s(op::DATA), &s(out::MCAST), "_", "0"],
-            "multicast_result_empty()",
+            multicast(0, None),
         ),
         entry(
-            &[&s(op::DATA), &s(out::MCAST), "_", &ELEMS.to_string()],
-            "multicast_result()",
+            &[&s(op::DATA), &s(out::MCAST), "_", &full],
+            multicast(ELEMS, None),
         ),
         entry(
             &[&s(op::DATA), &s(out::MCAST_HARVEST), "_", "_"],
-            "multicast_result_harvest()",
+            multicast(ELEMS, Some(false)),
         ),
     ];
+    // The rack switch's own packets: uplink_reply's.
+    let mut uplink = Vec::new();
+    for o in [op::DATA, op::QUERY, op::UP_PENDING] {
+        uplink.push(entry(&[&s(o), &s(out::PARTIAL)], "send_partial_empty()"));
+        uplink.push(entry(
+            &[&s(o), &s(out::PARTIAL_HARVEST)],
+            "send_partial_harvest()",
+        ));
+    }
+    for o in [op::DATA, op::QUERY] {
+        uplink.push(entry(&[&s(o), &s(out::QUERY_UP)], "query_up(0)"));
+    }
+    uplink.push(entry(
+        &[&s(op::TOTAL), &s(out::FETCH_UP)],
+        format!("query_up({})", ina_wire::QueryAsk::Fetch.byte()),
+    ));
+    for o in [op::UP_PENDING, op::UP_REJECT] {
+        uplink.push(entry(
+            &[&s(o), &s(out::PENDING_RANK0)],
+            "pending_to_rank0()",
+        ));
+    }
+    for stamp in [0, 1] {
+        uplink.push(entry(
+            &[&s(op::TOTAL), &s(out::MCAST_TOTAL), &stamp.to_string()],
+            format!("store_total({stamp}, {})", 1 - stamp),
+        ));
+    }
+    for e in &uplink {
+        rows.push(entry(&[&e.keys[0], &e.keys[1]], "NoAction()"));
+    }
     // Rows written without the last keys match any value of them.
     let rows: Vec<Entry> = rows
         .into_iter()
@@ -287,16 +420,41 @@ fn reply_table(p: &mut P4) {
             "answer_pending",
             "answer_result",
             "answer_result_harvest",
-            "multicast_result_empty",
             "multicast_result",
             "multicast_result_harvest",
-            "multicast_result_harvest_stamped",
-            "multicast_result_empty_harvest",
             "send_harvest_unicast",
             "send_harvest_multicast",
+            "NoAction",
         ],
         &rows,
         "drop_frame()",
+    );
+    let uplink: Vec<Entry> = uplink
+        .into_iter()
+        .map(|mut e| {
+            e.keys.resize(3, "_".into());
+            e
+        })
+        .collect();
+    table(
+        p,
+        "uplink_reply",
+        Some(8),
+        &[
+            ("md.op", "exact"),
+            ("md.outcome", "exact"),
+            ("md.stamp", "ternary"),
+        ],
+        &[
+            "send_partial_empty",
+            "send_partial_harvest",
+            "query_up",
+            "pending_to_rank0",
+            "store_total",
+            "NoAction",
+        ],
+        &uplink,
+        "NoAction()",
     );
 }
 
@@ -328,19 +486,44 @@ pub(super) fn reply_headers(p: &mut P4, elems: u16) {
     );
 }
 
+/// The lengths and count of a reply from action data (`total_len`, `udp_len`, `count`).
+fn reply_lengths(p: &mut P4) {
+    p.push_str(
+        "        hdr.ipv4.total_len = total_len;
+        hdr.udp.length = udp_len;
+        hdr.ina.gap = 0;
+        hdr.ina.gap_on = 0;
+        hdr.ina.count = count;
+",
+    );
+}
+
 /// Statements that send the frame through the pipe's recirculation port for its second pass,
 /// with bridged instruction `op`; `stamp`: through egress, which stamps the block's gap
 /// counter, and its use recorded on the second pass.
 pub(super) fn recirculate(p: &mut P4, op: u8, stamp: bool) {
-    let (stamp, bypass) = (u8::from(stamp), u8::from(!stamp));
+    let (stamp, bypass) = (u8::from(stamp).to_string(), u8::from(!stamp).to_string());
+    recirculate_with(p, op, (&stamp, &bypass, "0"), "ig_intr_md.ingress_port");
+}
+
+/// [`recirculate`] with the bridged `stamp`, egress `bypass` and `store` as expressions (a
+/// total's second pass stores its payload and exponent as the use's, PROTOCOL.md §9), and the
+/// port a unicast leaves by after the second pass.
+pub(super) fn recirculate_with(
+    p: &mut P4,
+    op: u8,
+    (stamp, bypass, store): (&str, &str, &str),
+    port: &str,
+) {
     let _ = writeln!(
         p,
         "        hdr.bridge.setValid();
         hdr.bridge.op = {op};
         hdr.bridge.stamp = {stamp};
+        hdr.bridge.store = {store};
         hdr.bridge._pad = 0;
         hdr.bridge.rec = use_rec_of.get({{2w1, hdr.ina.slot[12:0], hdr.ina.set}});
-        hdr.bridge.port = ig_intr_md.ingress_port;
+        hdr.bridge.port = {port};
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = {bypass};"
@@ -353,6 +536,7 @@ pub(super) fn to_egress(p: &mut P4, op: u8) {
         "        hdr.bridge.setValid();
         hdr.bridge.op = {op};
         hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = 0;
         hdr.bridge.port = ig_intr_md.ingress_port;

@@ -80,6 +80,33 @@ pub(super) fn stage0(p: &mut P4) {
         size = 1;
     }}
 
+    // A frame of the upper switch of a job (PROTOCOL.md section 9): of the job's id, from the
+    // upper switch's port, IPv4 address and UDP port. Two entries per such job: with the
+    // upper job's epoch (md.from_up = 3) and with any other (1). Ternary: stage 1's SRAM is
+    // taken.
+    action from_uplink(bit<2> epoch_ok) {{
+        md.from_up = epoch_ok;
+    }}
+    action not_from_uplink() {{
+        md.from_up = 0;
+    }}
+    @stage(1)
+    table uplink_frame {{
+        key = {{
+            hdr.ina.job : ternary;
+            ig_intr_md.ingress_port : ternary;
+            hdr.ipv4.src_addr : ternary;
+            hdr.udp.src_port : ternary;
+            hdr.ina.epoch : ternary;
+        }}
+        actions = {{
+            from_uplink;
+            not_from_uplink;
+        }}
+        default_action = not_from_uplink();
+        size = 1024;
+    }}
+
     // The blocks of 64 slots wholly inside a job's range, which keep gap cells (a block
     // partly outside could be another job's too).
     action in_gap_block() {{
@@ -155,10 +182,15 @@ pub(super) fn stage0(p: &mut P4) {
         size = 4096;
     }}
 
-    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data.
+    // `slot_base_neg` is `-slot_base` (mod 2^16): Tofino subtracts no action data. A job
+    // under an upper switch (PROTOCOL.md section 9, `up` = 1) has the same id and slots there,
+    // and `up_port` is the port the upper switch is behind.
     action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg,
-                   bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp) {{
+                   bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp,
+                   bit<1> up, PortId_t up_port) {{
         md.job_hit = 1;
+        md.has_up = up;
+        md.up_port = up_port;
         md.job_epoch = epoch;
         md.epoch_x = hdr.ina.epoch ^ epoch;
         md.slot_base = slot_base;
@@ -171,6 +203,7 @@ pub(super) fn stage0(p: &mut P4) {
     }}
     action unknown_job() {{
         md.job_hit = 0;
+        md.has_up = 0;
     }}
     @stage(0)
     table ina_job {{
@@ -345,7 +378,8 @@ pub(super) fn stage1(p: &mut P4) {
         // of the job's range.
         md.room = md.slot_off - md.slot_count;
         md.l2_port_x = md.l2_port ^ ig_intr_md.ingress_port;
-        md.exp_h = exp_h_of.get({{md.kind[31:31], 23w0, hdr.ina.exponent}});
+        // Bit 8 on a second pass: a total stored (PROTOCOL.md section 9).
+        md.exp_h = exp_h_of.get({{md.kind[31:31], 22w0, md.pass2, hdr.ina.exponent}});
         md.stamp = md.reports & md.gap_block;
     }}
     @stage(1)
@@ -472,6 +506,9 @@ pub(super) fn stage2(p: &mut P4) {
     }}
     action check_query() {{
         md.op = {query};
+    }}
+    action check_upper(bit<8> o) {{
+        md.op = o;
     }}",
         drop = op::DROP,
         harvest = op::HARVEST,
@@ -501,6 +538,7 @@ pub(super) fn stage2(p: &mut P4) {
             "check_reject",
             "check_data",
             "check_query",
+            "check_upper",
         ],
         &check_entries(),
         &format!("check_drop({})", ev(Event::L2Unknown)),
@@ -596,15 +634,21 @@ pub(super) fn stage3(p: &mut P4) {
     let data = op::DATA.to_string();
     let query = op::QUERY.to_string();
     let full = ELEMS.to_string();
+    // The packets of the upper switch (PROTOCOL.md section 9) read as a Query does.
+    let upper = [op::TOTAL, op::UP_PENDING, op::UP_REJECT].map(|o| o.to_string());
+    let readers: Vec<&String> = [&data, &query].into_iter().chain(&upper).collect();
+    let harvest = op::HARVEST.to_string();
     let mut ex = Vec::new();
-    ex.push(entry(&[&data, "_", pred::NEW, "_"], "do_exp_write()"));
+    ex.push(entry(&[&data, "_", pred::NEW, "_", "_"], "do_exp_write()"));
     ex.push(entry(
-        &[&data, "_", pred::SAME, pred::OTHER_OLDER],
+        &[&data, "_", pred::SAME, pred::OTHER_OLDER, "_"],
         "do_exp_max()",
     ));
-    for t in [&data, &query] {
-        ex.push(entry(&[t, "_", pred::SAME, "_"], "do_exp_read()"));
+    for t in &readers {
+        ex.push(entry(&[t, "_", pred::SAME, "_", "_"], "do_exp_read()"));
     }
+    // A total's second pass stores its exponent byte, with bit 8 (md.exp_h).
+    ex.push(entry(&[&harvest, "_", "_", "_", "1"], "do_exp_write()"));
     // The set's bitmap in one table, the other set's in another, for each set; the apply
     // block runs the pair of the packet's set. (A table whose two stateful ALUs each take 64
     // bits of input does not fit the input crossbar: one ALU has the table's search bus,
@@ -622,7 +666,7 @@ pub(super) fn stage3(p: &mut P4) {
                 format!("own_add_{set}()"),
             ),
         ];
-        for t in [&data, &query] {
+        for t in &readers {
             own.push(entry(&[t, pred::SAME, "_"], format!("own_read_{set}()")));
         }
         let (new, add, read) = (
@@ -656,9 +700,10 @@ pub(super) fn stage3(p: &mut P4) {
     }
     let set_keys = [
         ("md.op", "exact"),
-        ("hdr.ina.set", "exact"),
+        ("hdr.ina.set", "ternary"),
         ("md.seq_pred", "ternary"),
         ("md.order_pred", "ternary"),
+        ("hdr.bridge.store", "ternary"),
     ];
     table(
         p,
@@ -683,15 +728,19 @@ pub(super) fn stage3(p: &mut P4) {
     }}",
         read_hi = vop::READ_HI,
     );
-    let harvest = op::HARVEST.to_string();
     let vsel = vec![
+        // The second pass of a total (PROTOCOL.md section 9) stores it.
+        entry(
+            &[&harvest, "_", "_", &full, "_", "1"],
+            format!("select_values({})", vop::WRITE),
+        ),
         // The second pass of a result without payload (it took the pass for its gap counter).
         entry(
-            &[&harvest, "_", "_", "0", "_"],
+            &[&harvest, "_", "_", "0", "_", "_"],
             format!("select_values({})", vop::NONE),
         ),
         entry(
-            &[&harvest, "_", "_", "_", "_"],
+            &[&harvest, "_", "_", "_", "_", "_"],
             format!("select_values({})", vop::READ_LO),
         ),
         entry(
@@ -706,15 +755,29 @@ pub(super) fn stage3(p: &mut P4) {
             &[&data, pred::SAME, "_", &full, "_"],
             format!("select_values({})", vop::READ_HI),
         ),
+        // A Query with a nonzero byte reads the sums: bit 0 asks for them, and on a rack
+        // switch rank 0's asks for the partial (PROTOCOL.md section 9).
         entry(
-            &[&query, pred::SAME, "_", "_", QUERY_WITHOUT_SUMS],
+            &[&query, pred::SAME, "_", "_", "0"],
             format!("select_values({})", vop::NONE),
         ),
         entry(
             &[&query, pred::SAME, "_", "_", "_"],
             "select_values_for_query()",
         ),
+        // The upper switch's Pending may send the partial again.
+        entry(
+            &[&op::UP_PENDING.to_string(), pred::SAME, "_", "_", "_"],
+            "select_values_for_query()",
+        ),
     ];
+    let vsel: Vec<Entry> = vsel
+        .into_iter()
+        .map(|mut e| {
+            e.keys.resize(6, "_".into());
+            e
+        })
+        .collect();
     p.push_str(
         "
     // How many counters the packet's is ahead of the cell's, in the top six bits.
@@ -740,6 +803,7 @@ pub(super) fn stage3(p: &mut P4) {
             ("md.order_pred", "ternary"),
             ("hdr.ina.count", "ternary"),
             ("hdr.ina.exponent", "ternary"),
+            ("hdr.bridge.store", "ternary"),
         ],
         &["select_values", "select_values_for_query"],
         &vsel,
@@ -775,10 +839,32 @@ pub(super) fn stage4(p: &mut P4) {
         &seen,
         "NoAction()",
     );
+    // The upper switch's Pending holds this switch's bit (PROTOCOL.md section 9): its rank
+    // there is the Pending's.
+    p.push_str("    action set_word_me() {\n        md.word_me = 1;\n    }\n");
+    let word: Vec<Entry> = (0..MAX_WORKERS)
+        .map(|r| {
+            entry(
+                &[
+                    &format!("32w0x{:08x} &&& 32w0x{:08x}", 1u32 << r, 1u32 << r),
+                    &r.to_string(),
+                ],
+                "set_word_me()",
+            )
+        })
+        .collect();
+    table(
+        p,
+        "word_check",
+        Some(4),
+        &[("hdr.word.bitmap", "ternary"), ("hdr.ina.rank", "exact")],
+        &["set_word_me", "NoAction"],
+        &word,
+        "NoAction()",
+    );
     p.push_str(
         "
     action done_compare() {
-        md.bm_new = md.bm_old | md.rbit;
         md.old_x = md.bm_old ^ md.full_mask;
     }
     @stage(4)
@@ -790,7 +876,9 @@ pub(super) fn stage4(p: &mut P4) {
     }
 
     action last_compare() {
-        md.new_x = md.bm_new ^ md.full_mask;
+        // The bitmap with the rank's bit, against the mask: for a rank not yet in it (the
+        // only rows that read new_x), bm_old | rbit is bm_old ^ rbit.
+        md.new_x = md.old_x ^ md.rbit;
     }
     @stage(5)
     table prep_last {
@@ -925,24 +1013,25 @@ pub(super) fn set_registers(p: &mut P4) {
         "
     // A new use takes the packet's exponent byte and kind (md.exp_h); an arrival to the
     // current use of the use's kind the larger of the two (unsigned), one of the other kind
-    // changes nothing. Returns the exponent byte after the update.
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_write = {
-        void apply(inout bit<32> v, out bit<8> rv) {
+    // changes nothing. Returns the cell's low half after the update: the exponent byte and
+    // bit 8, set by a total stored (PROTOCOL.md section 9; md.exp_h on its second pass).
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_write = {
+        void apply(inout bit<32> v, out bit<16> rv) {
             v = md.exp_h;
-            rv = (bit<8>)v;
+            rv = (bit<16>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_max = {
-        void apply(inout bit<32> v, out bit<8> rv) {
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_max = {
+        void apply(inout bit<32> v, out bit<16> rv) {
             if ((int<32>)(v - md.kind) >= 0 && md.exp_h > v) {
                 v = md.exp_h;
             }
-            rv = (bit<8>)v;
+            rv = (bit<16>)v;
         }
     };
-    RegisterAction<bit<32>, cell_index_t, bit<8>>(reg_exp) exp_read = {
-        void apply(inout bit<32> v, out bit<8> rv) {
-            rv = (bit<8>)v;
+    RegisterAction<bit<32>, cell_index_t, bit<16>>(reg_exp) exp_read = {
+        void apply(inout bit<32> v, out bit<16> rv) {
+            rv = (bit<16>)v;
         }
     };
     action do_exp_write() { md.exp_x = exp_write.execute(md.cell); }
