@@ -17,7 +17,7 @@
 
 use crate::{tna, v1model};
 use ina_proto::l2::{Endpoint, FrameJob, FrameSwitchConfig, FrameUplink};
-use ina_proto::pipeline::{JobConfig, PipelineConfig, DATA_REPORT_COPIES};
+use ina_proto::pipeline::{JobConfig, PipelineConfig, PortId, Uplink, DATA_REPORT_COPIES};
 use ina_wire::agg::{GAP_BLOCK, GAP_COUNTER};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -97,7 +97,8 @@ pub struct P4Job {
     /// The ranks, in rank order.
     pub ranks: Vec<RankDesc>,
     /// The upper switch, for a rack switch of a tree (PROTOCOL.md §9). The frame model and
-    /// the L2 software switch take it; the P4 programs have no tree yet.
+    /// the L2 software switch and both P4 programs take it (the Tofino program with the job's id
+    /// and slots the same on the upper switch, `tna::check_job`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uplink: Option<UplinkDesc>,
 }
@@ -186,6 +187,8 @@ pub enum ConfigError {
         first: usize,
         second: usize,
     },
+    #[error("job {job}: {error}")]
+    Tofino { job: u16, error: tna::TnaJobError },
 }
 
 /// The largest port number a bmv2 or Tofino port may have here (bmv2 reserves 511 for drop).
@@ -228,7 +231,7 @@ pub const TOFINO: TargetLimits = TargetLimits {
     name: "the Tofino program",
     pool_slots: tna::POOL_SLOTS,
     elems: &[tna::ELEMS],
-    tree_elems: &[],
+    tree_elems: &[tna::ELEMS],
 };
 
 /// Checks a switch and its jobs for the v1model program.
@@ -501,6 +504,22 @@ impl P4Job {
     pub fn pipeline_job(&self) -> JobConfig {
         self.frame_job().pipeline_job()
     }
+
+    /// The job as the Tofino program's check takes it ([`tna::check_job`]): its ranks and
+    /// upper switch on their switch ports.
+    pub fn tofino_job(&self) -> JobConfig {
+        JobConfig {
+            ranks: self.ranks.iter().map(|r| PortId(r.port)).collect(),
+            uplink: self.uplink.map(|u| Uplink {
+                port: PortId(u.port),
+                job: u.job,
+                epoch: u.epoch,
+                rank: u.rank,
+                slot_base: u.slot_base,
+            }),
+            ..self.pipeline_job()
+        }
+    }
 }
 
 /// The control registers of a slot, zeroed when a job is installed.
@@ -754,6 +773,10 @@ pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 7 + 58;
 /// The description is checked against [`TOFINO`]'s limits (64 elements per packet).
 pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigError> {
     validate_for(&TOFINO, sw, jobs)?;
+    for job in jobs {
+        tna::check_job(&job.tofino_job())
+            .map_err(|error| ConfigError::Tofino { job: job.id, error })?;
+    }
     if sw.gap_reports && sw.ports.len() > tna::REPORT_PORTS {
         return Err(ConfigError::ReportPorts {
             ports: sw.ports.len(),
@@ -862,8 +885,13 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                 "epoch": job.epoch, "slot_base": job.slot_base,
                 "slot_base_neg": job.slot_base.wrapping_neg(), "slot_count": job.slot_count,
                 "elems": job.elems, "workers": job.ranks.len(), "mgrp": job.mgrp,
+                "up": u8::from(job.uplink.is_some()),
+                "up_port": job.uplink.map_or(0, |u| u.port),
             },
         }));
+        if let Some(up) = &job.uplink {
+            uplink_entries(&mut e, job.id, up);
+        }
         let mut nodes = Vec::new();
         for (rank, r) in job.ranks.iter().enumerate() {
             e.push(json!({
@@ -962,6 +990,48 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
     Ok(json!({ "entries": e }))
 }
 
+/// The entries of a rack switch's job (PROTOCOL.md §9; the job's id and slots are the same on
+/// the upper switch): the upper switch's frames, of the upper job's epoch or another
+/// (`uplink_frame`, ternary, the first entry first); its Pending and Reject to this switch's
+/// rank there (`rank_source`); the addresses, epoch and rank of what this switch sends up
+/// (`uplink_addr`).
+fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc) {
+    for (epoch_mask, epoch_ok, priority) in [(0xffffu16, 3u8, 1u32), (0, 1, 2)] {
+        e.push(json!({
+            "table": "pipe.InaIngress.uplink_frame",
+            "key": {
+                "hdr.ina.job": {"value": job, "mask": 0xffff},
+                "ig_intr_md.ingress_port": {"value": up.port, "mask": 0x1ff},
+                "hdr.ipv4.src_addr": {"value": up.ip.to_string(), "mask": "255.255.255.255"},
+                "hdr.udp.src_port": {"value": up.udp_port, "mask": 0xffff},
+                "hdr.ina.epoch": {"value": up.epoch & epoch_mask, "mask": epoch_mask},
+                "$MATCH_PRIORITY": priority,
+            },
+            "action": "InaIngress.from_uplink",
+            "data": {"epoch_ok": epoch_ok},
+        }));
+    }
+    e.push(json!({
+        "table": "pipe.InaIngress.rank_source",
+        "key": {
+            "hdr.ina.job": job, "hdr.ina.rank": up.rank,
+            "ig_intr_md.ingress_port": up.port, "hdr.ipv4.src_addr": up.ip.to_string(),
+            "hdr.udp.src_port": up.udp_port,
+        },
+        "action": "InaIngress.rank_source_ok",
+        "data": {},
+    }));
+    e.push(json!({
+        "table": "pipe.InaEgress.uplink_addr",
+        "key": {"hdr.ina.job": job},
+        "action": "InaEgress.up_addr",
+        "data": {
+            "mac": up.mac.to_string(), "ip": up.ip.to_string(), "udp_port": up.udp_port,
+            "epoch": up.epoch, "rank": up.rank,
+        },
+    }));
+}
+
 fn mgid_entry(mgrp: u16, nodes: &[u32]) -> Value {
     json!({
         "table": "$pre.mgid",
@@ -1030,11 +1100,37 @@ mod tests {
         rack.uplink = Some(up);
         assert_eq!(validate(&s, &[rack.clone()]), Ok(()));
         assert_eq!(validate_for(&FRAME_MODEL, &s, &[rack.clone()]), Ok(()));
+        // The Tofino program keeps the job's id and slots on the upper switch.
         assert_eq!(
             bfrt_entries(&s, &[rack.clone()]),
-            Err(ConfigError::Uplink {
+            Err(ConfigError::Tofino {
                 job: 1,
-                target: TOFINO.name
+                error: tna::TnaJobError::UplinkJob { job: 1, upper: 20 }
+            })
+        );
+        let mut same = rack.clone();
+        same.uplink = Some(UplinkDesc { job: 1, ..up });
+        let entries = bfrt_entries(&s, &[same.clone()]).expect("a Tofino rack switch");
+        let tables: Vec<&str> = entries["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["table"].as_str())
+            .collect();
+        for t in ["pipe.InaIngress.uplink_frame", "pipe.InaEgress.uplink_addr"] {
+            assert!(tables.contains(&t), "{t}");
+        }
+        let mut shifted = same.clone();
+        shifted.uplink = Some(UplinkDesc {
+            job: 1,
+            slot_base: 64,
+            ..up
+        });
+        assert_eq!(
+            bfrt_entries(&s, &[shifted]),
+            Err(ConfigError::Tofino {
+                job: 1,
+                error: tna::TnaJobError::UplinkSlots { base: 0, upper: 64 }
             })
         );
         // bmv2 cannot grow an answer into a partial of 256 elements; the frame model can.

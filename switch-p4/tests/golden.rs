@@ -2,7 +2,7 @@
 //! against the committed expectations in `tests/golden/` (`INA_BLESS=1` rewrites them).
 
 use ina_switch_p4::runtime::{
-    bfrt_entries, bmv2_commands, L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc,
+    bfrt_entries, bmv2_commands, L2Entry, MacAddr, P4Job, RankDesc, SwitchDesc, UplinkDesc,
 };
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -88,12 +88,29 @@ fn bmv2_commands_are_golden() {
     check("example.bmv2.txt", &(cmds.join("\n") + "\n"));
 }
 
-#[test]
-fn bfrt_entries_are_golden() {
+/// The example for the Tofino program: its second job with 64 elements per packet, as a rack
+/// switch's under an upper switch behind port 2 (the same job id and slots there).
+fn tofino_example() -> (SwitchDesc, Vec<P4Job>) {
     let (sw, mut jobs) = example();
     // The Tofino program aggregates 64 elements per packet.
     assert!(bfrt_entries(&sw, &jobs).is_err());
     jobs[1].elems = 64;
+    jobs[1].uplink = Some(UplinkDesc {
+        port: 2,
+        mac: MacAddr([2, 0, 0, 0, 0x0a, 1]),
+        ip: Ipv4Addr::new(198, 18, 2, 1),
+        udp_port: 18766,
+        job: 2,
+        epoch: 11,
+        slot_base: 2,
+        rank: 4,
+    });
+    (sw, jobs)
+}
+
+#[test]
+fn bfrt_entries_are_golden() {
+    let (sw, jobs) = tofino_example();
     let v = bfrt_entries(&sw, &jobs).expect("valid example");
     let text = serde_json::to_string_pretty(&v).expect("json") + "\n";
     check("example.bfrt.json", &text);
@@ -138,8 +155,7 @@ fn action_params(program: &str, name: &str) -> Option<Vec<String>> {
 /// Tofino program (and the register pairs have the `lo`/`hi` fields named).
 #[test]
 fn bfrt_entries_name_what_the_tofino_program_has() {
-    let (sw, mut jobs) = example();
-    jobs[1].elems = 64;
+    let (sw, jobs) = tofino_example();
     let v = bfrt_entries(&sw, &jobs).expect("valid example");
     let program = ina_switch_p4::tna::program();
     assert!(program.contains("bit<32> lo;") && program.contains("bit<32> hi;"));
@@ -160,10 +176,17 @@ fn bfrt_entries_name_what_the_tofino_program_has() {
             );
             continue;
         }
-        assert!(
-            program.contains(&format!("table {name} {{")),
-            "table {name} is not in the Tofino program"
-        );
+        let at = program
+            .find(&format!("table {name} {{"))
+            .unwrap_or_else(|| panic!("table {name} is not in the Tofino program"));
+        let body = &program[at..];
+        let body = &body[..body.find("actions = {").unwrap_or(0)];
+        for key in e["key"].as_object().into_iter().flat_map(|k| k.keys()) {
+            assert!(
+                key.starts_with('$') || body.contains(&format!("{key} : ")),
+                "table {name} has no key {key}"
+            );
+        }
         let action = e["action"].as_str().expect("action");
         let short = action.split('.').nth(1).expect("<control>.<action>");
         let params = action_params(&program, short)

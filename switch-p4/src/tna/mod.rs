@@ -39,7 +39,7 @@ use crate::writer::P4;
 use core::fmt::Write as _;
 use ina_proto::event::Event;
 use ina_proto::event::{MISSING_COUNTERS, MISSING_RECEIVED, MISSING_SENT};
-use ina_proto::pipeline::JobConfig;
+use ina_proto::pipeline::{JobConfig, Uplink};
 use ina_proto::pipeline::{HEADER_USE, MAX_REPORTED_GAP};
 use ina_wire::agg::{MessageType, ProbeInfo, RejectReason, GAP_BLOCK, GAP_COUNTER, HEADER_LEN};
 use ina_wire::PROTOCOL_VERSION;
@@ -177,11 +177,33 @@ pub enum TnaJobError {
         pipe: u16,
         first: u16,
     },
+    #[error(
+        "job {job} is job {upper} on its upper switch: the Tofino program keeps a job's id on \
+         both levels of a tree"
+    )]
+    UplinkJob { job: u16, upper: u16 },
+    #[error(
+        "the job's slots begin at {base}, its upper job's at {upper}: the Tofino program keeps \
+         a job's slots on both levels of a tree"
+    )]
+    UplinkSlots { base: u16, upper: u16 },
+    #[error(
+        "the upper switch's port {port} is not a front port of the pipe of the job's ranks \
+         (pipe {pipe}): its totals must reach the registers of the job"
+    )]
+    UplinkPort { port: u16, pipe: u16 },
+    #[error(
+        "rank {rank} in the upper job: the Tofino program finds this switch's bit in an upper \
+         switch's Pending for ranks 0 to {max}",
+        max = MAX_WORKERS - 1
+    )]
+    UplinkRank { rank: u8 },
 }
 
-/// Checks that the Tofino program can serve `job`: 64 elements per packet, 1 to 32 ranks, a slot
-/// range inside the pool, and every rank on a front port of one pipe (each pipe has its own
-/// registers, so a use must be aggregated in one).
+/// Checks that the Tofino program can serve `job`: 64 elements per packet, 1 to 31 ranks, a slot
+/// range inside the pool, every rank on a front port of one pipe (each pipe has its own
+/// registers, so a use must be aggregated in one), and an upper switch as [`check_uplink`]
+/// takes it.
 pub fn check_job(job: &JobConfig) -> Result<(), TnaJobError> {
     if job.elems_per_packet != ELEMS {
         return Err(TnaJobError::ElemsPerPacket {
@@ -221,6 +243,35 @@ pub fn check_job(job: &JobConfig) -> Result<(), TnaJobError> {
             }
             Some(_) => {}
         }
+    }
+    if let Some(up) = job.uplink {
+        check_uplink(job, up, first_pipe.unwrap_or(0))?;
+    }
+    Ok(())
+}
+
+/// The Tofino program's limits on a rack switch's job (PROTOCOL.md §9): the same id and slots
+/// on the upper switch, the upper switch behind a front port of the job's pipe, and this
+/// switch's rank there one of the ranks a Pending's bits are looked up for.
+fn check_uplink(job: &JobConfig, up: Uplink, pipe: u16) -> Result<(), TnaJobError> {
+    if up.job != job.job {
+        return Err(TnaJobError::UplinkJob {
+            job: job.job,
+            upper: up.job,
+        });
+    }
+    if up.slot_base != job.slot_base {
+        return Err(TnaJobError::UplinkSlots {
+            base: job.slot_base,
+            upper: up.slot_base,
+        });
+    }
+    let port = up.port.0;
+    if port >= 512 || port >> 7 != pipe || port & 0x7f == RECIRC_PORT_IN_PIPE {
+        return Err(TnaJobError::UplinkPort { port, pipe });
+    }
+    if up.rank >= MAX_WORKERS {
+        return Err(TnaJobError::UplinkRank { rank: up.rank });
     }
     Ok(())
 }
