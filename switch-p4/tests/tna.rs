@@ -441,7 +441,7 @@ fn parse_number(s: &str) -> u64 {
     } else if let Some(b) = s.strip_prefix("0b") {
         u64::from_str_radix(b, 2).expect("binary")
     } else {
-        s.parse().expect("decimal")
+        s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
     }
 }
 
@@ -609,6 +609,9 @@ struct Last {
     action: String,
     /// The action's arguments (its entry's).
     args: Vec<u64>,
+    /// Stage 3 made the packet's payload valid for the sums it reads (a Query's, an upper
+    /// switch's Pending's).
+    payload_for_query: bool,
     exp_x: u32,
     pend: u32,
     values: Vec<i32>,
@@ -921,6 +924,7 @@ impl TnaModel<'_> {
         self.last = Some(Last {
             action: action.to_string(),
             args: args.clone(),
+            payload_for_query: sel.is_some_and(|e| e.action == "select_values_for_query"),
             exp_x,
             pend,
             values: values.clone(),
@@ -1015,6 +1019,7 @@ impl TnaModel<'_> {
                 self.last = Some(Last {
                     action: "drop_frame".into(),
                     args: Vec::new(),
+                    payload_for_query: false,
                     exp_x: 0,
                     pend: 0,
                     values: Vec::new(),
@@ -1325,7 +1330,15 @@ fn run_execution(
                 if let Some((_, skipped)) = last.report {
                     kinds.insert(format!("missing skipped {skipped}"));
                 }
-                check_frames(&program, &mut sw, &mut frames, rank, &pkt, workers, &last);
+                check_frames(
+                    &program,
+                    &mut sw,
+                    &mut frames,
+                    &endpoint(rank),
+                    &pkt,
+                    workers,
+                    &last,
+                );
                 kinds.insert(match &got {
                     Sent::Dropped(e) => e.name().to_string(),
                     Sent::Absorbed => "absorbed".to_string(),
@@ -1516,6 +1529,9 @@ fn run_tree_execution(
     );
     let mut bag: Vec<(Hop, Vec<u8>)> = Vec::new();
     let mut out = vec![0u8; 16 + 4 * E];
+    // The frame model of the same rack switch, for the frames the program's actions write.
+    let mut sw = frame_switch_under(workers, (base, slot_count), reports, Some(UPPER));
+    let mut frames = Outputs::new();
     for &(what, a, b) in steps {
         let r = (a % u16::from(workers)) as u8;
         let sim = &mut sims[usize::from(r)];
@@ -1616,6 +1632,21 @@ fn run_tree_execution(
                     Verdict::Multicast { len, .. } => Sent::Multicast(out[..len].to_vec()),
                 };
                 assert_eq!(got, expected, "{hop:?} packet {:?}", &pkt[..16]);
+                let from = match hop {
+                    Hop::FromRank(rank) => endpoint(rank),
+                    _ => UPPER.at,
+                };
+                match model.last.take() {
+                    Some(last) => {
+                        check_frames(&program, &mut sw, &mut frames, &from, &pkt, workers, &last)
+                    }
+                    None => {
+                        // Refused by the check table: nothing leaves.
+                        let f = wrap_from(&from, &pkt);
+                        sw.process(from.port, &f, ina_proto::Instant::ZERO, &mut frames);
+                        assert_eq!(frames.iter().count(), 0, "{hop:?} packet {:?}", &pkt[..16]);
+                    }
+                }
                 kinds.insert(match &got {
                     Sent::Dropped(e) => format!("{hop:?} {}", e.name()),
                     Sent::Absorbed => "absorbed".to_string(),
@@ -2309,6 +2340,9 @@ impl Pkt {
                             && get(&pkt, "hdr.udp.length") == 280;
                         if full {
                             pkt.extract(f, &mut at, "payload");
+                        } else if get(&pkt, "hdr.udp.length") == 28 {
+                            // One word: an upper switch's Pending has its bitmap.
+                            pkt.extract(f, &mut at, "word");
                         }
                     }
                 }
@@ -2367,6 +2401,7 @@ fn run_action(p: &str, name: &str, pkt: &mut Pkt, md: &BTreeMap<&str, u64>, ingr
         ("IP_PROTO_UDP", 17),
         ("INA_VERSION", u64::from(ina_wire::PROTOCOL_VERSION)),
         ("INA_UDP_PORT", u64::from(UDP_PORT_INA)),
+        ("INA_DATA", 1),
         ("INA_RESULT", 2),
         ("INA_REJECT", 3),
         ("INA_PROBE_REPLY", 5),
@@ -2626,7 +2661,10 @@ fn frame_switch_under(
     let mut sw = FrameSwitch::new(FrameSwitchConfig {
         mac: MacAddr(SM),
         ip: SIP,
-        ports: vec![1, 2, 3, 4],
+        // (And the upper switch's port, where it is not one of these.)
+        ports: (1..=4)
+            .chain(upper.map(|u| u.at.port).filter(|p| *p > 4))
+            .collect(),
         l2: L2.iter().map(|&(m, p)| (MacAddr(m), p)).collect(),
         pipeline: PipelineConfig {
             pool_slots: POOL,
@@ -2652,11 +2690,6 @@ fn frame_switch_under(
     })
     .expect("job");
     sw
-}
-
-/// The frame rank `rank` sends with `ina` as its UDP payload.
-fn wrap(rank: u8, ina: &[u8]) -> Vec<u8> {
-    wrap_from(&endpoint(rank), ina)
 }
 
 /// The frame `ep` sends with `ina` as its UDP payload.
@@ -2691,14 +2724,14 @@ fn check_frames(
     program: &str,
     sw: &mut FrameSwitch,
     out: &mut Outputs,
-    rank: u8,
+    from: &Endpoint,
     ina: &[u8],
     workers: u8,
     last: &Last,
 ) {
     let (action, values) = (last.action.as_str(), &last.values);
-    let f = wrap(rank, ina);
-    let ingress = endpoint(rank).port;
+    let f = wrap_from(from, ina);
+    let ingress = from.port;
     sw.process(ingress, &f, ina_proto::Instant::ZERO, out);
     let mut pkt = Pkt::parse(program, &f);
     let mac = |m: [u8; 6]| u64::from_be_bytes([0, 0, m[0], m[1], m[2], m[3], m[4], m[5]]);
@@ -2707,6 +2740,7 @@ fn check_frames(
         ("mgrp", JOB_MGRP),
         ("exp_x", u64::from(last.exp_x)),
         ("pend", u64::from(last.pend)),
+        ("up_port", u64::from(UPPER.at.port)),
         ("stamp", last.stamp),
         ("reports", 1),
         ("res_gap", u64::from(last.res_gap)),
@@ -2731,9 +2765,8 @@ fn check_frames(
     // Stage 6 wrote a Pending's word.
     pkt.fields
         .insert("hdr.word.bitmap".into(), u64::from(last.pend));
-    let query = ina[0] & 0x0f == 7 || last.requery.is_some();
-    if query && action == "answer_result_harvest" {
-        // Stage 3 gave the Query a payload to fill.
+    if last.payload_for_query {
+        // Stage 3 gave the packet a payload to fill.
         run_action(
             program,
             "select_values_for_query",
@@ -2747,7 +2780,7 @@ fn check_frames(
     if let Some((cell, skipped)) = last.report {
         // The mirrored copy, as ingress left the packet, through the report session's two
         // copies and egress's rewrite into the Missing to the rank.
-        let ep = endpoint(rank);
+        let ep = from;
         let mut copy = Pkt {
             layouts: pkt.layouts.clone(),
             valid: pkt.valid.clone(),
@@ -2779,7 +2812,7 @@ fn check_frames(
             sent.push((ep.port, frame.clone()));
         }
     }
-    if action.contains("_harvest") {
+    if action.contains("_harvest") || action == "store_total" {
         // Out of the pipe's recirculation port, and in again: the second pass parses the Result
         // with its payload, which the value registers fill (high halves on the first pass, low
         // halves on this one), and sends it on.
@@ -2788,7 +2821,12 @@ fn check_frames(
             Some(u64::from(ingress) >> 7 << 7 | 68),
             "{action}"
         );
-        if action == "multicast_result_harvest" && last.args[3] == 1 {
+        let stamped = match action {
+            "multicast_result_harvest" => last.args[3] == 1,
+            "store_total" => last.args[0] == 1,
+            _ => false,
+        };
+        if stamped {
             // Egress on the way to the second pass stamps the block's counter.
             run_action(program, "stamp_result_gap", &mut pkt, &md, 0);
             run_action(program, "mark_gap_on", &mut pkt, &md, 0);
@@ -2811,17 +2849,26 @@ fn check_frames(
             pkt.fields
                 .insert(format!("hdr.payload.e{k}"), u64::from(*v as u32));
         }
-        let second = if tm.bridge_op == 5 {
-            md.insert("op", 3);
-            "send_harvest_unicast"
-        } else {
-            "send_harvest_multicast"
+        // To the sender, or up (PROTOCOL.md §9), or to every rank.
+        let second = match tm.bridge_op {
+            5 => {
+                md.insert("op", 3);
+                "send_harvest_unicast"
+            }
+            8 => {
+                md.insert("op", 7);
+                "send_harvest_unicast"
+            }
+            _ => "send_harvest_multicast",
         };
         tm = run_action(program, second, &mut pkt, &md, 68);
     }
     if !tm.drop {
-        if tm.bridge_op == 4 || tm.bridge_op == 6 {
-            for r in 0..workers {
+        if tm.bridge_op == 4 || tm.bridge_op == 6 || tm.bridge_op == 9 {
+            // A multicast result's copy to every rank; a Pending to rank 0 keeps only its own
+            // (replication id 0).
+            let ranks = if tm.bridge_op == 9 { 1 } else { workers };
+            for r in 0..ranks {
                 let ep = endpoint(r);
                 let mut copy = Pkt {
                     layouts: pkt.layouts.clone(),
@@ -2842,6 +2889,20 @@ fn check_frames(
                 sent.push((ep.port, copy.deparse()));
             }
         } else {
+            if tm.bridge_op == 7 {
+                // To the upper switch: uplink_addr's entry of the job.
+                let u = UPPER;
+                let params: BTreeMap<&str, u64> = [
+                    ("mac", mac(u.at.mac.octets())),
+                    ("ip", u64::from(u32::from_be_bytes(u.at.ip))),
+                    ("udp_port", u64::from(u.at.udp_port)),
+                    ("epoch", u64::from(u.epoch)),
+                    ("rank", u64::from(u.rank)),
+                ]
+                .into_iter()
+                .collect();
+                run_action(program, "up_addr", &mut pkt, &params, 0);
+            }
             run_action(program, "reply_source", &mut pkt, &source_params(), 0);
             ipv4_checksum(&mut pkt);
             sent.push((tm.ucast.expect("unicast port") as u16, pkt.deparse()));
