@@ -204,6 +204,9 @@ pub struct TargetLimits {
     /// The elements per packet of a job that names an upper switch (PROTOCOL.md §9); none: the
     /// target has no aggregation tree.
     pub tree_elems: &'static [u16],
+    /// The Tofino program's own limits apply ([`tna::check_job`]: one pipe, the same job id
+    /// and slots on the upper switch).
+    pub tna_limits: bool,
 }
 
 /// The v1model program (`crate::v1model`).
@@ -214,6 +217,7 @@ pub const V1MODEL: TargetLimits = TargetLimits {
     // bmv2 grows a frame by 512 bytes at most: a 16-byte answer of the upper switch cannot
     // become a partial of 256 elements.
     tree_elems: &[64],
+    tna_limits: false,
 };
 
 /// The frame model (`ina_proto::l2`) and the L2 software switch, held to the v1model
@@ -232,6 +236,7 @@ pub const TOFINO: TargetLimits = TargetLimits {
     pool_slots: tna::POOL_SLOTS,
     elems: &[tna::ELEMS],
     tree_elems: &[tna::ELEMS],
+    tna_limits: true,
 };
 
 /// Checks a switch and its jobs for the v1model program.
@@ -394,6 +399,10 @@ pub fn validate_job_for(
                 second,
             });
         }
+    }
+    if target.tna_limits {
+        tna::check_job(&job.tofino_job())
+            .map_err(|error| ConfigError::Tofino { job: job.id, error })?;
     }
     Ok(())
 }
@@ -773,10 +782,6 @@ pub const TOFINO_REPORT_COPY_LEN: u16 = 3 + 7 + 58;
 /// The description is checked against [`TOFINO`]'s limits (64 elements per packet).
 pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigError> {
     validate_for(&TOFINO, sw, jobs)?;
-    for job in jobs {
-        tna::check_job(&job.tofino_job())
-            .map_err(|error| ConfigError::Tofino { job: job.id, error })?;
-    }
     if sw.gap_reports && sw.ports.len() > tna::REPORT_PORTS {
         return Err(ConfigError::ReportPorts {
             ports: sw.ports.len(),

@@ -195,6 +195,23 @@ fn registers_keep_tofino_limits() {
     );
 }
 
+/// No table has two const entries with the same keys (p4c refuses them: "Duplicate entry
+/// keys").
+#[test]
+fn const_entries_are_distinct() {
+    let p = tna::program();
+    for (name, _, _) in tables(&p) {
+        let entries = table_entries(&p, &name);
+        for (i, e) in entries.iter().enumerate() {
+            assert!(
+                !entries[..i].iter().any(|o| o.keys == e.keys),
+                "table {name}: two entries with the keys {:?}",
+                e.keys
+            );
+        }
+    }
+}
+
 #[test]
 fn control_registers_are_the_programs() {
     let p = tna::program();

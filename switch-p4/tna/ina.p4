@@ -37,6 +37,12 @@
 //    carry 1.9 to 2.7 times the job's ingress traffic through that one port, so a pipe would
 //    aggregate 38 to 53 Gb/s in all; folding through front-panel loopback ports takes ports
 //    from the workers and needs a completion count per chunk. See docs/P4-RESOURCES.md.
+//  - A rack switch of a tree (PROTOCOL.md section 9) keeps the job's id and slots on the upper
+//    switch. A use waits for its total while its bitmap is full, the other set holds no newer
+//    use and bit 8 of its reg_exp cell is clear; its partial leaves as a Result does, to the
+//    uplink's port (egress writes the upper job's epoch and this switch's rank there); a
+//    total is read on its first pass and stored on its second (which sets bit 8), then
+//    multicast. No gap counters on partials and totals.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
@@ -4248,9 +4254,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (10, 11, _, _, _) : NoAction();
             (11, 11, _, _, _) : NoAction();
             (9, 12, _, _, _) : NoAction();
-            (9, 12, _, _, _) : NoAction();
         }
-        size = 34;
+        size = 33;
         const default_action = drop_frame();
     }
     @stage(8)

@@ -302,7 +302,8 @@ mod tests {
             ),
             (1, 18000, 3, 77, 128, 2)
         );
-        // Not a host of the switch; a rank's endpoint; a Tofino (no tree yet).
+        // Not a host of the switch; a rank's endpoint; on Tofino, another job id on the upper
+        // switch.
         let mut stranger = install.clone();
         stranger.uplink.as_mut().unwrap().addr = "198.18.7.7:18000".parse().unwrap();
         assert!(job_desc(&runtime::V1MODEL, p4, &stranger, 7)
@@ -313,7 +314,11 @@ mod tests {
             .unwrap_err()
             .contains("endpoint"));
         install.workers = vec!["198.18.1.1:9000".parse().unwrap()];
-        assert!(job_desc(&runtime::TOFINO, p4, &install, 7).is_err());
+        assert!(job_desc(&runtime::TOFINO, p4, &install, 7).is_ok());
+        install.uplink.as_mut().unwrap().job = Some(4);
+        assert!(job_desc(&runtime::TOFINO, p4, &install, 7)
+            .unwrap_err()
+            .contains("keeps a job's id on both levels"));
     }
 
     #[test]

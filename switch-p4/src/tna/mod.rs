@@ -10,15 +10,16 @@
 //! | stage | tables | stateful ALUs |
 //! |------:|--------|---------------|
 //! | 0 | `switch_addr`, `prep_cells`, `prep_gap_counter`, `l2_forward`, `ina_job`, `ina_rank`, `gap_block`, `result_use_access`, `result_seq_access` | `reg_result_use`, `reg_result_seq` |
-//! | 1 | `rank_source`, `ip_target`, `rank_bit`, `prep_compare`, `prep_gap_previous`, `arp_target`, `full_mask`, `requery_access` | - |
+//! | 1 | `rank_source`, `ip_target`, `uplink_frame`, `rank_bit`, `prep_compare`, `prep_gap_previous`, `arp_target`, `full_mask`, `requery_access` | - |
 //! | 2 | `ina_check`, `seq_access`, `seq_order_access`, `gap_access` | `reg_seq`, `reg_seq_order`, `reg_gap` |
 //! | 3 | `bitmap_own_0/1`, `bitmap_other_0/1`, `exp_access`, `value_select`, `prep_gap` | `reg_bitmap_0`, `reg_bitmap_1`, `reg_exp` |
-//! | 4 | `value_0..3`, `seen_check`, `prep_done`, `gap_report` | `reg_value_0..3` |
-//! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7) | `reg_value_4..31` |
+//! | 4 | `value_0..3`, `seen_check`, `word_check`, `prep_done`, `gap_report` | `reg_value_0..3` |
+//! | 5..11 | `value_4..31`, `prep_last` (5), `ina_outcome` (6), `ina_reply` (7), `uplink_reply` (8), `count_event`, `count_multicast` (11) | `reg_value_4..31` |
 //!
 //! Egress writes every reply's source addresses and fixed IPv4 and UDP fields
-//! (`switch_source`), addresses multicast copies (`ina_rank_addr`) and reports
-//! (`ina_report_addr`), and stamps results' gap counters (`reg_result_gap`).
+//! (`switch_source`), addresses multicast copies (`ina_rank_addr`), reports
+//! (`ina_report_addr`) and what a rack switch sends up (`uplink_addr`), and stamps results' gap
+//! counters (`reg_result_gap`).
 //!
 //! A result with a payload needs both halves of every value cell and an ALU returns one: the
 //! pass that completes a use (or reads a complete one) returns the high halves into the payload
@@ -33,6 +34,14 @@
 //! each copy into the header-only Missing to the rank (`ina_report_addr`). A multicast result
 //! of such a block takes the block's next counter (`reg_result_gap`) on its way to the second
 //! pass, which records the use under it (`reg_result_use`, `reg_result_seq`).
+//!
+//! A rack switch of a tree (PROTOCOL.md §9), with the job's id and slots the same on the upper
+//! switch ([`check_job`]): `uplink_frame` marks the upper switch's frames; a use waits for its
+//! total while its bitmap is full, the other set holds no newer use and bit 8 of its `reg_exp`
+//! cell is clear; the partial leaves as a Result does, to the uplink's port; a total is read on
+//! its first pass, stored on its second (which sets bit 8) and multicast; the Queries up and a
+//! Pending to rank 0 are rewrites of the packet at hand. No gap counters on partials and totals
+//! (docs/P4-RESOURCES.md, "Hierarchical aggregation").
 
 use crate::common;
 use crate::writer::P4;
@@ -459,6 +468,12 @@ fn header_comment(p: &mut P4) {
 //    carry 1.9 to 2.7 times the job's ingress traffic through that one port, so a pipe would
 //    aggregate 38 to 53 Gb/s in all; folding through front-panel loopback ports takes ports
 //    from the workers and needs a completion count per chunk. See docs/P4-RESOURCES.md.
+//  - A rack switch of a tree (PROTOCOL.md section 9) keeps the job's id and slots on the upper
+//    switch. A use waits for its total while its bitmap is full, the other set holds no newer
+//    use and bit 8 of its reg_exp cell is clear; its partial leaves as a Result does, to the
+//    uplink's port (egress writes the upper job's epoch and this switch's rank there); a
+//    total is read on its first pass and stored on its second (which sets bit 8), then
+//    multicast. No gap counters on partials and totals.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first

@@ -388,8 +388,13 @@ fn reply_table(p: &mut P4) {
             format!("store_total({stamp}, {})", 1 - stamp),
         ));
     }
-    for e in &uplink {
-        rows.push(entry(&[&e.keys[0], &e.keys[1]], "NoAction()"));
+    let mut mine: Vec<(&str, &str)> = uplink
+        .iter()
+        .map(|e| (e.keys[0].as_str(), e.keys[1].as_str()))
+        .collect();
+    mine.dedup();
+    for (o, outcome) in mine {
+        rows.push(entry(&[o, outcome], "NoAction()"));
     }
     // Rows written without the last keys match any value of them.
     let rows: Vec<Entry> = rows
