@@ -905,16 +905,7 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                 "action": "InaIngress.set_rank",
                 "data": {"report_session": report_session(r.port)},
             }));
-            e.push(json!({
-                "table": "pipe.InaIngress.rank_source",
-                "key": {
-                    "hdr.ina.job": job.id, "hdr.ina.rank": rank,
-                    "ig_intr_md.ingress_port": r.port, "hdr.ipv4.src_addr": r.ip.to_string(),
-                    "hdr.udp.src_port": r.udp_port,
-                },
-                "action": "InaIngress.rank_source_ok",
-                "data": {},
-            }));
+            e.push(rank_source_entry(job.id, rank as u8, r.endpoint()));
             e.push(json!({
                 "table": "pipe.InaEgress.ina_rank_addr",
                 "key": {"hdr.ina.job": job.id, "eg_intr_md.egress_rid": rank},
@@ -1016,16 +1007,11 @@ fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc) {
             "data": {"epoch_ok": epoch_ok},
         }));
     }
-    e.push(json!({
-        "table": "pipe.InaIngress.rank_source",
-        "key": {
-            "hdr.ina.job": job, "hdr.ina.rank": up.rank,
-            "ig_intr_md.ingress_port": up.port, "hdr.ipv4.src_addr": up.ip.to_string(),
-            "hdr.udp.src_port": up.udp_port,
-        },
-        "action": "InaIngress.rank_source_ok",
-        "data": {},
-    }));
+    e.push(rank_source_entry(
+        job,
+        up.rank,
+        (up.port, up.ip, up.udp_port),
+    ));
     e.push(json!({
         "table": "pipe.InaEgress.uplink_addr",
         "key": {"hdr.ina.job": job},
@@ -1035,6 +1021,21 @@ fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc) {
             "epoch": up.epoch, "rank": up.rank,
         },
     }));
+}
+
+/// `rank_source`'s entry of rank `rank` of job `job` at endpoint `(port, ip, udp_port)`: its
+/// frames come from there.
+fn rank_source_entry(job: u16, rank: u8, (port, ip, udp_port): (u16, Ipv4Addr, u16)) -> Value {
+    json!({
+        "table": "pipe.InaIngress.rank_source",
+        "key": {
+            "hdr.ina.job": job, "hdr.ina.rank": rank,
+            "ig_intr_md.ingress_port": port, "hdr.ipv4.src_addr": ip.to_string(),
+            "hdr.udp.src_port": udp_port,
+        },
+        "action": "InaIngress.rank_source_ok",
+        "data": {},
+    })
 }
 
 fn mgid_entry(mgrp: u16, nodes: &[u32]) -> Value {

@@ -647,6 +647,37 @@ fn accepted_data_key(count: u64, exponent: u64, ingress: u64, reports: u64) -> V
     key
 }
 
+impl<'t> TnaModel<'t> {
+    /// The program's registers, all zero, for a job of `workers` ranks; `(reports, block)`:
+    /// the switch sends Missing reports, the job's slots are a whole block.
+    fn new(
+        tables: &'t Tables,
+        workers: u8,
+        (reports, block): (bool, bool),
+        uplink: Option<UplinkModel>,
+    ) -> TnaModel<'t> {
+        TnaModel {
+            tables,
+            slots: vec![
+                ModelSlot {
+                    values: [vec![0; E], vec![0; E]],
+                    ..ModelSlot::default()
+                };
+                usize::from(POOL)
+            ],
+            workers: u32::from(workers),
+            reports,
+            block,
+            uplink,
+            reg_gap: vec![0; tna::GAP_CELLS as usize],
+            reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
+            reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
+            reg_result_seq: vec![0; tna::RESULT_USE_CELLS as usize],
+            last: None,
+        }
+    }
+}
+
 impl TnaModel<'_> {
     /// One accepted Data or Query packet (`pkt`: header and payload).
     fn process(&mut self, pkt: &[u8], ingress: u64) -> Sent {
@@ -1092,6 +1123,22 @@ struct SimWorker {
     first_tx: u32,
 }
 
+impl SimWorker {
+    /// Rank `rank`'s Data of its next position, if self-clocking allows it (the result of the
+    /// position `w` before is in), with its gap counter if `gaps`.
+    fn next_position(&mut self, rank: u8, w: u32, base: u16, gaps: bool) -> Option<Vec<u8>> {
+        let g = self.next;
+        if g >= 2 * w && !self.done.contains(&(g - w)) {
+            return None;
+        }
+        self.next += 1;
+        self.sent.insert(g);
+        let gap = gaps.then_some((self.first_tx % 64) as u8);
+        self.first_tx += 1;
+        Some(packet(rank, g, w, base, false, gap))
+    }
+}
+
 const JOB: u16 = 3;
 const EPOCH: u16 = 9;
 const BASE: u16 = 4;
@@ -1170,6 +1217,86 @@ fn packet_of_count(
     p
 }
 
+/// The network loses the packet `b` picks, if any.
+fn lose<T>(bag: &mut Vec<T>, b: u16) {
+    if !bag.is_empty() {
+        bag.swap_remove(usize::from(b) % bag.len());
+    }
+}
+
+/// The network delivers the packet `b` picks, now and then a copy of it (duplication).
+fn deliver_one<T: Clone>(bag: &mut Vec<T>, b: u16) -> Option<T> {
+    if bag.is_empty() {
+        return None;
+    }
+    let i = usize::from(b) % bag.len();
+    Some(if b.is_multiple_of(5) {
+        bag[i].clone()
+    } else {
+        bag.swap_remove(i)
+    })
+}
+
+/// The header of the Missing a rank gets for its Data `pkt` whose counter skipped: its cell
+/// before the packet (the counter before the first skipped) and how many it skipped.
+fn report_header(pkt: &[u8], (cell, skipped): (u16, u8)) -> Vec<u8> {
+    let first = ((cell >> 10) as u8 + 1) & 63;
+    let mut h = pkt[..16].to_vec();
+    h[0] = 0x18;
+    h[1] = first << 2 | 2 | (pkt[1] & 1);
+    h[7] = skipped;
+    h[10..12].copy_from_slice(&[0, 0]);
+    h
+}
+
+/// Answers reach the workers: a result of an outstanding position completes it. A unicast to
+/// the sender (`sender`, if a rank) and each multicast copy is lost now and then (`b`).
+fn deliver(sims: &mut [SimWorker], got: &Sent, sender: Option<u8>, b: u16) {
+    let complete = |sim: &mut SimWorker, answer: &[u8]| {
+        if answer[0] & 0x0f == 2 {
+            let g = u32::from_be_bytes([answer[12], answer[13], answer[14], answer[15]]);
+            if sim.sent.contains(&g) {
+                sim.done.insert(g);
+            }
+        }
+    };
+    match got {
+        Sent::Unicast(To::Sender, a) if !b.is_multiple_of(7) => {
+            if let Some(rank) = sender {
+                complete(&mut sims[usize::from(rank)], a);
+            }
+        }
+        Sent::Multicast(a) => {
+            for (i, sim) in sims.iter_mut().enumerate() {
+                if (usize::from(b) + i) % 7 != 0 {
+                    complete(sim, a);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The Rust pipeline's registers and the model's of the lane's `w` slots from `base` agree
+/// (the Rust model's count has no twin in the program; bit 31 of bitmap and exponent is the
+/// use's kind, bit 8 of the exponent a rack switch's total).
+fn registers_agree(regs: &ina_proto::pipeline::Registers, model: &TnaModel, base: u16, w: u32) {
+    for slot in usize::from(base)..usize::from(base) + w as usize {
+        let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
+        assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
+        assert_eq!(ms.seq_order, ms.seq, "seq order copy of slot {slot}");
+        assert_eq!(
+            rs.bitmap,
+            ms.bitmap.map(|b| b & !KIND_BIT),
+            "bitmap of slot {slot}"
+        );
+        assert_eq!(rs.exp, ms.exp.map(|e| e & 0xff), "exp of slot {slot}");
+        for set in 0..2 {
+            assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
+        }
+    }
+}
+
 /// Runs the execution `steps` describes, with Missing reports on if `gaps` (the workers' first
 /// transmissions then carry gap counters); returns what the switch sent, as kinds of answer.
 fn run_execution(
@@ -1197,25 +1324,7 @@ fn run_execution(
         uplink: None,
     })
     .expect("job");
-    let mut model = TnaModel {
-        tables: &tables,
-        slots: vec![
-            ModelSlot {
-                values: [vec![0; E], vec![0; E]],
-                ..ModelSlot::default()
-            };
-            usize::from(POOL)
-        ],
-        workers: u32::from(workers),
-        reports: gaps,
-        block: gaps,
-        uplink: None,
-        reg_gap: vec![0; tna::GAP_CELLS as usize],
-        reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
-        reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
-        reg_result_seq: vec![0; tna::RESULT_USE_CELLS as usize],
-        last: None,
-    };
+    let mut model = TnaModel::new(&tables, workers, (gaps, gaps), None);
     let mut sw = frame_switch_of(workers, w, gaps);
     let mut frames = Outputs::new();
     let mut sims: Vec<SimWorker> = (0..workers)
@@ -1235,13 +1344,8 @@ fn run_execution(
         match what % 7 {
             // A new position, when self-clocking allows it.
             0 | 1 => {
-                let g = sim.next;
-                if g < 2 * w || sim.done.contains(&(g - w)) {
-                    sim.next += 1;
-                    sim.sent.insert(g);
-                    let gap = gaps.then_some((sim.first_tx % 64) as u8);
-                    sim.first_tx += 1;
-                    bag.push((r, packet(r, g, w, base, false, gap)));
+                if let Some(p) = sim.next_position(r, w, base, gaps) {
+                    bag.push((r, p));
                 }
             }
             // A retransmission or a Query of an outstanding position.
@@ -1271,22 +1375,10 @@ fn run_execution(
                     bag.push((r, packet_of_count(r, g, w, base, false, other, None)));
                 }
             }
-            // Loss.
-            3 => {
-                if !bag.is_empty() {
-                    bag.swap_remove(usize::from(b) % bag.len());
-                }
-            }
-            // Delivery, sometimes of a copy (duplication).
+            3 => lose(&mut bag, b),
             _ => {
-                if bag.is_empty() {
+                let Some((rank, pkt)) = deliver_one(&mut bag, b) else {
                     continue;
-                }
-                let i = usize::from(b) % bag.len();
-                let (rank, pkt) = if b % 5 == 0 {
-                    bag[i].clone()
-                } else {
-                    bag.swap_remove(i)
                 };
                 let expected = model.process(&pkt, u64::from(endpoint(rank).port));
                 let verdict = pipe.process(
@@ -1313,15 +1405,7 @@ fn run_execution(
                 let last = model.last.take().expect("a reply action");
                 // The report: the Data's header as a Missing of the counters skipped.
                 let report = pipe.poll_report();
-                let want = last.report.map(|(cell, skipped)| {
-                    let first = ((cell >> 10) as u8 + 1) & 63;
-                    let mut h = pkt[..16].to_vec();
-                    h[0] = 0x18;
-                    h[1] = first << 2 | 2 | (pkt[1] & 1);
-                    h[7] = skipped;
-                    h[10..12].copy_from_slice(&[0, 0]);
-                    h
-                });
+                let want = last.report.map(|r| report_header(&pkt, r));
                 assert_eq!(
                     report.map(|r| r.header.to_vec()),
                     want,
@@ -1371,42 +1455,10 @@ fn run_execution(
                     ),
                 });
                 // Answers reach the workers (results of outstanding positions complete them).
-                let deliver = |sim: &mut SimWorker, answer: &[u8]| {
-                    if answer[0] & 0x0f == 2 {
-                        let g =
-                            u32::from_be_bytes([answer[12], answer[13], answer[14], answer[15]]);
-                        if sim.sent.contains(&g) {
-                            sim.done.insert(g);
-                        }
-                    }
-                };
-                match &got {
-                    Sent::Unicast(_, a) if b % 7 != 0 => deliver(&mut sims[usize::from(rank)], a),
-                    Sent::Multicast(a) => {
-                        for (i, sim) in sims.iter_mut().enumerate() {
-                            if (usize::from(b) + i) % 7 != 0 {
-                                deliver(sim, a);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
+                deliver(&mut sims, &got, Some(rank), b);
                 // The registers agree (the Rust model's count has no twin here).
                 let regs = pipe.registers();
-                for slot in usize::from(BASE)..usize::from(BASE) + w as usize {
-                    let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
-                    assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
-                    assert_eq!(ms.seq_order, ms.seq, "seq order copy of slot {slot}");
-                    assert_eq!(
-                        rs.bitmap,
-                        ms.bitmap.map(|b| b & !KIND_BIT),
-                        "bitmap of slot {slot}"
-                    );
-                    assert_eq!(rs.exp, ms.exp.map(|e| e & 0xff), "exp of slot {slot}");
-                    for set in 0..2 {
-                        assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
-                    }
-                }
+                registers_agree(regs, &model, base, w);
                 for (cell, &v) in model.reg_gap.iter().enumerate() {
                     // The model's cell: the counter plus 64 (0: none yet).
                     let want = if v == 0 { 0 } else { 64 + (v >> 10) };
@@ -1515,28 +1567,15 @@ fn run_tree_execution(
             uplink: None,
         })
         .expect("upper job");
-    let mut model = TnaModel {
-        tables: &tables,
-        slots: vec![
-            ModelSlot {
-                values: [vec![0; E], vec![0; E]],
-                ..ModelSlot::default()
-            };
-            usize::from(POOL)
-        ],
-        workers: u32::from(workers),
-        reports,
-        block,
-        uplink: Some(UplinkModel {
+    let mut model = TnaModel::new(
+        &tables,
+        workers,
+        (reports, block),
+        Some(UplinkModel {
             rank: UP_RANK,
             epoch: UP_EPOCH,
         }),
-        reg_gap: vec![0; tna::GAP_CELLS as usize],
-        reg_result_gap: vec![0; tna::GAP_BLOCKS as usize],
-        reg_result_use: vec![0; tna::RESULT_USE_CELLS as usize],
-        reg_result_seq: vec![0; tna::RESULT_USE_CELLS as usize],
-        last: None,
-    };
+    );
     let mut sims: Vec<SimWorker> = (0..workers)
         .map(|_| SimWorker {
             next: w,
@@ -1560,13 +1599,8 @@ fn run_tree_execution(
         let sim = &mut sims[usize::from(r)];
         match what % 8 {
             0 | 1 => {
-                let g = sim.next;
-                if g < 2 * w || sim.done.contains(&(g - w)) {
-                    sim.next += 1;
-                    sim.sent.insert(g);
-                    let gap = block.then_some((sim.first_tx % 64) as u8);
-                    sim.first_tx += 1;
-                    bag.push((Hop::FromRank(r), packet(r, g, w, base, false, gap)));
+                if let Some(p) = sim.next_position(r, w, base, block) {
+                    bag.push((Hop::FromRank(r), p));
                 }
             }
             2 => {
@@ -1602,20 +1636,10 @@ fn run_tree_execution(
                     }
                 }
             }
-            3 => {
-                if !bag.is_empty() {
-                    bag.swap_remove(usize::from(b) % bag.len());
-                }
-            }
+            3 => lose(&mut bag, b),
             _ => {
-                if bag.is_empty() {
+                let Some((hop, pkt)) = deliver_one(&mut bag, b) else {
                     continue;
-                }
-                let i = usize::from(b) % bag.len();
-                let (hop, pkt) = if b % 5 == 0 {
-                    bag[i].clone()
-                } else {
-                    bag.swap_remove(i)
                 };
                 if hop == Hop::ToUpper {
                     match upper.process(THIS_RACK, &pkt, ina_proto::Instant::ZERO, &mut out) {
@@ -1674,15 +1698,10 @@ fn run_tree_execution(
                 let last = model.last.take();
                 // A rank's report of lost data: the Data's header as a Missing of the
                 // counters skipped.
-                let want = last.as_ref().and_then(|l| l.report).map(|(cell, skipped)| {
-                    let first = ((cell >> 10) as u8 + 1) & 63;
-                    let mut h = pkt[..16].to_vec();
-                    h[0] = 0x18;
-                    h[1] = first << 2 | 2 | (pkt[1] & 1);
-                    h[7] = skipped;
-                    h[10..12].copy_from_slice(&[0, 0]);
-                    h
-                });
+                let want = last
+                    .as_ref()
+                    .and_then(|l| l.report)
+                    .map(|r| report_header(&pkt, r));
                 assert_eq!(rack.poll_report().map(|r| r.header.to_vec()), want);
                 if let Sent::Multicast(a) = &got {
                     if a[1] & 2 != 0 {
@@ -1721,45 +1740,15 @@ fn run_tree_execution(
                         u16::from_be_bytes([a[10], a[11]])
                     ),
                 });
-                let deliver = |sim: &mut SimWorker, answer: &[u8]| {
-                    if answer[0] & 0x0f == 2 {
-                        let g =
-                            u32::from_be_bytes([answer[12], answer[13], answer[14], answer[15]]);
-                        if sim.sent.contains(&g) {
-                            sim.done.insert(g);
-                        }
-                    }
+                if let Sent::Unicast(To::Up, a) = &got {
+                    bag.push((Hop::ToUpper, a.clone()));
+                }
+                let sender = match hop {
+                    Hop::FromRank(rank) => Some(rank),
+                    _ => None,
                 };
-                match &got {
-                    Sent::Unicast(To::Up, a) => bag.push((Hop::ToUpper, a.clone())),
-                    Sent::Unicast(To::Sender, a) if b % 7 != 0 => {
-                        if let Hop::FromRank(rank) = hop {
-                            deliver(&mut sims[usize::from(rank)], a);
-                        }
-                    }
-                    Sent::Multicast(a) => {
-                        for (i, sim) in sims.iter_mut().enumerate() {
-                            if (usize::from(b) + i) % 7 != 0 {
-                                deliver(sim, a);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                let regs = rack.registers();
-                for slot in usize::from(base)..usize::from(base) + w as usize {
-                    let (rs, ms) = (&regs.slots()[slot], &model.slots[slot]);
-                    assert_eq!(rs.seq, ms.seq, "seq of slot {slot}");
-                    assert_eq!(
-                        rs.bitmap,
-                        ms.bitmap.map(|b| b & !KIND_BIT),
-                        "bitmap of slot {slot}"
-                    );
-                    assert_eq!(rs.exp, ms.exp.map(|e| e & 0xff), "exp of slot {slot}");
-                    for set in 0..2 {
-                        assert_eq!(regs.values_of(slot, set), &ms.values[set][..], "values");
-                    }
-                }
+                deliver(&mut sims, &got, sender, b);
+                registers_agree(rack.registers(), &model, base, w);
             }
         }
     }
@@ -1785,18 +1774,7 @@ fn rack_executions_reach_every_decision() {
     let mut all = std::collections::BTreeSet::new();
     let mut state = 0x9b05_688c_2b3e_6c1fu64;
     for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3)] {
-        let steps: Vec<(u8, u16, u16)> = (0..4000)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (
-                    (state % 8) as u8,
-                    (state >> 8) as u16 % 64,
-                    (state >> 24) as u16 % 1000,
-                )
-            })
-            .collect();
+        let steps = fixed_steps(&mut state, 8);
         all.extend(run_tree_execution(workers, w, &steps, false, false));
         all.extend(run_tree_execution(workers, w, &steps, true, false));
         all.extend(run_tree_execution(workers, w, &steps, true, true));
@@ -1840,24 +1818,29 @@ proptest! {
     }
 }
 
+/// 4000 steps of an execution from the xorshift generator `state`, of `kinds` kinds.
+fn fixed_steps(state: &mut u64, kinds: u64) -> Vec<(u8, u16, u16)> {
+    (0..4000)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            (
+                (*state % kinds) as u8,
+                (*state >> 8) as u16 % 64,
+                (*state >> 24) as u16 % 1000,
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn executions_reach_every_decision() {
     // A long execution from a fixed pseudo-random sequence, per job shape.
     let mut all = std::collections::BTreeSet::new();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3), (tna::MAX_WORKERS, 2)] {
-        let steps: Vec<(u8, u16, u16)> = (0..4000)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (
-                    (state % 7) as u8,
-                    (state >> 8) as u16 % 64,
-                    (state >> 24) as u16 % 1000,
-                )
-            })
-            .collect();
+        let steps = fixed_steps(&mut state, 7);
         all.extend(run_execution(workers, w, &steps, false));
         all.extend(run_execution(workers, w, &steps, true));
     }

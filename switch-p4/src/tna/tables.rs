@@ -65,7 +65,10 @@ pub(super) fn table(
     if !entries.is_empty() {
         let _ = writeln!(p, "        const entries = {{");
         for e in entries {
-            let _ = writeln!(p, "            ({}) : {};", e.keys.join(", "), e.action);
+            // An entry written without the last keys matches any value of them.
+            let mut k = e.keys.clone();
+            k.resize(keys.len().max(k.len()), "_".into());
+            let _ = writeln!(p, "            ({}) : {};", k.join(", "), e.action);
         }
         let _ = writeln!(p, "        }}");
         let _ = writeln!(p, "        size = {};", entries.len().max(1));

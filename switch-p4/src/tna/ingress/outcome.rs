@@ -56,10 +56,6 @@ pub(super) fn outcome(p: &mut P4) {
             }
             e
         }))
-        .map(|mut e| {
-            e.keys.resize(OUTCOME_KEYS, "_".into());
-            e
-        })
         .collect();
     table(
         p,
@@ -160,36 +156,23 @@ fn tree_rows() -> Vec<Entry> {
         set.extend_from_slice(more);
         set
     }
-    vec![
-        // The last local arrival (a one-rank job's first): the partial up.
-        r(
+    // The partial of a use, by the use's kind: through the second pass with payload, in one
+    // without.
+    let by_kind = [
+        (full_payload.as_str(), full.as_str(), out::PARTIAL_HARVEST),
+        (full_header.as_str(), "0", out::PARTIAL),
+    ];
+    let mut rows = Vec::new();
+    // The last local arrival (a one-rank job's first): the partial up, by the packet's count.
+    for (_, count, partial) in by_kind {
+        rows.push(r(
             &local(
                 &data,
-                &[("seq", pred::NEW), ("workers", "1"), ("count", "0")],
+                &[("seq", pred::NEW), ("workers", "1"), ("count", count)],
             ),
-            o(out::PARTIAL, Event::DataFirst),
-        ),
-        r(
-            &local(
-                &data,
-                &[("seq", pred::NEW), ("workers", "1"), ("count", &full)],
-            ),
-            o(out::PARTIAL_HARVEST, Event::DataFirst),
-        ),
-        r(
-            &local(
-                &data,
-                &[
-                    ("seq", pred::SAME),
-                    ("order", pred::OTHER_OLDER),
-                    ("seen", "0"),
-                    ("new_x", "0"),
-                    ("count", "0"),
-                ],
-            ),
-            o(out::PARTIAL, Event::DataAdded),
-        ),
-        r(
+            o(partial, Event::DataFirst),
+        ));
+        rows.push(r(
             &local(
                 &data,
                 &[
@@ -197,110 +180,96 @@ fn tree_rows() -> Vec<Entry> {
                     ("order", pred::OTHER_OLDER),
                     ("seen", "0"),
                     ("new_x", "0"),
-                    ("count", &full),
+                    ("count", count),
                 ],
             ),
-            o(out::PARTIAL_HARVEST, Event::DataAdded),
-        ),
-        // Waiting for the total: rank 0's retransmission asks up, another's gets a Pending.
-        waiting(
-            &data,
-            &[("seen", "1"), ("rank", "0")],
-            o(out::QUERY_UP, Event::SentUp),
-        ),
-        waiting(
-            &data,
-            &[("seen", "1")],
-            pending(out::PENDING, Event::PendingSent),
-        ),
-        // Rank 0's Query: a status Query asks up; with a nonzero byte and reports on, the
-        // partial goes up again.
-        waiting(
-            &query,
-            &[("seen", "1"), ("rank", "0"), ("exponent", "0")],
-            o(out::QUERY_UP, Event::SentUp),
-        ),
-        waiting(
-            &query,
-            &[
-                ("seen", "1"),
-                ("rank", "0"),
-                ("reports", "1"),
-                ("old_x", &full_payload),
-            ],
-            o(out::PARTIAL_HARVEST, Event::SentUp),
-        ),
-        waiting(
+            o(partial, Event::DataAdded),
+        ));
+    }
+    // Waiting for the total: rank 0's retransmission asks up, another's gets a Pending.
+    rows.push(waiting(
+        &data,
+        &[("seen", "1"), ("rank", "0")],
+        o(out::QUERY_UP, Event::SentUp),
+    ));
+    rows.push(waiting(
+        &data,
+        &[("seen", "1")],
+        pending(out::PENDING, Event::PendingSent),
+    ));
+    // Rank 0's Query: a status Query asks up; with a nonzero byte and reports on, the partial
+    // goes up again.
+    rows.push(waiting(
+        &query,
+        &[("seen", "1"), ("rank", "0"), ("exponent", "0")],
+        o(out::QUERY_UP, Event::SentUp),
+    ));
+    for (old_x, _, partial) in by_kind {
+        rows.push(waiting(
             &query,
             &[
                 ("seen", "1"),
                 ("rank", "0"),
                 ("reports", "1"),
-                ("old_x", &full_header),
+                ("old_x", old_x),
             ],
-            o(out::PARTIAL, Event::SentUp),
-        ),
-        waiting(
-            &query,
-            &[("seen", "1"), ("rank", "0")],
-            o(out::QUERY_UP, Event::SentUp),
-        ),
-        waiting(
-            &query,
-            &[("seen", "1")],
-            pending(out::PENDING, Event::PendingSent),
-        ),
-        // The total: of another use, stale; of the waiting use with its element count,
-        // stored and multicast; its header alone for a use with payload, fetched; else a copy.
-        r(
-            &[("op", &total), ("seq", pred::STALE)],
+            o(partial, Event::SentUp),
+        ));
+    }
+    rows.push(waiting(
+        &query,
+        &[("seen", "1"), ("rank", "0")],
+        o(out::QUERY_UP, Event::SentUp),
+    ));
+    rows.push(waiting(
+        &query,
+        &[("seen", "1")],
+        pending(out::PENDING, Event::PendingSent),
+    ));
+    // The total: of another use, stale; of the waiting use with its element count, stored and
+    // multicast; its header alone for a use with payload, fetched; else a copy.
+    for seq in [pred::STALE, pred::NEW] {
+        rows.push(r(
+            &[("op", &total), ("seq", seq)],
             o(out::DROP, Event::StaleSeq),
-        ),
-        r(
-            &[("op", &total), ("seq", pred::NEW)],
-            o(out::DROP, Event::StaleSeq),
-        ),
-        waiting(
+        ));
+    }
+    for (old_x, count, _) in by_kind {
+        rows.push(waiting(
             &total,
-            &[("old_x", &full_payload), ("count", &full)],
+            &[("old_x", old_x), ("count", count)],
             m(out::MCAST_TOTAL, Event::TotalReceived),
-        ),
-        waiting(
-            &total,
-            &[("old_x", &full_header), ("count", "0")],
-            m(out::MCAST_TOTAL, Event::TotalReceived),
-        ),
-        waiting(
-            &total,
-            &[("old_x", &full_payload), ("count", "0")],
-            o(out::FETCH_UP, Event::UpperAnswer),
-        ),
-        r(&[("op", &total)], o(out::DROP, Event::Duplicate)),
-        // The upper switch's Pending: without this switch's bit the partial again, with it
-        // a Pending to rank 0. Its Reject: a Pending to rank 0. Any other: nothing to do.
-        waiting(
+        ));
+    }
+    rows.push(waiting(
+        &total,
+        &[("old_x", &full_payload), ("count", "0")],
+        o(out::FETCH_UP, Event::UpperAnswer),
+    ));
+    rows.push(r(&[("op", &total)], o(out::DROP, Event::Duplicate)));
+    // The upper switch's Pending: without this switch's bit the partial again, with it a
+    // Pending to rank 0. Its Reject: a Pending to rank 0. Any other: nothing to do.
+    for (old_x, _, partial) in by_kind {
+        rows.push(waiting(
             &up_pending,
-            &[("old_x", &full_payload), ("word_me", "0")],
-            o(out::PARTIAL_HARVEST, Event::UpperAnswer),
-        ),
-        waiting(
-            &up_pending,
-            &[("old_x", &full_header), ("word_me", "0")],
-            o(out::PARTIAL, Event::UpperAnswer),
-        ),
-        waiting(
-            &up_pending,
-            &[("word_me", "1")],
-            pending(out::PENDING_RANK0, Event::UpperAnswer),
-        ),
-        waiting(
-            &up_reject,
-            &[],
-            pending(out::PENDING_RANK0, Event::UpperAnswer),
-        ),
-        r(&[("op", &up_pending)], o(out::DROP, Event::UpperAnswer)),
-        r(&[("op", &up_reject)], o(out::DROP, Event::UpperAnswer)),
-    ]
+            &[("old_x", old_x), ("word_me", "0")],
+            o(partial, Event::UpperAnswer),
+        ));
+    }
+    rows.push(waiting(
+        &up_pending,
+        &[("word_me", "1")],
+        pending(out::PENDING_RANK0, Event::UpperAnswer),
+    ));
+    rows.push(waiting(
+        &up_reject,
+        &[],
+        pending(out::PENDING_RANK0, Event::UpperAnswer),
+    ));
+    for o_up in [&up_pending, &up_reject] {
+        rows.push(r(&[("op", o_up)], o(out::DROP, Event::UpperAnswer)));
+    }
+    rows
 }
 
 /// `outcome(x, event)`: the action of a row whose answer leaves one way.

@@ -188,8 +188,8 @@ fn multicast_actions(p: &mut P4) {
 
 /// What a rack switch sends (PROTOCOL.md §9): the partial sum and Queries up, a Pending to
 /// rank 0, and the total to the ranks. Egress writes the upper switch's addresses, the upper
-/// job's epoch and this switch's rank there (`uplink_addr`), or rank 0's addresses
-/// (`rank0_addr`).
+/// job's epoch and this switch's rank there (`uplink_addr`), or keeps a Pending's copy for rank
+/// 0 and addresses it as a result's (`ina_rank_addr`).
 fn uplink_actions(p: &mut P4) {
     p.push_str("    // The partial sum up, without payload.\n    action send_partial_empty() {\n");
     to_egress(p, bridge::UP);
@@ -396,14 +396,6 @@ fn reply_table(p: &mut P4) {
     for (o, outcome) in mine {
         rows.push(entry(&[o, outcome], "NoAction()"));
     }
-    // Rows written without the last keys match any value of them.
-    let rows: Vec<Entry> = rows
-        .into_iter()
-        .map(|mut e| {
-            e.keys.resize(5, "_".into());
-            e
-        })
-        .collect();
     table(
         p,
         "ina_reply",
@@ -434,13 +426,6 @@ fn reply_table(p: &mut P4) {
         &rows,
         "drop_frame()",
     );
-    let uplink: Vec<Entry> = uplink
-        .into_iter()
-        .map(|mut e| {
-            e.keys.resize(3, "_".into());
-            e
-        })
-        .collect();
     table(
         p,
         "uplink_reply",

@@ -771,13 +771,6 @@ pub(super) fn stage3(p: &mut P4) {
             "select_values_for_query()",
         ),
     ];
-    let vsel: Vec<Entry> = vsel
-        .into_iter()
-        .map(|mut e| {
-            e.keys.resize(6, "_".into());
-            e
-        })
-        .collect();
     p.push_str(
         "
     // How many counters the packet's is ahead of the cell's, in the top six bits.
