@@ -87,8 +87,8 @@ struct ingress_md_t {
     bit<32> bm_old;
     bit<32> old_x;
     bit<32> new_x;
-    // The set's exp cell's low half: the exponent byte, and in bit 8 the total from the
-    // upper switch is in (PROTOCOL.md section 9).
+    // The set's exp cell's low half: the exponent byte, and bit 8, set once the upper
+    // switch's total is stored (PROTOCOL.md section 9).
     bit<16> exp_x;
     bit<1> seen;
     bit<8> vop_c;

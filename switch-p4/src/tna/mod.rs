@@ -313,8 +313,7 @@ mod out {
     pub const RESULT_HARVEST: u8 = 4;
     pub const PENDING: u8 = 5;
     pub const REJECT: u8 = 6;
-    /// The partial sum up (PROTOCOL.md §9), in one pass: without payload, or a one-rank use's
-    /// first arrival, whose payload is the sum.
+    /// The partial sum up (PROTOCOL.md §9) of a use without payload, in one pass.
     pub const PARTIAL: u8 = 7;
     /// The partial sum up, through the second pass (the high halves are in).
     pub const PARTIAL_HARVEST: u8 = 8;
