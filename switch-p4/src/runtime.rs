@@ -895,7 +895,13 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
             },
         }));
         if let Some(up) = &job.uplink {
-            uplink_entries(&mut e, job.id, up);
+            // Reports of lost totals go to the session of the upper switch's port.
+            let session = if sw.gap_reports {
+                report_session(up.port)
+            } else {
+                0
+            };
+            uplink_entries(&mut e, job.id, up, session);
         }
         let mut nodes = Vec::new();
         for (rank, r) in job.ranks.iter().enumerate() {
@@ -988,10 +994,10 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
 
 /// The entries of a rack switch's job (PROTOCOL.md §9; the job's id and slots are the same on
 /// the upper switch): the upper switch's frames, of the upper job's epoch or another
-/// (`uplink_frame`, ternary, the first entry first); its Pending and Reject to this switch's
-/// rank there (`rank_source`); the addresses, epoch and rank of what this switch sends up
-/// (`uplink_addr`).
-fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc) {
+/// (`uplink_frame`, ternary, the first entry first, with the report session of lost totals);
+/// its Pending and Reject to this switch's rank there (`rank_source`); the addresses, epoch
+/// and rank of what this switch sends up (`uplink_addr`).
+fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc, session: u16) {
     for (epoch_mask, epoch_ok, priority) in [(0xffffu16, 3u8, 1u32), (0, 1, 2)] {
         e.push(json!({
             "table": "pipe.InaIngress.uplink_frame",
@@ -1004,7 +1010,7 @@ fn uplink_entries(e: &mut Vec<Value>, job: u16, up: &UplinkDesc) {
                 "$MATCH_PRIORITY": priority,
             },
             "action": "InaIngress.from_uplink",
-            "data": {"epoch_ok": epoch_ok},
+            "data": {"epoch_ok": epoch_ok, "report_session": session},
         }));
     }
     e.push(rank_source_entry(

@@ -275,7 +275,7 @@ fn program_uses_the_contract_and_the_wire_constants() {
         "table ina_job",
         "action set_job(bit<16> epoch, bit<16> slot_base, bit<16> slot_base_neg, bit<16> slot_count, bit<16> elems, bit<8> workers, bit<16> mgrp, bit<1> up, PortId_t up_port)",
         "table uplink_frame",
-        "action from_uplink(bit<2> epoch_ok)",
+        "action from_uplink(bit<2> epoch_ok, MirrorId_t report_session)",
         "table uplink_addr",
         "action up_addr(bit<48> mac, bit<32> ip, bit<16> udp_port, bit<16> epoch, bit<8> rank)",
         "table ina_rank",
@@ -562,6 +562,8 @@ const OP_DATA: u64 = 6;
 /// Bit 31 of a set's bitmap and exponent in the program: its use began with a header.
 const KIND_BIT: u32 = ina_proto::pipeline::HEADER_USE;
 const OP_QUERY: u64 = 7;
+/// A total from a rack switch's upper switch (`op::TOTAL`).
+const OP_TOTAL: u64 = 9;
 const OP_PROBE: u64 = 4;
 const E: usize = 64;
 
@@ -689,11 +691,12 @@ impl TnaModel<'_> {
         } else {
             OP_QUERY
         };
-        self.process_op(pkt, ingress, op)
+        self.process_op(pkt, ingress, op, None)
     }
 
-    /// One accepted packet of the check table's operation `op`.
-    fn process_op(&mut self, pkt: &[u8], ingress: u64, op: u64) -> Sent {
+    /// One accepted packet of the check table's operation `op`; `check`: its key of
+    /// `ina_check` where it is not a rank's Data.
+    fn process_op(&mut self, pkt: &[u8], ingress: u64, op: u64, check: Option<Vec<u64>>) -> Sent {
         let t = self.tables;
         let x = usize::from(pkt[1] & 1);
         let rank = u32::from(pkt[6]);
@@ -723,12 +726,17 @@ impl TnaModel<'_> {
         let stamp = reports & u64::from(block_in_job);
         // Stage 2: reg_gap, for accepted Data only (this model sees accepted packets).
         let mut report = None;
-        if op == OP_DATA {
-            let mut key = accepted_data_key(count, u64::from(exponent), ingress, reports);
+        // (A rack switch's total, PROTOCOL.md §9, has its counter in the block's cell of the
+        // rank no job has.)
+        let total = op == OP_TOTAL;
+        if op == OP_DATA || total {
+            let mut key = check
+                .unwrap_or_else(|| accepted_data_key(count, u64::from(exponent), ingress, reports));
             key.extend([u64::from(block_in_job), gap_on]);
             if let Some(e) = lookup(&t.gap_access, &key) {
                 assert_eq!(e.action, "do_gap_note");
-                let cell = (slot >> 6) << 5 | rank as usize & 31;
+                let cell_rank = if total { 31 } else { rank as usize & 31 };
+                let cell = (slot >> 6) << 5 | cell_rank;
                 // 16-bit cells: the counter in bits 15..10, bit 0 set.
                 let gap_in = ((flags >> 2) as u32) << 10 | 1;
                 let gap_in1 = gap_in.wrapping_sub(1 << 10) & 0xffff;
@@ -741,7 +749,12 @@ impl TnaModel<'_> {
                 let ahead = gap_in.wrapping_sub(gap_old) & 0xffff;
                 let rkey = [u64::from(gap_old & 1), u64::from(ahead >> 10), 0, op];
                 if let Some(r) = lookup(&t.gap_report, &rkey) {
-                    assert_eq!(r.action, "report_gap");
+                    let want = if total {
+                        "report_total_gap"
+                    } else {
+                        "report_gap"
+                    };
+                    assert_eq!(r.action, want);
                     report = Some((gap_old as u16, r.args[0] as u8));
                 }
             } else {
@@ -1090,7 +1103,10 @@ impl TnaModel<'_> {
         let f = wrap_from(&up.at, pkt);
         let (action, args) = check_action(check, env, up.at.port, &f);
         match action.as_str() {
-            "check_upper" => self.process_op(pkt, u64::from(up.at.port), args[0]),
+            "check_upper" => {
+                let key = check_key(env, up.at.port, &f);
+                self.process_op(pkt, u64::from(up.at.port), args[0], Some(key))
+            }
             "check_drop" => {
                 self.last = None;
                 Sent::Dropped(Event::ALL[args[0] as usize])
@@ -1556,6 +1572,8 @@ fn run_tree_execution(
     })
     .expect("rack job");
     let mut upper = Pipeline::new(config);
+    // (With gap cells, its totals carry gap counters.)
+    upper.set_gap_reports(block);
     upper
         .add_job(JobConfig {
             job: JOB,
@@ -1698,11 +1716,23 @@ fn run_tree_execution(
                 let last = model.last.take();
                 // A rank's report of lost data: the Data's header as a Missing of the
                 // counters skipped.
-                let want = last
-                    .as_ref()
-                    .and_then(|l| l.report)
-                    .map(|r| report_header(&pkt, r));
-                assert_eq!(rack.poll_report().map(|r| r.header.to_vec()), want);
+                // A rank's report of lost data; or this switch's of lost totals, to the upper
+                // switch as its rank there (PROTOCOL.md §9).
+                let want = last.as_ref().and_then(|l| l.report).map(|r| {
+                    let mut h = report_header(&pkt, r);
+                    if hop == Hop::FromUpper {
+                        h[4..6].copy_from_slice(&UP_EPOCH.to_be_bytes());
+                        h[6] = UP_RANK;
+                    }
+                    h
+                });
+                let report = rack.poll_report();
+                assert_eq!(report.as_ref().map(|r| r.header.to_vec()), want);
+                if let Some(r) = report.filter(|_| hop == Hop::FromUpper) {
+                    assert_eq!((r.port, r.copies), (UP_PORT, 1));
+                    kinds.insert("FromUpper missing up".to_string());
+                    bag.push((Hop::ToUpper, r.header.to_vec()));
+                }
                 if let Sent::Multicast(a) = &got {
                     if a[1] & 2 != 0 {
                         stamped.insert(a[1] >> 2, u32::from_be_bytes([a[12], a[13], a[14], a[15]]));
@@ -1800,6 +1830,8 @@ fn rack_executions_reach_every_decision() {
         // of one answered with the stored total.
         "FromUpper multicast with a gap counter",
         "FromRank(1) missing false",
+        // A total skipped on the way down, reported up.
+        "FromUpper missing up",
     ] {
         assert!(all.contains(kind), "no {kind} in {all:?}");
     }
@@ -2828,8 +2860,10 @@ fn check_frames(
     let mut sent: Vec<(u16, Vec<u8>)> = Vec::new();
     if let Some((cell, skipped)) = last.report {
         // The mirrored copy, as ingress left the packet, through the report session's two
-        // copies and egress's rewrite into the Missing to the rank.
-        let ep = from;
+        // copies and egress's rewrite into the Missing to the rank; a rack switch's report of
+        // lost totals (PROTOCOL.md §9) once, to the upper switch, as this switch's rank there.
+        let up = ina[0] & 0x0f == 2;
+        let ep = if up { &UPPER.at } else { from };
         let mut copy = Pkt {
             layouts: pkt.layouts.clone(),
             valid: pkt.valid.clone(),
@@ -2848,16 +2882,25 @@ fn check_frames(
             ("mac", mac(ep.mac.octets())),
             ("ip", u64::from(u32::from_be_bytes(ep.ip))),
             ("udp_port", u64::from(ep.udp_port)),
+            ("epoch", u64::from(UPPER.epoch)),
+            ("rank", u64::from(UPPER.rank)),
         ]
         .into_iter()
         .collect();
         run_action(program, "report_next_counter", &mut copy, &params, 0);
-        run_action(program, "report_missing", &mut copy, &params, 0);
+        let address = if up { "up_addr" } else { "report_missing" };
+        run_action(program, address, &mut copy, &params, 0);
+        run_action(program, "missing_fields", &mut copy, &params, 0);
         run_action(program, "mark_gap_on", &mut copy, &params, 0);
         run_action(program, "reply_source", &mut copy, &source_params(), 0);
         ipv4_checksum(&mut copy);
         let frame = copy.deparse();
-        for _ in 0..ina_proto::pipeline::DATA_REPORT_COPIES {
+        let copies = if up {
+            1
+        } else {
+            ina_proto::pipeline::DATA_REPORT_COPIES
+        };
+        for _ in 0..copies {
             sent.push((ep.port, frame.clone()));
         }
     }

@@ -42,7 +42,8 @@
 //    use and bit 8 of its reg_exp cell is clear; its partial leaves as a Result does, to the
 //    uplink's port (egress writes the upper job's epoch and this switch's rank there); a
 //    total is read on its first pass and stored on its second (which sets bit 8), then
-//    multicast. No gap counters on partials and totals.
+//    multicast. A total's gap counter is noted in its block's reg_gap cell of rank 31 (no
+//    job's) and a skip reported up; partials carry no gap counter.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
@@ -89,6 +90,8 @@ const bit<8> OP_QUERY = 7;
 const bit<8> OP_PROBE = 4;
 const MirrorType_t MIRROR_TYPE_REPORT = 1;
 const bit<8> REPORT_OP = 0x80;
+const bit<8> REPORT_UP_OP = 0x81;
+const bit<5> TOTAL_GAP_RANK = 31;
 
 struct pair_t {
     bit<32> lo;
@@ -350,6 +353,8 @@ struct ingress_md_t {
 
 struct egress_md_t {
     bit<1> fix_checksum;
+    // To the job's upper switch: uplink_addr addresses it.
+    bit<1> to_up;
     bit<32> res_gap;
     // A report's cell, one counter on: the first counter skipped.
     bit<16> report_next;
@@ -626,9 +631,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     // A frame of the upper switch of a job (PROTOCOL.md section 9): of the job's id, from the
     // upper switch's port, IPv4 address and UDP port. Two entries per such job: with the
     // upper job's epoch (md.from_up = 3) and with any other (1). Ternary: stage 1's SRAM is
-    // taken.
-    action from_uplink(bit<2> epoch_ok) {
+    // taken. A total's gap counter goes into the block's cell of reg_gap that no rank has,
+    // and a report of lost totals to the report session of the upper switch's port.
+    Hash<bit<12>>(HashAlgorithm_t.IDENTITY) total_cell_of;
+    action from_uplink(bit<2> epoch_ok, MirrorId_t report_session) {
         md.from_up = epoch_ok;
+        md.gap_cell = total_cell_of.get({hdr.ina.slot[12:6], TOTAL_GAP_RANK});
+        md.mirror_session = report_session;
     }
     action not_from_uplink() {
         md.from_up = 0;
@@ -1471,8 +1480,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         const entries = {
             (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 0, _, _, _, _, 1, 0, 1, 1) : do_gap_note();
             (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, 1, 1, 0, 1, 0, 64, 0, _, _, _, 1, 0, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, 1, 3, 1, 1) : do_gap_note();
+            (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 64, 0, _, _, _, 1, 3, 1, 1) : do_gap_note();
         }
-        size = 2;
+        size = 4;
         const default_action = gap_access_miss();
     }
 
@@ -1780,6 +1791,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }
+    // The same for a rack switch's totals (PROTOCOL.md section 9): the report goes up.
+    action report_total_gap(bit<8> skipped) {
+        md.rep_op = REPORT_UP_OP;
+        md.rep_skipped = skipped;
+        ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
+        ina_missing.count((bit<1>)MISSING_SENT);
+    }
     // A rank's Missing answered as its fetching Query. (Here, not in the apply block: a
     // counter is one table's.)
     action missing_answered() {
@@ -1795,10 +1813,18 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         actions = {
             report_gap;
+            report_total_gap;
             missing_answered;
             NoAction;
         }
         const entries = {
+            (1, 2, _, 9) : report_total_gap(1);
+            (1, 3, _, 9) : report_total_gap(2);
+            (1, 4, _, 9) : report_total_gap(3);
+            (1, 5, _, 9) : report_total_gap(4);
+            (1, 6, _, 9) : report_total_gap(5);
+            (1, 7, _, 9) : report_total_gap(6);
+            (1, 8, _, 9) : report_total_gap(7);
             (1, 2, _, _) : report_gap(1);
             (1, 3, _, _) : report_gap(2);
             (1, 4, _, _) : report_gap(3);
@@ -1808,7 +1834,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (1, 8, _, _) : report_gap(7);
             (_, _, 1, 7) : missing_answered();
         }
-        size = 8;
+        size = 15;
         const default_action = NoAction();
     }
 
@@ -4406,9 +4432,11 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
     out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         md.fix_checksum = 0;
+        md.to_up = 0;
         pkt.extract(eg_intr_md);
         transition select(pkt.lookahead<bit<8>>()) {
             REPORT_OP : parse_report;
+            REPORT_UP_OP : parse_report;
             default : parse_bridge;
         }
     }
@@ -4495,6 +4523,9 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
         hdr.udp.dst_port = udp_port;
+    }
+    // A report's copy becomes the Missing: the first counter skipped and how many.
+    action missing_fields() {
         hdr.ipv4.total_len = 44;
         hdr.udp.length = 24;
         hdr.ina.msg_type = INA_MISSING;
@@ -4570,7 +4601,16 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
     apply {
         if (hdr.report.isValid()) {
             report_next_counter();
-            ina_report_addr.apply();
+            if (hdr.report.op != REPORT_UP_OP) {
+                ina_report_addr.apply();
+            } else if (eg_intr_md.egress_rid == 0) {
+                // Lost totals, reported to the upper switch once (the session's other copy
+                // is dropped), as this switch's rank there.
+                md.to_up = 1;
+            } else {
+                drop_copy();
+            }
+            missing_fields();
             mark_gap_on();
             hdr.bridge.setInvalid();
         } else if (hdr.bridge.op == 6) {
@@ -4589,7 +4629,7 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             } else if (hdr.bridge.op == 9) {
                 drop_copy();
             } else if (hdr.bridge.op == 7) {
-                uplink_addr.apply();
+                md.to_up = 1;
             }
             if (hdr.bridge.op == 3 || hdr.bridge.op == 4 || hdr.bridge.op == 7
                 || hdr.bridge.op == 9) {
@@ -4598,6 +4638,10 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             hdr.bridge.setInvalid();
         }
         hdr.report.setInvalid();
+        // To the upper switch (a table applies in one place only).
+        if (md.to_up == 1) {
+            uplink_addr.apply();
+        }
         // Every reply and report: the switch's source and the fixed header fields.
         if (md.fix_checksum == 1) {
             switch_source.apply();

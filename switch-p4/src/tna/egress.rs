@@ -10,9 +10,11 @@ pub(super) fn egress_parser(p: &mut P4) {
                        out egress_intrinsic_metadata_t eg_intr_md) {{
     state start {{
         md.fix_checksum = 0;
+        md.to_up = 0;
         pkt.extract(eg_intr_md);
         transition select(pkt.lookahead<bit<8>>()) {{
             REPORT_OP : parse_report;
+            REPORT_UP_OP : parse_report;
             default : parse_bridge;
         }}
     }}
@@ -135,7 +137,16 @@ pub(super) fn egress(p: &mut P4) {
     apply {{
         if (hdr.report.isValid()) {{
             report_next_counter();
-            ina_report_addr.apply();
+            if (hdr.report.op != REPORT_UP_OP) {{
+                ina_report_addr.apply();
+            }} else if (eg_intr_md.egress_rid == 0) {{
+                // Lost totals, reported to the upper switch once (the session's other copy
+                // is dropped), as this switch's rank there.
+                md.to_up = 1;
+            }} else {{
+                drop_copy();
+            }}
+            missing_fields();
             mark_gap_on();
             hdr.bridge.setInvalid();
         }} else if (hdr.bridge.op == {harvest_mcast}) {{
@@ -154,7 +165,7 @@ pub(super) fn egress(p: &mut P4) {
             }} else if (hdr.bridge.op == {rank0}) {{
                 drop_copy();
             }} else if (hdr.bridge.op == {up}) {{
-                uplink_addr.apply();
+                md.to_up = 1;
             }}
             if (hdr.bridge.op == {reply} || hdr.bridge.op == {mcast} || hdr.bridge.op == {up}
                 || hdr.bridge.op == {rank0}) {{
@@ -163,6 +174,10 @@ pub(super) fn egress(p: &mut P4) {
             hdr.bridge.setInvalid();
         }}
         hdr.report.setInvalid();
+        // To the upper switch (a table applies in one place only).
+        if (md.to_up == 1) {{
+            uplink_addr.apply();
+        }}
         // Every reply and report: the switch's source and the fixed header fields.
         if (md.fix_checksum == 1) {{
             switch_source.apply();
@@ -193,6 +208,9 @@ fn report_rewrite() -> String {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
         hdr.udp.dst_port = udp_port;
+    }
+    // A report's copy becomes the Missing: the first counter skipped and how many.
+    action missing_fields() {
 ",
     );
     let _ = writeln!(

@@ -123,6 +123,8 @@ struct ingress_md_t {
 
 struct egress_md_t {
     bit<1> fix_checksum;
+    // To the job's upper switch: uplink_addr addresses it.
+    bit<1> to_up;
     bit<32> res_gap;
     // A report's cell, one counter on: the first counter skipped.
     bit<16> report_next;

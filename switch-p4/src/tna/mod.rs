@@ -40,8 +40,9 @@
 //! total while its bitmap is full, the other set holds no newer use and bit 8 of its `reg_exp`
 //! cell is clear; the partial leaves as a Result does, to the uplink's port; a total is read on
 //! its first pass, stored on its second (which sets bit 8) and multicast; the Queries up and a
-//! Pending to rank 0 are rewrites of the packet at hand. No gap counters on partials and totals
-//! (docs/P4-RESOURCES.md, "Hierarchical aggregation").
+//! Pending to rank 0 are rewrites of the packet at hand. A total's gap counter is noted in the
+//! block's `reg_gap` cell of rank 31 (no job's) and a skip reported up; a partial carries no
+//! gap counter (docs/P4-RESOURCES.md, "Hierarchical aggregation").
 
 use crate::common;
 use crate::writer::P4;
@@ -155,6 +156,11 @@ const MIRROR_TYPE_REPORT: u8 = 1;
 /// The first byte ahead of a report's mirrored copy, where other packets have their bridged
 /// header's `op`: egress tells them apart by it.
 const REPORT_OP: u8 = 0x80;
+/// The same for a rack switch's report of lost totals to its upper switch (PROTOCOL.md §9).
+const REPORT_UP_OP: u8 = 0x81;
+/// The cell of `reg_gap` a block keeps for the totals of its upper switch: the rank no job
+/// has ([`MAX_WORKERS`] ranks, 0 to 30).
+const TOTAL_GAP_RANK: u8 = MAX_WORKERS;
 
 /// Why the Tofino program cannot serve a job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -472,7 +478,8 @@ fn header_comment(p: &mut P4) {
 //    use and bit 8 of its reg_exp cell is clear; its partial leaves as a Result does, to the
 //    uplink's port (egress writes the upper job's epoch and this switch's rank there); a
 //    total is read on its first pass and stored on its second (which sets bit 8), then
-//    multicast. No gap counters on partials and totals.
+//    multicast. A total's gap counter is noted in its block's reg_gap cell of rank 31 (no
+//    job's) and a skip reported up; partials carry no gap counter.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
@@ -521,6 +528,8 @@ const bit<8> OP_QUERY = {op_query};
 const bit<8> OP_PROBE = {op_probe};
 const MirrorType_t MIRROR_TYPE_REPORT = {mirror_type_report};
 const bit<8> REPORT_OP = 0x{report_op:02x};
+const bit<8> REPORT_UP_OP = 0x{report_up_op:02x};
+const bit<5> TOTAL_GAP_RANK = {total_gap_rank};
 
 struct pair_t {{
     bit<32> lo;
@@ -541,5 +550,7 @@ struct pair_t {{
         op_probe = op::PROBE,
         mirror_type_report = MIRROR_TYPE_REPORT,
         report_op = REPORT_OP,
+        report_up_op = REPORT_UP_OP,
+        total_gap_rank = TOTAL_GAP_RANK,
     );
 }

@@ -83,9 +83,13 @@ pub(super) fn stage0(p: &mut P4) {
     // A frame of the upper switch of a job (PROTOCOL.md section 9): of the job's id, from the
     // upper switch's port, IPv4 address and UDP port. Two entries per such job: with the
     // upper job's epoch (md.from_up = 3) and with any other (1). Ternary: stage 1's SRAM is
-    // taken.
-    action from_uplink(bit<2> epoch_ok) {{
+    // taken. A total's gap counter goes into the block's cell of reg_gap that no rank has,
+    // and a report of lost totals to the report session of the upper switch's port.
+    Hash<bit<12>>(HashAlgorithm_t.IDENTITY) total_cell_of;
+    action from_uplink(bit<2> epoch_ok, MirrorId_t report_session) {{
         md.from_up = epoch_ok;
+        md.gap_cell = total_cell_of.get({{hdr.ina.slot[12:6], TOTAL_GAP_RANK}});
+        md.mirror_session = report_session;
     }}
     action not_from_uplink() {{
         md.from_up = 0;
@@ -603,9 +607,16 @@ fn gap_register(p: &mut P4) {
     );
     let mut keys: Vec<(&str, &str)> = CHECK_KEYS.to_vec();
     keys.extend([("md.gap_block", "ternary"), ("hdr.ina.gap_on", "ternary")]);
+    // A rank's Data, and the upper switch's total (PROTOCOL.md section 9: its counter in the
+    // block's cell of TOTAL_GAP_RANK, which uplink_frame names).
+    let totals = from_upper()
+        .into_iter()
+        .filter(|(o, _)| *o == op::TOTAL)
+        .map(|(_, pattern)| (MessageType::Result, pattern));
     let entries: Vec<Entry> = accepted()
         .into_iter()
         .filter(|(t, _)| *t == MessageType::Data)
+        .chain(totals)
         .map(|(_, mut pattern)| {
             pattern.push(kv("md.reports", 1));
             let mut keys = check_pattern(&pattern);
@@ -1046,6 +1057,13 @@ fn gap_report(p: &mut P4) {
         ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
         ina_missing.count((bit<1>)MISSING_SENT);
     }
+    // The same for a rack switch's totals (PROTOCOL.md section 9): the report goes up.
+    action report_total_gap(bit<8> skipped) {
+        md.rep_op = REPORT_UP_OP;
+        md.rep_skipped = skipped;
+        ig_dprsr_md.mirror_type = MIRROR_TYPE_REPORT;
+        ina_missing.count((bit<1>)MISSING_SENT);
+    }
     // A rank's Missing answered as its fetching Query. (Here, not in the apply block: a
     // counter is one table's.)
     action missing_answered() {
@@ -1053,14 +1071,18 @@ fn gap_report(p: &mut P4) {
     }
 ",
     );
-    let mut entries: Vec<Entry> = (2..=MAX_REPORTED_GAP + 1)
-        .map(|ahead| {
-            entry(
-                &["1", &ahead.to_string(), "_", "_"],
-                format!("report_gap({})", ahead - 1),
-            )
-        })
-        .collect();
+    let mut entries: Vec<Entry> = Vec::new();
+    for (o, action) in [
+        (op::TOTAL.to_string(), "report_total_gap"),
+        ("_".into(), "report_gap"),
+    ] {
+        for ahead in 2..=MAX_REPORTED_GAP + 1 {
+            entries.push(entry(
+                &["1", &ahead.to_string(), "_", &o],
+                format!("{action}({})", ahead - 1),
+            ));
+        }
+    }
     // Only Data has a gap cell (gap_old is 0 for a Query), so the rows never overlap.
     entries.push(entry(
         &["_", "_", "1", &op::QUERY.to_string()],
@@ -1076,7 +1098,12 @@ fn gap_report(p: &mut P4) {
             ("md.from_missing", "ternary"),
             ("md.op", "ternary"),
         ],
-        &["report_gap", "missing_answered", "NoAction"],
+        &[
+            "report_gap",
+            "report_total_gap",
+            "missing_answered",
+            "NoAction",
+        ],
         &entries,
         "NoAction()",
     );
