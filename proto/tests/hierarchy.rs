@@ -1052,6 +1052,37 @@ fn a_missing_report_for_another_switch_or_epoch_resends_nothing() {
 }
 
 #[test]
+fn a_late_missing_report_names_no_newer_use_of_the_set() {
+    let mut t = aligned_tree();
+    let now = Instant::ZERO;
+    let mut out = vec![0u8; 2048];
+    let p0 = partial_of(&mut t.racks[0], 0, 1);
+    let p1 = partial_of(&mut t.racks[0], 1, 1);
+    let p2 = partial_of(&mut t.racks[0], 2, 1);
+    // The upper switch gets slot 1's partial last (sent again on rank 0's asking): its
+    // report of counter 1 is on its way when slot 1's total comes down.
+    for p in [&p0, &p2] {
+        t.upper.process(PortId(0), p, now, &mut out);
+    }
+    let report = t.upper.poll_report().expect("a Missing report");
+    assert_eq!(parse(&report.header).gap, Some(1));
+    let Verdict::Multicast { len, .. } = t.upper.process(PortId(0), &p1, now, &mut out) else {
+        panic!("the upper switch multicasts slot 1's total")
+    };
+    let total = out[..len].to_vec();
+    let v = t.racks[0].process(UPLINK, &total, now, &mut out);
+    assert!(matches!(v, Verdict::Multicast { .. }), "{v:?}");
+    // Slot 1's set 1 goes on to use 3, whose partial goes up and waits for its total.
+    let p1_next = partial_of(&mut t.racks[0], 1, 3);
+    assert_eq!(parse(&p1_next).gap, Some(3));
+    // The report names use 1, not use 3: nothing goes up again.
+    let v = t.racks[0].process(UPLINK, &report.header, now, &mut out);
+    assert_eq!(v, Verdict::Absorbed);
+    let c = t.racks[0].counters();
+    assert_eq!((c.partials_reported, c.upstream_missing), (0, 1));
+}
+
+#[test]
 fn with_whole_blocks_the_upper_switch_reports_lost_partials() {
     // 3 racks of 2 on whole blocks of slots, 5% loss on every hop: the upper switch's
     // Missing reports send lost partials again before any worker asks.

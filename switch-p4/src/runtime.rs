@@ -537,14 +537,15 @@ pub const CONTROL_REGISTERS: [&str; 4] = ["reg_seq", "reg_bitmap", "reg_count", 
 /// The registers of the v1model program's Missing reports, with the cells each keeps per block
 /// of [`GAP_BLOCK`] slots: `reg_gap` one per rank, `reg_result_gap` one, `reg_result_use` and
 /// `reg_result_seq` one per counter; a rack switch's `reg_partial_gap` one, `reg_partial_use`
-/// one per counter, `reg_total_gap` one.
-pub const GAP_REGISTERS: [(&str, u32); 7] = [
+/// and `reg_partial_seq` one per counter, `reg_total_gap` one.
+pub const GAP_REGISTERS: [(&str, u32); 8] = [
     ("reg_gap", v1model::GAP_RANKS),
     ("reg_result_gap", 1),
     ("reg_result_use", GAP_COUNTER as u32),
     ("reg_result_seq", GAP_COUNTER as u32),
     ("reg_partial_gap", 1),
     ("reg_partial_use", GAP_COUNTER as u32),
+    ("reg_partial_seq", GAP_COUNTER as u32),
     ("reg_total_gap", 1),
 ];
 
@@ -964,26 +965,38 @@ pub fn bfrt_entries(sw: &SwitchDesc, jobs: &[P4Job]) -> Result<Value, ConfigErro
                     "action": "InaIngress.in_gap_block",
                     "data": {},
                 }));
-                for (control, reg, per_block) in [
-                    ("InaIngress", "reg_gap", tna::GAP_CELLS / tna::GAP_BLOCKS),
-                    ("InaEgress", "reg_result_gap", 1),
+                // (The records of a block's results, and of its partials at PARTIAL_RECORDS.)
+                let records = tna::RESULT_USE_CELLS / tna::GAP_BLOCKS;
+                for (control, reg, per_block, offsets) in [
+                    (
+                        "InaIngress",
+                        "reg_gap",
+                        tna::GAP_CELLS / tna::GAP_BLOCKS,
+                        &[0][..],
+                    ),
+                    ("InaEgress", "reg_result_gap", 1, &[0]),
+                    ("InaEgress", "reg_partial_gap", 1, &[0]),
                     (
                         "InaIngress",
                         "reg_result_use",
-                        tna::RESULT_USE_CELLS / tna::GAP_BLOCKS,
+                        records,
+                        &[0, tna::PARTIAL_RECORDS],
                     ),
                     (
                         "InaIngress",
                         "reg_result_seq",
-                        tna::RESULT_USE_CELLS / tna::GAP_BLOCKS,
+                        records,
+                        &[0, tna::PARTIAL_RECORDS],
                     ),
                 ] {
-                    for cell in block * per_block..(block + 1) * per_block {
-                        e.push(json!({
-                            "table": format!("pipe.{control}.{reg}"),
-                            "key": {"$REGISTER_INDEX": cell},
-                            "data": {format!("{control}.{reg}.f1"): 0},
-                        }));
+                    for offset in offsets {
+                        for cell in block * per_block..(block + 1) * per_block {
+                            e.push(json!({
+                                "table": format!("pipe.{control}.{reg}"),
+                                "key": {"$REGISTER_INDEX": offset + cell},
+                                "data": {format!("{control}.{reg}.f1"): 0},
+                            }));
+                        }
                     }
                 }
             }

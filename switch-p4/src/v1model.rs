@@ -451,9 +451,11 @@ fn ingress(p: &mut P4) {
         register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
         // A rack switch's gap counters (PROTOCOL.md §9), per block: the counter the block's
         // next partial carries, and per counter 2*slot + set + 1 of the use whose partial
-        // carried it; the latest total's counter plus 64 (0: none yet).
+        // carried it and the use's sequence number; the latest total's counter plus 64
+        // (0: none yet).
         register<bit<8>>(GAP_BLOCKS) reg_partial_gap;
         register<bit<32>>(RESULT_USE_CELLS) reg_partial_use;
+        register<bit<32>>(RESULT_USE_CELLS) reg_partial_seq;
         register<bit<32>>(GAP_BLOCKS) reg_total_gap;
         // Reports of lost data sent, and Missing reports answered.
         counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
@@ -676,7 +678,7 @@ fn ingress(p: &mut P4) {
         "// The block's next partial counter, and the use it numbers (PROTOCOL.md §9), into the
         // partial in the header.",
         "partial",
-        None,
+        Some("reg_partial_seq"),
     );
     uplink_actions(p);
     p.line("");
@@ -1001,7 +1003,8 @@ fn from_upper(p: &mut P4) {
         bool to_me = hdr.ina.rank == meta.up_rank;
         if (hdr.ina.msg_type == INA_MISSING) {
         // A report of lost partials: the use whose partial carried the first counter it
-        // names, read and cleared (the report's second copy finds nothing).
+        // names (slot, set and sequence number), read and cleared (the report's second copy
+        // finds nothing).
         bool named = false;
         if (to_me && hdr.ina.epoch == meta.up_epoch && in_range && hdr.ina.gap_on == 1) {
         bit<32> block = (bit<32>)here >> GAP_BLOCK_SHIFT;
@@ -1011,6 +1014,7 @@ fn from_upper(p: &mut P4) {
         bit<32> named_use = recorded - 1;
         if (recorded != 0 && (named_use >> (GAP_BLOCK_SHIFT + 1)) == block) {
         reg_partial_use.write(cell, 0);
+        reg_partial_seq.read(hdr.ina.seq, cell);
         here = (bit<16>)(named_use >> 1);
         hdr.ina.set = named_use[0:0];
         named = true;
@@ -1023,10 +1027,7 @@ fn from_upper(p: &mut P4) {
     );
     slot_cells(p);
     p.lines(
-        "if (hdr.ina.msg_type == INA_MISSING) {
-        hdr.ina.seq = seq_x;
-        }
-        bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
+        "bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
         if (hdr.ina.msg_type == INA_RESULT) {
         if (hdr.ina.epoch == meta.up_epoch
         && (hdr.ina.count == 0 || hdr.ina.count == meta.job_elems)) {

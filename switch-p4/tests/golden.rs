@@ -222,3 +222,41 @@ fn bmv2_commands_name_what_the_v1model_program_has() {
         }
     }
 }
+
+/// A job with a whole block of 64 slots keeps gap cells: installing it zeroes the block's
+/// cells of every Missing register, the results' records and the partials' (PROTOCOL.md §9),
+/// and nothing outside the block.
+#[test]
+fn bfrt_entries_zero_a_whole_blocks_records() {
+    let (sw, mut jobs) = tofino_example();
+    jobs.truncate(1);
+    jobs[0].slot_base = 64;
+    jobs[0].slot_count = 64;
+    let v = bfrt_entries(&sw, &jobs).expect("valid job");
+    let zeroed = |reg: &str| -> Vec<u64> {
+        v["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .filter(|e| {
+                e["table"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with(&format!(".{reg}")))
+            })
+            .map(|e| e["key"]["$REGISTER_INDEX"].as_u64().expect("index"))
+            .collect()
+    };
+    let records =
+        ina_switch_p4::tna::RESULT_USE_CELLS as u64 / ina_switch_p4::tna::GAP_BLOCKS as u64;
+    let partials = u64::from(ina_switch_p4::tna::PARTIAL_RECORDS);
+    for reg in ["reg_result_use", "reg_result_seq"] {
+        let want: Vec<u64> = (records..2 * records)
+            .chain(partials + records..partials + 2 * records)
+            .collect();
+        assert_eq!(zeroed(reg), want, "{reg}");
+    }
+    for reg in ["reg_result_gap", "reg_partial_gap"] {
+        assert_eq!(zeroed(reg), [1], "{reg}");
+    }
+    assert_eq!(zeroed("reg_gap"), (32..64).collect::<Vec<u64>>());
+}

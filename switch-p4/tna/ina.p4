@@ -75,10 +75,11 @@ typedef bit<14> cell_index_t;
 // Missing reports (PROTOCOL.md section 5), per block of 64 slots.
 typedef bit<7> block_index_t;
 typedef bit<12> gap_index_t;
-typedef bit<13> result_use_index_t;
+typedef bit<14> result_use_index_t;
 const bit<32> GAP_BLOCKS = 128;
 const bit<32> GAP_CELLS = 4096;
-const bit<32> RESULT_USE_CELLS = 8192;
+// The records of results, then a rack switch's of its partials (PROTOCOL.md section 9).
+const bit<32> USE_RECORD_CELLS = 16384;
 // A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
 // is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
 const bit<16> GAP_STEP = 0x0400;
@@ -280,6 +281,9 @@ struct headers_t {
 
 struct ingress_md_t {
     bit<1> pass2;
+    // The second pass of a rack switch's partial or of its upper switch's Missing: the
+    // records it touches are the partials' (PROTOCOL.md section 9).
+    bit<1> space;
     bit<1> arp_req;
     bit<1> ina_expected;
     bit<16> cnt4;
@@ -365,6 +369,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     state start {
         md.kind = 0;
         md.pass2 = 0;
+        md.space = 0;
         md.arp_req = 0;
         md.ina_expected = 0;
         md.vop = 0;
@@ -382,6 +387,20 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     state parse_bridge {
         pkt.extract(hdr.bridge);
         md.pass2 = 1;
+        transition select(hdr.bridge.op) {
+            8 : partial_records;
+            10 : partial_records;
+            default : parse_bridge_frame;
+        }
+    }
+
+    // A rack switch's partial, or its upper switch's Missing (PROTOCOL.md section 9).
+    state partial_records {
+        md.space = 1;
+        transition parse_bridge_frame;
+    }
+
+    state parse_bridge_frame {
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -564,7 +583,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
     Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) gap_in_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
-    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) use_index_of;
 
     // `reports`: the switch sends Missing reports (PROTOCOL.md section 5). Its addresses are
     // the keys of ip_target and arp_target; egress writes them into its replies.
@@ -681,10 +700,14 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         size = 128;
     }
 
-    // Twin: Registers::result_uses. Per block and gap counter, the use whose multicast result
-    // carried the counter: 1 << 14 | 2 * slot + set (0: none). Written on the result's second
-    // pass (egress stamped the counter on its first), read by a rank's Missing of it.
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    // Per block and gap counter, the use whose multicast result carried the counter (index
+    // block * 64 + counter), and on a rack switch the use whose partial sum did
+    // (PARTIAL_RECORDS on: md.space): 1 << 14 | 2 * slot + set (0: none). Written on the
+    // packet's second pass (egress stamped the counter on its first); a rank's Missing reads
+    // a result's, the upper switch's Missing takes a partial's (read and cleared: the
+    // report's second copy finds nothing).
+    // Twin: Registers::result_uses, then Registers::partial_uses.
+    Register<bit<32>, result_use_index_t>(USE_RECORD_CELLS) reg_result_use;
     RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {
         void apply(inout bit<32> v) {
             v = (bit<32>)hdr.bridge.rec;
@@ -695,9 +718,15 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             rv = v;
         }
     };
-    // Twin: Registers::result_uses as well: the use's sequence number. (The Rust model asks
-    // about the set's current use, which is the recorded one while a rank lacks its result.)
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_seq;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_take = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = 0;
+        }
+    };
+    // Twin: Registers::result_seqs, then Registers::partial_seqs: the use's sequence number,
+    // without which a slot and set name no use.
+    Register<bit<32>, result_use_index_t>(USE_RECORD_CELLS) reg_result_seq;
     RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_write = {
         void apply(inout bit<32> v) {
             v = hdr.ina.seq;
@@ -709,10 +738,13 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
     };
     action do_result_use_write() {
-        result_use_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        result_use_write.execute(use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     action do_result_use_read() {
-        md.rec = result_use_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        md.rec = result_use_read.execute(use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap}));
+    }
+    action do_result_use_take() {
+        md.rec = result_use_take.execute(use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     action result_use_access_miss() {
         md.rec = 0;
@@ -729,20 +761,23 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         actions = {
             do_result_use_write;
             do_result_use_read;
+            do_result_use_take;
             result_use_access_miss;
         }
         const entries = {
             (1, 6, 1, _, _) : do_result_use_write();
+            (1, 8, 1, _, _) : do_result_use_write();
             (0, _, _, 8, 1) : do_result_use_read();
+            (1, 10, _, 8, 1) : do_result_use_take();
         }
-        size = 2;
+        size = 4;
         const default_action = result_use_access_miss();
     }
     action do_result_seq_write() {
-        result_seq_write.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        result_seq_write.execute(use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     action do_result_seq_read() {
-        md.rec_seq = result_seq_read.execute(use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap}));
+        md.rec_seq = result_seq_read.execute(use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap}));
     }
     @stage(0)
     table result_seq_access {
@@ -760,9 +795,11 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         }
         const entries = {
             (1, 6, 1, _, _) : do_result_seq_write();
+            (1, 8, 1, _, _) : do_result_seq_write();
             (0, _, _, 8, 1) : do_result_seq_read();
+            (1, 10, _, 8, 1) : do_result_seq_read();
         }
-        size = 2;
+        size = 4;
         const default_action = NoAction();
     }
 
@@ -1000,26 +1037,42 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         // reply writes them. The set, from a hash, cannot share the byte's write with
         // constants.)
     }
+    // The second pass of the upper switch's Missing of this switch's partials (PROTOCOL.md
+    // section 9), whose record named a use: from here on it is the upper switch's Pending
+    // without this switch's bit for that use (slot, set and sequence number), which sends
+    // the use's partial again if the use still waits (the check table makes it op
+    // UP_REPORTED). (The epoch was the upper job's, checked on the first pass.)
+    action up_requery() {
+        md.cell = rec_cell_of.get({md.rec[13:0]});
+        md.from_missing = 0;
+        hdr.ina.msg_type = INA_PENDING;
+        hdr.ina.slot = rec_slot_of.get({md.rec[13:1]});
+        hdr.ina.set = rec_set_of.get({md.rec[0:0]});
+        hdr.ina.seq = md.rec_seq;
+    }
     action no_requery() {
         md.from_missing = 0;
     }
     @stage(1)
     table requery_access {
         key = {
+            md.pass2 : exact;
             hdr.ina.msg_type : exact;
             md.reports : exact;
             md.gap_block : exact;
-            md.epoch_x : exact;
+            md.epoch_x : ternary;
             md.rec[14:14] : exact;
         }
         actions = {
             requery;
+            up_requery;
             no_requery;
         }
         const entries = {
-            (8, 1, 1, 0, 1) : requery();
+            (0, 8, 1, 1, 0, 1) : requery();
+            (1, 8, 1, 1, _, 1) : up_requery();
         }
-        size = 1;
+        size = 2;
         const default_action = no_requery();
     }
 
@@ -1152,6 +1205,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             check_upper;
         }
         const entries = {
+            (1, _, _, _, _, _, _, _, _, _, 6, _, 1, _, _, _, _, _, _, _, _, _, _, _, _) : check_upper(13);
+            (1, _, _, _, _, _, _, _, _, _, 8, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_drop(21);
             (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_harvest();
             (0, 1, true, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _) : check_arp();
             (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, 1, 0, 0, _, _, _, _, _, 3) : check_upper(9);
@@ -1160,6 +1215,8 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1) : check_upper(11);
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1) : check_upper(11);
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1) : check_upper(11);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 8, 0, 1, _, 1, _, 1, 0, 0, _, _, _, _, 1, 3) : check_upper(12);
+            (0, _, _, _, true, 1, 1, 0, true, 1, 7, 0, 1, _, 1, 0, 1, 0, 0, _, _, _, _, 1, 3) : check_upper(12);
             (0, _, _, _, true, 1, 1, 0, true, 1, 1, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
             (0, _, _, _, true, 1, 1, 0, true, 1, 2, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, _, _, 1 &&& 1) : check_drop(21);
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, _, _, _, _, 0 &&& 0xe000, _, _, _, 1, _, 1 &&& 1) : check_drop(21);
@@ -1206,7 +1263,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, _, _, _) : check_l2_port();
             (0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 2, _, _, _, _) : check_l2_flood();
         }
-        size = 53;
+        size = 57;
         const default_action = check_drop(1);
     }
 
@@ -1356,8 +1413,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 1) : do_seq_query_1();
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 0) : do_seq_query_0();
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 1) : do_seq_query_1();
+            (1, _, _, _, _, _, _, _, _, _, 6, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, 0) : do_seq_query_0();
+            (1, _, _, _, _, _, _, _, _, _, 6, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, 1) : do_seq_query_1();
         }
-        size = 18;
+        size = 20;
         const default_action = seq_access_miss();
     }
     action seq_order_access_miss() {
@@ -1419,8 +1478,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 2, _, 1 &&& 1, 1) : do_order_query_1();
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 0) : do_order_query_0();
             (0, _, _, _, true, 1, 1, 0, true, 1, 3, 0, 1, _, 1, _, 1, 0, 0 &&& 0xe000, _, _, _, 3, _, 1 &&& 1, 1) : do_order_query_1();
+            (1, _, _, _, _, _, _, _, _, _, 6, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, 0) : do_order_query_0();
+            (1, _, _, _, _, _, _, _, _, _, 6, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, 1) : do_order_query_1();
         }
-        size = 18;
+        size = 20;
         const default_action = seq_order_access_miss();
     }
 
@@ -1635,8 +1696,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (9, 4w0b0100, _) : own_read_0();
             (10, 4w0b0100, _) : own_read_0();
             (11, 4w0b0100, _) : own_read_0();
+            (13, 4w0b0100, _) : own_read_0();
         }
-        size = 7;
+        size = 8;
         const default_action = bitmap_own_0_miss();
     }
     @stage(3)
@@ -1681,8 +1743,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (9, 4w0b0100, _) : own_read_1();
             (10, 4w0b0100, _) : own_read_1();
             (11, 4w0b0100, _) : own_read_1();
+            (13, 4w0b0100, _) : own_read_1();
         }
-        size = 7;
+        size = 8;
         const default_action = bitmap_own_1_miss();
     }
     @stage(3)
@@ -1729,9 +1792,10 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (9, _, 4w0b0100, _, _) : do_exp_read();
             (10, _, 4w0b0100, _, _) : do_exp_read();
             (11, _, 4w0b0100, _, _) : do_exp_read();
+            (13, _, 4w0b0100, _, _) : do_exp_read();
             (8, _, _, _, 1) : do_exp_write();
         }
-        size = 8;
+        size = 9;
         const default_action = exp_access_miss();
     }
 
@@ -1780,8 +1844,9 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, 4w0b0100, _, _, 0, _) : select_values(0);
             (7, 4w0b0100, _, _, _, _) : select_values_for_query();
             (10, 4w0b0100, _, _, _, _) : select_values_for_query();
+            (13, 4w0b0100, _, _, _, _) : select_values_for_query();
         }
-        size = 9;
+        size = 10;
         const default_action = select_values(0);
     }
 
@@ -3851,8 +3916,12 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (10, 4w0b0100, 4w0b0001, _, 32w0x80000000 &&& 32w0xffffffff, _, _, _, _, 1, 0, _, _, 0) : outcome(7, 21);
             (10, 4w0b0100, 4w0b0001, _, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, 1) : outcome_pending(11, 21);
             (11, 4w0b0100, 4w0b0001, _, 32w0 &&& 32w0x7fffffff, _, _, _, _, 1, 0, _, _, _) : outcome_pending(11, 21);
+            (12, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(13, 21);
+            (13, 4w0b0100, 4w0b0001, _, 32w0, _, _, _, _, 1, 0, _, _, _) : outcome(8, 21);
+            (13, 4w0b0100, 4w0b0001, _, 32w0x80000000 &&& 32w0xffffffff, _, _, _, _, 1, 0, _, _, _) : outcome(7, 21);
             (10, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 21);
             (11, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 21);
+            (13, _, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 21);
             (6, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 12);
             (6, 4w0b0010, _, _, _, _, 1, _, _, _, _, _, _, _) : outcome_multicast(1, 14);
             (6, 4w0b0010, _, _, _, _, _, _, _, _, _, _, _, _) : outcome(0, 14);
@@ -3875,7 +3944,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (7, 4w0b0100, 4w0b0001, 0, 32w0 &&& 32w0x7fffffff, _, _, _, _, _, _, _, _, _) : outcome(0, 13);
             (7, 4w0b0100, 4w0b0001, _, _, _, _, _, _, _, _, _, _, _) : outcome_pending(5, 17);
         }
-        size = 46;
+        size = 50;
         const default_action = ina_outcome_miss();
     }
 
@@ -4136,23 +4205,43 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         hdr.payload.setInvalid();
         ig_tm_md.ucast_egress_port = md.up_port;
     }
-    // The partial sum up: the high halves are in; the second pass reads the low halves.
-    action send_partial_harvest() {
-        hdr.ipv4.total_len = 300;
-        hdr.udp.length = 280;
+    // The partial sum up through the second pass, which reads the low halves of one with
+    // payload. A first transmission in a block with gap cells goes through egress (`stamp`
+    // 1, `bypass` 0), which stamps the block's partial counter, and its second pass records
+    // the use under it (PROTOCOL.md section 9); so does one without payload.
+    action send_partial_harvest(bit<16> total_len, bit<16> udp_len, bit<16> count,
+        bit<1> stamp, bit<1> bypass) {
+        hdr.ipv4.total_len = total_len;
+        hdr.udp.length = udp_len;
         hdr.ina.gap = 0;
         hdr.ina.gap_on = 0;
-        hdr.ina.count = 64;
+        hdr.ina.count = count;
         hdr.ina.msg_type = INA_DATA;
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.word.setInvalid();
         hdr.bridge.setValid();
         hdr.bridge.op = 8;
-        hdr.bridge.stamp = 0;
+        hdr.bridge.stamp = stamp;
         hdr.bridge.store = 0;
         hdr.bridge._pad = 0;
         hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
         hdr.bridge.port = md.up_port;
+        hdr.bridge.mgrp = md.mgrp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = bypass;
+    }
+    // The upper switch's Missing of this switch's partials, to the second pass, which takes
+    // the record of the counter it names. (Stage 1 made it a Query if the two jobs' epochs
+    // are the same: its type again.)
+    action recirc_missing() {
+        hdr.ina.msg_type = INA_MISSING;
+        hdr.bridge.setValid();
+        hdr.bridge.op = 10;
+        hdr.bridge.stamp = 0;
+        hdr.bridge.store = 0;
+        hdr.bridge._pad = 0;
+        hdr.bridge.rec = use_rec_of.get({2w1, hdr.ina.slot[12:0], hdr.ina.set});
+        hdr.bridge.port = ig_intr_md.ingress_port;
         hdr.bridge.mgrp = md.mgrp;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 1;
@@ -4268,20 +4357,23 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (6, 1, _, 0, _) : multicast_result(44, 24, 0);
             (6, 1, _, 64, _) : multicast_result(300, 280, 64);
             (6, 2, _, _, _) : multicast_result_harvest(300, 280, 64, 0, 1);
-            (6, 7, _, _, _) : NoAction();
-            (6, 8, _, _, _) : NoAction();
-            (7, 7, _, _, _) : NoAction();
-            (7, 8, _, _, _) : NoAction();
+            (10, 11, _, _, _) : NoAction();
             (10, 7, _, _, _) : NoAction();
             (10, 8, _, _, _) : NoAction();
+            (11, 11, _, _, _) : NoAction();
+            (12, 13, _, _, _) : NoAction();
+            (13, 7, _, _, _) : NoAction();
+            (13, 8, _, _, _) : NoAction();
+            (6, 7, _, _, _) : NoAction();
+            (6, 8, _, _, _) : NoAction();
             (6, 9, _, _, _) : NoAction();
+            (7, 7, _, _, _) : NoAction();
+            (7, 8, _, _, _) : NoAction();
             (7, 9, _, _, _) : NoAction();
             (9, 10, _, _, _) : NoAction();
-            (10, 11, _, _, _) : NoAction();
-            (11, 11, _, _, _) : NoAction();
             (9, 12, _, _, _) : NoAction();
         }
-        size = 33;
+        size = 36;
         const default_action = drop_frame();
     }
     @stage(8)
@@ -4294,18 +4386,24 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
         actions = {
             send_partial_empty;
             send_partial_harvest;
+            recirc_missing;
             query_up;
             pending_to_rank0;
             store_total;
             NoAction;
         }
         const entries = {
+            (6, 7, 1) : send_partial_harvest(44, 24, 0, 1, 0);
+            (6, 8, 1) : send_partial_harvest(300, 280, 64, 1, 0);
             (6, 7, _) : send_partial_empty();
-            (6, 8, _) : send_partial_harvest();
+            (6, 8, _) : send_partial_harvest(300, 280, 64, 0, 1);
             (7, 7, _) : send_partial_empty();
-            (7, 8, _) : send_partial_harvest();
+            (7, 8, _) : send_partial_harvest(300, 280, 64, 0, 1);
             (10, 7, _) : send_partial_empty();
-            (10, 8, _) : send_partial_harvest();
+            (10, 8, _) : send_partial_harvest(300, 280, 64, 0, 1);
+            (13, 7, _) : send_partial_empty();
+            (13, 8, _) : send_partial_harvest(300, 280, 64, 0, 1);
+            (12, 13, _) : recirc_missing();
             (6, 9, _) : query_up(0);
             (7, 9, _) : query_up(0);
             (9, 10, _) : query_up(1);
@@ -4314,7 +4412,7 @@ control InaIngress(inout headers_t hdr, inout ingress_md_t md,
             (9, 12, 0) : store_total(0, 1);
             (9, 12, 1) : store_total(1, 0);
         }
-        size = 13;
+        size = 18;
         const default_action = NoAction();
     }
 
@@ -4454,6 +4552,7 @@ parser InaEgressParser(packet_in pkt, out headers_t hdr, out egress_md_t md,
             3 : parse_reply;
             4 : parse_reply;
             6 : parse_reply;
+            8 : parse_reply;
             7 : parse_reply;
             9 : parse_reply;
             default : accept;
@@ -4586,6 +4685,18 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
     action take_result_gap() {
         md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
     }
+    // Twin: Registers::partial_gaps. A rack switch's (PROTOCOL.md section 9): per block, the
+    // counter of its next first partial sum, stamped as a result's is.
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_partial_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_partial_gap) partial_gap_next = {
+        void apply(inout bit<32> v, out bit<32> rv) {
+            rv = v;
+            v = v + 1;
+        }
+    };
+    action take_partial_gap() {
+        md.res_gap = partial_gap_next.execute(hdr.ina.slot[12:6]);
+    }
     action stamp_result_gap() {
         hdr.ina.gap = md.res_gap[5:0];
     }
@@ -4613,9 +4724,14 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
             missing_fields();
             mark_gap_on();
             hdr.bridge.setInvalid();
-        } else if (hdr.bridge.op == 6) {
-            // On its way to the second pass, which reads the bridged header.
-            take_result_gap();
+        } else if (hdr.bridge.op == 6 || hdr.bridge.op == 8) {
+            // On its way to the second pass, which reads the bridged header and records the
+            // use under the counter.
+            if (hdr.bridge.op == 6) {
+                take_result_gap();
+            } else {
+                take_partial_gap();
+            }
             stamp_result_gap();
             mark_gap_on();
         } else {

@@ -580,9 +580,11 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(RESULT_USE_CELLS) reg_result_seq;
     // A rack switch's gap counters (PROTOCOL.md §9), per block: the counter the block's
     // next partial carries, and per counter 2*slot + set + 1 of the use whose partial
-    // carried it; the latest total's counter plus 64 (0: none yet).
+    // carried it and the use's sequence number; the latest total's counter plus 64
+    // (0: none yet).
     register<bit<8>>(GAP_BLOCKS) reg_partial_gap;
     register<bit<32>>(RESULT_USE_CELLS) reg_partial_use;
+    register<bit<32>>(RESULT_USE_CELLS) reg_partial_seq;
     register<bit<32>>(GAP_BLOCKS) reg_total_gap;
     // Reports of lost data sent, and Missing reports answered.
     counter(MISSING_COUNTERS, CounterType.packets) ina_missing;
@@ -1982,6 +1984,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         reg_partial_gap.read(next, block);
         reg_partial_gap.write(block, (next + 1) & (bit<8>)(GAP_COUNTER - 1));
         reg_partial_use.write(block * GAP_COUNTER + (bit<32>)next, meta.value_index + 1);
+        reg_partial_seq.write(block * GAP_COUNTER + (bit<32>)next, hdr.ina.seq);
         hdr.ina.gap = next[5:0];
         hdr.ina.gap_on = 1;
     }
@@ -2119,7 +2122,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                         bool to_me = hdr.ina.rank == meta.up_rank;
                         if (hdr.ina.msg_type == INA_MISSING) {
                             // A report of lost partials: the use whose partial carried the first counter it
-                            // names, read and cleared (the report's second copy finds nothing).
+                            // names (slot, set and sequence number), read and cleared (the report's second copy
+                            // finds nothing).
                             bool named = false;
                             if (to_me && hdr.ina.epoch == meta.up_epoch && in_range && hdr.ina.gap_on == 1) {
                                 bit<32> block = (bit<32>)here >> GAP_BLOCK_SHIFT;
@@ -2129,6 +2133,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                                 bit<32> named_use = recorded - 1;
                                 if (recorded != 0 && (named_use >> (GAP_BLOCK_SHIFT + 1)) == block) {
                                     reg_partial_use.write(cell, 0);
+                                    reg_partial_seq.read(hdr.ina.seq, cell);
                                     here = (bit<16>)(named_use >> 1);
                                     hdr.ina.set = named_use[0:0];
                                     named = true;
@@ -2178,9 +2183,6 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                             bit<32> block_start = meta.slot_index & ~(GAP_BLOCK - 1);
                             bool block_in_job = block_start >= (bit<32>)meta.job_slot_base
                             && block_start + GAP_BLOCK <= (bit<32>)meta.job_slot_base + (bit<32>)meta.job_slot_count;
-                            if (hdr.ina.msg_type == INA_MISSING) {
-                                hdr.ina.seq = seq_x;
-                            }
                             bool waiting = to_me && hdr.ina.seq == seq_x && awaiting;
                             if (hdr.ina.msg_type == INA_RESULT) {
                                 if (hdr.ina.epoch == meta.up_epoch

@@ -171,7 +171,7 @@ pub(super) fn reply_to<'o>(
 
 /// Writes the Result of the use of `view`'s packet into `out`, which is exactly
 /// `HEADER_LEN + 4 * cells.len()` bytes long: exponent byte `exp`, `cells` as the payload,
-/// and the gap counter `gap` of a first multicast (see `reports::stamp`).
+/// and the gap counter `gap` of a first multicast (see `reports::stamp_use`).
 ///
 /// The result's header is the packet's, as a P4 program rewrites it in place: type Result,
 /// the set with the other flags cleared, and the slot's exponent. Every other field already

@@ -9,7 +9,7 @@ use super::counters::drop_counted;
 use super::registers::{
     awaiting, cells_of, AWAITING_TOTAL, AWAITING_TOTAL_HEADER, HEADER_USE, PENDING_ARRIVALS,
 };
-use super::reports::{block_in_job, block_of_both_jobs, note_counter, stamp, stamp_result};
+use super::reports::{block_in_job, block_of_both_jobs, note_counter, stamp_use};
 use super::uplink::{answer_waiting, emit_partial};
 use super::{DropReason, Pipeline, PortId, SlotRegisters, Verdict};
 use crate::kernels;
@@ -167,7 +167,14 @@ impl Pipeline {
             };
             counters.partials_sent += 1;
             let gap = (*gap_reports && block_of_both_jobs(&job.cfg, up, slot))
-                .then(|| stamp(&mut regs.partial_gaps, &mut regs.partial_uses, slot, x))
+                .then(|| {
+                    let partials = (
+                        &mut regs.partial_gaps[..],
+                        &mut regs.partial_uses[..],
+                        &mut regs.partial_seqs[..],
+                    );
+                    stamp_use(partials, slot, x, seq[x])
+                })
                 .flatten();
             return emit_partial(counters, view, &job.cfg, up, exp[x], cells, gap, out);
         }
@@ -184,7 +191,7 @@ impl Pipeline {
                     &mut regs.result_uses[..],
                     &mut regs.result_seqs[..],
                 );
-                stamp_result(results, slot, x, seq[x])
+                stamp_use(results, slot, x, seq[x])
             })
             .flatten();
         emit_result(view, exp[x], cells, gap, out);

@@ -20,6 +20,7 @@
 //! | `gap[block*32 + rank]` | gap counter of `rank`'s latest Data to the block, plus 64 (0: none yet) | `reg_gap` |
 //! | `partial_gaps[block]` | the counter the block's next partial sum carries (a switch with an uplink) | `reg_partial_gap` |
 //! | `partial_uses[block*64 + counter]` | `2*slot + set + 1` of the use whose partial carried `counter` | `reg_partial_use` |
+//! | `partial_seqs[block*64 + counter]` | the sequence number of that use | `reg_partial_seq` |
 //! | `result_gaps[block]` | the counter the block's next multicast result carries | `reg_result_gap` |
 //! | `result_uses[block*64 + counter]` | `2*slot + set + 1` of the use whose result carried `counter` | `reg_result_use` |
 //! | `totals_seen[block]` | the counter of the latest total from the upper switch, plus 64 (0: none yet) | `reg_total_gap` |
@@ -147,6 +148,9 @@ pub struct Registers {
     /// partial sum carried that counter (0: none), so that the upper switch's Missing report,
     /// which names a counter, names a use here.
     pub(super) partial_uses: Vec<u32>,
+    /// `reg_partial_seq`: the sequence number of that use. A slot and set name a use only
+    /// with it: a report that comes after the set has gone on to a newer use names none.
+    pub(super) partial_seqs: Vec<u32>,
     /// `reg_result_gap`: per block, the gap counter the block's next multicast result
     /// carries (PROTOCOL.md §9: a lower switch finds a lost total by it).
     pub(super) result_gaps: Vec<u8>,
@@ -175,6 +179,10 @@ impl Registers {
             gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK)) * (usize::from(MAX_RANK) + 1)],
             partial_gaps: vec![0; slots.div_ceil(usize::from(GAP_BLOCK))],
             partial_uses: vec![
+                0;
+                slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)
+            ],
+            partial_seqs: vec![
                 0;
                 slots.div_ceil(usize::from(GAP_BLOCK)) * usize::from(GAP_COUNTER)
             ],
@@ -239,6 +247,7 @@ impl Registers {
             self.totals_seen[first..end].fill(0);
             let m = usize::from(GAP_COUNTER);
             self.partial_uses[first * m..end * m].fill(0);
+            self.partial_seqs[first * m..end * m].fill(0);
             self.result_uses[first * m..end * m].fill(0);
             self.result_seqs[first * m..end * m].fill(0);
         }

@@ -94,9 +94,8 @@ impl Pipeline {
         let named = (hdr.epoch == job.epoch && job_has_slot(job, hdr.slot))
             .then(|| {
                 let counter = hdr.gap?;
-                let (slot, set) = recorded_use(&self.regs.result_uses, hdr.slot, counter)?;
-                let seq = self.regs.result_seqs[use_cell(usize::from(hdr.slot), counter)];
-                Some((slot, set, seq))
+                let results = (&self.regs.result_uses[..], &self.regs.result_seqs[..]);
+                recorded_use(results, hdr.slot, counter)
             })
             .flatten();
         let Some((slot, set, seq)) = named else {
@@ -143,65 +142,58 @@ pub(super) fn block_in_job(job: &JobConfig, slot: usize) -> bool {
     block_start >= job_start && block_start + b <= job_start + usize::from(job.slot_count)
 }
 
-/// The block's next gap counter for the first transmission of use `(slot, set)` (a partial
-/// sum, or a multicast result), recorded with the use in `uses` (cell `block * 64 + counter`
-/// = `2 * slot + set + 1`) so that a Missing report naming it can be answered (PROTOCOL.md
-/// §9). The caller checks that the block keeps cells ([`block_in_job`], and for a partial
-/// [`block_of_both_jobs`]).
+/// The block's next gap counter for the first transmission of use `(slot, set)` with
+/// sequence number `seq` (a partial sum, or a multicast result), recorded in `uses` (cell
+/// `block * 64 + counter` = `2 * slot + set + 1`) and `seqs` (the same cell = `seq`) so that
+/// a Missing report naming it names the use (PROTOCOL.md §5, §9). The caller checks that the
+/// block keeps cells ([`block_in_job`], and for a partial [`block_of_both_jobs`]).
 #[inline(always)]
-pub(super) fn stamp(
-    next_counters: &mut [u8],
-    uses: &mut [u32],
-    slot: usize,
-    set: usize,
-) -> Option<u8> {
-    let block = slot / usize::from(GAP_BLOCK);
-    let next = next_counters.get_mut(block)?;
-    let counter = *next;
-    *next = (counter + 1) % GAP_COUNTER;
-    let cell = uses.get_mut(use_cell(slot, counter))?;
-    *cell = (2 * slot + set + 1) as u32;
-    Some(counter)
-}
-
-/// The cell of `uses` (see [`stamp`]) for `counter` in the block of `slot`.
-fn use_cell(slot: usize, counter: u8) -> usize {
-    slot / usize::from(GAP_BLOCK) * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER)
-}
-
-/// The use `(slot, set)` recorded in `uses` (see [`stamp`]) for `counter` in the block of
-/// `slot`, if any.
-fn recorded_use(uses: &[u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
-    let block = usize::from(slot / GAP_BLOCK);
-    let cell = *uses.get(use_cell(usize::from(slot), counter))?;
-    let use_index = usize::try_from(cell.checked_sub(1)?).ok()?;
-    let (named, set) = (use_index / 2, use_index % 2);
-    if named / usize::from(GAP_BLOCK) != block {
-        return None;
-    }
-    Some((u16::try_from(named).ok()?, set as u8))
-}
-
-/// [`stamp`] for a multicast result of use `(slot, set)` with sequence number `seq`, which
-/// is recorded with it.
-#[inline(always)]
-pub(super) fn stamp_result(
+pub(super) fn stamp_use(
     (next_counters, uses, seqs): (&mut [u8], &mut [u32], &mut [u32]),
     slot: usize,
     set: usize,
     seq: u32,
 ) -> Option<u8> {
-    let counter = stamp(next_counters, uses, slot, set)?;
-    if let Some(cell) = seqs.get_mut(use_cell(slot, counter)) {
-        *cell = seq;
-    }
+    let block = slot / usize::from(GAP_BLOCK);
+    let next = next_counters.get_mut(block)?;
+    let counter = *next;
+    *next = (counter + 1) % GAP_COUNTER;
+    let cell = use_cell(slot, counter);
+    *uses.get_mut(cell)? = (2 * slot + set + 1) as u32;
+    *seqs.get_mut(cell)? = seq;
     Some(counter)
+}
+
+/// The cell of `uses` (see [`stamp_use`]) for `counter` in the block of `slot`.
+fn use_cell(slot: usize, counter: u8) -> usize {
+    slot / usize::from(GAP_BLOCK) * usize::from(GAP_COUNTER) + usize::from(counter % GAP_COUNTER)
+}
+
+/// The use `(slot, set, seq)` recorded in `uses` and `seqs` (see [`stamp_use`]) for `counter`
+/// in the block of `slot`, if any.
+pub(super) fn recorded_use(
+    (uses, seqs): (&[u32], &[u32]),
+    slot: u16,
+    counter: u8,
+) -> Option<(u16, u8, u32)> {
+    let block = usize::from(slot / GAP_BLOCK);
+    let cell = use_cell(usize::from(slot), counter);
+    let use_index = usize::try_from(uses.get(cell)?.checked_sub(1)?).ok()?;
+    let (named, set) = (use_index / 2, use_index % 2);
+    if named / usize::from(GAP_BLOCK) != block {
+        return None;
+    }
+    Some((u16::try_from(named).ok()?, set as u8, *seqs.get(cell)?))
 }
 
 /// [`recorded_use`], and the record cleared (read and cleared in one stateful access on a P4
 /// switch): a second report naming the same counter then names nothing.
-pub(super) fn take_recorded_use(uses: &mut [u32], slot: u16, counter: u8) -> Option<(u16, u8)> {
-    let named = recorded_use(uses, slot, counter)?;
+pub(super) fn take_recorded_use(
+    (uses, seqs): (&mut [u32], &[u32]),
+    slot: u16,
+    counter: u8,
+) -> Option<(u16, u8, u32)> {
+    let named = recorded_use((uses, seqs), slot, counter)?;
     if let Some(cell) = uses.get_mut(use_cell(usize::from(slot), counter)) {
         *cell = 0;
     }

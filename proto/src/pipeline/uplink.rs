@@ -8,7 +8,7 @@ use super::counters::drop_counted;
 use super::data::in_turns;
 use super::jobs::Job;
 use super::registers::{awaiting, cells_of};
-use super::reports::{block_in_job, note_total_counter, stamp_result, take_recorded_use};
+use super::reports::{block_in_job, note_total_counter, stamp_use, take_recorded_use};
 use super::{
     Counters, DropReason, JobConfig, Pipeline, PortId, Registers, SlotRegisters, Uplink, Verdict,
 };
@@ -162,7 +162,7 @@ impl Pipeline {
                     &mut regs.result_uses[..],
                     &mut regs.result_seqs[..],
                 );
-                stamp_result(results, slot_idx, x, hdr.seq)
+                stamp_use(results, slot_idx, x, hdr.seq)
             })
             .flatten();
         let repr = AggRepr {
@@ -327,7 +327,7 @@ impl Pipeline {
 /// The partial sum of a use, `cells` with exponent byte `exp`, as the Data packet of this
 /// switch's rank in the upper switch's job: the header of `view` (set, seq, count) with the
 /// upper job's id, epoch, rank and slot, and the gap counter `gap` (a first transmission's,
-/// see [`stamp_partial`]; none on a partial sent again).
+/// see [`stamp_use`]; none on a partial sent again).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn emit_partial<'a>(
     counters: &mut Counters,
@@ -418,7 +418,8 @@ struct ReportedUse {
 
 /// The use whose partial carried the first counter the Missing report `hdr` names, if it
 /// still waits here for its total: the report is for this switch's rank and epoch there, its
-/// slot (the later partial's) in the job's range, and the recorded use in the same block.
+/// slot (the later partial's) in the job's range, and the recorded use (slot, set and
+/// sequence number) in the same block and still the set's current use.
 /// The record is read and cleared (one stateful access on a P4 switch): only the upper switch
 /// reports this switch's partials, each counter once, so a second report of it is a copy (the
 /// upper switch sends its reports twice, [`DATA_REPORT_COPIES`]), which must not send a
@@ -428,15 +429,17 @@ fn reported_use(regs: &mut Registers, job: &JobConfig, hdr: &AggRepr) -> Option<
         .uplink
         .filter(|u| u.rank == hdr.rank && u.epoch == hdr.epoch)?;
     let later = up.slot_down(job, hdr.slot)?;
-    let (slot, set) = take_recorded_use(&mut regs.partial_uses, later, hdr.gap?)?;
-    let (slot, set) = (usize::from(slot), usize::from(set));
-    let regs = regs.slots.get(slot)?;
-    let partial_elems = awaiting(regs.count[set], job.elems_per_packet)?;
+    let partials = (&mut regs.partial_uses[..], &regs.partial_seqs[..]);
+    let (slot, set, seq) = take_recorded_use(partials, later, hdr.gap?)?;
+    let cells = regs.slots.get(usize::from(slot))?;
+    let x = usize::from(set);
+    let partial_elems =
+        awaiting(cells.count[x], job.elems_per_packet).filter(|_| cells.seq[x] == seq)?;
     Some(ReportedUse {
         up,
-        slot: u16::try_from(slot).ok()?,
-        set: set as u8,
-        seq: regs.seq[set],
+        slot,
+        set,
+        seq,
         partial_elems,
     })
 }

@@ -32,6 +32,7 @@ pub(super) fn egress_parser(p: &mut P4) {
             {reply} : parse_reply;
             {mcast} : parse_reply;
             {harvest_mcast} : parse_reply;
+            {harvest_up} : parse_reply;
             {up} : parse_reply;
             {rank0} : parse_reply;
             default : accept;
@@ -51,6 +52,7 @@ pub(super) fn egress_parser(p: &mut P4) {
         reply = bridge::REPLY,
         mcast = bridge::MCAST,
         harvest_mcast = bridge::HARVEST_MCAST,
+        harvest_up = bridge::HARVEST_UP,
         up = bridge::UP,
         rank0 = bridge::RANK0,
     );
@@ -122,6 +124,18 @@ pub(super) fn egress(p: &mut P4) {
     action take_result_gap() {{
         md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
     }}
+    // Twin: Registers::partial_gaps. A rack switch's (PROTOCOL.md section 9): per block, the
+    // counter of its next first partial sum, stamped as a result's is.
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_partial_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_partial_gap) partial_gap_next = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = v + 1;
+        }}
+    }};
+    action take_partial_gap() {{
+        md.res_gap = partial_gap_next.execute(hdr.ina.slot[12:6]);
+    }}
     action stamp_result_gap() {{
         hdr.ina.gap = md.res_gap[5:0];
     }}
@@ -149,9 +163,14 @@ pub(super) fn egress(p: &mut P4) {
             missing_fields();
             mark_gap_on();
             hdr.bridge.setInvalid();
-        }} else if (hdr.bridge.op == {harvest_mcast}) {{
-            // On its way to the second pass, which reads the bridged header.
-            take_result_gap();
+        }} else if (hdr.bridge.op == {harvest_mcast} || hdr.bridge.op == {harvest_up}) {{
+            // On its way to the second pass, which reads the bridged header and records the
+            // use under the counter.
+            if (hdr.bridge.op == {harvest_mcast}) {{
+                take_result_gap();
+            }} else {{
+                take_partial_gap();
+            }}
             stamp_result_gap();
             mark_gap_on();
         }} else {{
@@ -189,6 +208,7 @@ pub(super) fn egress(p: &mut P4) {
         mcast = bridge::MCAST,
         reply = bridge::REPLY,
         harvest_mcast = bridge::HARVEST_MCAST,
+        harvest_up = bridge::HARVEST_UP,
         up = bridge::UP,
         rank0 = bridge::RANK0,
         report = report_rewrite(),

@@ -50,6 +50,9 @@ struct headers_t {
 
 struct ingress_md_t {
     bit<1> pass2;
+    // The second pass of a rack switch's partial or of its upper switch's Missing: the
+    // records it touches are the partials' (PROTOCOL.md section 9).
+    bit<1> space;
     bit<1> arp_req;
     bit<1> ina_expected;
     bit<16> cnt4;

@@ -132,14 +132,22 @@ pub const CONTROL_REGISTERS: [ControlRegister; 5] = [
 pub const GAP_BLOCKS: u32 = POOL_SLOTS / GAP_BLOCK as u32;
 /// Cells of `reg_gap`: 32 per block (one per rank of the wire's 5-bit rank field).
 pub const GAP_CELLS: u32 = GAP_BLOCKS * 32;
-/// Cells of `reg_result_use`: one per block and gap counter.
+/// Records of multicast results in `reg_result_use` and `reg_result_seq`: one per block and
+/// gap counter, at `block * 64 + counter`.
 pub const RESULT_USE_CELLS: u32 = GAP_BLOCKS * GAP_COUNTER as u32;
-/// The registers of Missing reports, indexed by block (`reg_result_gap`, in egress), by block
-/// and rank (`reg_gap`) and by block and counter (`reg_result_use`, `reg_result_seq`), which
-/// the control plane zeroes for the blocks of a job when it installs the job.
-pub const GAP_REGISTERS: [&str; 4] = [
+/// Where a rack switch's records of its partial sums (PROTOCOL.md §9) begin in the same two
+/// registers: `PARTIAL_RECORDS + block * 64 + counter`.
+pub const PARTIAL_RECORDS: u32 = RESULT_USE_CELLS;
+/// Cells of `reg_result_use` and `reg_result_seq`: the results' records and the partials'.
+pub const USE_RECORD_CELLS: u32 = 2 * RESULT_USE_CELLS;
+/// The registers of Missing reports, indexed by block (`reg_result_gap` and `reg_partial_gap`,
+/// in egress), by block and rank (`reg_gap`) and by block and counter (`reg_result_use`,
+/// `reg_result_seq`), which the control plane zeroes for the blocks of a job when it
+/// installs the job.
+pub const GAP_REGISTERS: [&str; 5] = [
     "reg_gap",
     "reg_result_gap",
+    "reg_partial_gap",
     "reg_result_use",
     "reg_result_seq",
 ];
@@ -308,6 +316,11 @@ mod op {
     pub const UP_PENDING: u8 = 10;
     /// The upper switch's Reject to this switch.
     pub const UP_REJECT: u8 = 11;
+    /// The upper switch's Missing of this switch's partials: recirculated, for its record.
+    pub const UP_MISSING: u8 = 12;
+    /// Its second pass, the record found (stage 1 wrote the recorded use into the header):
+    /// that use's partial again if it still waits.
+    pub const UP_REPORTED: u8 = 13;
 }
 
 /// What the outcome table decides for an accepted Data or Query (`md.outcome`).
@@ -331,6 +344,8 @@ mod out {
     pub const PENDING_RANK0: u8 = 11;
     /// The total, stored on its second pass and multicast to the ranks.
     pub const MCAST_TOTAL: u8 = 12;
+    /// The upper switch's Missing, to the second pass (which reads its record).
+    pub const RECIRC_MISSING: u8 = 13;
 }
 
 /// The bridged header's instruction to egress or to the second pass (`hdr.bridge.op`).
@@ -348,6 +363,8 @@ mod bridge {
     pub const HARVEST_UP: u8 = 8;
     /// To rank 0 of the job (egress writes its addresses).
     pub const RANK0: u8 = 9;
+    /// The second pass of the upper switch's Missing (PROTOCOL.md §9).
+    pub const MISSING_UP: u8 = 10;
     /// A frame dropped in ingress (its bridged header only keeps a report's mirrored copy's
     /// layout the same as every other's).
     pub const NONE: u8 = 0;
@@ -513,10 +530,11 @@ typedef bit<14> cell_index_t;
 // Missing reports (PROTOCOL.md section 5), per block of 64 slots.
 typedef bit<7> block_index_t;
 typedef bit<12> gap_index_t;
-typedef bit<13> result_use_index_t;
+typedef bit<14> result_use_index_t;
 const bit<32> GAP_BLOCKS = {gap_blocks};
 const bit<32> GAP_CELLS = {gap_cells};
-const bit<32> RESULT_USE_CELLS = {result_use_cells};
+// The records of results, then a rack switch's of its partials (PROTOCOL.md section 9).
+const bit<32> USE_RECORD_CELLS = {use_record_cells};
 // A gap cell holds its counter in the top six bits and bit 0 set (0: none yet); one counter
 // is GAP_STEP, and a counter 1 to 8 ahead of the cell's (0 to 7 skipped) is taken.
 const bit<16> GAP_STEP = 0x{gap_step:04x};
@@ -540,7 +558,7 @@ struct pair_t {{
         events = Event::COUNT,
         gap_blocks = GAP_BLOCKS,
         gap_cells = GAP_CELLS,
-        result_use_cells = RESULT_USE_CELLS,
+        use_record_cells = USE_RECORD_CELLS,
         gap_step = GAP_STEP,
         gap_ahead = u32::from(GAP_STEP) * (MAX_REPORTED_GAP + 1),
         missing_counters = MISSING_COUNTERS,

@@ -22,6 +22,20 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
     state parse_bridge {{
         pkt.extract(hdr.bridge);
         md.pass2 = 1;
+        transition select(hdr.bridge.op) {{
+            {harvest_up} : partial_records;
+            {missing_up} : partial_records;
+            default : parse_bridge_frame;
+        }}
+    }}
+
+    // A rack switch's partial, or its upper switch's Missing (PROTOCOL.md section 9).
+    state partial_records {{
+        md.space = 1;
+        transition parse_bridge_frame;
+    }}
+
+    state parse_bridge_frame {{
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -66,6 +80,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
         transition accept;
     }}
 ",
+        harvest_up = bridge::HARVEST_UP,
+        missing_up = bridge::MISSING_UP,
         init = INIT_ZERO
             .iter()
             .map(|f| format!("        md.{f} = 0;\n"))
@@ -139,8 +155,15 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ingress_md_t md,
 /// The metadata fields some path reads before a table writes them, zeroed by the parser. The
 /// others are written by their tables' default actions (`tables::MISS_ZERO` and the tables of
 /// stages 0 and 1), so that they take containers only from their own stage on.
-pub(super) const INIT_ZERO: [&str; 6] =
-    ["kind", "pass2", "arp_req", "ina_expected", "vop", "reason"];
+pub(super) const INIT_ZERO: [&str; 7] = [
+    "kind",
+    "pass2",
+    "space",
+    "arp_req",
+    "ina_expected",
+    "vop",
+    "reason",
+];
 
 pub(super) fn ingress_deparser(p: &mut P4) {
     p.push_str(

@@ -217,6 +217,45 @@ pub(super) fn from_upper() -> Vec<(u8, Vec<(&'static str, String)>)> {
     v
 }
 
+/// The upper switch's Missing of this switch's partials (PROTOCOL.md §9), in on the uplink
+/// port, of the upper job's epoch, to this switch's rank there, on a switch that sends
+/// reports: recirculated (`op::UP_MISSING`), for the second pass to take the record of the
+/// counter it names. Where the upper job's epoch is the job's own, stage 1 has already made
+/// it a rank's Query (it cannot tell the upper switch's frames yet): a Query from the upper
+/// switch, which sends none, is that Missing, and goes the same way.
+pub(super) fn upper_missing() -> Vec<Vec<(&'static str, String)>> {
+    [MessageType::Missing, MessageType::Query]
+        .into_iter()
+        .map(|t| {
+            let mut v = parsed_ina();
+            v.extend([
+                kv("hdr.ina.msg_type", mt(t)),
+                kv("md.job_hit", 1),
+                kv("md.from_up", 3),
+                kv("md.src_ok", 1),
+                kv("md.room[15:15]", 1),
+                kv("md.slot_off[15:13]", 0),
+                kv("hdr.ina.count", 0),
+                kv("md.reports", 1),
+            ]);
+            if t == MessageType::Query {
+                v.push(kv("md.epoch_x", 0));
+            }
+            v
+        })
+        .collect()
+}
+
+/// The second pass of the upper switch's Missing whose record named a use: stage 1 made it
+/// the upper switch's Pending for that use (`op::UP_REPORTED`).
+pub(super) fn up_reported() -> Vec<(&'static str, String)> {
+    vec![
+        kv("md.pass2", 1),
+        kv("hdr.ina.msg_type", mt(MessageType::Pending)),
+        kv("md.job_hit", 1),
+    ]
+}
+
 /// Checks 1 to 8 passed with message type `t` (epoch and slot range).
 pub(super) fn in_range(t: MessageType) -> Vec<(&'static str, String)> {
     let mut v = authenticated(t);
@@ -254,6 +293,16 @@ pub(super) fn check_entries() -> Vec<Entry> {
     let drop = |event: Event| format!("check_drop({})", ev(event));
     let reject =
         |r: RejectReason, event: Event| format!("check_reject({}, {})", r as u8, ev(event));
+    // Second passes: of the upper switch's Missing (its record found, or not), and of the
+    // switch's own results and partials.
+    push(up_reported(), format!("check_upper({})", op::UP_REPORTED));
+    push(
+        vec![
+            kv("md.pass2", 1),
+            kv("hdr.ina.msg_type", mt(MessageType::Missing)),
+        ],
+        drop(Event::UpperAnswer),
+    );
     push(vec![kv("md.pass2", 1)], "check_harvest()".into());
     push(
         vec![
@@ -267,6 +316,9 @@ pub(super) fn check_entries() -> Vec<Entry> {
     // The upper switch's packets first: a frame in on the uplink port is never a rank's.
     for (o, pattern) in from_upper() {
         push(pattern, format!("check_upper({o})"));
+    }
+    for pattern in upper_missing() {
+        push(pattern, format!("check_upper({})", op::UP_MISSING));
     }
     // Any other packet of the protocol from the upper switch: nothing to do (a type the
     // wire does not know is malformed, below).
@@ -410,7 +462,9 @@ pub(super) fn seq_entries(data_action: &str, query_action: &str) -> Vec<Entry> {
     let mut e = Vec::new();
     let upper = from_upper()
         .into_iter()
-        .map(|(_, pattern)| (MessageType::Query, pattern));
+        .map(|(_, pattern)| pattern)
+        .chain([up_reported()])
+        .map(|pattern| (MessageType::Query, pattern));
     for (t, pattern) in accepted().into_iter().chain(upper) {
         for set in 0..2 {
             let mut keys = check_pattern(&pattern);

@@ -266,7 +266,22 @@ fn tree_rows() -> Vec<Entry> {
         &[],
         pending(out::PENDING_RANK0, Event::UpperAnswer),
     ));
-    for o_up in [&up_pending, &up_reject] {
+    // The upper switch's Missing of this switch's partials: to the second pass, which reads
+    // its record; there, the recorded use's partial again if the use still waits (the
+    // `waiting` columns compare the recorded sequence number with the set's).
+    let (up_missing, up_reported) = (s(op::UP_MISSING), s(op::UP_REPORTED));
+    rows.push(r(
+        &[("op", &up_missing)],
+        o(out::RECIRC_MISSING, Event::UpperAnswer),
+    ));
+    for (old_x, _, partial) in by_kind {
+        rows.push(waiting(
+            &up_reported,
+            &[("old_x", old_x)],
+            o(partial, Event::UpperAnswer),
+        ));
+    }
+    for o_up in [&up_pending, &up_reject, &up_reported] {
         rows.push(r(&[("op", o_up)], o(out::DROP, Event::UpperAnswer)));
     }
     rows

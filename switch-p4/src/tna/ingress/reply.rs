@@ -204,18 +204,42 @@ fn uplink_actions(p: &mut P4) {
 ",
     );
     p.push_str(
-        "    // The partial sum up: the high halves are in; the second pass reads the low halves.
-    action send_partial_harvest() {
+        "    // The partial sum up through the second pass, which reads the low halves of one with
+    // payload. A first transmission in a block with gap cells goes through egress (`stamp`
+    // 1, `bypass` 0), which stamps the block's partial counter, and its second pass records
+    // the use under it (PROTOCOL.md section 9); so does one without payload.
+    action send_partial_harvest(bit<16> total_len, bit<16> udp_len, bit<16> count,
+                                bit<1> stamp, bit<1> bypass) {
 ",
     );
-    reply_headers(p, ELEMS);
+    reply_lengths(p);
     p.push_str(
         "        hdr.ina.msg_type = INA_DATA;
         hdr.ina.exponent = md.exp_x[7:0];
         hdr.word.setInvalid();
 ",
     );
-    recirculate_with(p, bridge::HARVEST_UP, ("0", "1", "0"), "md.up_port");
+    recirculate_with(
+        p,
+        bridge::HARVEST_UP,
+        ("stamp", "bypass", "0"),
+        "md.up_port",
+    );
+    p.push_str(
+        "    }
+    // The upper switch's Missing of this switch's partials, to the second pass, which takes
+    // the record of the counter it names. (Stage 1 made it a Query if the two jobs' epochs
+    // are the same: its type again.)
+    action recirc_missing() {
+        hdr.ina.msg_type = INA_MISSING;
+",
+    );
+    recirculate_with(
+        p,
+        bridge::MISSING_UP,
+        ("0", "1", "0"),
+        "ig_intr_md.ingress_port",
+    );
     p.push_str(
         "    }
     // This switch's Query up, asking `ask`.
@@ -264,6 +288,19 @@ fn uplink_actions(p: &mut P4) {
         "ig_intr_md.ingress_port",
     );
     p.push_str("    }\n");
+}
+
+/// `send_partial_harvest(total_len, udp_len, count, stamp, bypass)`: the partial sum of
+/// `elems` elements up through the second pass, through egress for its gap counter if
+/// `stamp`.
+fn partial_harvest(elems: u16, stamp: bool) -> String {
+    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
+    format!(
+        "send_partial_harvest({}, {udp}, {elems}, {}, {})",
+        20 + udp,
+        u8::from(stamp),
+        u8::from(!stamp)
+    )
 }
 
 /// `multicast_result(total_len, udp_len, count)` or, through the second pass,
@@ -362,13 +399,26 @@ fn reply_table(p: &mut P4) {
     ];
     // The rack switch's own packets: uplink_reply's.
     let mut uplink = Vec::new();
-    for o in [op::DATA, op::QUERY, op::UP_PENDING] {
+    // A first partial (op DATA) takes its block's counter where the block keeps cells.
+    uplink.push(entry(
+        &[&s(op::DATA), &s(out::PARTIAL), "1"],
+        partial_harvest(0, true),
+    ));
+    uplink.push(entry(
+        &[&s(op::DATA), &s(out::PARTIAL_HARVEST), "1"],
+        partial_harvest(ELEMS, true),
+    ));
+    for o in [op::DATA, op::QUERY, op::UP_PENDING, op::UP_REPORTED] {
         uplink.push(entry(&[&s(o), &s(out::PARTIAL)], "send_partial_empty()"));
         uplink.push(entry(
             &[&s(o), &s(out::PARTIAL_HARVEST)],
-            "send_partial_harvest()",
+            partial_harvest(ELEMS, false),
         ));
     }
+    uplink.push(entry(
+        &[&s(op::UP_MISSING), &s(out::RECIRC_MISSING)],
+        "recirc_missing()",
+    ));
     for o in [op::DATA, op::QUERY] {
         uplink.push(entry(&[&s(o), &s(out::QUERY_UP)], "query_up(0)"));
     }
@@ -392,6 +442,7 @@ fn reply_table(p: &mut P4) {
         .iter()
         .map(|e| (e.keys[0].as_str(), e.keys[1].as_str()))
         .collect();
+    mine.sort();
     mine.dedup();
     for (o, outcome) in mine {
         rows.push(entry(&[o, outcome], "NoAction()"));
@@ -438,6 +489,7 @@ fn reply_table(p: &mut P4) {
         &[
             "send_partial_empty",
             "send_partial_harvest",
+            "recirc_missing",
             "query_up",
             "pending_to_rank0",
             "store_total",

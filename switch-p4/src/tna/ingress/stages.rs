@@ -16,7 +16,7 @@ pub(super) fn stage0(p: &mut P4) {
     Hash<bit<12>>(HashAlgorithm_t.IDENTITY) gap_cell_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) gap_in_of;
     Hash<bit<16>>(HashAlgorithm_t.IDENTITY) use_rec_of;
-    Hash<bit<13>>(HashAlgorithm_t.IDENTITY) use_index_of;
+    Hash<bit<14>>(HashAlgorithm_t.IDENTITY) use_index_of;
 
     // `reports`: the switch sends Missing reports (PROTOCOL.md section 5). Its addresses are
     // the keys of ip_target and arp_target; egress writes them into its replies.
@@ -133,10 +133,14 @@ pub(super) fn stage0(p: &mut P4) {
         size = {gap_blocks};
     }}
 
-    // Twin: Registers::result_uses. Per block and gap counter, the use whose multicast result
-    // carried the counter: 1 << 14 | 2 * slot + set (0: none). Written on the result's second
-    // pass (egress stamped the counter on its first), read by a rank's Missing of it.
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_use;
+    // Per block and gap counter, the use whose multicast result carried the counter (index
+    // block * 64 + counter), and on a rack switch the use whose partial sum did
+    // (PARTIAL_RECORDS on: md.space): 1 << 14 | 2 * slot + set (0: none). Written on the
+    // packet's second pass (egress stamped the counter on its first); a rank's Missing reads
+    // a result's, the upper switch's Missing takes a partial's (read and cleared: the
+    // report's second copy finds nothing).
+    // Twin: Registers::result_uses, then Registers::partial_uses.
+    Register<bit<32>, result_use_index_t>(USE_RECORD_CELLS) reg_result_use;
     RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_write = {{
         void apply(inout bit<32> v) {{
             v = (bit<32>)hdr.bridge.rec;
@@ -147,9 +151,15 @@ pub(super) fn stage0(p: &mut P4) {
             rv = v;
         }}
     }};
-    // Twin: Registers::result_uses as well: the use's sequence number. (The Rust model asks
-    // about the set's current use, which is the recorded one while a rank lacks its result.)
-    Register<bit<32>, result_use_index_t>(RESULT_USE_CELLS) reg_result_seq;
+    RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_use) result_use_take = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = 0;
+        }}
+    }};
+    // Twin: Registers::result_seqs, then Registers::partial_seqs: the use's sequence number,
+    // without which a slot and set name no use.
+    Register<bit<32>, result_use_index_t>(USE_RECORD_CELLS) reg_result_seq;
     RegisterAction<bit<32>, result_use_index_t, bit<32>>(reg_result_seq) result_seq_write = {{
         void apply(inout bit<32> v) {{
             v = hdr.ina.seq;
@@ -293,20 +303,20 @@ pub(super) fn stage0(p: &mut P4) {
     );
 }
 
-/// Stage 0's tables of the two records of a multicast result's use (`reg_result_use`: the use,
-/// `reg_result_seq`: its sequence number), one table each: an action takes at most one stateful
-/// ALU's result. The second pass of a stamped result writes them; a rank's Missing reads them.
+/// Stage 0's tables of the two records of a use (`reg_result_use`: the use, `reg_result_seq`:
+/// its sequence number), one table each: an action takes at most one stateful ALU's result.
+/// The second pass of a stamped result or partial writes them; a rank's Missing reads a
+/// result's; the second pass of the upper switch's Missing takes a partial's (PROTOCOL.md §9).
 fn result_record_tables() -> String {
     let mut p = P4::default();
-    let index = "use_index_of.get({hdr.ina.slot[12:6], hdr.ina.gap})";
-    let (harvest, missing) = (
-        bridge::HARVEST_MCAST.to_string(),
-        mt(MessageType::Missing).to_string(),
-    );
-    for (reg, field) in [("use", "rec"), ("seq", "rec_seq")] {
-        let (write, read) = (
+    let index = "use_index_of.get({md.space, hdr.ina.slot[12:6], hdr.ina.gap})";
+    let s = |x: u8| x.to_string();
+    let missing = mt(MessageType::Missing).to_string();
+    for (reg, field, take) in [("use", "rec", "take"), ("seq", "rec_seq", "read")] {
+        let (write, read, taken) = (
             format!("do_result_{reg}_write"),
             format!("do_result_{reg}_read"),
+            format!("do_result_{reg}_{take}"),
         );
         let _ = writeln!(
             p,
@@ -317,6 +327,19 @@ fn result_record_tables() -> String {
             md.{field} = result_{reg}_read.execute({index});
             }}"
         );
+        if take == "take" {
+            let _ = writeln!(
+                p,
+                "action {taken}() {{
+                md.{field} = result_{reg}_take.execute({index});
+                }}"
+            );
+        }
+        let mut actions = vec![write.as_str(), read.as_str()];
+        if take == "take" {
+            actions.push(&taken);
+        }
+        actions.push("NoAction");
         table(
             &mut p,
             &format!("result_{reg}_access"),
@@ -328,10 +351,21 @@ fn result_record_tables() -> String {
                 ("hdr.ina.msg_type", "ternary"),
                 ("hdr.ina.gap_on", "ternary"),
             ],
-            &[&write, &read, "NoAction"],
+            &actions,
             &[
-                entry(&["1", &harvest, "1", "_", "_"], format!("{write}()")),
+                entry(
+                    &["1", &s(bridge::HARVEST_MCAST), "1", "_", "_"],
+                    format!("{write}()"),
+                ),
+                entry(
+                    &["1", &s(bridge::HARVEST_UP), "1", "_", "_"],
+                    format!("{write}()"),
+                ),
                 entry(&["0", "_", "_", &missing, "1"], format!("{read}()")),
+                entry(
+                    &["1", &s(bridge::MISSING_UP), "_", &missing, "1"],
+                    format!("{taken}()"),
+                ),
             ],
             "NoAction()",
         );
@@ -424,26 +458,42 @@ pub(super) fn stage1(p: &mut P4) {
         // reply writes them. The set, from a hash, cannot share the byte's write with
         // constants.)
     }}
+    // The second pass of the upper switch's Missing of this switch's partials (PROTOCOL.md
+    // section 9), whose record named a use: from here on it is the upper switch's Pending
+    // without this switch's bit for that use (slot, set and sequence number), which sends
+    // the use's partial again if the use still waits (the check table makes it op
+    // UP_REPORTED). (The epoch was the upper job's, checked on the first pass.)
+    action up_requery() {{
+        md.cell = rec_cell_of.get({{md.rec[13:0]}});
+        md.from_missing = 0;
+        hdr.ina.msg_type = INA_PENDING;
+        hdr.ina.slot = rec_slot_of.get({{md.rec[13:1]}});
+        hdr.ina.set = rec_set_of.get({{md.rec[0:0]}});
+        hdr.ina.seq = md.rec_seq;
+    }}
     action no_requery() {{
         md.from_missing = 0;
     }}
     @stage(1)
     table requery_access {{
         key = {{
+            md.pass2 : exact;
             hdr.ina.msg_type : exact;
             md.reports : exact;
             md.gap_block : exact;
-            md.epoch_x : exact;
+            md.epoch_x : ternary;
             md.rec[14:14] : exact;
         }}
         actions = {{
             requery;
+            up_requery;
             no_requery;
         }}
         const entries = {{
-            ({missing}, 1, 1, 0, 1) : requery();
+            (0, {missing}, 1, 1, 0, 1) : requery();
+            (1, {missing}, 1, 1, _, 1) : up_requery();
         }}
-        size = 1;
+        size = 2;
         const default_action = no_requery();
     }}
 
@@ -646,7 +696,7 @@ pub(super) fn stage3(p: &mut P4) {
     let query = op::QUERY.to_string();
     let full = ELEMS.to_string();
     // The packets of the upper switch (PROTOCOL.md section 9) read as a Query does.
-    let upper = [op::TOTAL, op::UP_PENDING, op::UP_REJECT].map(|o| o.to_string());
+    let upper = [op::TOTAL, op::UP_PENDING, op::UP_REJECT, op::UP_REPORTED].map(|o| o.to_string());
     let readers: Vec<&String> = [&data, &query].into_iter().chain(&upper).collect();
     let harvest = op::HARVEST.to_string();
     let mut ex = Vec::new();
@@ -776,9 +826,13 @@ pub(super) fn stage3(p: &mut P4) {
             &[&query, pred::SAME, "_", "_", "_"],
             "select_values_for_query()",
         ),
-        // The upper switch's Pending may send the partial again.
+        // The upper switch's Pending, and its Missing, may send the partial again.
         entry(
             &[&op::UP_PENDING.to_string(), pred::SAME, "_", "_", "_"],
+            "select_values_for_query()",
+        ),
+        entry(
+            &[&op::UP_REPORTED.to_string(), pred::SAME, "_", "_", "_"],
             "select_values_for_query()",
         ),
     ];
