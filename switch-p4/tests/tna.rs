@@ -1138,18 +1138,22 @@ impl TnaModel<'_> {
     /// the check table (stage 2) decides its operation, or drops it.
     fn upper_packet(&mut self, env: &CheckEnv, check: &[TableEntry], pkt: &[u8]) -> Sent {
         let up = env.uplink.expect("a rack switch's upper switch");
-        let f = wrap_from(&up.at, pkt);
+        let (pkt, first) = self.stage1_requery(pkt);
+        let f = wrap_from(&up.at, &pkt);
         let (action, args) = check_action(check, env, up.at.port, &f);
         match action.as_str() {
             "check_upper" => {
                 let key = check_key(env, up.at.port, &f);
-                let sent = self.process_op(pkt, u64::from(up.at.port), args[0], Some(key.clone()));
+                let sent = self.process_op(&pkt, u64::from(up.at.port), args[0], Some(key.clone()));
                 if self
                     .last
                     .as_ref()
                     .is_some_and(|l| l.action == "recirc_missing")
                 {
-                    return self.upper_missing_second_pass(env, check, pkt, key);
+                    // (recirc_missing writes the Missing's type back.)
+                    let mut missing = pkt.clone();
+                    missing[0] = missing[0] & 0xf0 | 8;
+                    return self.upper_missing_second_pass(env, check, &missing, key, first);
                 }
                 sent
             }
@@ -1163,6 +1167,43 @@ impl TnaModel<'_> {
 }
 
 impl TnaModel<'_> {
+    /// Stages 0 and 1 of a first pass for a packet of the upper switch, which they cannot tell
+    /// from a rank's: a Missing of the job's own epoch (the upper job's is the same) whose
+    /// results' record names a use becomes a rank's fetching Query of it. Returns the packet
+    /// as stage 2 sees it, and `md.rec`, `md.rec_seq` if it was rewritten.
+    fn stage1_requery(&self, pkt: &[u8]) -> (Vec<u8>, Option<(u32, u32)>) {
+        let t = self.tables;
+        let mut q = pkt.to_vec();
+        if pkt[0] & 0x0f != 8 {
+            return (q, None);
+        }
+        let gap_on = u64::from(pkt[1] >> 1 & 1);
+        let slot = usize::from(u16::from_be_bytes([pkt[8], pkt[9]]));
+        let cell = (slot >> 6) << 6 | usize::from(pkt[1] >> 2);
+        let (mut rec, mut rec_seq) = (0, 0);
+        if lookup(&t.result_use, &[0, 0, 0, 8, gap_on]).is_some() {
+            rec = self.reg_result_use[cell];
+        }
+        if lookup(&t.result_seq, &[0, 0, 0, 8, gap_on]).is_some() {
+            rec_seq = self.reg_result_seq[cell];
+        }
+        let epoch_x = u64::from(u16::from_be_bytes([pkt[4], pkt[5]]) ^ EPOCH);
+        let (reports, block) = (u64::from(self.reports), u64::from(self.block));
+        let key = [0, 8, reports, block, epoch_x, u64::from(rec >> 14 & 1)];
+        match lookup(&t.requery, &key) {
+            Some(e) => {
+                assert_eq!(e.action, "requery");
+                q[0] = 0x17;
+                q[1] = q[1] & !1 | (rec & 1) as u8;
+                q[7] = ina_wire::QueryAsk::Fetch.byte();
+                q[8..10].copy_from_slice(&((rec >> 1 & 0x1fff) as u16).to_be_bytes());
+                q[12..16].copy_from_slice(&rec_seq.to_be_bytes());
+                (q, Some((rec, rec_seq)))
+            }
+            None => (q, None),
+        }
+    }
+
     /// The second pass of the upper switch's Missing (`pkt`; `key`: its first pass's key of
     /// `ina_check`), PROTOCOL.md §9: stage 0 takes the record of the partial counter it names,
     /// stage 1 turns it into the upper switch's Pending for the recorded use, which goes on as
@@ -1173,6 +1214,7 @@ impl TnaModel<'_> {
         check: &[TableEntry],
         pkt: &[u8],
         mut key: Vec<u64>,
+        first: Option<(u32, u32)>,
     ) -> Sent {
         let t = self.tables;
         let gap_on = u64::from(pkt[1] >> 1 & 1);
@@ -1219,6 +1261,7 @@ impl TnaModel<'_> {
             a => panic!("check action {a} for the second pass of {:?}", &pkt[..16]),
         };
         if let Some(last) = self.last.as_mut() {
+            last.requery = first;
             last.up_requery = Some((rec, rec_seq));
         }
         sent
@@ -1560,7 +1603,7 @@ fn run_execution(
                     &program,
                     &mut sw,
                     &mut frames,
-                    &endpoint(rank),
+                    (&endpoint(rank), &UPPER),
                     &pkt,
                     workers,
                     &last,
@@ -1644,6 +1687,7 @@ fn run_tree_execution(
     steps: &[(u8, u16, u16)],
     reports: bool,
     block: bool,
+    same_epoch: bool,
 ) -> std::collections::BTreeSet<String> {
     let mut kinds = std::collections::BTreeSet::new();
     let program = tna::program();
@@ -1651,12 +1695,18 @@ fn run_tree_execution(
     let check = table_entries(&program, "ina_check");
     let block = block && reports;
     let (base, slot_count) = job_slots(w, block);
+    // The upper job's epoch: another than the job's, or the same.
+    let upper_env = UpperEnv {
+        epoch: if same_epoch { EPOCH } else { UP_EPOCH },
+        ..UPPER
+    };
+    let up_epoch = upper_env.epoch;
     let env = CheckEnv {
         workers: u64::from(workers),
         base,
         slots: slot_count,
         reports,
-        uplink: Some(UPPER),
+        uplink: Some(upper_env),
     };
     let config = PipelineConfig {
         pool_slots: POOL,
@@ -1674,7 +1724,7 @@ fn run_tree_execution(
         uplink: Some(ina_proto::pipeline::Uplink {
             port: UP_PORT,
             job: JOB,
-            epoch: UP_EPOCH,
+            epoch: up_epoch,
             rank: UP_RANK,
             slot_base: base,
         }),
@@ -1686,7 +1736,7 @@ fn run_tree_execution(
     upper
         .add_job(JobConfig {
             job: JOB,
-            epoch: UP_EPOCH,
+            epoch: up_epoch,
             slot_base: base,
             slot_count,
             elems_per_packet: E as u16,
@@ -1700,7 +1750,7 @@ fn run_tree_execution(
         (reports, block),
         Some(UplinkModel {
             rank: UP_RANK,
-            epoch: UP_EPOCH,
+            epoch: up_epoch,
         }),
     );
     let mut sims: Vec<SimWorker> = (0..workers)
@@ -1717,7 +1767,7 @@ fn run_tree_execution(
     let mut bag: Vec<(Hop, Vec<u8>)> = Vec::new();
     let mut out = vec![0u8; 16 + 4 * E];
     // The frame model of the same rack switch, for the frames the program's actions write.
-    let mut sw = frame_switch_under(workers, (base, slot_count), reports, Some(UPPER));
+    let mut sw = frame_switch_under(workers, (base, slot_count), reports, Some(upper_env));
     let mut frames = Outputs::new();
     // The position of the latest stamped total that carried each gap counter.
     let mut stamped: BTreeMap<u8, u32> = BTreeMap::new();
@@ -1755,7 +1805,7 @@ fn run_tree_execution(
                 if let Some(&g) = begun.get(usize::from(b) % begun.len().max(1)) {
                     other_sent.insert(g);
                     let mut p = packet(0, g, w, base, false, None);
-                    p[4..6].copy_from_slice(&UP_EPOCH.to_be_bytes());
+                    p[4..6].copy_from_slice(&up_epoch.to_be_bytes());
                     let verdict = upper.process(OTHER_RACK, &p, ina_proto::Instant::ZERO, &mut out);
                     if let Verdict::Multicast { len, .. } = verdict {
                         totals.insert(g);
@@ -1827,6 +1877,11 @@ fn run_tree_execution(
                     _ => UPPER.at,
                 };
                 let last = model.last.take();
+                if hop == Hop::FromUpper && last.as_ref().is_some_and(|l| l.requery.is_some()) {
+                    // (The upper job's epoch the job's own: stage 1 of the first pass took the
+                    // upper switch's Missing for a rank's.)
+                    kinds.insert("FromUpper missing taken for a rank's".to_string());
+                }
                 // A rank's report of lost data: the Data's header as a Missing of the
                 // counters skipped.
                 // A rank's report of lost data; or this switch's of lost totals, to the upper
@@ -1834,7 +1889,7 @@ fn run_tree_execution(
                 let want = last.as_ref().and_then(|l| l.report).map(|r| {
                     let mut h = report_header(&pkt, r);
                     if hop == Hop::FromUpper {
-                        h[4..6].copy_from_slice(&UP_EPOCH.to_be_bytes());
+                        h[4..6].copy_from_slice(&up_epoch.to_be_bytes());
                         h[6] = UP_RANK;
                     }
                     h
@@ -1864,9 +1919,15 @@ fn run_tree_execution(
                     }
                 }
                 match last {
-                    Some(last) => {
-                        check_frames(&program, &mut sw, &mut frames, &from, &pkt, workers, &last)
-                    }
+                    Some(last) => check_frames(
+                        &program,
+                        &mut sw,
+                        &mut frames,
+                        (&from, &upper_env),
+                        &pkt,
+                        workers,
+                        &last,
+                    ),
                     None => {
                         // Refused by the check table: nothing leaves.
                         let f = wrap_from(&from, &pkt);
@@ -1910,10 +1971,11 @@ proptest! {
         workers in 1u8..=4,
         w in 1u32..=3,
         steps in proptest::collection::vec((0u8..8, 0u16..64, 0u16..1000), 0..400),
+        same_epoch: bool,
     ) {
-        run_tree_execution(workers, w, &steps, false, false);
-        run_tree_execution(workers, w, &steps, true, false);
-        run_tree_execution(workers, w, &steps, true, true);
+        run_tree_execution(workers, w, &steps, false, false, false);
+        run_tree_execution(workers, w, &steps, true, false, false);
+        run_tree_execution(workers, w, &steps, true, true, same_epoch);
     }
 }
 
@@ -1923,9 +1985,12 @@ fn rack_executions_reach_every_decision() {
     let mut state = 0x9b05_688c_2b3e_6c1fu64;
     for (workers, w) in [(1, 1), (2, 1), (3, 2), (4, 3), (1, 3), (2, 3)] {
         let steps = fixed_steps(&mut state, 8);
-        all.extend(run_tree_execution(workers, w, &steps, false, false));
-        all.extend(run_tree_execution(workers, w, &steps, true, false));
-        all.extend(run_tree_execution(workers, w, &steps, true, true));
+        all.extend(run_tree_execution(workers, w, &steps, false, false, false));
+        all.extend(run_tree_execution(workers, w, &steps, true, false, false));
+        all.extend(run_tree_execution(workers, w, &steps, true, true, false));
+        // The upper job's epoch the job's own: the upper switch's Missing is a rank's Query
+        // after stage 1.
+        all.extend(run_tree_execution(workers, w, &steps, true, true, true));
     }
     for kind in [
         // The partial up (with and without payload), a status and a fetching Query up.
@@ -1954,6 +2019,7 @@ fn rack_executions_reach_every_decision() {
         // (or a late one) answered with nothing.
         "FromUpper missing false",
         "FromUpper missing true",
+        "FromUpper missing taken for a rank's",
     ] {
         assert!(all.contains(kind), "no {kind} in {all:?}");
     }
@@ -2942,7 +3008,7 @@ fn check_frames(
     program: &str,
     sw: &mut FrameSwitch,
     out: &mut Outputs,
-    from: &Endpoint,
+    (from, upper): (&Endpoint, &UpperEnv),
     ina: &[u8],
     workers: u8,
     last: &Last,
@@ -2958,7 +3024,7 @@ fn check_frames(
         ("mgrp", JOB_MGRP),
         ("exp_x", u64::from(last.exp_x)),
         ("pend", u64::from(last.pend)),
-        ("up_port", u64::from(UPPER.at.port)),
+        ("up_port", u64::from(upper.at.port)),
         ("stamp", last.stamp),
         ("reports", 1),
         ("res_gap", u64::from(last.res_gap)),
@@ -2981,6 +3047,9 @@ fn check_frames(
         assert_eq!(tm.ucast, Some(ingress_now >> 7 << 7 | 68));
         assert_eq!(tm.bridge_op, u64::from(BRIDGE_MISSING_UP));
         pkt = Pkt::parse_pass(program, &pkt.deparse(), true);
+        // Stage 0 of the second pass takes the record of a Missing only (a rank's requery on
+        // the first pass made it a Query).
+        assert_eq!(pkt.fields.get("hdr.ina.msg_type"), Some(&8));
         ingress_now = 68;
         let mut md2 = md.clone();
         md2.insert("rec", u64::from(rec));
@@ -3014,7 +3083,7 @@ fn check_frames(
         // copies and egress's rewrite into the Missing to the rank; a rack switch's report of
         // lost totals (PROTOCOL.md §9) once, to the upper switch, as this switch's rank there.
         let up = ina[0] & 0x0f == 2;
-        let ep = if up { &UPPER.at } else { from };
+        let ep = if up { &upper.at } else { from };
         let mut copy = Pkt {
             layouts: pkt.layouts.clone(),
             valid: pkt.valid.clone(),
@@ -3033,8 +3102,8 @@ fn check_frames(
             ("mac", mac(ep.mac.octets())),
             ("ip", u64::from(u32::from_be_bytes(ep.ip))),
             ("udp_port", u64::from(ep.udp_port)),
-            ("epoch", u64::from(UPPER.epoch)),
-            ("rank", u64::from(UPPER.rank)),
+            ("epoch", u64::from(upper.epoch)),
+            ("rank", u64::from(upper.rank)),
         ]
         .into_iter()
         .collect();
@@ -3135,7 +3204,7 @@ fn check_frames(
         } else {
             if tm.bridge_op == 7 {
                 // To the upper switch: uplink_addr's entry of the job.
-                let u = UPPER;
+                let u = upper;
                 let params: BTreeMap<&str, u64> = [
                     ("mac", mac(u.at.mac.octets())),
                     ("ip", u64::from(u32::from_be_bytes(u.at.ip))),
