@@ -496,7 +496,9 @@ fn header_comment(p: &mut P4) {
 //    uplink's port (egress writes the upper job's epoch and this switch's rank there); a
 //    total is read on its first pass and stored on its second (which sets bit 8), then
 //    multicast. A total's gap counter is noted in its block's reg_gap cell of rank 31 (no
-//    job's) and a skip reported up; partials carry no gap counter.
+//    job's) and a skip reported up. A first partial takes its block's counter in egress on
+//    the way to a second pass, which records the use and its sequence number; the upper
+//    switch's Missing takes that record on a second pass of its own.
 //  - Integer add, max, compare and bit operations only; payloads stay big-endian.
 //
 // Counters: ina_events (index = ina_proto::event::Event), one event per frame on its first
