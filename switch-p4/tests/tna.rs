@@ -945,32 +945,30 @@ impl TnaModel<'_> {
             "store_total" => args[0] == 1,
             _ => false,
         };
-        if stamped && action == "send_partial_harvest" {
-            // A first partial (PROTOCOL.md §9): egress stamps the block's partial counter,
-            // and the second pass records the use under it, in the partials' records.
-            res_gap = self.reg_partial_gap[slot >> 6];
-            self.reg_partial_gap[slot >> 6] += 1;
+        if stamped {
+            // Egress on the way: the block's next counter, a result's or (PROTOCOL.md §9) a
+            // first partial's; the second pass records the use under it, a partial's in the
+            // partials' records.
+            let partial = action == "send_partial_harvest";
+            let (next, records, bridge_op, kind) = if partial {
+                (
+                    &mut self.reg_partial_gap,
+                    tna::PARTIAL_RECORDS as usize,
+                    8,
+                    1,
+                )
+            } else {
+                (&mut self.reg_result_gap, 0, 6, 2)
+            };
+            res_gap = next[slot >> 6];
+            next[slot >> 6] += 1;
             let counter = u64::from(res_gap & 63);
-            let key = [1, 8, 1, 1, 1];
+            let key = [1, bridge_op, 1, kind, 1];
             let e = lookup(&t.result_use, &key).expect("result_use_access row");
             assert_eq!(e.action, "do_result_use_write");
             let e = lookup(&t.result_seq, &key).expect("result_seq_access row");
             assert_eq!(e.action, "do_result_seq_write");
-            let cell = tna::PARTIAL_RECORDS as usize + ((slot >> 6) << 6 | counter as usize);
-            self.reg_result_use[cell] = 1 << 14 | (slot as u32) << 1 | x as u32;
-            self.reg_result_seq[cell] = seq;
-            flags_out |= (counter as u8) << 2 | 2;
-        } else if stamped {
-            // Egress on the way: the block's next counter; the second pass records the use.
-            res_gap = self.reg_result_gap[slot >> 6];
-            self.reg_result_gap[slot >> 6] += 1;
-            let counter = u64::from(res_gap & 63);
-            let key = [1, 6, 1, 2, 1];
-            let e = lookup(&t.result_use, &key).expect("result_use_access row");
-            assert_eq!(e.action, "do_result_use_write");
-            let e = lookup(&t.result_seq, &key).expect("result_seq_access row");
-            assert_eq!(e.action, "do_result_seq_write");
-            let cell = (slot >> 6) << 6 | counter as usize;
+            let cell = records + ((slot >> 6) << 6 | counter as usize);
             self.reg_result_use[cell] = 1 << 14 | (slot as u32) << 1 | x as u32;
             self.reg_result_seq[cell] = seq;
             flags_out |= (counter as u8) << 2 | 2;

@@ -4674,9 +4674,10 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
         default_action = reply_source(0, 0);
     }
 
-    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
-    // low six bits), stamped on the result on its way to the second pass: the recirculation
-    // port's queue keeps the order, so the ranks get a block's results in counter order.
+    // The blocks' next gap counters (their low six bits), stamped on the way to the second
+    // pass: the recirculation port's queue keeps the order, so a block's results reach the
+    // ranks in counter order.
+    // Twin: Registers::result_gaps: per block, the counter of the next multicast result.
     Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
     RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {
         void apply(inout bit<32> v, out bit<32> rv) {
@@ -4687,8 +4688,7 @@ control InaEgress(inout headers_t hdr, inout egress_md_t md,
     action take_result_gap() {
         md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
     }
-    // Twin: Registers::partial_gaps. A rack switch's (PROTOCOL.md section 9): per block, the
-    // counter of its next first partial sum, stamped as a result's is.
+    // Twin: Registers::partial_gaps: per block, the counter of the next first partial of a rack switch.
     Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_partial_gap;
     RegisterAction<bit<32>, block_index_t, bit<32>>(reg_partial_gap) partial_gap_next = {
         void apply(inout bit<32> v, out bit<32> rv) {

@@ -111,32 +111,7 @@ pub(super) fn egress(p: &mut P4) {
 
 {report}
 {source}
-    // Twin: Registers::result_gaps. Per block, the counter of its next multicast result (its
-    // low six bits), stamped on the result on its way to the second pass: the recirculation
-    // port's queue keeps the order, so the ranks get a block's results in counter order.
-    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_result_gap;
-    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_result_gap) result_gap_next = {{
-        void apply(inout bit<32> v, out bit<32> rv) {{
-            rv = v;
-            v = v + 1;
-        }}
-    }};
-    action take_result_gap() {{
-        md.res_gap = result_gap_next.execute(hdr.ina.slot[12:6]);
-    }}
-    // Twin: Registers::partial_gaps. A rack switch's (PROTOCOL.md section 9): per block, the
-    // counter of its next first partial sum, stamped as a result's is.
-    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_partial_gap;
-    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_partial_gap) partial_gap_next = {{
-        void apply(inout bit<32> v, out bit<32> rv) {{
-            rv = v;
-            v = v + 1;
-        }}
-    }};
-    action take_partial_gap() {{
-        md.res_gap = partial_gap_next.execute(hdr.ina.slot[12:6]);
-    }}
-    action stamp_result_gap() {{
+{counters}    action stamp_result_gap() {{
         hdr.ina.gap = md.res_gap[5:0];
     }}
     // Apart from the counter: an action writes a container from one field and itself, or
@@ -213,7 +188,42 @@ pub(super) fn egress(p: &mut P4) {
         rank0 = bridge::RANK0,
         report = report_rewrite(),
         source = reply_source(),
+        counters = block_counters(),
     );
+}
+
+/// Egress's registers of the blocks' next gap counters, each stamped on its packet on the way
+/// to the second pass, which records the use under it: a multicast result's, and a rack
+/// switch's first partial's (PROTOCOL.md section 9). The recirculation port's queue keeps the
+/// order, so a block's results reach the ranks in counter order.
+fn block_counters() -> String {
+    let mut p = String::from(
+        "    // The blocks' next gap counters (their low six bits), stamped on the way to the second
+    // pass: the recirculation port's queue keeps the order, so a block's results reach the
+    // ranks in counter order.
+",
+    );
+    for (what, twin, doc) in [
+        ("result", "result_gaps", "multicast result"),
+        ("partial", "partial_gaps", "first partial of a rack switch"),
+    ] {
+        let _ = write!(
+            p,
+            "    // Twin: Registers::{twin}: per block, the counter of the next {doc}.
+    Register<bit<32>, block_index_t>(GAP_BLOCKS) reg_{what}_gap;
+    RegisterAction<bit<32>, block_index_t, bit<32>>(reg_{what}_gap) {what}_gap_next = {{
+        void apply(inout bit<32> v, out bit<32> rv) {{
+            rv = v;
+            v = v + 1;
+        }}
+    }};
+    action take_{what}_gap() {{
+        md.res_gap = {what}_gap_next.execute(hdr.ina.slot[12:6]);
+    }}
+"
+        );
+    }
+    p
 }
 
 /// The rewrite of a report's copy into the header-only Missing to the rank whose Data showed
