@@ -290,31 +290,36 @@ fn uplink_actions(p: &mut P4) {
     p.push_str("    }\n");
 }
 
+/// A reply's length arguments for `elems` elements: `total_len, udp_len, count`.
+fn length_args(elems: u16) -> String {
+    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
+    format!("{}, {udp}, {elems}", 20 + udp)
+}
+
+/// The arguments of a packet through the second pass: `stamp, bypass` (through egress, which
+/// stamps the block's gap counter, if `stamp`).
+fn stamp_args(stamp: bool) -> String {
+    format!("{}, {}", u8::from(stamp), u8::from(!stamp))
+}
+
 /// `send_partial_harvest(total_len, udp_len, count, stamp, bypass)`: the partial sum of
 /// `elems` elements up through the second pass, through egress for its gap counter if
 /// `stamp`.
 fn partial_harvest(elems: u16, stamp: bool) -> String {
-    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
     format!(
-        "send_partial_harvest({}, {udp}, {elems}, {}, {})",
-        20 + udp,
-        u8::from(stamp),
-        u8::from(!stamp)
+        "send_partial_harvest({}, {})",
+        length_args(elems),
+        stamp_args(stamp)
     )
 }
 
 /// `multicast_result(total_len, udp_len, count)` or, through the second pass,
 /// `multicast_result_harvest(.., stamp, bypass)`: the multicast of a Result of `elems` elements.
 fn multicast(elems: u16, harvest: Option<bool>) -> String {
-    let udp = 8 + HEADER_LEN + 4 * usize::from(elems);
-    let lengths = format!("{}, {udp}, {elems}", 20 + udp);
+    let lengths = length_args(elems);
     match harvest {
         None => format!("multicast_result({lengths})"),
-        Some(stamp) => format!(
-            "multicast_result_harvest({lengths}, {}, {})",
-            u8::from(stamp),
-            u8::from(!stamp)
-        ),
+        Some(stamp) => format!("multicast_result_harvest({lengths}, {})", stamp_args(stamp)),
     }
 }
 
